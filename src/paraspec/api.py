@@ -1,0 +1,148 @@
+"""The Python API, in the shape vLLM users know: LLM, SamplingParams, RequestOutput."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence as Seq
+
+import torch
+
+from .config import EngineConfig, PluginConfig, build_drafter, parse_plugin_params
+from .engine import Engine, Sequence, TokenLogprob
+from .errors import ConfigError, RequestError
+from .model.loader import load_model
+from .model.tokenizer import Tokenizer
+from .model.transformer import Transformer
+from .runner import ModelRunner
+from .sampling.params import SamplingParams
+
+DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+    logprobs: list[TokenLogprob] | None = None
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+
+    # the first sample's fields, for the common n == 1 case
+    @property
+    def text(self) -> str:
+        return self.outputs[0].text
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.outputs[0].token_ids
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.outputs[0].finish_reason
+
+    @property
+    def stats(self) -> dict:
+        return self.outputs[0].stats
+
+
+def sequence_stats(seq: Sequence) -> dict:
+    """prompt/generated token counts, TTFT, decode time and decode tokens/s (tokens after the
+    first, over the time after the first), plus the parallel decoding statistics."""
+    end = seq.finish_time or time.perf_counter()
+    first = seq.first_token_time or end
+    decode_s = end - first
+    after_first = max(len(seq.output) - 1, 0)
+    return {
+        "prompt_tokens": len(seq.prompt),
+        "generated_tokens": len(seq.output),
+        "ttft_s": round(first - seq.arrival, 6),
+        "decode_s": round(decode_s, 6),
+        "tokens_per_s": round(after_first / decode_s, 3) if decode_s > 0 else 0.0,
+        **seq.stats.as_dict(),
+    }
+
+
+class LLM:
+    """An engine over one model.
+
+    model: a .gguf file, a Hugging Face folder, or "default" (SmolLM2-135M-Instruct, bundled).
+    plugin_params: MindIE-style JSON string (or dict) choosing parallel decoding, e.g.
+        '{"plugin_type":"memory_decoding","decoding_length":16,"dynamic_algo":true}'.
+    """
+
+    def __init__(self, model: str | None = "default", dtype: str = "bfloat16", plugin_params: str | dict | None = None,
+                 quantization: str | None = None, max_batch_size: int = 8, speculation_gamma: int | None = None,
+                 num_threads: int | None = None):
+        if dtype not in DTYPES:
+            raise ConfigError(f"dtype={dtype!r} is not supported; use 'bfloat16' or 'float32'")
+        self.config = EngineConfig(dtype=dtype, quantization=quantization, max_batch_size=max_batch_size,
+                                   speculation_gamma=speculation_gamma,
+                                   plugin=parse_plugin_params(plugin_params, speculation_gamma))
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        loaded = load_model(model, DTYPES[dtype])
+        self.model_name = loaded.name
+        self.tokenizer = Tokenizer.from_source(loaded.tokenizer_source)
+        self.model = Transformer(loaded.args, loaded.weights, DTYPES[dtype], quantization=quantization)
+        self.runner = ModelRunner(self.model)
+        self.engine = Engine(self.runner, self.tokenizer, max_batch_size)
+        self.drafter = build_drafter(self.config.plugin, self.tokenizer, self.engine)
+        self.engine.default_drafter = self.drafter
+
+    # --------------------------------------------------------------------------------------
+
+    def generate(self, prompts: str | list[int] | Seq[str | list[int]],
+                 sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
+                 plugin_params: str | dict | None = None) -> list[RequestOutput]:
+        """Generate for each prompt (text, or a list of token ids). Requests run batched."""
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        items = [(p if isinstance(p, str) else None, self._encode(p)) for p in prompts]
+        return self._run(items, sampling_params, plugin_params)
+
+    def chat(self, messages: list[dict] | Seq[list[dict]], sampling_params: SamplingParams | None = None,
+             plugin_params: str | dict | None = None) -> list[RequestOutput]:
+        """Chat with the model's own template. `messages` is one conversation or a list of them."""
+        convs = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        items = []
+        for conv in convs:
+            items.append((self.tokenizer.apply_chat_template(conv), self.tokenizer.encode_chat(conv)))
+        return self._run(items, sampling_params, plugin_params)
+
+    def _encode(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt)
+        if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
+            raise RequestError("a prompt must be a string or a list of token ids")
+        return list(prompt)
+
+    def _run(self, items, sampling_params, plugin_params) -> list[RequestOutput]:
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        params_list = sampling_params if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(items)
+        if len(params_list) != len(items):
+            raise RequestError("pass one SamplingParams, or one per prompt")
+        drafter = "default"
+        if plugin_params is not None:
+            plugin = parse_plugin_params(plugin_params, self.config.speculation_gamma)
+            drafter = build_drafter(plugin, self.tokenizer, self.engine)
+        requests = []
+        for (text, ids), params in zip(items, params_list):
+            seqs = self.engine.add_request(ids, params, drafter=drafter)
+            requests.append((text, ids, seqs))
+        self.engine.run_until_done()
+        out = []
+        for text, ids, seqs in requests:
+            outputs = [CompletionOutput(s.index, s.text, list(s.output), s.finish_reason, s.logprobs,
+                                        sequence_stats(s)) for s in seqs]
+            out.append(RequestOutput(seqs[0].request_id, text, ids, outputs))
+        return out

@@ -1,0 +1,1 @@
+"""Benchmarks for `paraspec bench`: task sets built offline from real text (see `tasks`)."""

@@ -1,0 +1,1 @@
+"""Parallel decoding: draft trees, drafters (trie memory, lookahead, hybrid), verification, acceptance."""

@@ -1,0 +1,101 @@
+"""DraftTree: the one representation of a draft, shared by every drafter and the verifier.
+
+A draft is a tree hanging below the root (the last committed token, whose KV is not cached
+yet). Nodes are stored in topological order (a parent before its children); `parents[i]` is
+the index of node i's parent, or -1 when the parent is the root. A chain is the special case
+parents = [-1, 0, 1, ...].
+
+Verification flattens `[root] + tokens` into one query: query row 0 is the root, row i + 1 is
+node i. Everything the verifier needs (depths, the ancestor mask, children per node) is
+derived here once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ROOT = -1
+
+
+@dataclass
+class DraftTree:
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if len(self.tokens) != len(self.parents):
+            raise ValueError("DraftTree: tokens and parents must have the same length")
+        for i, p in enumerate(self.parents):
+            if not ROOT <= p < i:
+                raise ValueError(f"DraftTree: node {i} has parent {p}; parents must come first")
+
+    @classmethod
+    def chain(cls, tokens: list[int]) -> "DraftTree":
+        return cls(list(tokens), list(range(-1, len(tokens) - 1)))
+
+    @classmethod
+    def from_paths(cls, paths: list[list[int]]) -> "DraftTree":
+        """Merge token sequences that hang below the root into one tree (shared prefixes merged)."""
+        tree = cls()
+        index: dict[tuple[int, int], int] = {}  # (parent, token) -> node
+        for path in paths:
+            parent = ROOT
+            for tok in path:
+                node = index.get((parent, tok))
+                if node is None:
+                    node = tree.add(tok, parent)
+                    index[(parent, tok)] = node
+                parent = node
+        return tree
+
+    def add(self, token: int, parent: int = ROOT) -> int:
+        if not ROOT <= parent < len(self.tokens):
+            raise ValueError(f"DraftTree.add: parent {parent} does not exist")
+        self.tokens.append(int(token))
+        self.parents.append(int(parent))
+        return len(self.tokens) - 1
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def is_chain(self) -> bool:
+        return all(p == i - 1 for i, p in enumerate(self.parents))
+
+    def depths(self) -> list[int]:
+        """Depth of each node; children of the root have depth 1."""
+        d: list[int] = []
+        for p in self.parents:
+            d.append(1 if p == ROOT else d[p] + 1)
+        return d
+
+    def children(self) -> list[dict[int, int]]:
+        """children()[r] maps token -> node index for query row r (row 0 = root, row i+1 = node i).
+        The first node added with a token wins if a drafter repeats a (parent, token) pair."""
+        out: list[dict[int, int]] = [dict() for _ in range(len(self.tokens) + 1)]
+        for i, (tok, p) in enumerate(zip(self.tokens, self.parents)):
+            out[p + 1].setdefault(tok, i)
+        return out
+
+    def ancestor_mask(self) -> np.ndarray:
+        """[n+1, n+1] bool over query rows: row r sees the root, its ancestors and itself."""
+        n = len(self.tokens)
+        mask = np.zeros((n + 1, n + 1), dtype=bool)
+        mask[:, 0] = True
+        mask[0, 0] = True
+        for i, p in enumerate(self.parents):
+            mask[i + 1] = mask[p + 1]
+            mask[i + 1, i + 1] = True
+        return mask
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the root's child down to `node`."""
+        path = []
+        while node != ROOT:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+    def truncated(self, max_nodes: int) -> "DraftTree":
+        """The first `max_nodes` nodes (still a valid tree: parents come first)."""
+        return DraftTree(self.tokens[:max_nodes], self.parents[:max_nodes])

@@ -1,0 +1,56 @@
+"""Turn a root + Proposal into one forward query (tokens, position ids, mask) and back.
+
+Query rows: [root] + draft tree nodes + lookahead branch tokens (when a drafter runs one).
+- draft node i is row i + 1, at position root_pos + depth(i), and sees the root, its
+  ancestors and itself;
+- lookahead token j is row 1 + n_draft + j, at position root_pos + offset(j), and sees the root
+  and the branch tokens its own mask allows;
+- the draft tree and the lookahead branch never see each other.
+(Every row also sees the whole committed KV cache; transformer.attention_bias adds that.)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .proposer import Proposal
+from .tree import DraftTree
+
+
+@dataclass
+class Query:
+    tokens: list[int]
+    positions: list[int]
+    mask: torch.Tensor | None           # [q, q] bool; None = a causal chain
+    children: list[dict[int, int]]      # per draft row: token -> node (see acceptance.walk)
+    n_draft: int                        # draft nodes (rows 1..n_draft)
+    lookahead_rows: list[int] = field(default_factory=list)  # rows whose argmax the drafter wants
+
+    @property
+    def logits_rows(self) -> list[int]:
+        """Rows whose logits are needed: the root, every draft node, the lookahead outputs."""
+        return list(range(self.n_draft + 1)) + self.lookahead_rows
+
+
+def build_query(root: int, root_pos: int, proposal: Proposal | None) -> Query:
+    draft = proposal.draft if proposal is not None else DraftTree()
+    la = proposal.lookahead if proposal is not None else None
+    n = len(draft)
+    tokens = [root] + draft.tokens
+    if la is None and draft.is_chain():
+        return Query(tokens, list(range(root_pos, root_pos + n + 1)), None, draft.children(), n)
+
+    depths = draft.depths()
+    positions = [root_pos] + [root_pos + d for d in depths]
+    m = len(la.tokens) if la is not None else 0
+    mask = np.zeros((n + 1 + m, n + 1 + m), dtype=bool)
+    mask[: n + 1, : n + 1] = draft.ancestor_mask()
+    if la is not None:
+        tokens += la.tokens
+        positions += [root_pos + o for o in la.offsets]
+        mask[n + 1:, 0] = True
+        mask[n + 1:, n + 1:] = la.mask
+    rows = [n + 1 + r for r in la.output_rows] if la is not None else []
+    return Query(tokens, positions, torch.from_numpy(mask), draft.children(), n, rows)

@@ -1,0 +1,331 @@
+"""Engine: the request lifecycle around the decode step.
+
+    add_request -> (waiting) -> prefill, first token -> (running) -> decode steps -> finished
+
+One decode step, for all running sequences together:
+    propose (drafter: tokens in, draft tree out) -> build queries -> ONE forward (runner) ->
+    accept (walk the tree with the sequence's own sampler) -> commit KV of the accepted path ->
+    observe (drafter learns the committed tokens) -> emit the run of tokens, check stops.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import torch
+
+from .decoding.acceptance import walk
+from .decoding.proposer import Proposer
+from .decoding.stats import SpecStats
+from .decoding.verify import build_query
+from .errors import RequestError
+from .model.kv_cache import KVCache
+from .model.tokenizer import IncrementalDetokenizer, Tokenizer
+from .runner import ModelRunner
+from .sampling.params import SamplingParams
+from .sampling.sampler import RequestSampler
+
+MAX_DRAFT_NODES = 64  # hard cap on query rows a drafter may add per sequence and step
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
+class Sequence:
+    """One generation stream (a request with n > 1 has n of them)."""
+
+    key: str                     # unique: request id + sample index
+    request_id: str
+    index: int
+    prompt: list[int]
+    params: SamplingParams
+    sampler: RequestSampler
+    drafter: Proposer | None
+    max_tokens: int
+    arrival: float
+    cache: KVCache | None = None
+    output: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)     # prompt + output, what drafters see
+    text: str = ""
+    logprobs: list[TokenLogprob] | None = None
+    finish_reason: str | None = None
+    stats: SpecStats = field(default_factory=SpecStats)
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    detok: IncrementalDetokenizer | None = None
+    stop_scan_from: int = 0      # text offset where the next stop-string search starts
+    sent_chars: int = 0          # text already handed out as deltas
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class SequenceUpdate:
+    """What one engine step produced for one sequence (streaming deltas)."""
+
+    seq: Sequence
+    new_token_ids: list[int]
+    new_text: str
+    new_logprobs: list[TokenLogprob] | None
+    finished: bool
+
+
+class Engine:
+    def __init__(self, runner: ModelRunner, tokenizer: Tokenizer, max_batch_size: int = 8,
+                 default_drafter: Proposer | None = None):
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.default_drafter = default_drafter
+        self.waiting: list[Sequence] = []
+        self.running: list[Sequence] = []
+        self._ids = itertools.count()
+        self._twin_logits: dict[str, torch.Tensor] = {}  # prompt logits kept for n > 1 siblings
+
+    # ------------------------------------------------------------------------------ requests
+
+    def add_request(self, prompt: list[int], params: SamplingParams, request_id: str | None = None,
+                    drafter: Proposer | None | str = "default") -> list[Sequence]:
+        if not prompt:
+            raise RequestError("the prompt is empty; send at least one token of text")
+        ctx = self.runner.max_seq_len
+        if len(prompt) >= ctx:
+            raise RequestError(f"the prompt has {len(prompt)} tokens but the model's context is {ctx}; "
+                               "shorten the prompt")
+        vocab = self.runner.model.args.vocab_size
+        if any(not 0 <= t < vocab for t in prompt):
+            raise RequestError(f"prompt token ids must be in [0, {vocab})")
+        request_id = request_id or f"req-{next(self._ids)}"
+        if drafter == "default":
+            drafter = self.default_drafter
+        max_tokens = min(params.max_tokens or ctx, ctx - len(prompt))
+        now = time.perf_counter()
+        seqs = []
+        for i in range(params.n):
+            seed = None if params.seed is None else params.seed + i * 0x9E3779B1
+            seqs.append(Sequence(
+                key=request_id if params.n == 1 else f"{request_id}-{i}", request_id=request_id, index=i,
+                prompt=list(prompt), params=params,
+                sampler=RequestSampler(params, prompt, vocab, seed), drafter=drafter,
+                max_tokens=max_tokens, arrival=now, tokens=list(prompt),
+                logprobs=[] if params.logprobs is not None else None,
+                detok=IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)))
+        self.waiting.extend(seqs)
+        return seqs
+
+    def abort(self, request_id: str) -> None:
+        """Cancel a request: free its KV and drafter state now."""
+        for seq in [s for s in self.waiting + self.running if s.request_id == request_id]:
+            self._finish(seq, "abort")
+        self.waiting = [s for s in self.waiting if s.request_id != request_id]
+        self.running = [s for s in self.running if s.request_id != request_id]
+
+    def shared_trie(self):
+        """The engine's token trie (memory_decoding's memory), created on first use."""
+        if getattr(self, "_trie", None) is None:
+            from .decoding.trie import TokenTrie
+            self._trie = TokenTrie()
+        return self._trie
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ---------------------------------------------------------------------------------- step
+
+    def step(self) -> list[SequenceUpdate]:
+        """Admit and prefill waiting sequences while there is room, else run one decode step."""
+        if self.waiting and len(self.running) < self.max_batch_size:
+            return self._prefill(self.waiting.pop(0))
+        if self.running:
+            return self._decode()
+        return []
+
+    def _prefill(self, seq: Sequence) -> list[SequenceUpdate]:
+        # sibling samples (n > 1) share the prompt's KV: prefill once, copy the cache
+        twin = next((s for s in self.running if s.request_id == seq.request_id and s.cache is not None), None)
+        reserve = len(seq.prompt) + seq.max_tokens + MAX_DRAFT_NODES + 1
+        seq.cache = self.runner.new_cache(reserve)
+        if twin is not None and twin.cache.length == len(seq.prompt):
+            seq.cache.k[:, :, : twin.cache.length] = twin.cache.k[:, :, : twin.cache.length]
+            seq.cache.v[:, :, : twin.cache.length] = twin.cache.v[:, :, : twin.cache.length]
+            seq.cache.length = twin.cache.length
+            logits = self._twin_logits[seq.request_id]
+        else:
+            logits = self.runner.prefill(seq.cache, seq.prompt)
+            self._twin_logits = {seq.request_id: logits} if seq.params.n > 1 else {}
+        if seq.drafter is not None:
+            t0 = time.perf_counter()
+            seq.drafter.begin(seq.key, seq.prompt, seq.sampler.seed)
+            seq.stats.draft_s += time.perf_counter() - t0
+        token = seq.sampler.draw(logits)
+        seq.sampler.append(token)
+        seq.first_token_time = time.perf_counter()
+        self.running.append(seq)
+        lp = self._logprobs(logits.unsqueeze(0), [0], [token], seq.params.logprobs)
+        return [self._emit(seq, [token], lp)]
+
+    def _decode(self) -> list[SequenceUpdate]:
+        batch = self.running
+        queries, draft_times = [], []
+        for seq in batch:
+            t0 = time.perf_counter()
+            remaining = seq.max_tokens - len(seq.output)
+            room = seq.cache.capacity - seq.cache.length - 1
+            budget = max(0, min(MAX_DRAFT_NODES, remaining - 1, room,
+                                self.runner.max_seq_len - 1 - seq.cache.length - 1))
+            proposal = None
+            if seq.drafter is not None and budget > 0:
+                proposal = seq.drafter.propose(seq.key, seq.tokens, budget)
+                if len(proposal.draft) > budget:
+                    proposal.draft = proposal.draft.truncated(budget)
+            queries.append(build_query(seq.tokens[-1], seq.cache.length, proposal))
+            draft_times.append(time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        logits_per_seq = self.runner.verify([s.cache for s in batch], queries)
+        forward_s = time.perf_counter() - t0
+
+        updates = []
+        for seq, q, logits, draft_s in zip(batch, queries, logits_per_seq, draft_times):
+            t1 = time.perf_counter()
+            sampler = seq.sampler
+            argmax = logits.argmax(-1).tolist() if (sampler.argmax_suffices or q.lookahead_rows) else None
+            if sampler.argmax_suffices:
+                draw: Callable[[int], int] = argmax.__getitem__
+                visited = None
+            else:
+                visited = []
+
+                def draw(row: int, _s=sampler, _l=logits, _v=visited) -> int:
+                    t = _s.draw(_l[row])
+                    _s.append(t)
+                    _v.append(row)
+                    return t
+            acc = walk(q.children, draw, seq.max_tokens - len(seq.output), self._stop_check(seq))
+            if sampler.argmax_suffices:
+                for _ in acc.tokens:
+                    sampler.append(_)
+            seq.cache.commit([0] + [n + 1 for n in acc.nodes])
+            accept_s = time.perf_counter() - t1
+            t2 = time.perf_counter()
+            if seq.drafter is not None:
+                la_argmax = [argmax[q.n_draft + 1 + i] for i in range(len(q.lookahead_rows))] \
+                    if q.lookahead_rows else None
+                seq.drafter.observe(seq.key, acc.tokens, la_argmax)
+            draft_s += time.perf_counter() - t2
+            seq.stats.observe_step(q.n_draft, len(acc.tokens), draft_s, forward_s + accept_s)
+            lp = None
+            if seq.params.logprobs is not None:
+                rows = [0] + [n + 1 for n in acc.nodes]
+                lp = self._logprobs(logits, rows[: len(acc.tokens)], acc.tokens, seq.params.logprobs)
+            updates.append(self._emit(seq, acc.tokens, lp))
+        self.running = [s for s in self.running if not s.finished]
+        return updates
+
+    # ------------------------------------------------------------------------------- helpers
+
+    def _stop_check(self, seq: Sequence) -> Callable[[int], bool]:
+        stops = set(seq.params.stop_token_ids)
+        if not seq.params.ignore_eos:
+            stops |= self.tokenizer.eos_token_ids
+        return stops.__contains__
+
+    @staticmethod
+    def _logprobs(logits: torch.Tensor, rows: list[int], tokens: list[int], top: int | None) -> list[TokenLogprob] | None:
+        """Log-probabilities of the model's distribution (before sampling filters) at each
+        emitted token: drafts accepted in a verification pass get them from that pass."""
+        if top is None:
+            return None
+        lsm = torch.log_softmax(logits[rows].float(), -1)
+        chosen = lsm[torch.arange(len(rows)), torch.tensor(tokens)].tolist()
+        out = []
+        if top > 0:
+            vals, ids = lsm.topk(top, -1)
+            for i, t in enumerate(tokens):
+                out.append(TokenLogprob(t, chosen[i], list(zip(ids[i].tolist(), vals[i].tolist()))))
+        else:
+            out = [TokenLogprob(t, c) for t, c in zip(tokens, chosen)]
+        return out
+
+    def _emit(self, seq: Sequence, tokens: list[int], logprobs: list[TokenLogprob] | None) -> SequenceUpdate:
+        """Append a run of tokens one at a time: a stop token or stop string may end inside an
+        accepted run, and the tokens after it must not count, exactly as autoregressive
+        decoding would have stopped there."""
+        stop_strs = seq.params.stop
+        is_stop_token = self._stop_check(seq)
+        new_ids: list[int] = []
+        for i, tok in enumerate(tokens):
+            seq.output.append(tok)
+            seq.tokens.append(tok)
+            new_ids.append(tok)
+            if logprobs is not None:
+                seq.logprobs.append(logprobs[i])
+            if is_stop_token(tok):
+                seq.finish_reason = "stop"
+                break
+            seq.text += seq.detok.push([tok])
+            if stop_strs and (hit := self._find_stop(seq)) is not None:
+                cut, matched = hit
+                seq.text = seq.text[: cut + (len(matched) if seq.params.include_stop_str_in_output else 0)]
+                seq.finish_reason = "stop"
+                break
+            if len(seq.output) >= seq.max_tokens:
+                seq.finish_reason = "length"
+                break
+        if seq.finish_reason is None and seq.cache.length + 2 >= self.runner.max_seq_len:
+            seq.finish_reason = "length"
+        if seq.finished:
+            if not (stop_strs and seq.finish_reason == "stop" and not is_stop_token(seq.output[-1])):
+                seq.text += seq.detok.flush()
+            self._finish(seq, seq.finish_reason)
+            limit = len(seq.text)
+        else:
+            # hold back what could still become the start of a stop string
+            limit = len(seq.text) - (max(map(len, stop_strs)) - 1 if stop_strs else 0)
+        new_text = seq.text[seq.sent_chars:limit] if limit > seq.sent_chars else ""
+        seq.sent_chars = max(seq.sent_chars, limit)
+        new_lp = seq.logprobs[-len(new_ids):] if logprobs is not None and new_ids else None
+        return SequenceUpdate(seq, new_ids, new_text, new_lp, seq.finished)
+
+    @staticmethod
+    def _find_stop(seq: Sequence) -> tuple[int, str] | None:
+        best = None
+        longest = max(len(s) for s in seq.params.stop)
+        start = max(0, seq.stop_scan_from - longest)
+        for s in seq.params.stop:
+            i = seq.text.find(s, start)
+            if i >= 0 and (best is None or i < best[0]):
+                best = (i, s)
+        seq.stop_scan_from = len(seq.text)
+        return best
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        if seq.finish_time is not None:
+            return
+        seq.finish_reason = reason
+        seq.finish_time = time.perf_counter()
+        if seq.drafter is not None and seq.cache is not None:
+            t0 = time.perf_counter()
+            seq.drafter.end(seq.key)
+            seq.stats.draft_s += time.perf_counter() - t0
+        seq.cache = None  # frees the KV
+
+    def run_until_done(self, on_update: Callable[[SequenceUpdate], None] | None = None) -> None:
+        while self.has_work():
+            for u in self.step():
+                if on_update is not None:
+                    on_update(u)
+
+
+def iter_updates(engine: Engine) -> Iterable[SequenceUpdate]:
+    while engine.has_work():
+        yield from engine.step()

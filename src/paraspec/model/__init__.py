@@ -1,0 +1,1 @@
+"""Model definition (forward only), KV cache, weight loading and tokenizer."""

@@ -1,0 +1,82 @@
+"""Per-sequence KV cache: preallocated, written by slot, compacted on commit.
+
+Layout (all layers in one tensor, fp32):
+    k: [n_layers, n_kv_heads, capacity, head_dim]
+    v: [n_layers, n_kv_heads, capacity, head_dim + 1]   # last column is 1 for every written slot
+
+Slots [0, length) hold committed tokens. A forward over q new tokens (root + draft) writes their
+K/V at slots [length, length + q) without moving `length`; `commit(keep)` then keeps the chosen
+new tokens and drops the rest. Worked example, length = 10, draft tree = root r, nodes a b c d:
+
+    slot    10  11  12  13  14          commit(keep=[0, 2, 4])   slot   10  11  12
+    token    r   a   b   c   d          (root, b, d accepted)    token   r   b   d    length = 13
+
+A chain draft whose accepted nodes are its first k tokens needs no copy at all.
+
+Why fp32 and the extra column of ones: attention must give a row the same result whatever the
+number of query rows or the gaps a tree mask leaves between its keys (see transformer.attention).
+The ones column makes the softmax denominator come out of the same matmul as the numerator.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .args import ModelArgs
+
+KEY_BUCKET = 256  # attention reads keys up to length rounded up to this multiple
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+class KVCache:
+    def __init__(self, args: ModelArgs, capacity: int):
+        self.args = args
+        self.capacity = round_up(max(capacity, 1), KEY_BUCKET)
+        shape = (args.n_layers, args.n_kv_heads, self.capacity)
+        # zeros, not empty: masked slots are multiplied by 0 in attention, and 0 * NaN would leak
+        self.k = torch.zeros(*shape, args.head_dim)
+        self.v = torch.zeros(*shape, args.head_dim + 1)
+        self.length = 0
+
+    def reserve(self, needed: int) -> None:
+        """Grow (copying) so that `needed` slots fit; rarely used, capacity is sized up front."""
+        if needed <= self.capacity:
+            return
+        new_cap = round_up(max(needed, self.capacity * 3 // 2), KEY_BUCKET)
+        k = torch.zeros(*self.k.shape[:2], new_cap, self.k.shape[3])
+        v = torch.zeros(*self.v.shape[:2], new_cap, self.v.shape[3])
+        k[:, :, : self.capacity] = self.k
+        v[:, :, : self.capacity] = self.v
+        self.k, self.v, self.capacity = k, v, new_cap
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write K/V of the q new tokens (k, v: [q, n_kv_heads, head_dim]) after the committed ones."""
+        q = k.shape[0]
+        end = self.length + q
+        self.k[layer, :, self.length:end] = k.transpose(0, 1)
+        self.v[layer, :, self.length:end, :-1] = v.transpose(0, 1)
+        self.v[layer, :, self.length:end, -1] = 1.0
+
+    def commit(self, keep: Sequence[int]) -> None:
+        """Keep new tokens `keep` (indices into the last forward's new tokens, ascending) as the
+        next committed slots; everything else written by that forward is dropped."""
+        n = len(keep)
+        if any(i != j for i, j in enumerate(keep)):
+            src = torch.tensor(keep, dtype=torch.long) + self.length
+            dst = slice(self.length, self.length + n)
+            # advanced indexing gathers into a temporary first, so overlapping ranges are safe
+            self.k[:, :, dst] = self.k[:, :, src]
+            self.v[:, :, dst] = self.v[:, :, src]
+        self.length += n
+
+    def truncate(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
+        self.length = length
+
+    def nbytes(self) -> int:
+        return self.k.numel() * 4 + self.v.numel() * 4

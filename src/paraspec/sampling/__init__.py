@@ -1,0 +1,1 @@
+"""Sampling parameters, logits processors (pure functions) and the per-request sampler."""

@@ -1,0 +1,42 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from tiny_models import make_tiny_model  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A factory: tiny_model_dir(arch, **config) -> folder of a random model of that arch."""
+    cache = {}
+
+    def make(arch: str = "llama", **kwargs) -> Path:
+        key = (arch, repr(sorted(kwargs.items())))
+        if key not in cache:
+            cache[key] = make_tiny_model(tmp_path_factory.mktemp(f"tiny-{arch}"), arch, **kwargs)
+        return cache[key]
+    return make
+
+
+@pytest.fixture(scope="session")
+def bundled_llm_fp32():
+    from paraspec import LLM
+    return LLM(dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def bundled_llm_bf16():
+    from paraspec import LLM
+    return LLM(dtype="bfloat16")
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

@@ -1,0 +1,126 @@
+"""Tree-mask forward + KV compaction == recomputing the accepted path from scratch."""
+import random
+
+import pytest
+import torch
+
+from paraspec.decoding.proposer import Proposal
+from paraspec.decoding.tree import DraftTree
+from paraspec.decoding.verify import build_query
+from paraspec.model.loader import load_model
+from paraspec.model.transformer import SeqInput, Transformer
+
+
+def _model(path, dtype=torch.float32):
+    lm = load_model(path, dtype)
+    return Transformer(lm.args, lm.weights, dtype)
+
+
+def _random_tree(rng: random.Random, n: int, vocab: int) -> DraftTree:
+    tree = DraftTree()
+    for i in range(n):
+        tree.add(rng.randrange(vocab), rng.randrange(-1, i))
+    return tree
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_tree_verify_then_compaction_equals_recompute(tiny_model_dir, arch):
+    model = _model(tiny_model_dir(arch))
+    rng = random.Random(0)
+    V = model.args.vocab_size
+    for trial in range(5):
+        prompt = [rng.randrange(V) for _ in range(rng.randrange(3, 40))]
+        P = len(prompt)
+        cache = model.new_cache(128)
+        model.forward(torch.tensor(prompt), torch.arange(P), [SeqInput(cache, P)])
+        cache.commit(range(P))
+        tree = _random_tree(rng, 12, V)
+        root = rng.randrange(V)
+        q = build_query(root, P, Proposal(tree))
+        logits = model.forward(torch.tensor(q.tokens), torch.tensor(q.positions), [SeqInput(cache, len(q.tokens), q.mask)])
+        node = rng.randrange(len(tree))
+        path = tree.path_to(node)
+        cache.commit([0] + [n + 1 for n in path])
+        accepted = prompt + [root] + [tree.tokens[n] for n in path]
+        # reference: a fresh prefill of the committed tokens
+        fresh = model.new_cache(128)
+        want = model.forward(torch.tensor(accepted), torch.arange(len(accepted)), [SeqInput(fresh, len(accepted))])
+        fresh.commit(range(len(accepted)))
+        L = len(accepted)
+        assert cache.length == fresh.length == L
+        assert torch.allclose(cache.k[:, :, :L], fresh.k[:, :, :L], atol=1e-5)
+        assert torch.allclose(cache.v[:, :, :L], fresh.v[:, :, :L], atol=1e-5)
+        # the verify pass's logits on the accepted path equal the recomputed ones
+        assert torch.allclose(logits[0], want[P], atol=1e-4)
+        for depth, n in enumerate(path, start=1):
+            assert torch.allclose(logits[n + 1], want[P + depth], atol=1e-4)
+        # and the next step from the compacted cache equals the next step from the fresh one
+        nxt = rng.randrange(V)
+        a = model.forward(torch.tensor([nxt]), torch.tensor([L]), [SeqInput(cache, 1)])
+        b = model.forward(torch.tensor([nxt]), torch.tensor([L]), [SeqInput(fresh, 1)])
+        assert torch.allclose(a, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_row_invariance_tree_verify_equals_autoregressive_bit_for_bit(tiny_model_dir, dtype):
+    """A draft node's logits from one tree-verify pass are bit-identical to the logits of
+    one-token autoregressive steps along its path (the property behind exact greedy output)."""
+    model = _model(tiny_model_dir("llama", hidden=128, heads=4, kv_heads=2, n_layers=3), dtype)
+    rng = random.Random(1)
+    V = model.args.vocab_size
+    for trial in range(4):
+        prompt = [rng.randrange(V) for _ in range(rng.choice([5, 60, 250, 300]))]
+        P = len(prompt)
+        tree = _random_tree(rng, rng.choice([3, 8, 15, 30]), V)
+        root = rng.randrange(V)
+        verify_cache, ar_cache = model.new_cache(512), model.new_cache(512)
+        for c in (verify_cache, ar_cache):
+            model.forward(torch.tensor(prompt), torch.arange(P), [SeqInput(c, P)])
+            c.commit(range(P))
+        q = build_query(root, P, Proposal(tree))
+        out = model.forward(torch.tensor(q.tokens), torch.tensor(q.positions), [SeqInput(verify_cache, len(q.tokens), q.mask)])
+        for node in range(len(tree)):
+            ar_cache.truncate(P)
+            for j, t in enumerate([root] + [tree.tokens[n] for n in tree.path_to(node)]):
+                step = model.forward(torch.tensor([t]), torch.tensor([P + j]), [SeqInput(ar_cache, 1)])
+                ar_cache.commit([0])
+            assert torch.equal(step[0], out[node + 1]), f"trial {trial} node {node}"
+
+
+def test_batched_sequences_are_independent(tiny_model_dir):
+    """Rows of other sequences sharing a forward do not change a sequence's logits."""
+    model = _model(tiny_model_dir("llama"), torch.bfloat16)
+    rng = random.Random(2)
+    V = model.args.vocab_size
+    prompts = [[rng.randrange(V) for _ in range(n)] for n in (7, 30, 90)]
+    caches = []
+    for p in prompts:
+        c = model.new_cache(256)
+        model.forward(torch.tensor(p), torch.arange(len(p)), [SeqInput(c, len(p))])
+        c.commit(range(len(p)))
+        caches.append(c)
+    trees = [DraftTree.chain([1, 2, 3]), _random_tree(rng, 9, V), DraftTree()]
+    queries = [build_query(5, len(p), Proposal(t)) for p, t in zip(prompts, trees)]
+    together = model.forward(torch.tensor(sum((q.tokens for q in queries), [])),
+                             torch.tensor(sum((q.positions for q in queries), [])),
+                             [SeqInput(c, len(q.tokens), q.mask) for c, q in zip(caches, queries)])
+    offset = 0
+    for c, q in zip(caches, queries):
+        alone = model.forward(torch.tensor(q.tokens), torch.tensor(q.positions), [SeqInput(c, len(q.tokens), q.mask)])
+        assert torch.equal(alone, together[offset:offset + len(q.tokens)])
+        offset += len(q.tokens)
+
+
+def test_commit_keeps_only_the_chosen_slots(tiny_model_dir):
+    model = _model(tiny_model_dir("llama"))
+    cache = model.new_cache(8)
+    k = torch.arange(5 * cache.k.shape[1] * cache.k.shape[3], dtype=torch.float32).view(5, cache.k.shape[1], -1)
+    for layer in range(model.args.n_layers):
+        cache.write(layer, k, k)
+    cache.commit([0, 2, 4])
+    assert cache.length == 3
+    assert torch.equal(cache.k[0, :, 1], k[2])
+    assert torch.equal(cache.k[0, :, 2], k[4])
+    assert torch.all(cache.v[0, :, :3, -1] == 1)
+    with pytest.raises(ValueError):
+        cache.truncate(4)
