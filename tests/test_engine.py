@@ -1,0 +1,127 @@
+"""The shared parallel-decoding core through the public API, on tiny random models:
+verification + acceptance + KV commit give exactly autoregressive output."""
+import pytest
+
+from drafters import OracleDrafter, RandomTreeDrafter
+from paraspec import LLM, SamplingParams
+
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def llm(request, tiny_model_dir):
+    return LLM(str(tiny_model_dir("llama", n_layers=3, hidden=96, heads=6, kv_heads=2)), dtype=request.param)
+
+
+PROMPTS = ["hello world", "def f(x):\n    return", "The quick brown fox", "aaaa bbbb aaaa bbbb", "1, 2, 3, 4,"]
+
+
+def _run(llm, params, drafter=None, prompts=PROMPTS):
+    llm.engine.default_drafter = drafter
+    try:
+        return llm.generate(prompts, params)
+    finally:
+        llm.engine.default_drafter = None
+
+
+@pytest.mark.parametrize("nodes", [1, 5, 15])
+def test_greedy_random_trees_equal_autoregressive(llm, nodes):
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    ar = _run(llm, params)
+    par = _run(llm, params, RandomTreeDrafter(llm.model.args.vocab_size, nodes, seed=nodes))
+    for a, b in zip(ar, par):
+        assert a.token_ids == b.token_ids
+        assert b.stats["decode_steps"] == b.stats["generated_tokens"] - 1 - b.stats["accepted_draft_tokens"]
+
+
+def test_oracle_drafts_are_accepted_and_output_is_unchanged(llm):
+    params = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
+    ar = _run(llm, params, prompts=PROMPTS[:1])[0]
+    ref = ar.prompt_token_ids + ar.token_ids
+    par = _run(llm, params, OracleDrafter(ref, llm.model.args.vocab_size, depth=6), prompts=PROMPTS[:1])[0]
+    assert par.token_ids == ar.token_ids
+    assert par.stats["decode_steps"] <= 10       # ~6 accepted + 1 bonus per step (the budget shrinks near the end)
+    assert par.stats["mean_accepted_tokens_per_step"] > 4.5
+    wrong = _run(llm, params, OracleDrafter(ref, llm.model.args.vocab_size, depth=6, wrong_at=3),
+                 prompts=PROMPTS[:1])[0]
+    assert wrong.token_ids == ar.token_ids
+    assert wrong.stats["accepted_tokens_per_step_histogram"].get("4", 0) > 0
+
+
+@pytest.mark.parametrize("penalties", [{}, {"repetition_penalty": 1.3, "presence_penalty": 0.5, "frequency_penalty": 0.3}])
+def test_seeded_sampling_is_identical_with_and_without_drafts(llm, penalties):
+    """Counter-based randomness + row-invariant logits: a seeded request samples the very same
+    tokens whether its tokens come one per step or several per verification pass."""
+    params = SamplingParams(temperature=0.8, top_p=0.9, top_k=50, seed=11, max_tokens=40, ignore_eos=True, **penalties)
+    ar = _run(llm, params)
+    oracle = [OracleDrafter(a.prompt_token_ids + a.token_ids, llm.model.args.vocab_size, depth=5) for a in ar]
+    for a, prompt, d in zip(ar, PROMPTS, oracle):
+        b = _run(llm, params, d, prompts=[prompt])[0]
+        assert b.token_ids == a.token_ids
+        assert b.stats["decode_steps"] < a.stats["decode_steps"]
+    rnd = _run(llm, params, RandomTreeDrafter(llm.model.args.vocab_size, 10, seed=3))
+    assert [r.token_ids for r in rnd] == [a.token_ids for a in ar]
+
+
+def test_greedy_penalties_identical(llm):
+    params = SamplingParams(temperature=0, repetition_penalty=1.5, frequency_penalty=0.4, max_tokens=40, ignore_eos=True)
+    ar = _run(llm, params)
+    par = _run(llm, params, RandomTreeDrafter(llm.model.args.vocab_size, 12, seed=5))
+    assert [a.token_ids for a in ar] == [b.token_ids for b in par]
+
+
+def test_stops_inside_an_accepted_run(llm):
+    greedy = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    ar = _run(llm, greedy, prompts=PROMPTS[:1])[0]
+    ref = ar.prompt_token_ids + ar.token_ids
+    # max_tokens reached mid-draft
+    p = SamplingParams(temperature=0, max_tokens=9, ignore_eos=True)
+    out = _run(llm, p, OracleDrafter(ref, llm.model.args.vocab_size, depth=6), prompts=PROMPTS[:1])[0]
+    assert out.token_ids == ar.token_ids[:9] and out.finish_reason == "length"
+    # a stop token inside the run
+    stop_tok = ar.token_ids[7]
+    p = SamplingParams(temperature=0, max_tokens=40, stop_token_ids=[stop_tok], ignore_eos=True)
+    first = ar.token_ids.index(stop_tok)
+    out = _run(llm, p, OracleDrafter(ref, llm.model.args.vocab_size, depth=6), prompts=PROMPTS[:1])[0]
+    assert out.token_ids == ar.token_ids[: first + 1] and out.finish_reason == "stop"
+    # a stop string inside the run: same text and tokens as autoregressive decoding
+    stop_str = ar.text[12:15]
+    p = SamplingParams(temperature=0, max_tokens=40, stop=[stop_str], ignore_eos=True)
+    a = _run(llm, p, prompts=PROMPTS[:1])[0]
+    b = _run(llm, p, OracleDrafter(ref, llm.model.args.vocab_size, depth=6), prompts=PROMPTS[:1])[0]
+    assert a.text == b.text == ar.text[: ar.text.index(stop_str)]
+    assert a.token_ids == b.token_ids and b.finish_reason == "stop"
+
+
+def test_logprobs_from_verification_equal_autoregressive(llm):
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True, logprobs=3)
+    ar = _run(llm, params, prompts=PROMPTS[:1])[0]
+    par = _run(llm, params, OracleDrafter(ar.prompt_token_ids + ar.token_ids, llm.model.args.vocab_size),
+               prompts=PROMPTS[:1])[0]
+    la, lb = ar.outputs[0].logprobs, par.outputs[0].logprobs
+    assert len(la) == len(lb) == 20
+    for x, y in zip(la, lb):
+        assert x.token_id == y.token_id and x.logprob == y.logprob and x.top == y.top
+        assert x.top[0][0] == x.token_id  # greedy picks the most likely token
+
+
+def test_n_samples_and_batching(llm):
+    params = SamplingParams(temperature=1.0, n=3, seed=5, max_tokens=16, ignore_eos=True)
+    out = _run(llm, params, prompts=PROMPTS[:2])
+    assert [len(o.outputs) for o in out] == [3, 3]
+    assert len({tuple(c.token_ids) for c in out[0].outputs}) > 1
+    again = _run(llm, params, prompts=PROMPTS[:2])
+    assert [[c.token_ids for c in o.outputs] for o in out] == [[c.token_ids for c in o.outputs] for o in again]
+    # batched greedy == one at a time
+    g = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    together = _run(llm, g, RandomTreeDrafter(llm.model.args.vocab_size, 6))
+    for prompt, t in zip(PROMPTS, together):
+        assert _run(llm, g, prompts=[prompt])[0].token_ids == t.token_ids
+
+
+def test_chat_and_stats(llm):
+    out = llm.chat([{"role": "user", "content": "hi"}], SamplingParams(temperature=0, max_tokens=8))[0]
+    s = out.stats
+    assert s["prompt_tokens"] == len(out.prompt_token_ids) > 5
+    assert s["generated_tokens"] == len(out.token_ids) <= 8
+    for key in ("decode_steps", "ttft_s", "decode_s", "tokens_per_s", "mean_accepted_tokens_per_step",
+                "acceptance_rate", "accepted_tokens_per_step_histogram", "draft_s", "model_s"):
+        assert key in s
