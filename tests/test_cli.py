@@ -1,0 +1,37 @@
+"""CLI: user errors are one line on stderr with exit code 2 (no traceback)."""
+import subprocess
+import sys
+
+import pytest
+
+
+def _cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "paraspec.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["generate", "--model", "/no/such/model.gguf", "hi"], "does not exist"),
+    (["generate", "--temperature", "-1", "hi"], "temperature"),
+    (["generate", "--top-p", "0", "hi"], "top_p"),
+    (["generate"], "PROMPT"),
+    (["generate", "--prompt-file", "/no/such/file", "hi"], "exactly one"),
+    (["generate", "--prompt-file", "/no/such/file"], "cannot read"),
+    (["generate", "--plugin-params", "{bad json", "hi"], "plugin_params is not valid JSON"),
+    (["generate", "--plugin-params", '{"plugin_type": "magic"}', "hi"], "plugin_type"),
+    (["generate", "--decoding-length", "4", "hi"], "--plugin"),
+    (["generate", "--quantization", "int3", "hi"], "quantization"),
+])
+def test_user_errors_exit_2_with_one_line(args, needle):
+    run = _cli(*args)
+    assert run.returncode == 2
+    lines = [line for line in run.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) <= 2 and needle in run.stderr, run.stderr      # argparse adds a usage line
+    assert "Traceback" not in run.stderr
+
+
+def test_tiny_model_generation_json(tiny_model_dir):
+    import json
+    run = _cli("generate", "--model", str(tiny_model_dir("llama")), "--json", "--max-new-tokens", "5", "hello")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert len(out["token_ids"]) == out["stats"]["generated_tokens"] <= 5
