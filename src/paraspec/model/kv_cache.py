@@ -37,18 +37,24 @@ class KVCache:
         self.args = args
         self.capacity = round_up(max(capacity, 1), KEY_BUCKET)
         shape = (args.n_layers, args.n_kv_heads, self.capacity)
-        # zeros, not empty: masked slots are multiplied by 0 in attention, and 0 * NaN would leak
-        self.k = torch.zeros(*shape, args.head_dim)
-        self.v = torch.zeros(*shape, args.head_dim + 1)
+        self.k, self.v = self._alloc(shape, args.head_dim)
         self.length = 0
+
+    @staticmethod
+    def _alloc(shape: tuple[int, ...], head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # zeros, not empty: masked slots are multiplied by 0 in attention, and 0 * NaN would leak.
+        # The ones column is set for every slot up front; masked slots ignore it.
+        k = torch.zeros(*shape, head_dim)
+        v = torch.zeros(*shape, head_dim + 1)
+        v[..., head_dim] = 1.0
+        return k, v
 
     def reserve(self, needed: int) -> None:
         """Grow (copying) so that `needed` slots fit; rarely used, capacity is sized up front."""
         if needed <= self.capacity:
             return
         new_cap = round_up(max(needed, self.capacity * 3 // 2), KEY_BUCKET)
-        k = torch.zeros(*self.k.shape[:2], new_cap, self.k.shape[3])
-        v = torch.zeros(*self.v.shape[:2], new_cap, self.v.shape[3])
+        k, v = self._alloc((*self.k.shape[:2], new_cap), self.k.shape[3])
         k[:, :, : self.capacity] = self.k
         v[:, :, : self.capacity] = self.v
         self.k, self.v, self.capacity = k, v, new_cap
@@ -59,7 +65,6 @@ class KVCache:
         end = self.length + q
         self.k[layer, :, self.length:end] = k.transpose(0, 1)
         self.v[layer, :, self.length:end, :-1] = v.transpose(0, 1)
-        self.v[layer, :, self.length:end, -1] = 1.0
 
     def commit(self, keep: Sequence[int]) -> None:
         """Keep new tokens `keep` (indices into the last forward's new tokens, ascending) as the

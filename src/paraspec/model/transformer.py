@@ -72,8 +72,8 @@ class Linear:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # x: [..., dim] fp32
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+    # x: [..., dim] fp32; one fused op (same math as HF's LlamaRMSNorm in fp32)
+    return F.rms_norm(x, weight.shape, weight, eps)
 
 
 def rope_tables(args: ModelArgs, max_pos: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,8 +108,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
-def attention_bias(cache: KVCache, q: int, tree_mask: torch.Tensor | None) -> torch.Tensor:
-    """Additive mask [q_rows, keys]: 0 where a row may attend, -inf elsewhere.
+def attention_bias(cache: KVCache, q: int, tree_mask: torch.Tensor | None, group: int) -> torch.Tensor:
+    """Additive mask [group * q_rows, keys] (tiled for the query heads sharing a kv head): 0 where
+    a row may attend, -inf elsewhere.
 
     Keys run to the committed length + q rounded up to KEY_BUCKET (slots past the end are
     zeros and masked); query rows are padded to a multiple of ROW_MULTIPLE (pad rows see key 0).
@@ -124,37 +125,40 @@ def attention_bias(cache: KVCache, q: int, tree_mask: torch.Tensor | None) -> to
     else:
         visible[:q, start:start + q] = tree_mask
     visible[q:, 0] = True
-    bias = torch.zeros(rows, keys)
-    return bias.masked_fill_(~visible, float("-inf"))
+    bias = torch.zeros(rows, keys).masked_fill_(~visible, float("-inf"))
+    return bias.repeat(group, 1)
 
 
-def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
-    """Softmax attention of q [q, n_heads, head_dim] (fp32, pre-scaled) over one sequence's cache.
+def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, scale: float) -> torch.Tensor:
+    """Softmax attention of q [q, n_heads, head_dim] (fp32) over one sequence's cache.
 
     Written for row invariance rather than with F.scaled_dot_product_attention, whose kernels
     block the key axis by the number of query rows and keys: a token's output here is
     bit-identical whether it is the single token of an autoregressive step or one node of a
-    draft tree with masked siblings between its ancestors. Two choices make that so:
+    draft tree with masked siblings between its ancestors. Three choices make that so:
     - the key axis is padded to a KEY_BUCKET multiple and query rows to a ROW_MULTIPLE multiple;
     - exp(scores - max) is multiplied with [V | 1], so numerator and denominator are sums in
       the matmul's own order, which zeros (masked keys) anywhere do not change; torch.softmax's
-      vectorised sum would shift lanes when gaps move keys.
+      vectorised sum would shift lanes when gaps move keys;
+    - nothing else reduces across keys.
+    Returns [q, n_heads * head_dim].
     """
     n_q, n_heads, head_dim = q.shape
-    rows, keys = bias.shape
-    group = n_heads // n_kv_heads
+    n_kv = cache.k.shape[1]
+    group = n_heads // n_kv
+    keys = bias.shape[1]
+    rows = bias.shape[0] // group
     if rows > n_q:
         q = torch.cat([q, q.new_zeros(rows - n_q, n_heads, head_dim)])
     k = cache.k[layer, :, :keys]                                   # [kv_heads, keys, head_dim]
     v = cache.v[layer, :, :keys]                                   # [kv_heads, keys, head_dim + 1]
     # query heads sharing a kv head are consecutive, so they stack into one matmul per kv head
-    qg = q.permute(1, 0, 2).reshape(n_kv_heads, group * rows, head_dim)
-    scores = torch.matmul(qg, k.transpose(1, 2)).view(n_kv_heads, group, rows, keys)
-    scores += bias
-    scores = torch.exp(scores - scores.amax(-1, keepdim=True))
-    out = torch.matmul(scores.view(n_kv_heads, group * rows, keys), v)  # [kv_heads, g*rows, d+1]
+    qg = q.permute(1, 0, 2).reshape(n_kv, group * rows, head_dim)
+    scores = torch.baddbmm(bias, qg, k.transpose(1, 2), alpha=scale)    # [kv_heads, g*rows, keys]
+    scores = scores.sub_(scores.amax(-1, keepdim=True)).exp_()
+    out = torch.bmm(scores, v)                                      # [kv_heads, g*rows, d + 1]
     out = out[..., :head_dim] / out[..., head_dim:]
-    return out.view(n_heads, rows, head_dim)[:, :n_q].transpose(0, 1)  # [q, heads, head_dim]
+    return out.view(n_heads, rows, head_dim)[:, :n_q].transpose(0, 1).reshape(n_q, n_heads * head_dim)
 
 
 class Layer:
@@ -200,7 +204,7 @@ class Transformer:
         n_heads, n_kv, hd = a.n_heads, a.n_kv_heads, a.head_dim
         for s in seqs:
             s.cache.reserve(s.cache.length + s.num_tokens)
-        biases = [attention_bias(s.cache, s.num_tokens, s.tree_mask) for s in seqs]
+        biases = [attention_bias(s.cache, s.num_tokens, s.tree_mask, n_heads // n_kv) for s in seqs]
         n_tokens = tokens.shape[0]
         pad = round_up(n_tokens, ROW_MULTIPLE) - n_tokens
         if pad:  # dummy rows (copies of the last token) keep every matmul at a multiple of 4 rows
@@ -215,24 +219,24 @@ class Transformer:
             # attention block
             h = rms_norm(x, layer.attn_norm, a.norm_eps)
             qkv = layer.wqkv(h).float().view(-1, n_heads + 2 * n_kv, hd)
-            q, k, v = qkv.split([n_heads, n_kv, n_kv], dim=1)
             if layer.q_norm is not None:
-                q = rms_norm(q, layer.q_norm, a.norm_eps)
-                k = rms_norm(k, layer.k_norm, a.norm_eps)
-            q = apply_rope(q, cos, sin) * self.scale
-            k = apply_rope(k, cos, sin)
+                qkv = torch.cat([rms_norm(qkv[:, :n_heads], layer.q_norm, a.norm_eps),
+                                 rms_norm(qkv[:, n_heads:n_heads + n_kv], layer.k_norm, a.norm_eps),
+                                 qkv[:, n_heads + n_kv:]], dim=1)
+            qk = apply_rope(qkv[:, :n_heads + n_kv], cos, sin)     # q and k rotated in one go
+            q, k, v = qk[:, :n_heads], qk[:, n_heads:], qkv[:, n_heads + n_kv:]
             outs = []
             for s, bias, qs, ks, vs in zip(seqs, biases, q.split(spans), k.split(spans), v.split(spans)):
                 s.cache.write(i, ks, vs)
-                outs.append(attention(qs, s.cache, i, bias, n_kv))
+                outs.append(attention(qs, s.cache, i, bias, self.scale))
             if pad:
-                outs.append(q.new_zeros(pad, n_heads, hd))
+                outs.append(q.new_zeros(pad, n_heads * hd))
             o = outs[0] if len(outs) == 1 else torch.cat(outs)
-            x = x + layer.wo(o.reshape(-1, n_heads * hd)).float()
+            x = x + layer.wo(o)                                    # bf16 output promotes to fp32
             # feed-forward block (SwiGLU)
             h = rms_norm(x, layer.ffn_norm, a.norm_eps)
             gate, up = layer.w_gate_up(h).chunk(2, dim=-1)
-            x = x + layer.w_down(F.silu(gate) * up).float()
+            x = x + layer.w_down(F.silu(gate) * up)
 
         x = x[:n_tokens] if logits_rows is None else x[logits_rows]
         x = rms_norm(x, self.norm, a.norm_eps)
