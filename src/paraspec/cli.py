@@ -20,9 +20,10 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
 
 
-def _add_plugin_args(p: argparse.ArgumentParser) -> None:
+def _add_plugin_args(p: argparse.ArgumentParser, default_plugin: str | None = "none") -> None:
     g = p.add_argument_group("parallel decoding (MindIE plugin_params)")
-    g.add_argument("--plugin", choices=["none", "memory_decoding", "lookahead", "la", "hybrid"], default="none")
+    g.add_argument("--plugin", choices=["none", "memory_decoding", "lookahead", "la", "hybrid"], default=default_plugin,
+                   help=f"parallel decoding algorithm (default: {default_plugin or 'the config file, else memory_decoding'})")
     g.add_argument("--plugin-params", default=None, help="the whole plugin_params JSON string")
     g.add_argument("--decoding-length", type=int, default=None, help="memory_decoding: tokens per step, 1-16")
     g.add_argument("--dynamic-algo", action="store_true", default=None, help="memory_decoding: adapt draft length")
@@ -34,10 +35,10 @@ def _add_plugin_args(p: argparse.ArgumentParser) -> None:
 
 def plugin_params_from_args(args: argparse.Namespace) -> dict | str | None:
     if args.plugin_params:
-        if args.plugin != "none":
+        if args.plugin not in (None, "none"):
             raise ParaspecError("pass either --plugin-params or --plugin with its flags, not both")
         return args.plugin_params
-    if args.plugin == "none":
+    if args.plugin in (None, "none"):
         for flag in ("decoding_length", "dynamic_algo", "level", "window", "guess_set_size"):
             if getattr(args, flag) is not None:
                 raise ParaspecError(f"--{flag.replace('_', '-')} needs --plugin (memory_decoding, lookahead or hybrid)")
@@ -118,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default=None)
     s.add_argument("--port", type=int, default=None)
     _add_model_args(s)
-    _add_plugin_args(s)
+    _add_plugin_args(s, default_plugin=None)
     s.set_defaults(func=_serve)
 
     b = sub.add_parser("bench", help="benchmark paraspec against its peers")

@@ -171,10 +171,17 @@ class Engine:
         seq.first_token_time = time.perf_counter()
         self.running.append(seq)
         lp = self._logprobs(logits.unsqueeze(0), [0], [token], seq.params.logprobs)
-        return [self._emit(seq, [token], lp)]
+        update = self._emit(seq, [token], lp)
+        if seq.finished:  # EOS or max_tokens on the very first token
+            self.running.remove(seq)
+        return [update]
 
     def _decode(self) -> list[SequenceUpdate]:
         batch = self.running
+        # batch-aware drafting: parallel decoding pays off at low concurrency (MindIE shrinks drafts)
+        for drafter in {id(s.drafter): s.drafter for s in batch if s.drafter is not None}.values():
+            if hasattr(drafter, "set_batch_size"):
+                drafter.set_batch_size(len(batch))
         queries, draft_times = [], []
         for seq in batch:
             t0 = time.perf_counter()

@@ -1,0 +1,276 @@
+"""The FastAPI app: thin routes over the serving handlers, health / readiness / metrics, OpenAI-style
+error JSON for everything a client can get wrong, and `serve_main` for `paraspec serve`.
+
+    create_app(llm, config) -> FastAPI      (tests and embedders)
+    serve_main(args) -> exit code           (the CLI: config.json or defaults -> LLM -> uvicorn)
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import warnings
+from contextlib import asynccontextmanager
+from typing import Any, Awaitable
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..api import LLM
+from ..errors import ParaspecError
+from .async_engine import AsyncEngine, EngineDeadError, RequestTimeoutError, ServerBusyError
+from .config import ServiceConfig, load_config
+from .metrics import ServingMetrics
+from .protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
+from .serving import APIError, OpenAIServingChat, OpenAIServingCompletion, error_for
+
+logger = logging.getLogger("paraspec.server")
+
+MAX_BODY_BYTES = 16 * 1024 * 1024     # a request body larger than this is refused (HTTP 413)
+SHUTDOWN_GRACE_S = 30                 # on SIGTERM, running requests get this long to finish
+
+router = APIRouter()
+
+
+# ------------------------------------------------------------------------------------ routes
+
+@router.get("/health")
+async def health(raw: Request) -> Response:
+    """Liveness: the engine loop is alive."""
+    ok = raw.app.state.async_engine.is_running
+    return JSONResponse({"status": "ok" if ok else "engine loop stopped"}, status_code=200 if ok else 503)
+
+
+@router.get("/ready")
+async def ready(raw: Request) -> Response:
+    """Readiness: the model is loaded and requests are accepted (false while shutting down)."""
+    engine: AsyncEngine = raw.app.state.async_engine
+    ok = engine.is_ready
+    return JSONResponse({"status": "ready" if ok else "not ready", "requests_in_flight": engine.num_in_flight},
+                        status_code=200 if ok else 503)
+
+
+@router.get("/metrics")
+async def metrics(raw: Request) -> Response:
+    m: ServingMetrics = raw.app.state.metrics
+    return Response(m.render(), media_type=m.content_type)
+
+
+@router.get("/v1/models")
+async def list_models(raw: Request) -> ModelList:
+    return ModelList(data=[raw.app.state.model_card])
+
+
+@router.post("/v1/completions")
+async def create_completion(request: CompletionRequest, raw: Request) -> Response:
+    handler: OpenAIServingCompletion = raw.app.state.serving_completion
+    return await _respond(raw, handler.create_completion(request))
+
+
+@router.post("/v1/chat/completions")
+async def create_chat_completion(request: ChatCompletionRequest, raw: Request) -> Response:
+    handler: OpenAIServingChat = raw.app.state.serving_chat
+    return await _respond(raw, handler.create_chat_completion(request))
+
+
+async def _respond(raw: Request, work: Awaitable[Any]) -> Response:
+    """Run a handler, cancelling it if the client disconnects first (which aborts its requests and
+    frees their KV). A stream is handed to StreamingResponse, which cancels it on disconnect."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(raw))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+    if not task.done() or task.cancelled():
+        return Response(status_code=499)        # nobody is listening
+    try:
+        result = task.result()
+    except Exception as e:      # rendered here: an unhandled exception would also drop the connection
+        error = error_for(e)
+        if error.type == "internal_server_error":
+            logger.error("request failed", exc_info=e)
+        return _error(error)
+    if hasattr(result, "__aiter__"):
+        return StreamingResponse(result, media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return Response(result.model_dump_json(), media_type="application/json")   # pydantic writes inf/nan as null
+
+
+async def _disconnected(raw: Request) -> None:
+    # the body has been read, so the next ASGI message is the disconnect (uvicorn sends nothing else)
+    while (await raw.receive())["type"] != "http.disconnect":
+        pass
+
+
+# ------------------------------------------------------------------------------------ errors
+
+def _error(e: APIError) -> JSONResponse:
+    return JSONResponse(e.response().model_dump(), status_code=e.status)
+
+
+def _add_exception_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api(_: Request, e: APIError) -> JSONResponse:
+        return _error(e)
+
+    async def _mapped(_: Request, e: Exception) -> JSONResponse:
+        return _error(error_for(e))
+
+    for kind in (ParaspecError, ServerBusyError, EngineDeadError, RequestTimeoutError):
+        app.add_exception_handler(kind, _mapped)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        return _error(_validation_error(e))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        kinds = {404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error"}
+        return _error(APIError(str(e.detail), status=e.status_code, type=kinds.get(e.status_code, "api_error")))
+
+    @app.exception_handler(Exception)
+    async def _bug(_: Request, e: Exception) -> JSONResponse:
+        logger.exception("unhandled error", exc_info=e)
+        return _error(error_for(e))
+
+
+def _validation_error(e: RequestValidationError) -> APIError:
+    errors = e.errors()
+    first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        detail = (first.get("ctx") or {}).get("error", "")
+        return APIError(f"the request body is not valid JSON ({detail}); send a JSON object", code="invalid_json")
+    if first.get("loc") == ("body",) and first.get("type") == "missing":
+        return APIError("the request body is missing; send a JSON object")
+    parts, param = [], None
+    for err in errors[:5]:
+        loc = ".".join(str(x) for x in err.get("loc", ())[1:]) or "body"
+        param = param or loc
+        parts.append(f"{loc}: {err.get('msg')}")
+    return APIError("invalid request: " + "; ".join(parts), param=param)
+
+
+class BodySizeLimit:
+    """Refuses bodies over max_bytes (HTTP 413), by Content-Length and while reading a chunked body."""
+
+    def __init__(self, app, max_bytes: int = MAX_BODY_BYTES):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            response = _error(APIError(f"the request body is larger than {self.max_bytes} bytes", status=413))
+            return await response(scope, receive, send)
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:     # FastAPI re-raises HTTPException while reading the body
+                    raise StarletteHTTPException(413, f"the request body is larger than {self.max_bytes} bytes")
+            return message
+
+        return await self.app(scope, limited, send)
+
+
+# ------------------------------------------------------------------------------------ app
+
+def create_app(llm: LLM, config: ServiceConfig | None = None) -> FastAPI:
+    """An app serving `llm` (whose engine the app's loop thread takes over) under `config`."""
+    config = config or ServiceConfig()
+    name = config.model_deploy.model.model_name or llm.model_name
+    metrics = ServingMetrics(name)
+    engine = AsyncEngine(llm.engine, max_in_flight=config.server.max_link_num, token_timeout=config.server.token_timeout,
+                         e2e_timeout=config.server.e2e_timeout, metrics=metrics)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        await engine.start()
+        logger.info("serving %r (plugin: %s, maxBatchSize %d)", name,
+                    getattr(llm.engine.default_drafter, "name", None) or "none", llm.engine.max_batch_size)
+        try:
+            yield
+        finally:
+            await engine.shutdown()
+
+    app = FastAPI(title="paraspec", description="OpenAI-compatible API with lossless parallel decoding",
+                  lifespan=lifespan)
+    shared = dict(model_name=name, vocab_size=llm.model.args.vocab_size, model_max_len=llm.model.args.max_seq_len)
+    app.state.async_engine = engine
+    app.state.metrics = metrics
+    app.state.serving_completion = OpenAIServingCompletion(engine, llm.tokenizer, config, **shared)
+    app.state.serving_chat = OpenAIServingChat(engine, llm.tokenizer, config, **shared)
+    app.state.model_card = ModelCard(id=name, max_model_len=app.state.serving_chat.max_seq_len)
+    app.include_router(router)
+    _add_exception_handlers(app)
+    app.add_middleware(BodySizeLimit)
+    return app
+
+
+def build_llm(config: ServiceConfig, dtype: str = "bfloat16", quantization: str | None = None,
+              num_threads: int | None = None) -> LLM:
+    """The LLM a config describes (its plugin_params were validated when the config was read)."""
+    deploy = config.model_deploy
+    with warnings.catch_warnings():       # plugin_params warnings were collected into config.warnings
+        warnings.simplefilter("ignore")
+        llm = LLM(deploy.model.model_weight_path, dtype=dtype,
+                  plugin_params=deploy.model.plugin_params if config.plugin is not None else None,
+                  quantization=quantization, max_batch_size=config.schedule.max_batch_size,
+                  speculation_gamma=deploy.speculation_gamma, num_threads=num_threads)
+    if deploy.max_seq_len > llm.model.args.max_seq_len:
+        config.warnings.append(f"BackendConfig.ModelDeployConfig.maxSeqLen={deploy.max_seq_len} is above the "
+                               f"model's context of {llm.model.args.max_seq_len}; requests are limited to that")
+    return llm
+
+
+def config_from_args(args: argparse.Namespace) -> ServiceConfig:
+    """--config (or the defaults) with the command line's overrides applied."""
+    from ..cli import build_parser, plugin_params_from_args
+
+    # Without a config, memory_decoding is on; `--plugin-params none` turns it off. `--plugin none`
+    # does too once cli.py's --plugin defaults to None (today "none" is also its default, so it
+    # cannot be told from "not given").
+    explicit_none = getattr(args, "plugin", None) == "none" and build_parser().parse_args(["serve"]).plugin is None
+    if getattr(args, "plugin", None) is None:
+        args = argparse.Namespace(**{**vars(args), "plugin": "none"})
+    plugin = plugin_params_from_args(args)
+    plugin_flags = plugin is not None or explicit_none
+    if isinstance(plugin, str) and plugin.strip().lower() in ("none", ""):
+        plugin = None
+    config_path = getattr(args, "config", None)
+    model = getattr(args, "model", None)
+    if config_path is not None and model == "default":
+        model = None                      # the file's modelWeightPath wins over the flag's default
+    return load_config(config_path, host=getattr(args, "host", None), port=getattr(args, "port", None),
+                       model=model, plugin_params=plugin, plugin_flags=plugin_flags,
+                       speculation_gamma=getattr(args, "speculation_gamma", None))
+
+
+def serve_main(args: argparse.Namespace) -> int:
+    """`paraspec serve`: refuses to start (exit code 2, one line on stderr) on an invalid config."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args)
+        logging.getLogger("paraspec").setLevel(config.log_level)
+        llm = build_llm(config, dtype=getattr(args, "dtype", "bfloat16"),
+                        quantization=getattr(args, "quantization", None), num_threads=getattr(args, "threads", None))
+    except ParaspecError as e:
+        print(f"paraspec: error: {e}", file=sys.stderr)
+        return 2
+    for note in config.warnings:
+        logger.warning("%s", note)
+    import uvicorn
+
+    uvicorn.run(create_app(llm, config), host=config.server.ip_address, port=config.server.port,
+                log_level=logging.getLevelName(config.log_level).lower(), timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    return 0

@@ -1,0 +1,349 @@
+"""AsyncEngine: the Engine's step loop on ONE background thread, fed from asyncio handlers.
+
+    handlers (event loop)                       loop thread (owns the Engine)
+    add() ── _Add ──> commands (SimpleQueue) ──> engine.add_request ─┐
+    RequestStream.close() ── _Abort ──────────> engine.abort        │  engine.step()
+    RequestStream <── Delta batches ── loop.call_soon_threadsafe <──┘  (one forward per step
+                                                                        over all running requests)
+
+The Engine, its drafters and the shared trie are single-threaded: only the loop thread touches them,
+so nothing in them needs a lock, and whatever happens to one request (disconnect, timeout, error)
+reaches the engine as one `abort` between two steps, which frees its KV cache and ends its drafter
+state. What crosses to the event loop is an immutable `Delta` snapshot, never a live Sequence.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Hashable
+
+from ..api import sequence_stats
+from ..config import PluginConfig, build_drafter
+from ..engine import Engine, SequenceUpdate, TokenLogprob
+from ..errors import ParaspecError, RequestError
+from ..sampling.params import SamplingParams
+from .metrics import ServingMetrics
+
+logger = logging.getLogger("paraspec.server")
+
+DEFAULT = "default"          # drafter spec: the server's configured drafter
+MAX_CACHED_DRAFTERS = 8      # per-request plugin overrides kept built (they share the engine's trie)
+
+
+class ServerBusyError(Exception):
+    """The server holds maxLinkNum requests already (HTTP 503)."""
+
+
+class RequestTimeoutError(Exception):
+    """The request ran past tokenTimeout / e2eTimeout and was cancelled (HTTP 504)."""
+
+
+class EngineDeadError(Exception):
+    """The engine loop is not running (shut down, or crashed) (HTTP 503)."""
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What one engine step produced for one sample of a request."""
+
+    index: int                                 # sample index within the request (n > 1)
+    token_ids: list[int]
+    text: str
+    logprobs: list[TokenLogprob] | None
+    finish_reason: str | None = None           # set on the sample's last delta
+    stats: dict[str, Any] | None = None        # sequence_stats(), on the sample's last delta
+
+
+@dataclass
+class _Add:
+    request_id: str
+    prompt: list[int]
+    params: SamplingParams
+    drafter: Any                               # DEFAULT, None (plain decoding) or a PluginConfig
+    submitted: float
+
+
+@dataclass
+class _Abort:
+    request_id: str
+
+
+@dataclass
+class _Stop:
+    pass
+
+
+@dataclass
+class _RequestRecord:                          # loop-thread bookkeeping for metrics
+    submitted: float
+    first_token_seen: bool = False
+
+
+class RequestStream:
+    """The deltas of one engine request, as an async iterator; `close()` cancels it if unfinished.
+
+    Iteration raises RequestTimeoutError past the deadlines, or the error the engine reported."""
+
+    def __init__(self, owner: "AsyncEngine", request_id: str, n: int, token_timeout: float, e2e_timeout: float):
+        self.owner, self.request_id, self.n = owner, request_id, n
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.token_timeout = token_timeout
+        self.deadline = time.monotonic() + e2e_timeout
+        self.finished_samples = 0
+        self.closed = False
+
+    @property
+    def done(self) -> bool:
+        return self.finished_samples >= self.n
+
+    def __aiter__(self) -> "RequestStream":
+        return self
+
+    async def __anext__(self) -> Delta:
+        if self.done or self.closed:
+            raise StopAsyncIteration
+        timeout = min(self.token_timeout, self.deadline - time.monotonic())
+        try:
+            item = await asyncio.wait_for(self.queue.get(), max(timeout, 0.0))
+        except asyncio.TimeoutError:
+            self.close("timeout")
+            raise RequestTimeoutError(f"request {self.request_id} timed out and was cancelled (ServerConfig."
+                                      "tokenTimeout / e2eTimeout); ask for fewer tokens or retry later") from None
+        if isinstance(item, BaseException):
+            self.close("error")
+            raise item
+        if item.finish_reason is not None:
+            self.finished_samples += 1
+            if self.done:
+                self.close("finished")
+        return item
+
+    def close(self, outcome: str | None = None) -> None:
+        """Idempotent. An unfinished request is aborted in the engine (KV freed, drafter state ended)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.owner._release(self, outcome or ("finished" if self.done else "aborted"))
+
+
+class AsyncEngine:
+    def __init__(self, engine: Engine, *, max_in_flight: int = 1000, token_timeout: float = 600.0,
+                 e2e_timeout: float = 600.0, metrics: ServingMetrics | None = None):
+        self.engine = engine
+        self.max_in_flight = max_in_flight
+        self.token_timeout, self.e2e_timeout = token_timeout, e2e_timeout
+        self.metrics = metrics
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._streams: dict[str, RequestStream] = {}      # event-loop side only
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._accepting = False
+        self._outbox: list[tuple[str, Delta | BaseException]] = []     # loop thread -> event loop
+        self._outbox_lock = threading.Lock()
+        # loop-thread side only
+        self._records: dict[str, _RequestRecord] = {}
+        self._drafters: dict[Hashable, Any] = {}
+
+    # ---------------------------------------------------------------- lifecycle (event loop)
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="paraspec-engine", daemon=True)
+        self._thread.start()
+        self._accepting = True
+
+    async def shutdown(self, grace_s: float = 0.0) -> None:
+        """Stop accepting; let running requests finish for up to grace_s; abort the rest; stop the thread."""
+        self._accepting = False
+        deadline = time.monotonic() + grace_s
+        while self._streams and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for stream in list(self._streams.values()):
+            stream.queue.put_nowait(EngineDeadError("the server is shutting down; retry on another replica"))
+        if self._thread is not None:
+            self._commands.put(_Stop())
+            await asyncio.to_thread(self._thread.join, 30)
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def is_ready(self) -> bool:
+        return self._accepting and self.is_running
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self._streams)
+
+    # ---------------------------------------------------------------- requests (event loop)
+
+    def check_capacity(self, k: int) -> None:
+        """Raise unless k more requests fit (call it before adding a group of requests)."""
+        if not self.is_ready:
+            raise EngineDeadError("the server is not ready (starting up or shutting down); retry shortly")
+        if len(self._streams) + k > self.max_in_flight:
+            if self.metrics:
+                self.metrics.requests.labels("rejected").inc(k)
+            raise ServerBusyError(f"the server is at capacity ({self.max_in_flight} requests, ServerConfig."
+                                  "maxLinkNum); retry later")
+
+    def add(self, prompt: list[int], params: SamplingParams, request_id: str,
+            drafter: str | PluginConfig | None = DEFAULT) -> RequestStream:
+        """Queue a request for the loop thread; its deltas arrive on the returned stream."""
+        self.check_capacity(1)
+        if request_id in self._streams:
+            raise RequestError(f"request id {request_id!r} is already in use")
+        stream = RequestStream(self, request_id, params.n, self.token_timeout, self.e2e_timeout)
+        self._streams[request_id] = stream
+        if self.metrics:
+            self.metrics.in_flight.set(len(self._streams))
+        self._commands.put(_Add(request_id, prompt, params, drafter, time.perf_counter()))
+        return stream
+
+    def _release(self, stream: RequestStream, outcome: str) -> None:
+        if self._streams.get(stream.request_id) is stream:
+            del self._streams[stream.request_id]
+        if not stream.done:
+            self._commands.put(_Abort(stream.request_id))
+        if self.metrics:
+            self.metrics.requests.labels(outcome).inc()
+            self.metrics.in_flight.set(len(self._streams))
+
+    def _deliver(self) -> None:
+        with self._outbox_lock:
+            batch, self._outbox = self._outbox, []
+        for request_id, item in batch:
+            stream = self._streams.get(request_id)
+            if stream is not None:        # else: closed already (client gone); the abort is queued
+                stream.queue.put_nowait(item)
+
+    # ---------------------------------------------------------------- the loop thread
+
+    def _run(self) -> None:
+        engine = self.engine
+        while True:
+            commands = self._drain(block=not engine.has_work())
+            if any(isinstance(c, _Stop) for c in commands):
+                self._abort_all()
+                return
+            out: list[tuple[str, Delta | BaseException]] = []
+            for c in commands:
+                if isinstance(c, _Add):
+                    self._handle_add(c, out)
+                else:
+                    self._abort(c.request_id)
+            try:
+                if engine.has_work():
+                    out += self._snapshot(engine.step())
+                self._publish()
+            except Exception as e:  # a bug, not a user error: fail what is in flight, keep serving
+                logger.exception("engine step failed; failing the requests in flight")
+                out += [(s.request_id, e) for s in engine.waiting + engine.running]
+                self._abort_all()
+            if out:
+                self._post(out)
+
+    def _post(self, items: list[tuple[str, Delta | BaseException]]) -> None:
+        """Hand deltas to the event loop: one wake-up per batch, and none while one is still pending,
+        so an event loop that lags behind the steps does not cost one GIL hand-off per step."""
+        with self._outbox_lock:
+            wake = not self._outbox
+            self._outbox += items
+        if wake:
+            try:
+                self._loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:    # the event loop is closed: nobody is left to deliver to
+                pass
+
+    def _drain(self, block: bool) -> list:
+        commands = [self._commands.get()] if block else []
+        while True:
+            try:
+                commands.append(self._commands.get_nowait())
+            except queue.Empty:
+                return commands
+
+    def _handle_add(self, c: _Add, out: list) -> None:
+        try:
+            drafter = self._drafter(c.drafter)
+            self.engine.add_request(c.prompt, c.params, c.request_id, drafter)
+        except ImportError as e:
+            out.append((c.request_id, RequestError(f"this server has no drafter for that plugin_type ({e}); "
+                                                   "leave paraspec.plugin_params out")))
+            return
+        except Exception as e:      # ParaspecError: the client's (HTTP 400); anything else: a bug (500)
+            if not isinstance(e, ParaspecError):
+                logger.exception("could not add request %s", c.request_id)
+            out.append((c.request_id, e))
+            return
+        self._records[c.request_id] = _RequestRecord(c.submitted)
+
+    def _drafter(self, spec: str | PluginConfig | None):
+        if spec == DEFAULT or spec is None:
+            return spec
+        key = (spec.plugin_type, repr(spec.params))
+        if key not in self._drafters:
+            if len(self._drafters) >= MAX_CACHED_DRAFTERS:     # oldest first; its requests keep their reference
+                self._drafters.pop(next(iter(self._drafters)))
+            self._drafters[key] = build_drafter(spec, self.engine.tokenizer, self.engine)
+        return self._drafters[key]
+
+    def _snapshot(self, updates: list[SequenceUpdate]) -> list[tuple[str, Delta]]:
+        out = []
+        now = time.perf_counter()
+        decoded = any(u.seq.stats.decode_steps > 0 for u in updates)   # else this step was a prefill
+        if self.metrics and decoded:
+            self.metrics.decode_steps.inc()
+        for u in updates:
+            seq = u.seq
+            rec = self._records.get(seq.request_id)
+            stats = sequence_stats(seq) if u.finished else None
+            if self.metrics:
+                self.metrics.observe_update(u, decoded, stats)
+                if rec is not None and not rec.first_token_seen:
+                    rec.first_token_seen = True
+                    self.metrics.ttft.observe(now - rec.submitted)
+                    self.metrics.prompt_tokens.inc(len(seq.prompt))
+            out.append((seq.request_id, Delta(seq.index, list(u.new_token_ids), u.new_text,
+                                              list(u.new_logprobs) if u.new_logprobs else None,
+                                              seq.finish_reason if u.finished else None, stats)))
+            if u.finished and all(s.finished for s in self._siblings(seq.request_id)):
+                self._end_request(seq.request_id)
+        return out
+
+    def _siblings(self, request_id: str):
+        return [s for s in self.engine.waiting + self.engine.running if s.request_id == request_id]
+
+    def _end_request(self, request_id: str) -> None:
+        rec = self._records.pop(request_id, None)
+        if rec is not None and self.metrics:
+            self.metrics.e2e_latency.observe(time.perf_counter() - rec.submitted)
+
+    def _abort(self, request_id: str) -> None:
+        try:
+            self.engine.abort(request_id)
+        except Exception:           # a drafter failing in end(): drop the request's sequences anyway
+            logger.exception("abort of %s failed; dropping its sequences", request_id)
+            self.engine.waiting = [s for s in self.engine.waiting if s.request_id != request_id]
+            self.engine.running = [s for s in self.engine.running if s.request_id != request_id]
+        self._end_request(request_id)
+
+    def _abort_all(self) -> None:
+        for request_id in {s.request_id for s in self.engine.waiting + self.engine.running}:
+            self._abort(request_id)
+
+    def _publish(self) -> None:
+        if not self.metrics:
+            return
+        self.metrics.queue_length.set(len(self.engine.waiting) + self._commands.qsize())
+        self.metrics.running.set(len(self.engine.running))
+        # memory drafters share the engine's trie: the first drafter that has one shows it
+        trie = next((d.trie for d in (self.engine.default_drafter, *self._drafters.values())
+                     if getattr(d, "trie", None) is not None), None)
+        if trie is not None:
+            self.metrics.trie_nodes.set(len(trie))

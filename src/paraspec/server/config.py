@@ -1,0 +1,423 @@
+"""The server's config.json, in MindIE Service's layout, read into typed dataclasses and validated once.
+
+    {"Version": "1.0.0",
+     "LogConfig":    {"logLevel": "Info"},
+     "ServerConfig": {"ipAddress": "127.0.0.1", "port": 1025, "maxLinkNum": 1000, "tokenTimeout": 600, ...},
+     "BackendConfig": {
+        "ModelDeployConfig": {"maxSeqLen": 2560, "maxInputTokenLen": 2048, "truncation": false,
+                              "speculationGamma": 16,
+                              "ModelConfig": [{"modelName": "...", "modelWeightPath": "default",
+                                               "plugin_params": "{\\"plugin_type\\":\\"memory_decoding\\"}"}]},
+        "ScheduleConfig": {"maxBatchSize": 8, "maxIterTimes": 512, ...}}}
+
+A MindIE user's file carries over: the MindIE keys paraspec has no use for (TLS, NPU ids, block sizes,
+...) are accepted silently, keys nobody knows are reported as warnings (with a "did you mean"), and
+every invalid value is one problem naming the field and the allowed range. All problems are
+collected, so one run shows every fix needed; `ServiceConfigError` carries them.
+"""
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import json
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import PluginConfig, parse_plugin_params
+from ..errors import ConfigError
+
+MAX_CONFIG_BYTES = 10 * 1024 * 1024       # MindIE reads files of (0, 10 MB]
+DEFAULT_PLUGIN_PARAMS = '{"plugin_type": "memory_decoding"}'
+LOG_LEVELS = {"verbose": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO,
+              "warning": logging.WARNING, "warn": logging.WARNING, "error": logging.ERROR,
+              "critical": logging.CRITICAL}
+
+# MindIE keys that are valid in a MindIE file but mean nothing to paraspec: accepted without a warning.
+_MINDIE_TOP = {"Version", "LogConfig", "ServerConfig", "BackendConfig", "EnableDynamicAdjustTimeoutConfig"}
+_MINDIE_LOG = {"logLevel", "logFileSize", "logFileNum", "logPath"}
+_MINDIE_SERVER = {
+    "managementIpAddress", "managementPort", "metricsPort", "fullTextEnabled", "inferMode", "openAiSupport",
+    "distDPServerEnabled", "tlsCaPath", "tlsCaFile", "tlsCert", "tlsPk", "tlsPkPwd", "tlsCrl", "tlsCrlPath",
+    "tlsCrlFiles", "managementTlsCaFile", "managementTlsCert", "managementTlsPk", "managementTlsPkPwd",
+    "managementTlsCrl", "managementTlsCrlPath", "managementTlsCrlFiles", "kmcKsfMaster", "kmcKsfStandby",
+    "interCommTLSEnabled", "interCommPort", "interCommTlsCaPath", "interCommTlsCaFiles", "interCommTlsCert",
+    "interCommPk", "interCommPkPwd", "interCommTlsCrlPath", "interCommTlsCrlFiles"}
+_MINDIE_BACKEND = {
+    "backendName", "modelInstanceNumber", "npuDeviceIds", "tokenizerProcessNumber", "multiNodesInferEnabled",
+    "multiNodesInferPort", "interNodeTLSEnabled", "interNodeTlsCaPath", "interNodeTlsCaFiles", "interNodeTlsCert",
+    "interNodeTlsPk", "interNodeTlsPkPwd", "interNodeTlsCrlPath", "interNodeTlsCrlFiles", "interNodeKmcKsfMaster",
+    "interNodeKmcKsfStandby"}
+_MINDIE_DEPLOY = {"maxLoraRank", "LoraModules"}
+_MINDIE_MODEL = {"modelInstanceType", "worldSize", "cpuMemSize", "npuMemSize", "backendType", "trustRemoteCode",
+                 "tp", "dp", "sp", "cp", "moe_tp", "moe_ep", "async_scheduler_wait_time"}
+_MINDIE_SCHEDULE = {"templateType", "templateName", "cacheBlockSize", "maxPrefillBatchSize", "maxPrefillTokens",
+                    "prefillTimeMsPerReq", "prefillPolicyType", "decodeTimeMsPerReq", "decodePolicyType",
+                    "maxPreemptCount", "supportSelectBatch", "maxQueueDelayMicroseconds", "maxFirstTokenWaitTime"}
+
+
+class ServiceConfigError(ConfigError):
+    """One or more problems in config.json; `problems` lists them, the message joins them on one line."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+# ------------------------------------------------------------------------------------ sections
+
+@dataclass
+class ServerConfig:
+    ip_address: str = "127.0.0.1"
+    """ipAddress: the address the HTTP API binds to. 0.0.0.0 needs allowAllZeroIpListening (MindIE's rule)."""
+    port: int = 1025
+    """port: [1024, 65535]."""
+    allow_all_zero_ip_listening: bool = False
+    """allowAllZeroIpListening: permit ipAddress 0.0.0.0 / ::."""
+    max_link_num: int = 1000
+    """maxLinkNum: most requests held at once (running + queued); more are refused with HTTP 503."""
+    token_timeout: float = 600.0
+    """tokenTimeout: seconds a request may wait for its next tokens before it is cancelled (HTTP 504)."""
+    e2e_timeout: float = 600.0
+    """e2eTimeout: seconds a whole request may take before it is cancelled (HTTP 504)."""
+
+
+@dataclass
+class ModelConfig:
+    model_name: str | None = None
+    """modelName: the name clients pass as `model`; None = the model's own name."""
+    model_weight_path: str = "default"
+    """modelWeightPath: a .gguf file, a Hugging Face folder, or "default" (the bundled SmolLM2-135M)."""
+    plugin_params: str | dict | None = None
+    """plugin_params: MindIE's JSON string choosing parallel decoding; absent = plain decoding."""
+    plugin: PluginConfig | None = None
+    """plugin_params parsed and validated (None = plain decoding)."""
+
+
+@dataclass
+class ModelDeployConfig:
+    max_seq_len: int = 2560
+    """maxSeqLen: prompt + output tokens of one request (capped by the model's own context)."""
+    max_input_token_len: int = 2048
+    """maxInputTokenLen: longest prompt in tokens; [1, maxSeqLen - 1]."""
+    truncation: bool = False
+    """truncation: keep the last maxInputTokenLen tokens of a longer prompt instead of refusing it."""
+    speculation_gamma: int | None = None
+    """speculationGamma: most tokens one request may verify per step; checked against plugin_params."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """ModelConfig: exactly one entry; paraspec serves one model per process."""
+
+
+@dataclass
+class ScheduleConfig:
+    max_batch_size: int = 8
+    """maxBatchSize: sequences decoded together in one forward; the rest wait in the queue. [1, 256]"""
+    max_iter_times: int = 512
+    """maxIterTimes: most tokens one request may generate (its max_tokens is capped here)."""
+
+
+@dataclass
+class ServiceConfig:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    model_deploy: ModelDeployConfig = field(default_factory=ModelDeployConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    log_level: int = logging.INFO
+    warnings: list[str] = field(default_factory=list)
+    """Unknown keys and fallbacks: not fatal, logged at startup."""
+    source: str | None = None
+    """The file this came from; None = built-in defaults."""
+
+    @property
+    def plugin(self) -> PluginConfig | None:
+        return self.model_deploy.model.plugin
+
+
+# ------------------------------------------------------------------------------------ loading
+
+def load_config(path: str | os.PathLike | None = None, *, host: str | None = None, port: int | None = None,
+                model: str | None = None, plugin_params: str | dict | None = None, plugin_flags: bool = False,
+                speculation_gamma: int | None = None) -> ServiceConfig:
+    """Read and validate config.json (or the defaults when `path` is None), with command-line overrides.
+
+    host/port/model/speculation_gamma override ServerConfig.ipAddress/port, ModelConfig[0].modelWeightPath
+    and ModelDeployConfig.speculationGamma; with plugin_flags=True, `plugin_params` (None = plain
+    decoding) replaces ModelConfig[0].plugin_params. Without a file, memory_decoding is on unless
+    plugin flags say otherwise. Raises ServiceConfigError listing every problem.
+    """
+    if path is None:
+        raw: dict = {"BackendConfig": {"ModelDeployConfig": {"ModelConfig": [
+            {"modelWeightPath": "default", "plugin_params": DEFAULT_PLUGIN_PARAMS}]}}}
+    else:
+        raw = read_config_file(path)
+    server = raw.setdefault("ServerConfig", {}) if isinstance(raw.get("ServerConfig", {}), dict) else None
+    if server is not None:
+        if host is not None:
+            server["ipAddress"] = host
+        if port is not None:
+            server["port"] = port
+    entry = _first_model_entry(raw)
+    deploy = raw["BackendConfig"].get("ModelDeployConfig") if isinstance(raw["BackendConfig"], dict) else None
+    if speculation_gamma is not None and isinstance(deploy, dict):
+        deploy["speculationGamma"] = speculation_gamma
+    if entry is not None:
+        if model is not None:
+            entry["modelWeightPath"] = model
+        if plugin_flags:
+            entry.pop("plugin_params", None)
+            if plugin_params is not None:
+                entry["plugin_params"] = plugin_params
+    config = parse_config(raw)
+    config.source = None if path is None else str(path)
+    return config
+
+
+def read_config_file(path: str | os.PathLike) -> dict:
+    """config.json -> dict, refusing files that are missing, empty, over 10 MB or not a JSON object."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise ServiceConfigError([f"cannot read config file {str(p)!r}: {e.strerror}"]) from None
+    if not p.is_file():
+        raise ServiceConfigError([f"config file {str(p)!r} is not a file; pass the path of config.json"])
+    if size == 0 or size > MAX_CONFIG_BYTES:
+        raise ServiceConfigError([f"config file {str(p)!r} is {size} bytes; it must be more than 0 and at most "
+                                  f"{MAX_CONFIG_BYTES} bytes (10 MB)"])
+    try:
+        raw = json.loads(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ServiceConfigError([f"config file {str(p)!r} is not UTF-8 text (byte {e.start}); save it as UTF-8"]) \
+            from None
+    except json.JSONDecodeError as e:
+        raise ServiceConfigError([f"config file {str(p)!r} is not valid JSON: {e.msg} at line {e.lineno}, "
+                                  f"column {e.colno}; fix the syntax there"]) from None
+    if not isinstance(raw, dict):
+        raise ServiceConfigError([f"config file {str(p)!r} must hold a JSON object with ServerConfig and "
+                                  "BackendConfig, not a JSON " + type(raw).__name__])
+    return raw
+
+
+def parse_config(raw: dict) -> ServiceConfig:
+    """A config.json dict -> ServiceConfig; raises ServiceConfigError with every problem found."""
+    problems: list[str] = []
+    notes: list[str] = []
+    top = _Section("", raw, problems, notes)
+    top.get("Version", str, "1.0.0")
+    top.get("EnableDynamicAdjustTimeoutConfig", bool, False)
+
+    log = top.section("LogConfig")
+    level_name = log.get("logLevel", str, "Info")
+    log_level = LOG_LEVELS.get(level_name.lower())
+    if log_level is None:
+        problems.append(f"LogConfig.logLevel={level_name!r} is unknown; use one of Verbose, Debug, Info, "
+                        "Warning, Error")
+        log_level = logging.INFO
+    log.check_unknown(_MINDIE_LOG)
+
+    s = top.section("ServerConfig")
+    server = ServerConfig(
+        ip_address=s.get("ipAddress", str, "127.0.0.1"),
+        port=s.get("port", int, 1025, 1024, 65535),
+        allow_all_zero_ip_listening=s.get("allowAllZeroIpListening", bool, False),
+        max_link_num=s.get("maxLinkNum", int, 1000, 1, 100_000),
+        token_timeout=s.get("tokenTimeout", float, 600.0, 0.001, 86_400),
+        e2e_timeout=s.get("e2eTimeout", float, 600.0, 0.001, 86_400))
+    _check_address(server, problems)
+    if s.get("httpsEnabled", bool, False):
+        notes.append("ServerConfig.httpsEnabled=true is not supported: paraspec serves plain HTTP; terminate "
+                     "TLS at the load balancer or a reverse proxy")
+    s.check_unknown(_MINDIE_SERVER)
+
+    backend = top.section("BackendConfig")
+    d = backend.section("ModelDeployConfig")
+    deploy = ModelDeployConfig(
+        max_seq_len=d.get("maxSeqLen", int, 2560, 2, 1 << 20),
+        max_input_token_len=d.get("maxInputTokenLen", int, 2048, 1, 1 << 20),
+        truncation=d.get("truncation", bool, False, int_as_bool=True),
+        speculation_gamma=d.get("speculationGamma", int, None, 0, 1024))
+    if deploy.max_input_token_len >= deploy.max_seq_len:
+        problems.append(f"BackendConfig.ModelDeployConfig.maxInputTokenLen={deploy.max_input_token_len} must be "
+                        f"below maxSeqLen={deploy.max_seq_len}; use a value from 1 to {deploy.max_seq_len - 1}")
+    deploy.model = _model_config(d, problems, notes)
+    d.check_unknown(_MINDIE_DEPLOY)
+
+    sc = backend.section("ScheduleConfig")
+    schedule = ScheduleConfig(max_batch_size=sc.get("maxBatchSize", int, 8, 1, 256),
+                              max_iter_times=sc.get("maxIterTimes", int, 512, 1, 1 << 20))
+    sc.check_unknown(_MINDIE_SCHEDULE)
+    backend.check_unknown(_MINDIE_BACKEND)
+    top.check_unknown(_MINDIE_TOP)
+
+    _check_plugin(deploy, schedule, problems, notes)
+    if problems:
+        raise ServiceConfigError(problems)
+    return ServiceConfig(server, deploy, schedule, log_level, notes)
+
+
+# ------------------------------------------------------------------------------------ checks
+
+_MODEL_PATH = "BackendConfig.ModelDeployConfig.ModelConfig"
+
+
+def _first_model_entry(raw: dict) -> dict | None:
+    """ModelConfig[0] as a mutable dict (for command-line overrides), created when absent."""
+    backend = raw.setdefault("BackendConfig", {})
+    if not isinstance(backend, dict):
+        return None
+    deploy = backend.setdefault("ModelDeployConfig", {})
+    if not isinstance(deploy, dict):
+        return None
+    models = deploy.setdefault("ModelConfig", [{}])
+    if isinstance(models, list) and not models:
+        models.append({})
+    return models[0] if isinstance(models, list) and isinstance(models[0], dict) else None
+
+
+def _model_config(deploy: "_Section", problems: list[str], notes: list[str]) -> ModelConfig:
+    models = deploy.get("ModelConfig", list, [{}])
+    if len(models) != 1:
+        problems.append(f"{_MODEL_PATH} has {len(models)} entries; paraspec serves one model per process, so "
+                        "keep exactly one")
+        if not models:
+            return ModelConfig()
+    m = _Section(f"{_MODEL_PATH}[0]", models[0], problems, notes)
+    name = m.get("modelName", str, None)
+    weights = m.get("modelWeightPath", str, "default")
+    plugin_params = m.get("plugin_params", (str, dict), None)
+    m.check_unknown(_MINDIE_MODEL)
+    if name is not None and not name.strip():
+        problems.append(f"{_MODEL_PATH}[0].modelName is empty; give the name clients will pass as `model`, "
+                        "or leave it out to use the model's own name")
+    if weights != "default" and not Path(weights).expanduser().exists():
+        problems.append(f"{_MODEL_PATH}[0].modelWeightPath={weights!r} does not exist; give a .gguf file, a "
+                        "Hugging Face model folder, or \"default\" for the bundled SmolLM2-135M-Instruct")
+    return ModelConfig(name, weights, plugin_params)
+
+
+def _check_address(server: ServerConfig, problems: list[str]) -> None:
+    host = server.ip_address
+    if host == "localhost":
+        return
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        problems.append(f"ServerConfig.ipAddress={host!r} is not an IPv4 or IPv6 address; use e.g. \"127.0.0.1\"")
+        return
+    if addr.is_unspecified and not server.allow_all_zero_ip_listening:
+        problems.append(f"ServerConfig.ipAddress={host!r} listens on every interface; set "
+                        "ServerConfig.allowAllZeroIpListening to true to allow it, or bind one address")
+
+
+def _check_plugin(deploy: ModelDeployConfig, schedule: ScheduleConfig, problems: list[str],
+                  notes: list[str]) -> None:
+    """plugin_params against speculationGamma (each algorithm's own rule) and, with dynamic_algo,
+    maxIterTimes >= the longest output the file allows + speculationGamma (MindIE's rule)."""
+    model = deploy.model
+    if model.plugin_params is None:
+        return
+    where = f"{_MODEL_PATH}[0].plugin_params"
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.plugin = parse_plugin_params(model.plugin_params, deploy.speculation_gamma)
+        notes += [f"{where}: {w.message}" for w in caught]
+    except ConfigError as e:
+        msg = str(e).removeprefix("plugin_params").lstrip(".: ")
+        if "speculation_gamma" in msg:    # the algorithm's rule on speculationGamma: name that field
+            problems.append("BackendConfig.ModelDeployConfig." + msg.replace("speculation_gamma", "speculationGamma"))
+        else:
+            problems.append(f"{where}: {msg}")
+        return
+    except ImportError as e:
+        notes.append(f"{where}: this build has no drafter for it ({e}); serving with plain decoding")
+        return
+    if model.plugin is None or not getattr(model.plugin.params, "dynamic_algo", False):
+        return
+    gamma = deploy.speculation_gamma if deploy.speculation_gamma is not None else speculation_need(model.plugin)
+    max_output = deploy.max_seq_len - deploy.max_input_token_len
+    if schedule.max_iter_times < max_output + gamma:
+        problems.append(
+            f"BackendConfig.ScheduleConfig.maxIterTimes={schedule.max_iter_times} is too small with dynamic_algo: "
+            f"it must be >= the longest output (maxSeqLen - maxInputTokenLen = {max_output}) + speculationGamma "
+            f"({gamma}) = {max_output + gamma}; raise maxIterTimes or lower maxSeqLen")
+
+
+def speculation_need(plugin: PluginConfig) -> int:
+    """The speculationGamma an algorithm needs: decoding_length (memory_decoding), (N-1)(W+G) (lookahead)."""
+    p = plugin.params
+    return int(getattr(p, "decoding_length", None) or getattr(p, "query_tokens", 0) or 0)
+
+
+# ------------------------------------------------------------------------------------ reader
+
+_JSON_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
+
+
+class _Section:
+    """Typed reads of one JSON object; each bad value becomes one problem naming the full key path."""
+
+    def __init__(self, path: str, raw: Any, problems: list[str], notes: list[str]):
+        self.path, self.problems, self.notes = path, problems, notes
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            problems.append(f"{path or 'the file'} must be a JSON object, not {_json_name(raw)}")
+            raw = {}
+        self.raw: dict = raw
+        self.used: set[str] = set()
+
+    def key(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def section(self, key: str) -> "_Section":
+        self.used.add(key)
+        return _Section(self.key(key), self.raw.get(key), self.problems, self.notes)
+
+    def get(self, key: str, kind, default, lo: float | None = None, hi: float | None = None,
+            int_as_bool: bool = False):
+        self.used.add(key)
+        if key not in self.raw:
+            return default
+        value = self.raw[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if int_as_bool and type(value) is int and value in (0, 1):   # MindIE files write "truncation": 0
+            value = bool(value)
+        ok = any(_is(value, k) for k in kinds)
+        if not ok:
+            want = " or ".join(_JSON_NAMES[k] for k in kinds)
+            self.problems.append(f"{self.key(key)}={value!r} is {_json_name(value)}; use a JSON {want}"
+                                 + (f" (default {default!r})" if default is not None else ""))
+            return default
+        if lo is not None and not lo <= value <= hi:
+            whole = kind is int
+            rng = f"an integer from {lo} to {hi}" if whole else f"a number from {lo} to {hi}"
+            self.problems.append(f"{self.key(key)}={value!r} is out of range; use {rng}")
+            return default
+        return float(value) if kind is float else value
+
+    def check_unknown(self, mindie_keys: set[str]) -> None:
+        for key in self.raw:
+            if key in self.used or key in mindie_keys:
+                continue
+            close = difflib.get_close_matches(key, sorted(self.used | mindie_keys), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            self.notes.append(f"unknown key {self.key(key)!r} is ignored{hint}")
+
+
+def _is(value: Any, kind: type) -> bool:
+    if kind is bool:
+        return type(value) is bool
+    if kind is int:                       # true/false is not a count
+        return type(value) is int
+    if kind is float:
+        return type(value) in (int, float)
+    return isinstance(value, kind)
+
+
+def _json_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return "a JSON " + _JSON_NAMES.get(type(value), type(value).__name__)

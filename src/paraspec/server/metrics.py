@@ -1,0 +1,70 @@
+"""Prometheus collectors of one server, in a private CollectorRegistry (several apps can share a process).
+
+Fed by the engine loop thread from SequenceUpdates and the sequences' SpecStats (prometheus_client
+is thread-safe); read by GET /metrics. Convention (as in SpecStats): "accepted tokens per step"
+counts every token one decode step emits for a sequence, accepted drafts plus the bonus token, so
+plain decoding scores exactly 1.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from ..engine import SequenceUpdate
+
+PREFIX = "paraspec"
+_LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0,
+                    10.0, 20.0, 40.0, 80.0)
+_TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2,
+                 0.3, 0.5, 1.0, 2.5)
+_ACCEPTED_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 64)
+
+
+class ServingMetrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, model_name: str, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r, p = self.registry, PREFIX
+        self.requests = Counter(f"{p}_requests", "Engine requests by outcome "
+                                "(finished, aborted, timeout, error, rejected)", ["outcome"], registry=r)
+        self.prompt_tokens = Counter(f"{p}_prompt_tokens", "Prompt tokens prefilled", registry=r)
+        self.generation_tokens = Counter(f"{p}_generation_tokens", "Tokens generated", registry=r)
+        self.decode_steps = Counter(f"{p}_decode_steps", "Batched decode steps (one forward each)", registry=r)
+        self.draft_tokens = Counter(f"{p}_draft_tokens", "Draft tokens verified (finished sequences)",
+                                    registry=r)
+        self.accepted_draft_tokens = Counter(f"{p}_accepted_draft_tokens",
+                                             "Draft tokens accepted (finished sequences)", registry=r)
+        self.accepted_per_step = Histogram(f"{p}_accepted_tokens_per_step",
+                                           "Tokens one decode step emitted for one sequence (drafts + bonus)",
+                                           buckets=_ACCEPTED_BUCKETS, registry=r)
+        self.ttft = Histogram(f"{p}_time_to_first_token_seconds", "From submission to the first token",
+                              buckets=_LATENCY_BUCKETS, registry=r)
+        self.tpot = Histogram(f"{p}_time_per_output_token_seconds",
+                              "Decode time per token after the first, per finished sequence",
+                              buckets=_TPOT_BUCKETS, registry=r)
+        self.e2e_latency = Histogram(f"{p}_e2e_request_latency_seconds", "From submission to the last token",
+                                     buckets=_LATENCY_BUCKETS, registry=r)
+        self.queue_length = Gauge(f"{p}_queue_length", "Requests waiting for a batch slot", registry=r)
+        self.running = Gauge(f"{p}_running_sequences", "Sequences in the decode batch", registry=r)
+        self.in_flight = Gauge(f"{p}_requests_in_flight", "Requests held by the server (running + queued)",
+                               registry=r)
+        self.trie_nodes = Gauge(f"{p}_trie_nodes", "Nodes in memory_decoding's shared token trie", registry=r)
+        info = Gauge(f"{p}_model_info", "The served model", ["model"], registry=r)
+        info.labels(model_name).set(1)
+
+    def observe_update(self, update: SequenceUpdate, decode_step: bool, final_stats: dict | None) -> None:
+        """One sequence's output of one engine step; final_stats (sequence_stats) when it finished."""
+        n = len(update.new_token_ids)
+        self.generation_tokens.inc(n)
+        if decode_step and n:
+            self.accepted_per_step.observe(n)
+        if final_stats is not None:
+            self.draft_tokens.inc(final_stats.get("draft_tokens", 0))
+            self.accepted_draft_tokens.inc(final_stats.get("accepted_draft_tokens", 0))
+            generated = final_stats.get("generated_tokens", 0)
+            if generated > 1 and final_stats.get("decode_s", 0) > 0:
+                self.tpot.observe(final_stats["decode_s"] / (generated - 1))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

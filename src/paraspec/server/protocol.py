@@ -1,0 +1,247 @@
+"""OpenAI wire schemas (pydantic), in the spec's field order, plus paraspec's extras.
+
+Requests know how to become engine parameters (`to_sampling_params`); nothing here calls the engine.
+Extras beyond the OpenAI spec: vLLM's sampling fields (top_k, min_p, repetition_penalty,
+stop_token_ids, ignore_eos, ...) and `paraspec: {"plugin_params": ...}`, a per-request choice of
+parallel decoding. Responses carry `paraspec`: the request's decoding statistics.
+Ranges are checked once, by SamplingParams; pydantic only checks JSON types.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
+
+from ..sampling.params import SamplingParams
+
+
+def random_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+class OpenAIBaseModel(BaseModel):
+    # unknown request fields are ignored, as vLLM does: SDKs and proxies add their own
+    model_config = ConfigDict(extra="ignore")
+
+
+# ------------------------------------------------------------------------------------ shared
+
+class ErrorInfo(OpenAIBaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(OpenAIBaseModel):
+    error: ErrorInfo
+
+
+class UsageInfo(OpenAIBaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class StreamOptions(OpenAIBaseModel):
+    include_usage: bool = False
+
+
+class ParaspecOptions(OpenAIBaseModel):
+    plugin_params: str | dict | None = Field(
+        None, description="MindIE plugin_params for this request only (JSON string or object); "
+                          "null, \"\", \"none\" or {} = plain decoding. Checked against speculationGamma.")
+
+
+class ModelCard(OpenAIBaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    owned_by: str = "paraspec"
+    max_model_len: int | None = None
+
+
+class ModelList(OpenAIBaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard] = Field(default_factory=list)
+
+
+class _GenerationRequest(OpenAIBaseModel):
+    """Fields both endpoints share, OpenAI's first, then vLLM's and paraspec's extras."""
+
+    model: str | None = None
+    frequency_penalty: float | None = 0.0
+    logit_bias: dict[str, float] | None = None
+    max_tokens: int | None = None
+    n: int | None = 1
+    presence_penalty: float | None = 0.0
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    user: str | None = None
+    # vLLM extras
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    # paraspec extra
+    paraspec: ParaspecOptions | None = None
+
+    def _sampling_params(self, max_tokens: int, logprobs: int | None) -> SamplingParams:
+        return SamplingParams(
+            n=1 if self.n is None else self.n, max_tokens=max_tokens,
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_k=self.top_k or 0, top_p=1.0 if self.top_p is None else self.top_p,
+            min_p=self.min_p or 0.0, seed=self.seed,
+            repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
+            presence_penalty=self.presence_penalty or 0.0, frequency_penalty=self.frequency_penalty or 0.0,
+            stop=self.stop or [], stop_token_ids=self.stop_token_ids or [], ignore_eos=self.ignore_eos,
+            include_stop_str_in_output=self.include_stop_str_in_output, logprobs=logprobs,
+            skip_special_tokens=self.skip_special_tokens)
+
+
+# ------------------------------------------------------------------------------------ completions
+
+class CompletionRequest(_GenerationRequest):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    best_of: int | None = None
+    echo: bool | None = False
+    logprobs: int | None = None
+    suffix: str | None = None
+
+    def to_sampling_params(self, max_tokens: int) -> SamplingParams:
+        return self._sampling_params(max_tokens, self.logprobs)
+
+
+class CompletionLogProbs(OpenAIBaseModel):
+    text_offset: list[int] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+
+
+class CompletionResponseChoice(OpenAIBaseModel):
+    index: int
+    text: str
+    logprobs: CompletionLogProbs | None = None
+    finish_reason: str | None = None
+
+
+class CompletionResponse(OpenAIBaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[CompletionResponseChoice]
+    usage: UsageInfo
+    paraspec: dict[str, Any] | None = None
+
+
+class CompletionResponseStreamChoice(OpenAIBaseModel):
+    index: int
+    text: str
+    logprobs: CompletionLogProbs | None = None
+    finish_reason: str | None = None
+
+
+class CompletionStreamResponse(OpenAIBaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionResponseStreamChoice]
+    usage: UsageInfo | None = None
+    paraspec: dict[str, Any] | None = None
+
+
+# ------------------------------------------------------------------------------------ chat
+
+class ChatMessageParam(OpenAIBaseModel):
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+
+
+class ChatCompletionRequest(_GenerationRequest):
+    messages: list[ChatMessageParam] = Field(min_length=1)
+    logprobs: bool | None = False
+    top_logprobs: int | None = None
+    max_completion_tokens: int | None = None
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+
+    def to_sampling_params(self, max_tokens: int) -> SamplingParams:
+        logprobs = (self.top_logprobs or 0) if self.logprobs else None
+        return self._sampling_params(max_tokens, logprobs)
+
+
+class ChatMessage(OpenAIBaseModel):
+    role: str
+    content: str | None = None
+
+
+class ChatCompletionLogProb(OpenAIBaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class ChatCompletionLogProbsContent(ChatCompletionLogProb):
+    top_logprobs: list[ChatCompletionLogProb] = Field(default_factory=list)
+
+
+class ChatCompletionLogProbs(OpenAIBaseModel):
+    content: list[ChatCompletionLogProbsContent] | None = None
+
+
+class ChatCompletionResponseChoice(OpenAIBaseModel):
+    index: int
+    message: ChatMessage
+    logprobs: ChatCompletionLogProbs | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionResponse(OpenAIBaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChatCompletionResponseChoice]
+    usage: UsageInfo
+    paraspec: dict[str, Any] | None = None
+
+
+class DeltaMessage(OpenAIBaseModel):
+    role: str | None = None
+    content: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_nulls(self, handler) -> dict:
+        # OpenAI sends only what changed: {"role": ...} first, then {"content": ...}, {} at the end
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class ChatCompletionResponseStreamChoice(OpenAIBaseModel):
+    index: int
+    delta: DeltaMessage
+    logprobs: ChatCompletionLogProbs | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionStreamResponse(OpenAIBaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatCompletionResponseStreamChoice]
+    usage: UsageInfo | None = None
+    paraspec: dict[str, Any] | None = None
