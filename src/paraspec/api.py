@@ -98,6 +98,16 @@ class LLM:
         self.drafter = build_drafter(self.config.plugin, self.tokenizer, self.engine)
         self.engine.default_drafter = self.drafter
 
+    # ------------------------------------------------------------------------------ memory
+
+    def save_memory(self, path: str) -> None:
+        """Save memory_decoding's trie (the outputs it remembers) so it survives a restart."""
+        self.engine.shared_trie().save(path)
+
+    def load_memory(self, path: str) -> None:
+        """Merge a trie saved by save_memory into this engine's memory."""
+        self.engine.shared_trie().merge_file(path)
+
     # --------------------------------------------------------------------------------------
 
     def generate(self, prompts: str | list[int] | Seq[str | list[int]],

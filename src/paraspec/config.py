@@ -81,15 +81,22 @@ def _params_class(kind: str):
 
 
 def build_drafter(plugin: PluginConfig | None, tokenizer, engine):
-    """The drafter for a plugin config; memory drafters share the engine's trie."""
+    """The drafter for a plugin config; memory drafters share the engine's trie, and drafters
+    that weigh draft length against verification cost get the runner's measured cost curve."""
     if plugin is None:
         return None
     eos = set(tokenizer.eos_token_ids)
+    p = plugin.params
     if plugin.plugin_type == "memory_decoding":
         from .decoding.memory import MemoryDrafter
-        return MemoryDrafter(plugin.params, trie=engine.shared_trie(), eos_token_ids=eos)
-    if plugin.plugin_type == "lookahead":
+        drafter = MemoryDrafter(p, trie=engine.shared_trie(p.max_trie_nodes, p.window), eos_token_ids=eos)
+    elif plugin.plugin_type == "lookahead":
         from .decoding.lookahead import LookaheadDrafter
-        return LookaheadDrafter(plugin.params, eos_token_ids=eos)
-    from .decoding.hybrid import HybridDrafter
-    return HybridDrafter(plugin.params, trie=engine.shared_trie(), eos_token_ids=eos)
+        drafter = LookaheadDrafter(p, eos_token_ids=eos)
+    else:
+        from .decoding.hybrid import HybridDrafter
+        m = p.memory
+        drafter = HybridDrafter(p, trie=engine.shared_trie(m.max_trie_nodes, m.window), eos_token_ids=eos)
+    if hasattr(drafter, "set_forward_cost"):
+        drafter.set_forward_cost(engine.runner.forward_cost())
+    return drafter

@@ -129,11 +129,13 @@ class Engine:
         self.waiting = [s for s in self.waiting if s.request_id != request_id]
         self.running = [s for s in self.running if s.request_id != request_id]
 
-    def shared_trie(self):
-        """The engine's token trie (memory_decoding's memory), created on first use."""
+    def shared_trie(self, max_nodes: int | None = None, window: int | None = None):
+        """The engine's token trie (memory_decoding's memory), shared by every memory drafter;
+        created on first use with that drafter's node budget and window."""
         if getattr(self, "_trie", None) is None:
             from .decoding.trie import TokenTrie
-            self._trie = TokenTrie()
+            kwargs = {k: v for k, v in (("max_nodes", max_nodes), ("window", window)) if v is not None}
+            self._trie = TokenTrie(**kwargs)
         return self._trie
 
     def has_work(self) -> bool:

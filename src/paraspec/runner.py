@@ -7,6 +7,8 @@ sequence's logits for the rows it asked for. Committing the accepted path is the
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 from .decoding.verify import Query
@@ -18,6 +20,29 @@ class ModelRunner:
     def __init__(self, model: Transformer, prefill_chunk: int = 512):
         self.model = model
         self.prefill_chunk = prefill_chunk
+        self._cost: dict[int, float] | None = None
+
+    def forward_cost(self, context: int = 256, sizes: tuple[int, ...] = (1, 2, 4, 8, 12, 16)) -> dict[int, float]:
+        """t(k) / t(1): the time of a forward over k query tokens relative to one, measured once on
+        this machine (best of a few runs over a scratch cache). Drafters use it to decide how many
+        draft tokens are worth verifying."""
+        if self._cost is None:
+            cache = self.new_cache(context + max(sizes) + 1)
+            self.prefill(cache, [0] * context)
+            best = {}
+            for _ in range(3):
+                for k in sizes:
+                    t0 = time.perf_counter()
+                    self.model.forward(torch.zeros(k, dtype=torch.long), torch.arange(context, context + k),
+                                       [SeqInput(cache, k)], torch.arange(k))
+                    best[k] = min(best.get(k, float("inf")), time.perf_counter() - t0)
+            # noise must not make a longer query look cheaper than a shorter one
+            cost, floor = {}, 0.0
+            for k in sizes:
+                floor = max(floor, best[k] / best[1])
+                cost[k] = floor
+            self._cost = cost
+        return self._cost
 
     @property
     def max_seq_len(self) -> int:

@@ -1,0 +1,1 @@
+"""Developer tools that run without the model (replay of recorded token streams)."""

