@@ -32,7 +32,7 @@ bench-quick: install
 	$(VENV)/bin/paraspec bench --quick
 
 bench: install
-	$(VENV)/bin/paraspec bench --out docs/bench
+	$(VENV)/bin/paraspec bench --out docs/bench --sweep --serving
 
 # optional benchmark peers (llama-cpp-python compiles for ~5 minutes)
 peers: install

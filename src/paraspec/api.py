@@ -97,6 +97,7 @@ class LLM:
         self.engine = Engine(self.runner, self.tokenizer, max_batch_size)
         self.drafter = build_drafter(self.config.plugin, self.tokenizer, self.engine)
         self.engine.default_drafter = self.drafter
+        self._drafters: dict[str, object] = {}
 
     # ------------------------------------------------------------------------------ memory
 
@@ -128,6 +129,15 @@ class LLM:
             items.append((self.tokenizer.apply_chat_template(conv), self.tokenizer.encode_chat(conv)))
         return self._run(items, sampling_params, plugin_params)
 
+    def _drafter_for(self, plugin_params: str | dict):
+        """A drafter per distinct plugin config, kept across calls: its measured acceptance
+        (and, for memory_decoding, the shared trie) carries over as it does in a server."""
+        plugin = parse_plugin_params(plugin_params, self.config.speculation_gamma)
+        key = repr(plugin)
+        if key not in self._drafters:
+            self._drafters[key] = build_drafter(plugin, self.tokenizer, self.engine)
+        return self._drafters[key]
+
     def _encode(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
             return self.tokenizer.encode(prompt)
@@ -141,10 +151,7 @@ class LLM:
         params_list = sampling_params if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(items)
         if len(params_list) != len(items):
             raise RequestError("pass one SamplingParams, or one per prompt")
-        drafter = "default"
-        if plugin_params is not None:
-            plugin = parse_plugin_params(plugin_params, self.config.speculation_gamma)
-            drafter = build_drafter(plugin, self.tokenizer, self.engine)
+        drafter = "default" if plugin_params is None else self._drafter_for(plugin_params)
         requests = []
         for (text, ids), params in zip(items, params_list):
             seqs = self.engine.add_request(ids, params, drafter=drafter)

@@ -130,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--n", type=int, default=None, help="tasks per set")
     b.add_argument("--max-new-tokens", type=int, default=None)
     _add_model_args(b)
+    from .bench.run import add_bench_flags
+    add_bench_flags(b)
     b.set_defaults(func=_bench)
     return parser
 

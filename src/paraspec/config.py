@@ -80,23 +80,28 @@ def _params_class(kind: str):
     return HybridParams
 
 
-def build_drafter(plugin: PluginConfig | None, tokenizer, engine):
-    """The drafter for a plugin config; memory drafters share the engine's trie, and drafters
-    that weigh draft length against verification cost get the runner's measured cost curve."""
+def build_drafter(plugin: PluginConfig | None, tokenizer, engine, private_memory: bool = False):
+    """The drafter for a plugin config. Memory drafters share the engine's trie (or, with
+    private_memory, get an empty one of their own, e.g. to benchmark from a cold start), and
+    drafters that weigh draft length against verification cost get the runner's cost curve."""
     if plugin is None:
         return None
+    from .decoding.trie import TokenTrie
+
+    def trie(max_nodes: int, window: int) -> TokenTrie:
+        return TokenTrie(max_nodes, window) if private_memory else engine.shared_trie(max_nodes, window)
     eos = set(tokenizer.eos_token_ids)
     p = plugin.params
     if plugin.plugin_type == "memory_decoding":
         from .decoding.memory import MemoryDrafter
-        drafter = MemoryDrafter(p, trie=engine.shared_trie(p.max_trie_nodes, p.window), eos_token_ids=eos)
+        drafter = MemoryDrafter(p, trie=trie(p.max_trie_nodes, p.window), eos_token_ids=eos)
     elif plugin.plugin_type == "lookahead":
         from .decoding.lookahead import LookaheadDrafter
         drafter = LookaheadDrafter(p, eos_token_ids=eos)
     else:
         from .decoding.hybrid import HybridDrafter
         m = p.memory
-        drafter = HybridDrafter(p, trie=engine.shared_trie(m.max_trie_nodes, m.window), eos_token_ids=eos)
+        drafter = HybridDrafter(p, trie=trie(m.max_trie_nodes, m.window), eos_token_ids=eos)
     if hasattr(drafter, "set_forward_cost"):
         drafter.set_forward_cost(engine.runner.forward_cost())
     return drafter

@@ -1,0 +1,401 @@
+"""`paraspec bench`: every system on the same prompts in one run, then results.json, report.md and plots.
+
+    paraspec bench --quick                      # smoke run: < 60 s on 2 cores (CI)
+    paraspec bench --out docs/bench --sweep --serving   # the full run behind the README's numbers
+    python -m paraspec.bench.run ...            # the same, with every flag of add_bench_flags
+    python -m paraspec.bench.report docs/bench/results.json   # redo report.md and plots from the JSON
+
+Method (why each rule):
+  * one model instance for all paraspec systems; systems differ only in their drafter;
+  * interleaved: each task is run by every system (AR first: peers copy its token count) before the
+    next task starts, and repeats go round the systems, so machine drift hits all systems alike;
+  * medians over repeats per task, speedups as ratios to paraspec AR on the same task;
+  * memory_decoding's trie is not pre-filled (unless --memory FILE): empty when a task set begins,
+    it then accumulates the set's earlier tasks (see systems.py), which `repeated` exists to show.
+--quick: 1 task per set (2 for `repeated`), ar / md-tree / la, 32 new tokens, 1 repeat, greedy; it
+starts no new task after QUICK_BUDGET_S (a loaded CI machine still finishes, with a note saying so).
+Suites: "main" (task sets x systems x modes), "sweep" (--sweep: decoding_length and lookahead
+(N, W, G) on a few tasks), "ttft" (trie insertion cost on a 2k-token prompt, full runs), and the
+serving benchmark (--serving: benchmarks/serving.py's load generator against `paraspec serve`).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError
+from .systems import (ALL_SYSTEMS, GREEDY, PARASPEC_SYSTEMS, SAMPLED, BenchTask, Measurement, RunParams,
+                      SkipSystem, System, SystemContext, SystemInfo, describe_skipped, is_known, make_system)
+from .tasks import TASK_SETS, Task, load_task_set, quick_tasks
+
+QUICK_SYSTEMS = ("ar", "md-tree", "la")
+QUICK_TASKS = {"humaneval": 1, "grounded": 1, "chat": 1, "repeated": 2}   # repeated: a request and its repeat
+QUICK_MAX_NEW_TOKENS = 32
+QUICK_BUDGET_S = 40.0       # --quick starts no new task after this (model load included): CI's 60 s
+FULL_TASKS_PER_SET = 8
+SWEEP_DECODING_LENGTHS = (2, 4, 8, 12, 16)
+SWEEP_LOOKAHEAD = tuple((n, w, g) for n in (3, 4, 5) for w in (3, 5, 7) for g in (3, 5))
+SWEEP_SETS = {"grounded": 2, "humaneval": 2}
+SWEEP_MAX_NEW_TOKENS = 128
+TTFT_PROMPT_TOKENS = 2048
+SERVING_CONCURRENCY = (1, 2, 4, 8)
+SERVING_REQUESTS = 16
+SERVING_PLUGIN = PARASPEC_SYSTEMS["md-tree"]
+
+
+def add_bench_flags(p: argparse.ArgumentParser) -> None:
+    """Flags beyond cli.py's bench parser (quick, out, tasks, systems, n, max-new-tokens, model args)."""
+    p.add_argument("--repeats", type=int, default=None, help="runs per task and system; medians (default 3, quick 1)")
+    p.add_argument("--modes", default=None, help="greedy,sampled (default both; quick: greedy)")
+    p.add_argument("--sweep", action="store_true", help="also sweep decoding_length and lookahead (N, W, G)")
+    p.add_argument("--serving", action="store_true", help="also speedup vs batch size through `paraspec serve`")
+    p.add_argument("--no-ttft-probe", action="store_true", help="skip the 2k-token TTFT probe")
+    p.add_argument("--memory", default=None, metavar="TRIE",
+                   help="pre-fill every memory system's trie from this file (LLM.save_memory) at each task set")
+
+
+@dataclass
+class Plan:
+    out: Path
+    quick: bool
+    task_sets: list[str]
+    systems: list[str]
+    n: int | None
+    max_new_tokens: int | None
+    repeats: int
+    modes: list[str]
+    sweep: bool
+    serving: bool
+    ttft_probe: bool
+    model: str
+    dtype: str
+    quantization: str | None
+    threads: int | None
+    budget_s: float | None
+    memory_file: str | None = None
+    seed: int = 0
+
+    @classmethod
+    def from_args(cls, a: argparse.Namespace) -> "Plan":
+        quick = bool(getattr(a, "quick", False))
+        get = lambda name, default=None: getattr(a, name, default)  # noqa: E731  (cli.py may lack the newer flags)
+        split = lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None  # noqa: E731
+        sets = split(get("tasks")) or list(TASK_SETS)
+        if bad := [s for s in sets if s not in TASK_SETS]:
+            raise ConfigError(f"unknown task set {bad[0]!r}; choose from {', '.join(TASK_SETS)}")
+        systems = split(get("systems")) or list(QUICK_SYSTEMS if quick else ALL_SYSTEMS)
+        if bad := [s for s in systems if not is_known(s)]:
+            raise ConfigError(f"unknown bench system {bad[0]!r}; choose from {', '.join(ALL_SYSTEMS)}, "
+                              "md-tree-L<n>, md-chain-L<n> or la-N<n>W<w>G<g>")
+        if "ar" in systems:
+            systems.remove("ar")
+        systems.insert(0, "ar")     # the baseline, and it runs first: peers copy its token counts
+        modes = split(get("modes")) or ([GREEDY] if quick else [GREEDY, SAMPLED])
+        if any(m not in (GREEDY, SAMPLED) for m in modes):
+            raise ConfigError(f"--modes takes greedy and/or sampled (comma-separated), got {','.join(modes)}")
+        repeats = get("repeats") or (1 if quick else 3)
+        return cls(out=Path(get("out") or "bench-out"), quick=quick, task_sets=sets, systems=systems, n=get("n"),
+                   max_new_tokens=get("max_new_tokens") or (QUICK_MAX_NEW_TOKENS if quick else None),
+                   repeats=max(1, repeats), modes=modes, sweep=bool(get("sweep")), serving=bool(get("serving")),
+                   ttft_probe=not quick and not get("no_ttft_probe"), model=get("model") or "default",
+                   dtype=get("dtype") or "bfloat16", quantization=get("quantization"), threads=get("threads"),
+                   budget_s=QUICK_BUDGET_S if quick else None, memory_file=get("memory"))
+
+
+@dataclass
+class Run:
+    """Everything one bench run collects; becomes results.json."""
+    plan: Plan
+    started: float = field(default_factory=time.perf_counter)
+    systems: dict[str, SystemInfo] = field(default_factory=dict)
+    tasks: list[dict] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    serving: dict | None = None
+    forward_cost: dict | None = None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def over_budget(self) -> bool:
+        return self.plan.budget_s is not None and self.elapsed() > self.plan.budget_s
+
+
+# --------------------------------------------------------------------------------------------- main
+
+def bench_main(args: argparse.Namespace) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    plan = Plan.from_args(args)
+    run = Run(plan)
+    from .. import LLM   # (torch is imported here, not when cli.py imports this module)
+
+    llm = LLM(plan.model, dtype=plan.dtype, quantization=plan.quantization, num_threads=plan.threads)
+    import torch
+    ctx = SystemContext(llm, plan.model, plan.dtype, torch.get_num_threads(), memory_file=plan.memory_file)
+    tasks = {s: [_bench_task(t, llm.tokenizer, plan.max_new_tokens) for t in _pick(s, plan)] for s in plan.task_sets}
+    run.tasks = [dict(task_set=t.task_set, task_id=t.task_id, prompt_tokens=len(t.prompt_ids),
+                      max_new_tokens=t.max_new_tokens, source=t.source) for ts in tasks.values() for t in ts]
+
+    systems = _prepare(plan.systems, ctx, run)
+    run.forward_cost = _forward_cost(llm, systems)
+    _warm_up(systems, tasks)
+    _suite("main", systems, tasks, plan.modes, plan.repeats, run)
+    if plan.sweep:
+        names = ["ar"] + [f"md-tree-L{n}" for n in SWEEP_DECODING_LENGTHS] + \
+                [f"la-N{n}W{w}G{g}" for n, w, g in SWEEP_LOOKAHEAD]
+        sweep_tasks = {s: [_bench_task(t, llm.tokenizer, min(plan.max_new_tokens or SWEEP_MAX_NEW_TOKENS,
+                                                                SWEEP_MAX_NEW_TOKENS))
+                           for t in (quick_tasks(s, 1) if plan.quick else load_task_set(s, k, seed=plan.seed))]
+                       for s, k in SWEEP_SETS.items()}
+        sweep_systems = [systems[0]] + _prepare(names[1:], ctx, run)
+        _suite("sweep", sweep_systems, sweep_tasks, [GREEDY], plan.repeats, run)
+    if plan.ttft_probe:
+        _ttft_probe(systems, llm, run)
+    for s in systems:
+        s.close()
+    if plan.serving:
+        run.serving = _serving(plan, run)
+    return _finish(run)
+
+
+def _pick(task_set: str, plan: Plan) -> list[Task]:
+    if plan.quick:
+        return quick_tasks(task_set, plan.n or QUICK_TASKS[task_set], seed=plan.seed)
+    return load_task_set(task_set, plan.n or FULL_TASKS_PER_SET, seed=plan.seed)
+
+
+def _bench_task(t: Task, tokenizer, cap: int | None) -> BenchTask:
+    ids = tokenizer.encode(t.prompt) if t.prompt is not None else tokenizer.encode_chat(t.messages)
+    return BenchTask(t.task_set, t.task_id, ids, min(t.max_new_tokens, cap or t.max_new_tokens), tuple(t.stop),
+                     t.source)
+
+
+def _prepare(names: list[str], ctx: SystemContext, run: Run) -> list[System]:
+    ready = []
+    for name in names:
+        try:
+            system = make_system(name, ctx)
+            system.prepare()
+        except SkipSystem as e:
+            run.systems[name] = describe_skipped(name, str(e))
+            print(f"paraspec bench: skipping {name}: {e}", file=sys.stderr)
+            continue
+        run.systems[name] = system.info
+        ready.append(system)
+    return ready
+
+
+def _warm_up(systems: list[System], tasks: dict[str, list[BenchTask]]) -> None:
+    """One short untimed generation per system: first calls pay for lazy initialisation."""
+    first = next((ts[0] for ts in tasks.values() if ts), None)
+    if first is None:
+        return
+    probe = dataclasses.replace(first, prompt_ids=first.prompt_ids[:64], max_new_tokens=8, task_id="warm-up")
+    for s in systems:
+        s.begin_set("warm-up")
+        s.run(probe, RunParams(target_tokens=8))
+
+
+def _suite(suite: str, systems: list[System], tasks: dict[str, list[BenchTask]], modes: list[str], repeats: int,
+           run: Run) -> None:
+    """Each task by every system (interleaved), for each mode and repeat."""
+    from tqdm import tqdm
+
+    total = sum(len(ts) for ts in tasks.values()) * len(modes) * repeats * len(systems)
+    with tqdm(total=total, desc=f"bench {suite}", unit="run", file=sys.stderr, dynamic_ncols=True) as bar:
+        for task_set, ts in tasks.items():
+            for s in systems:
+                s.begin_set(task_set)   # memory starts empty for every set
+            for i, task in enumerate(ts):
+                if run.over_budget() and any(m.suite == suite for m in run.measurements):  # (never empty)
+                    run.notes.append(f"{suite}: stopped at the --quick time budget ({run.plan.budget_s:.0f} s): "
+                                     f"{task_set} ran {i} of {len(ts)} tasks")
+                    break
+                for s in systems:
+                    s.begin_task()
+                for mode in modes:
+                    for rep in range(repeats):
+                        ar_tokens = None
+                        for s in list(systems):
+                            bar.set_postfix_str(f"{task.task_id[:32]} {s.info.name} {mode}", refresh=False)
+                            params = RunParams(mode, seed=run.plan.seed + 1000 * i + rep, repeat=rep,
+                                               target_tokens=ar_tokens)
+                            m = _run_one(s, task, params, systems, run)
+                            bar.update(1)
+                            if m is None:
+                                continue
+                            if s.info.name == "ar":
+                                ar_tokens = m.generated_tokens
+                            run.measurements.append(dataclasses.replace(m, suite=suite))
+                for s in systems:
+                    s.end_task()
+
+
+def _run_one(s: System, task: BenchTask, params: RunParams, systems: list[System], run: Run) -> Measurement | None:
+    """A paraspec failure is a bug and propagates; a peer that fails is dropped with a note."""
+    if s.info.kind == "paraspec":
+        return s.run(task, params)
+    try:
+        return s.run(task, params)
+    except Exception as e:  # noqa: BLE001  (third-party code: report and go on)
+        s.info.status, s.info.note = "skipped", f"failed on {task.task_id}: {type(e).__name__}: {e}"
+        print(f"paraspec bench: dropping {s.info.name}: {s.info.note}", file=sys.stderr)
+        systems.remove(s)
+        s.close()
+        return None
+
+
+def _ttft_probe(systems: list[System], llm, run: Run, repeats: int = 3) -> None:
+    """TTFT of AR vs the memory systems on one ~2k-token prompt (the trie indexes the prompt at
+    prefill): a 1-token generation, interleaved, medians in the report."""
+    probe = [s for s in systems if s.info.name == "ar" or
+             (s.info.plugin_params or {}).get("plugin_type") in ("memory_decoding", "hybrid")]
+    if len(probe) < 2:
+        return
+    n = min(TTFT_PROMPT_TOKENS, llm.runner.max_seq_len - 8)
+    text, ids = "", []
+    for t in load_task_set("grounded"):
+        text += t.text + "\n\n"
+        ids = llm.tokenizer.encode(text)
+        if len(ids) >= n:
+            break
+    task = BenchTask("ttft", f"grounded-concat-{n}", ids[:n], 1)
+    for s in probe:
+        s.begin_set("ttft")
+    for rep in range(repeats):
+        for s in probe:
+            run.measurements.append(dataclasses.replace(s.run(task, RunParams(repeat=rep)), suite="ttft"))
+
+
+def _serving(plan: Plan, run: Run) -> dict | None:
+    """Speedup vs batch size through the server: memory_decoding vs AR `paraspec serve` processes,
+    driven by benchmarks/serving.py (its config writer, server process and load generator)."""
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "serving.py"
+    if not path.is_file():
+        run.notes.append(f"serving: skipped, {path} not found (run from a source checkout)")
+        return None
+    spec = importlib.util.spec_from_file_location("paraspec_bench_serving", path)
+    serving = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serving)
+    ns = argparse.Namespace(tiny=False, tasks="grounded", requests=plan.n or SERVING_REQUESTS,
+                            max_tokens=min(plan.max_new_tokens or SWEEP_MAX_NEW_TOKENS, SWEEP_MAX_NEW_TOKENS),
+                            dtype=plan.dtype, threads=plan.threads, max_batch=max(SERVING_CONCURRENCY))
+    requests = serving.load_requests(ns)
+    work = Path(tempfile.mkdtemp(prefix="paraspec-bench-serving-"))
+    out: dict = {"requests": len(requests), "max_tokens": ns.max_tokens, "plugin_params": SERVING_PLUGIN,
+                 "task_set": ns.tasks, "runs": []}
+    from tqdm import tqdm
+    for c in tqdm(SERVING_CONCURRENCY[:2] if plan.quick else SERVING_CONCURRENCY, desc="bench serving",
+                  file=sys.stderr):
+        for system, plugin in (("paraspec-ar", None), ("paraspec-md", json.dumps(SERVING_PLUGIN))):
+            port = serving.free_port()
+            cmd = serving.paraspec_cmd(ns, serving.write_config(work, plan.model, port, plugin, ns.max_batch))
+            try:
+                with serving.ServerProcess(cmd, port) as server:
+                    r = asyncio.run(serving.run_load(server.url, requests, c))
+            except Exception as e:  # noqa: BLE001
+                run.notes.append(f"serving: {system} at concurrency {c} failed: {e}")
+                continue
+            out["runs"].append({"system": system, **r})
+    return out
+
+
+# ------------------------------------------------------------------------------------------- output
+
+def environment(plan: Plan) -> dict:
+    import torch
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "git_commit": _git_commit(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "dtype": plan.dtype, "quantization": plan.quantization,
+            "model": plan.model,
+            "load_avg_at_end": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None}
+
+
+def _forward_cost(llm, systems: list[System]) -> dict | None:
+    """The runner's t(k)/t(1) curve that drafters size their drafts by. It is measured once, when
+    the first drafter is built (in prepare, untimed), so this is the curve this run used."""
+    if not hasattr(llm.runner, "forward_cost") or all(s.info.plugin_params is None for s in systems):
+        return None
+    return {str(k): round(v, 3) for k, v in llm.runner.forward_cost().items()}
+
+
+def _git_commit() -> str | None:
+    """HEAD of the checkout this file is in, "+dirty" with uncommitted changes; None outside a checkout."""
+    import subprocess
+    here = Path(__file__).resolve()
+    root = next((p for p in here.parents if (p / ".git").exists()), None)
+    if root is None:
+        return None
+    try:
+        git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,  # noqa: E731
+                                        timeout=10).stdout.strip()
+        head = git("rev-parse", "HEAD")
+        return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "") if head else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _finish(run: Run) -> int:
+    from .report import identity_failures, write_report
+
+    plan = run.plan
+    plan.out.mkdir(parents=True, exist_ok=True)
+    results = {
+        "schema": 1,
+        "environment": {**environment(plan), "forward_cost": run.forward_cost},
+        "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(plan).items()},
+                   "trie_prefilled": bool(plan.memory_file),
+                   "memory_policy": ("pre-filled from " + plan.memory_file if plan.memory_file else "empty") +
+                                    " at the start of each task set; accumulates the set's earlier tasks (the "
+                                    "system's own outputs); every run of a task starts from the same snapshot, so "
+                                    "repeats never see their own previous answer",
+                   "sampled": {"temperature": 0.8, "top_p": 0.95}},
+        "systems": {k: dataclasses.asdict(v) for k, v in run.systems.items()},
+        "tasks": run.tasks,
+        "measurements": [m.to_dict() for m in run.measurements],
+        "serving": run.serving,
+        "notes": run.notes,
+        "wall_s": round(run.elapsed(), 2),
+    }
+    (plan.out / "results.json").write_text(json.dumps(results, indent=1))
+    files = write_report(results, plan.out)
+    print(f"paraspec bench: {len(run.measurements)} runs in {run.elapsed():.1f} s -> "
+          f"{plan.out / 'results.json'}, {', '.join(str(f) for f in files)}", file=sys.stderr)
+    bad = identity_failures(results)
+    for b in bad:
+        print(f"paraspec bench: LOSSLESSNESS: {b}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m paraspec.bench.run [flags]`: `paraspec bench` plus the flags cli.py may not have yet."""
+    from ..cli import build_parser
+    args, rest = build_parser().parse_known_args(["bench", *(sys.argv[1:] if argv is None else argv)])
+    extra = argparse.ArgumentParser(prog="python -m paraspec.bench.run")
+    add_bench_flags(extra)
+    return bench_main(extra.parse_args(rest, namespace=args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
