@@ -22,12 +22,14 @@ from .decoding.stats import SpecStats
 from .decoding.verify import build_query
 from .errors import RequestError
 from .model.kv_cache import KVCache
+from .model.transformer import max_draft_rows
 from .model.tokenizer import IncrementalDetokenizer, Tokenizer
 from .runner import ModelRunner
 from .sampling.params import SamplingParams
 from .sampling.sampler import RequestSampler
 
-MAX_DRAFT_NODES = 64  # hard cap on query rows a drafter may add per sequence and step
+MAX_DRAFT_NODES = 64  # hard cap on draft nodes a drafter may add per sequence and step
+MAX_QUERY_ROWS = 320  # KV slots reserved for one step's query (drafts + a lookahead window)
 
 
 @dataclass
@@ -154,7 +156,7 @@ class Engine:
     def _prefill(self, seq: Sequence) -> list[SequenceUpdate]:
         # sibling samples (n > 1) share the prompt's KV: prefill once, copy the cache
         twin = next((s for s in self.running if s.request_id == seq.request_id and s.cache is not None), None)
-        reserve = len(seq.prompt) + seq.max_tokens + MAX_DRAFT_NODES + 1
+        reserve = len(seq.prompt) + seq.max_tokens + MAX_QUERY_ROWS
         seq.cache = self.runner.new_cache(reserve)
         if twin is not None and twin.cache.length == len(seq.prompt):
             seq.cache.k[:, :, : twin.cache.length] = twin.cache.k[:, :, : twin.cache.length]
@@ -189,7 +191,7 @@ class Engine:
             t0 = time.perf_counter()
             remaining = seq.max_tokens - len(seq.output)
             room = seq.cache.capacity - seq.cache.length - 1
-            budget = max(0, min(MAX_DRAFT_NODES, remaining - 1, room,
+            budget = max(0, min(MAX_DRAFT_NODES, remaining - 1, room, max_draft_rows(seq.cache),
                                 self.runner.max_seq_len - 1 - seq.cache.length - 1))
             proposal = None
             if seq.drafter is not None and budget > 0:

@@ -108,6 +108,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
+def max_draft_rows(cache: KVCache) -> int:
+    """How many draft rows may follow the root in the next verify pass without the root and
+    drafts straddling a KEY_BUCKET boundary (the condition for bit-exact verification)."""
+    return KEY_BUCKET - 1 - cache.length % KEY_BUCKET
+
+
 def attention_bias(cache: KVCache, q: int, tree_mask: torch.Tensor | None, group: int) -> torch.Tensor:
     """Additive mask [group * q_rows, keys] (tiled for the query heads sharing a kv head): 0 where
     a row may attend, -inf elsewhere.
@@ -135,12 +141,16 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     Written for row invariance rather than with F.scaled_dot_product_attention, whose kernels
     block the key axis by the number of query rows and keys: a token's output here is
     bit-identical whether it is the single token of an autoregressive step or one node of a
-    draft tree with masked siblings between its ancestors. Three choices make that so:
-    - the key axis is padded to a KEY_BUCKET multiple and query rows to a ROW_MULTIPLE multiple;
+    draft tree with masked siblings between its ancestors. These choices make that so:
+    - query rows are padded to a ROW_MULTIPLE multiple (see the module docstring);
     - exp(scores - max) is multiplied with [V | 1], so numerator and denominator are sums in
       the matmul's own order, which zeros (masked keys) anywhere do not change; torch.softmax's
       vectorised sum would shift lanes when gaps move keys;
-    - nothing else reduces across keys.
+    - keys are split into KEY_BUCKET-slot chunks whose partial sums are added up: a longer key
+      axis only adds all-zero chunks, which change nothing. Committed slots are positions, so a
+      chunk holds the same keys in a verify pass as in an autoregressive step, provided the
+      root and draft rows do not straddle a chunk boundary: max_draft_rows() tells the engine
+      how many it may send (rows that are not kept, like a lookahead window, may straddle).
     Returns [q, n_heads * head_dim].
     """
     n_q, n_heads, head_dim = q.shape
@@ -156,7 +166,11 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     qg = q.permute(1, 0, 2).reshape(n_kv, group * rows, head_dim)
     scores = torch.baddbmm(bias, qg, k.transpose(1, 2), alpha=scale)    # [kv_heads, g*rows, keys]
     scores = scores.sub_(scores.amax(-1, keepdim=True)).exp_()
-    out = torch.bmm(scores, v)                                      # [kv_heads, g*rows, d + 1]
+    # P @ [V | 1] per KEY_BUCKET chunk of keys, then summed over chunks: a longer key axis only
+    # adds chunks of exact zeros, so the sum does not depend on how far the keys were padded
+    chunks = keys // KEY_BUCKET
+    e = scores.view(n_kv, group * rows, chunks, KEY_BUCKET).transpose(1, 2)  # [kv, chunks, g*rows, KB]
+    out = torch.matmul(e, v.view(n_kv, chunks, KEY_BUCKET, head_dim + 1)).sum(1)  # [kv, g*rows, d + 1]
     out = out[..., :head_dim] / out[..., head_dim:]
     return out.view(n_heads, rows, head_dim)[:, :n_q].transpose(0, 1).reshape(n_q, n_heads * head_dim)
 
