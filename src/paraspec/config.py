@@ -100,8 +100,7 @@ def build_drafter(plugin: PluginConfig | None, tokenizer, engine, private_memory
         drafter = LookaheadDrafter(p, eos_token_ids=eos)
     else:
         from .decoding.hybrid import HybridDrafter
-        m = p.memory
-        drafter = HybridDrafter(p, trie=trie(m.max_trie_nodes, m.window), eos_token_ids=eos)
+        drafter = HybridDrafter(p, trie=trie(p.memory.max_trie_nodes, p.memory.window), eos_token_ids=eos)
     if hasattr(drafter, "set_forward_cost"):
         drafter.set_forward_cost(engine.runner.forward_cost())
     return drafter

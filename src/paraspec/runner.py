@@ -22,7 +22,7 @@ class ModelRunner:
         self.prefill_chunk = prefill_chunk
         self._cost: dict[int, float] | None = None
 
-    def forward_cost(self, context: int = 256, sizes: tuple[int, ...] = (1, 2, 4, 8, 12, 16)) -> dict[int, float]:
+    def forward_cost(self, context: int = 256, sizes: tuple[int, ...] = (1, 2, 4, 8, 12, 16, 24, 32, 48)) -> dict[int, float]:
         """t(k) / t(1): the time of a forward over k query tokens relative to one, measured once on
         this machine (best of a few runs over a scratch cache). Drafters use it to decide how many
         draft tokens are worth verifying."""

@@ -82,7 +82,7 @@ def run(drafter, model, prompt, steps, seed=0, proposals=None):
     for _ in range(steps):
         p = drafter.propose("r", context, 64)
         if proposals is not None:
-            proposals.append((p.draft.tokens, p.lookahead.tokens))
+            proposals.append((p.draft.tokens, p.lookahead.tokens if p.lookahead else []))
         committed, argmax = verify_greedy(model, context, p)
         drafter.observe("r", committed, argmax)
         context += committed
@@ -301,7 +301,7 @@ def test_committed_ngrams_and_prompt_ngrams_feed_the_pool():
 
 def test_draft_respects_max_nodes_and_backs_off_when_guesses_fail():
     n, g = 4, 5
-    d = LookaheadDrafter(LookaheadParams(level=n, window=2, guess_set_size=g))
+    d = LookaheadDrafter(LookaheadParams(level=n, window=2, guess_set_size=g), adaptive_window=False)
     root = 7
     d.begin("r", prompt_with_candidates(root, n, g), seed=0)
     ctx = prompt_with_candidates(root, n, g) + [root]

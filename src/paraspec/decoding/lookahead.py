@@ -63,7 +63,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any
 
@@ -71,6 +71,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .ngram_pool import NgramPool
+from .policy import ArmSelector, CostModel
 from .proposer import LookaheadBranch, Proposal
 from .tree import DraftTree
 
@@ -196,6 +197,8 @@ class _Pending:
     drafted: int                     # draft tree nodes
     width: int                       # window columns in the branch (0 = no branch)
     num_outputs: int
+    rows: int = 0                    # query rows of the step (root + draft + branch)
+    arm: int = -1                    # the selector's arm, -1 during warm-up
 
 
 @dataclass
@@ -208,6 +211,9 @@ class _RequestState:
     width: int                       # window columns to run (<= W); 0 = no lookahead branch
     fed: int = 0                     # context tokens whose n-grams are in the pool
     pending: _Pending | None = None
+    # arm 0 runs the window, arm 1 only verifies pool candidates: whichever gives more tokens
+    # per unit of forward cost (the window's rows are not free on every machine)
+    selector: ArmSelector = field(default_factory=lambda: ArmSelector(2))
 
 
 class LookaheadDrafter:
@@ -216,11 +222,17 @@ class LookaheadDrafter:
     name = "lookahead"
 
     def __init__(self, params: LookaheadParams | None = None, eos_token_ids: Iterable[int] = (),
-                 default_seed: int = 0):
+                 default_seed: int = 0, adaptive_window: bool = True):
         self.params = (params or LookaheadParams()).validate()
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
         self.default_seed = default_seed
+        self.adaptive_window = adaptive_window   # False: always run the window (LADE, MindIE)
         self._requests: dict[str, _RequestState] = {}
+        self.cost = CostModel()
+
+    def set_forward_cost(self, curve: dict[int, float]) -> None:
+        """The engine's measured t(k)/t(1), for the window-or-not choice."""
+        self.cost = CostModel(curve)
 
     # -- Proposer protocol
 
@@ -246,9 +258,12 @@ class LookaheadDrafter:
         self._feed(st, context)
         warm = len(st.levels) == self.params.level - 1
         draft = self._draft(st, root, max_nodes) if warm else DraftTree()
-        branch = self._branch(st, warm)
-        st.pending = _Pending(root, len(draft), st.width if branch else 0,
-                              len(branch.output_rows) if branch else 0)
+        arm = st.selector.choose() if warm and self.adaptive_window else -1
+        width = 0 if arm == 1 else st.width
+        branch = self._branch(st, warm, width)
+        rows = 1 + len(draft) + (len(branch.tokens) if branch else 0)
+        st.pending = _Pending(root, len(draft), width if branch else 0,
+                              len(branch.output_rows) if branch else 0, rows, arm)
         return Proposal(draft=draft, lookahead=branch)
 
     def observe(self, request_id: str, committed: Sequence[int],
@@ -271,6 +286,8 @@ class LookaheadDrafter:
                 self._harvest(st, pend.root, new, pend.width)
         if pend.drafted:
             st.backoff.update(k - 1)
+        if pend.arm >= 0:
+            st.selector.update(k, self.cost(pend.rows))
         self._shift(st, new)
 
     def end(self, request_id: str) -> None:
@@ -319,12 +336,12 @@ class LookaheadDrafter:
         tree = DraftTree.from_paths([list(c[:depth]) for c in candidates[:count]])
         return tree if len(tree) <= max_nodes else tree.truncated(max_nodes)
 
-    def _branch(self, st: _RequestState, warm: bool) -> LookaheadBranch | None:
-        if st.width == 0:
+    def _branch(self, st: _RequestState, warm: bool, width: int) -> LookaheadBranch | None:
+        if width == 0:
             return None
         levels = st.levels
         if warm:
-            row0, upper = levels[0][:st.width - 1], [lv[:st.width] for lv in levels[1:]]
+            row0, upper = levels[0][:width - 1], [lv[:width] for lv in levels[1:]]
         else:
             row0, upper = levels[0], levels[1:]
         layout = window_layout(len(row0), len(upper), skip_first_output=not warm)

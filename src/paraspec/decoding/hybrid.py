@@ -1,0 +1,167 @@
+"""hybrid: memory_decoding's trie drafts and lookahead's n-gram candidates in ONE draft tree.
+
+MindIE refuses to enable both algorithms at once; here they share one budget. Each step:
+- both drafters propose (each keeps its own state: trie matches with cost-aware back-off,
+  the request's n-gram pool and Jacobi window);
+- their trees are merged into one (shared prefixes become one node), the source that has been
+  accepted more lately first, then truncated to decoding_length - 1 nodes;
+- the Jacobi window rides along only when it pays: an ArmSelector compares tokens per unit of
+  forward cost with and without it (and batches > 2 never carry it: verification stops being
+  free as the batch grows).
+After verification both drafters observe the committed tokens; the hybrid scores each source
+by how far the committed tokens follow that source's own tree.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..errors import ConfigError
+from .lookahead import LookaheadDrafter, LookaheadParams
+from .memory import MemoryDecodingParams, MemoryDrafter
+from .policy import ArmSelector, CostModel
+from .proposer import Proposal
+from .trie import TokenTrie
+from .tree import DraftTree
+
+_MEMORY_KEYS = {f.name for f in fields(MemoryDecodingParams)} - {"plugin_type"}
+_LOOKAHEAD_KEYS = {f.name for f in fields(LookaheadParams)}
+MAX_WINDOW_BATCH = 2
+
+
+@dataclass(frozen=True)
+class HybridParams:
+    memory: MemoryDecodingParams = field(default_factory=MemoryDecodingParams)
+    lookahead: LookaheadParams = field(default_factory=LookaheadParams)
+
+    @property
+    def decoding_length(self) -> int:
+        """Root + merged draft nodes per step (memory_decoding's decoding_length)."""
+        return self.memory.decoding_length
+
+    @property
+    def query_tokens(self) -> int:
+        """Most query rows a step can use: root + drafts + a full Jacobi window."""
+        p = self.lookahead
+        return self.decoding_length + (p.level - 1) * p.window - 1
+
+    def validate(self, speculation_gamma: int | None = None) -> "HybridParams":
+        self.memory.validate(None)
+        self.lookahead.validate(None)
+        if speculation_gamma is not None and speculation_gamma < self.query_tokens:
+            raise ConfigError(f"speculation_gamma={speculation_gamma} is below the hybrid's need of "
+                              f"decoding_length + (level-1)*window - 1 = {self.query_tokens}; raise "
+                              "speculation_gamma or lower decoding_length/level/window")
+        return self
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "HybridParams":
+        """One flat dict, as MindIE-style plugin_params: memory_decoding keys (decoding_length,
+        dynamic_algo, mode, ...) and lookahead keys (level, window, guess_set_size)."""
+        unknown = sorted(set(d) - _MEMORY_KEYS - _LOOKAHEAD_KEYS - {"plugin_type"})
+        if unknown:
+            warnings.warn(f"plugin_params: unknown key(s) {', '.join(unknown)} for hybrid are ignored",
+                          stacklevel=2)
+        memory = MemoryDecodingParams.from_dict({k: v for k, v in d.items() if k in _MEMORY_KEYS})
+        lookahead = LookaheadParams.from_dict({k: v for k, v in d.items() if k in _LOOKAHEAD_KEYS})
+        return cls(memory, lookahead)
+
+
+@dataclass
+class _Request:
+    selector: ArmSelector = field(default_factory=lambda: ArmSelector(2))
+    memory_tree: DraftTree | None = None
+    lookahead_tree: DraftTree | None = None
+    memory_score: float = 1.0     # accepted draft tokens per step along each source's own tree
+    lookahead_score: float = 0.5
+    rows: int = 0
+    arm: int = 0
+
+
+def _paths(tree: DraftTree) -> list[list[int]]:
+    """Root-to-leaf token paths, leaves in node order (a tree's best-first order survives)."""
+    has_child = set(p for p in tree.parents if p >= 0)
+    return [[tree.tokens[n] for n in tree.path_to(leaf)] for leaf in range(len(tree)) if leaf not in has_child]
+
+
+def _followed(tree: DraftTree | None, committed: Sequence[int]) -> int:
+    """Draft tokens of `tree` that the committed run went through."""
+    if not tree:
+        return 0
+    children = tree.children()
+    row, n = 0, 0
+    for tok in committed[:-1]:   # the last committed token is the bonus, never a draft
+        child = children[row].get(tok)
+        if child is None:
+            break
+        n += 1
+        row = child + 1
+    return n
+
+
+class HybridDrafter:
+    name = "hybrid"
+
+    def __init__(self, params: HybridParams | None = None, trie: TokenTrie | None = None,
+                 eos_token_ids: Iterable[int] = ()):
+        self.params = (params or HybridParams()).validate()
+        self.memory = MemoryDrafter(self.params.memory, eos_token_ids=eos_token_ids, trie=trie)
+        self.lookahead = LookaheadDrafter(self.params.lookahead, eos_token_ids=eos_token_ids,
+                                          adaptive_window=False)
+        self.trie = self.memory.trie
+        self.cost = CostModel()
+        self._batch_size = 1
+        self._requests: dict[str, _Request] = {}
+
+    # ---------------------------------------------------------------- Proposer protocol
+    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None) -> None:
+        self.memory.begin(request_id, prompt, seed)
+        self.lookahead.begin(request_id, prompt, seed)
+        self._requests[request_id] = _Request()
+
+    def propose(self, request_id: str, context: Sequence[int], max_nodes: int) -> Proposal:
+        st = self._requests[request_id]
+        budget = min(max_nodes, self.params.decoding_length - 1)
+        st.arm = st.selector.choose() if self._batch_size <= MAX_WINDOW_BATCH else 1
+        self.lookahead.set_window(request_id, self.params.lookahead.window if st.arm == 0 else 0)
+        m = self.memory.propose(request_id, context, budget).draft
+        la = self.lookahead.propose(request_id, context, budget)
+        st.memory_tree, st.lookahead_tree = m, la.draft
+        sources = [(st.memory_score, _paths(m)), (st.lookahead_score, _paths(la.draft))]
+        sources.sort(key=lambda s: -s[0])
+        tree = DraftTree.from_paths(sources[0][1] + sources[1][1])
+        if len(tree) > budget:
+            tree = tree.truncated(budget)
+        st.rows = 1 + len(tree) + (len(la.lookahead.tokens) if la.lookahead else 0)
+        return Proposal(tree, la.lookahead)
+
+    def observe(self, request_id: str, committed: Sequence[int],
+                lookahead_argmax: Sequence[int] | None = None) -> None:
+        st = self._requests[request_id]
+        if committed:
+            a = 0.3
+            st.memory_score += a * (_followed(st.memory_tree, committed) - st.memory_score)
+            st.lookahead_score += a * (_followed(st.lookahead_tree, committed) - st.lookahead_score)
+            if st.rows:
+                st.selector.update(len(committed), self.cost(st.rows))
+        st.memory_tree = st.lookahead_tree = None
+        st.rows = 0
+        self.memory.observe(request_id, committed)
+        self.lookahead.observe(request_id, committed, lookahead_argmax)
+
+    def end(self, request_id: str) -> None:
+        self.memory.end(request_id)
+        self.lookahead.end(request_id)
+        self._requests.pop(request_id, None)
+
+    # ---------------------------------------------------------------- engine hooks
+    def set_batch_size(self, n: int) -> None:
+        self._batch_size = n
+        self.memory.set_batch_size(n)
+
+    def set_forward_cost(self, curve: dict[int, float]) -> None:
+        self.cost = CostModel(curve)
+        self.memory.set_forward_cost(curve)
+        self.lookahead.set_forward_cost(curve)
