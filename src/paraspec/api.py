@@ -89,7 +89,8 @@ class LLM:
                                    plugin=parse_plugin_params(plugin_params, speculation_gamma))
         if num_threads:
             torch.set_num_threads(num_threads)
-        loaded = load_model(model, DTYPES[dtype])
+        # w8a8 quantises from fp32 weights; the rest of the model stays in `dtype`
+        loaded = load_model(model, torch.float32 if quantization else DTYPES[dtype])
         self.model_name = loaded.name
         self.tokenizer = Tokenizer.from_source(loaded.tokenizer_source)
         self.model = Transformer(loaded.args, loaded.weights, DTYPES[dtype], quantization=quantization)

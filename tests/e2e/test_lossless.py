@@ -59,7 +59,7 @@ def _check(llm: LLM, plugin) -> None:
             gap = _near_tie(llm, p, a.token_ids, at)
             diverged.append((at, gap))
     assert all(gap < 0.07 for _, gap in diverged), f"divergences not at a near-tie: {diverged}"
-    if llm.config.dtype == "float32":
+    if llm.config.dtype == "float32" or llm.config.quantization:   # no near-tie excuse there
         assert not diverged, f"fp32 must be token-identical: {diverged}"
     steps = sum(b.stats["decode_steps"] for b in par)
     ar_steps = sum(a.stats["decode_steps"] for a in ar)
@@ -76,3 +76,13 @@ def test_greedy_identical_bf16(bundled_llm_bf16, plugin):
 @pytest.mark.parametrize("plugin", ["memory_tree", "lookahead"])
 def test_greedy_identical_fp32(bundled_llm_fp32, plugin):
     _check(bundled_llm_fp32, PLUGINS[plugin])
+
+
+@pytest.fixture(scope="module")
+def bundled_llm_w8a8():
+    return LLM(quantization="w8a8")
+
+
+@pytest.mark.parametrize("plugin", ["memory_tree", "lookahead"])
+def test_greedy_identical_w8a8(bundled_llm_w8a8, plugin):
+    _check(bundled_llm_w8a8, PLUGINS[plugin])

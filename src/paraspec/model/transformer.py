@@ -62,6 +62,10 @@ class Linear:
             return y if self.bias is None else y + self.bias
         return F.linear(x, self.weight, self.bias)
 
+    def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """self(rms_norm(x)): Int8Linear fuses the two; here they are two ops."""
+        return self(rms_norm(x, norm_weight, eps))
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.weight.dtype)
         m = x.shape[0]
@@ -175,16 +179,24 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     return out.view(n_heads, rows, head_dim)[:, :n_q].transpose(0, 1).reshape(n_q, n_heads * head_dim)
 
 
+def make_linear(weight: torch.Tensor, bias: torch.Tensor | None = None, quantization: str | None = None):
+    """A Linear in the weight's dtype, or an Int8Linear (W8A8, see quant.py) built from it."""
+    if quantization == "w8a8":
+        from .quant import Int8Linear
+        return Int8Linear.from_float(weight.float(), bias)
+    return Linear(weight, bias)
+
+
 class Layer:
     """Weights of one decoder block (fused q/k/v and fused gate/up)."""
 
-    def __init__(self, args: ModelArgs, w: dict[str, torch.Tensor]):
+    def __init__(self, args: ModelArgs, w: dict[str, torch.Tensor], quantization: str | None = None):
         self.attn_norm = w["attn_norm"]
         self.ffn_norm = w["ffn_norm"]
-        self.wqkv = Linear(w["wqkv"], w.get("bqkv"))
-        self.wo = Linear(w["wo"])
-        self.w_gate_up = Linear(w["w_gate_up"])
-        self.w_down = Linear(w["w_down"])
+        self.wqkv = make_linear(w["wqkv"], w.get("bqkv"), quantization)
+        self.wo = make_linear(w["wo"], None, quantization)
+        self.w_gate_up = make_linear(w["w_gate_up"], None, quantization)
+        self.w_down = make_linear(w["w_down"], None, quantization)
         self.q_norm = w.get("q_norm")
         self.k_norm = w.get("k_norm")
 
@@ -197,11 +209,11 @@ class Transformer:
         self.args = args
         self.quantization = quantization
         self.dtype = dtype
-        self.tok_embeddings = weights["tok_embeddings"]            # [vocab, dim] in dtype
+        self.lm_head = make_linear(weights.get("lm_head", weights["tok_embeddings"]), None, quantization)
+        self.tok_embeddings = weights["tok_embeddings"].to(dtype)  # [vocab, dim]; rows are looked up
         self.norm = weights["norm"]                                # [dim] fp32
-        self.lm_head = Linear(weights.get("lm_head", self.tok_embeddings))
         self.layers = [Layer(args, {k.split(".", 2)[2]: v for k, v in weights.items()
-                                    if k.startswith(f"layers.{i}.")})
+                                    if k.startswith(f"layers.{i}.")}, quantization)
                        for i in range(args.n_layers)]
         self.rope_cos, self.rope_sin = rope_tables(args, args.max_seq_len)
         self.scale = args.head_dim ** -0.5
@@ -231,8 +243,7 @@ class Transformer:
         x = self.tok_embeddings[tokens].float()                    # [T, dim] residual stream, fp32
         for i, layer in enumerate(self.layers):
             # attention block
-            h = rms_norm(x, layer.attn_norm, a.norm_eps)
-            qkv = layer.wqkv(h).float().view(-1, n_heads + 2 * n_kv, hd)
+            qkv = layer.wqkv.norm_linear(x, layer.attn_norm, a.norm_eps).float().view(-1, n_heads + 2 * n_kv, hd)
             if layer.q_norm is not None:
                 qkv = torch.cat([rms_norm(qkv[:, :n_heads], layer.q_norm, a.norm_eps),
                                  rms_norm(qkv[:, n_heads:n_heads + n_kv], layer.k_norm, a.norm_eps),
@@ -248,10 +259,8 @@ class Transformer:
             o = outs[0] if len(outs) == 1 else torch.cat(outs)
             x = x + layer.wo(o)                                    # bf16 output promotes to fp32
             # feed-forward block (SwiGLU)
-            h = rms_norm(x, layer.ffn_norm, a.norm_eps)
-            gate, up = layer.w_gate_up(h).chunk(2, dim=-1)
+            gate, up = layer.w_gate_up.norm_linear(x, layer.ffn_norm, a.norm_eps).chunk(2, dim=-1)
             x = x + layer.w_down(F.silu(gate) * up)
 
         x = x[:n_tokens] if logits_rows is None else x[logits_rows]
-        x = rms_norm(x, self.norm, a.norm_eps)
-        return self.lm_head(x).float()
+        return self.lm_head.norm_linear(x, self.norm, a.norm_eps).float()
