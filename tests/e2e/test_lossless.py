@@ -86,3 +86,20 @@ def bundled_llm_w8a8():
 @pytest.mark.parametrize("plugin", ["memory_tree", "lookahead"])
 def test_greedy_identical_w8a8(bundled_llm_w8a8, plugin):
     _check(bundled_llm_w8a8, PLUGINS[plugin])
+
+
+def test_long_tree_runs_with_accumulated_memory_identical(bundled_llm_bf16):
+    """256-token completions with a hybrid drafter whose memory carries over between requests:
+    deep trees with sibling gaps between a node's ancestors (the case that regroups attention's
+    sum over keys; it once flipped a greedy token when that sum ran in fp32)."""
+    from paraspec.config import build_drafter, parse_plugin_params
+    llm = bundled_llm_bf16
+    drafter = build_drafter(parse_plugin_params('{"plugin_type": "hybrid"}'), llm.tokenizer, llm.engine,
+                            private_memory=True)
+    params = SamplingParams(temperature=0, max_tokens=256)
+    for task in load_task_set("humaneval", 4, seed=0):
+        ids = llm.tokenizer.encode(task.prompt)
+        ar = llm.generate([ids], params)[0]
+        (seq,) = llm.engine.add_request(ids, params, drafter=drafter)
+        llm.engine.run_until_done()
+        assert seq.output == ar.token_ids, task.task_id

@@ -1,8 +1,8 @@
 """Per-sequence KV cache: preallocated, written by slot, compacted on commit.
 
-Layout (all layers in one tensor, fp32):
-    k: [n_layers, n_kv_heads, capacity, head_dim]
-    v: [n_layers, n_kv_heads, capacity, head_dim + 1]   # last column is 1 for every written slot
+Layout (all layers in one tensor):
+    k: [n_layers, n_kv_heads, capacity, head_dim]       fp32
+    v: [n_layers, n_kv_heads, capacity, head_dim + 1]   fp64; the last column is 1
 
 Slots [0, length) hold committed tokens. A forward over q new tokens (root + draft) writes their
 K/V at slots [length, length + q) without moving `length`; `commit(keep)` then keeps the chosen
@@ -13,9 +13,10 @@ new tokens and drops the rest. Worked example, length = 10, draft tree = root r,
 
 A chain draft whose accepted nodes are its first k tokens needs no copy at all.
 
-Why fp32 and the extra column of ones: attention must give a row the same result whatever the
-number of query rows or the gaps a tree mask leaves between its keys (see transformer.attention).
-The ones column makes the softmax denominator come out of the same matmul as the numerator.
+Why fp32 / fp64 and the extra column of ones: attention must give a row the same result whatever
+the number of query rows or the gaps a tree mask leaves between its keys (see
+transformer.attention): its one sum over keys runs in fp64, and the ones column makes the
+softmax denominator come out of the same matmul as the numerator.
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ class KVCache:
         # zeros, not empty: masked slots are multiplied by 0 in attention, and 0 * NaN would leak.
         # The ones column is set for every slot up front; masked slots ignore it.
         k = torch.zeros(*shape, head_dim)
-        v = torch.zeros(*shape, head_dim + 1)
+        v = torch.zeros(*shape, head_dim + 1, dtype=torch.float64)
         v[..., head_dim] = 1.0
         return k, v
 
@@ -84,4 +85,4 @@ class KVCache:
         self.length = length
 
     def nbytes(self) -> int:
-        return self.k.numel() * 4 + self.v.numel() * 4
+        return self.k.numel() * 4 + self.v.numel() * 8

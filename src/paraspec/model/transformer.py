@@ -143,18 +143,20 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     """Softmax attention of q [q, n_heads, head_dim] (fp32) over one sequence's cache.
 
     Written for row invariance rather than with F.scaled_dot_product_attention, whose kernels
-    block the key axis by the number of query rows and keys: a token's output here is
-    bit-identical whether it is the single token of an autoregressive step or one node of a
-    draft tree with masked siblings between its ancestors. These choices make that so:
+    block the key axis by the number of query rows and keys: a token's output must be the same
+    bits whether it is the single token of an autoregressive step or one node of a draft tree,
+    whose ancestors sit in slots with masked siblings between them. So:
     - query rows are padded to a ROW_MULTIPLE multiple (see the module docstring);
-    - exp(scores - max) is multiplied with [V | 1], so numerator and denominator are sums in
-      the matmul's own order, which zeros (masked keys) anywhere do not change; torch.softmax's
-      vectorised sum would shift lanes when gaps move keys;
-    - keys are split into KEY_BUCKET-slot chunks whose partial sums are added up: a longer key
-      axis only adds all-zero chunks, which change nothing. Committed slots are positions, so a
-      chunk holds the same keys in a verify pass as in an autoregressive step, provided the
-      root and draft rows do not straddle a chunk boundary: max_draft_rows() tells the engine
-      how many it may send (rows that are not kept, like a lookahead window, may straddle).
+    - scores and exp are per element; the max is exact in any order;
+    - the only sum over keys, exp(scores - max) @ [V | 1] (numerator and softmax denominator
+      in one matmul), accumulates in fp64 from a fp64 V cache. A tree's gaps move keys across
+      the matmul's internal K-blocks, which regroups the sum; in fp64 that changes it by ~1e-16
+      relative, far below one fp32 rounding step, so the rounded result keeps its bits (a flip
+      needs the sum within 1e-16 of a rounding boundary: ~1e-9 per element). In fp32 the
+      regrouping showed up as real flips of the greedy token at near-ties;
+    - keys are split into KEY_BUCKET-slot chunks summed in order, and the root and draft rows
+      never straddle a chunk boundary (max_draft_rows), so a longer key axis only adds all-zero
+      chunks: for chain drafts the sum is then bit-identical by construction.
     Returns [q, n_heads * head_dim].
     """
     n_q, n_heads, head_dim = q.shape
@@ -173,9 +175,9 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     # P @ [V | 1] per KEY_BUCKET chunk of keys, then summed over chunks: a longer key axis only
     # adds chunks of exact zeros, so the sum does not depend on how far the keys were padded
     chunks = keys // KEY_BUCKET
-    e = scores.view(n_kv, group * rows, chunks, KEY_BUCKET).transpose(1, 2)  # [kv, chunks, g*rows, KB]
+    e = scores.view(n_kv, group * rows, chunks, KEY_BUCKET).transpose(1, 2).double()  # [kv, chunks, g*rows, KB]
     out = torch.matmul(e, v.view(n_kv, chunks, KEY_BUCKET, head_dim + 1)).sum(1)  # [kv, g*rows, d + 1]
-    out = out[..., :head_dim] / out[..., head_dim:]
+    out = (out[..., :head_dim] / out[..., head_dim:]).float()
     return out.view(n_heads, rows, head_dim)[:, :n_q].transpose(0, 1).reshape(n_q, n_heads * head_dim)
 
 
