@@ -17,7 +17,6 @@ has no CPU int8 kernels (its CPU W8A8 is torch._int_mm plus Python ops, i.e. the
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import time
@@ -26,7 +25,6 @@ from collections.abc import Callable
 
 import torch
 
-from paraspec.model import transformer
 from paraspec.model.quant import Int8Linear, quantize_weight, vnni_available
 from paraspec.model.transformer import Linear
 
@@ -90,43 +88,6 @@ def to_w8a8(model, residual: bool = True) -> None:
     model.lm_head = Int8Linear.from_float(model.lm_head.weight, residual=residual)
 
 
-class _Normed:
-    """What rms_norm returns under fused_norms(): the next linear applies the norm itself."""
-
-    def __init__(self, x: torch.Tensor, weight: torch.Tensor, eps: float):
-        self.x, self.weight, self.eps = x, weight, eps
-
-
-class _NormLinear:
-    def __init__(self, lin: Int8Linear):
-        self.lin = lin
-
-    def __call__(self, x, row_tile: int = 0) -> torch.Tensor:
-        return self.lin.norm_linear(x.x, x.weight, x.eps) if isinstance(x, _Normed) else self.lin(x)
-
-
-def fuse_norms(model) -> None:
-    """Emulates, without editing transformer.py, the integration of Int8Linear.norm_linear:
-    rms_norm(x) followed by qkv / gate_up / lm_head becomes one call. rms_norm is patched (by
-    the caller, during forwards) to defer the norms whose only consumer is such a linear."""
-    for layer in model.layers:
-        layer.wqkv, layer.w_gate_up = _NormLinear(layer.wqkv), _NormLinear(layer.w_gate_up)
-    model.lm_head = _NormLinear(model.lm_head)
-    model.fused_norm_ids = {id(w) for layer in model.layers for w in (layer.attn_norm, layer.ffn_norm)}
-    model.fused_norm_ids.add(id(model.norm))
-
-
-@contextlib.contextmanager
-def fused_norms(model):
-    plain = transformer.rms_norm
-    ids = getattr(model, "fused_norm_ids", set())
-    transformer.rms_norm = lambda x, w, eps: _Normed(x, w, eps) if id(w) in ids else plain(x, w, eps)
-    try:
-        yield
-    finally:
-        transformer.rms_norm = plain
-
-
 def quality_gate(models: dict, ids: torch.Tensor, forward, chunk: int = 512, n_chunks: int = 8) -> None:
     """Perplexity and teacher-forced top-1 agreement on n_chunks x chunk tokens; greedy
     64-token continuations of 16 prompts taken after them. models["bf16"] is the reference."""
@@ -176,17 +137,16 @@ def model_gate(reps: int, quality: bool = True) -> None:
     bf16 = {k: v.bfloat16() if v.dim() == 2 else v for k, v in loaded.weights.items()}
     models = {"bf16": Transformer(loaded.args, bf16, torch.bfloat16),
               "fp32": Transformer(loaded.args, loaded.weights, torch.float32)}
-    for name in ("w8a8", "w8a8 1-pass", "w8a8+norm"):  # from the fp32 (dequantised GGUF) weights
-        models[name] = Transformer(loaded.args, loaded.weights, torch.float32)
-        to_w8a8(models[name], residual=name != "w8a8 1-pass")
-    fuse_norms(models["w8a8+norm"])
+    # from the fp32 (dequantised GGUF) weights, as LLM(quantization="w8a8") builds it
+    models["w8a8"] = Transformer(loaded.args, loaded.weights, torch.bfloat16, quantization="w8a8")
+    models["w8a8 1-pass"] = Transformer(loaded.args, loaded.weights, torch.float32)
+    to_w8a8(models["w8a8 1-pass"], residual=False)
     text = "\n\n".join(pydoc_data.topics.topics.values())  # Python's reference prose: real English
     ids = torch.tensor(tok.encode(text))
 
     def forward(name: str, cache, new: torch.Tensor, commit: bool = True) -> torch.Tensor:
         pos = torch.arange(cache.length, cache.length + len(new))
-        with fused_norms(models[name]):
-            logits = models[name].forward(new, pos, [SeqInput(cache, len(new))])
+        logits = models[name].forward(new, pos, [SeqInput(cache, len(new))])
         if commit:
             cache.commit(range(len(new)))
         return logits
