@@ -212,19 +212,16 @@ class Engine:
             argmax = logits.argmax(-1).tolist() if (sampler.argmax_suffices or q.lookahead_rows) else None
             if sampler.argmax_suffices:
                 draw: Callable[[int], int] = argmax.__getitem__
-                visited = None
             else:
-                visited = []
-
-                def draw(row: int, _s=sampler, _l=logits, _v=visited) -> int:
+                def draw(row: int, _s=sampler, _l=logits) -> int:
+                    # one draw per visited node, with the node's own context (penalties)
                     t = _s.draw(_l[row])
                     _s.append(t)
-                    _v.append(row)
                     return t
             acc = walk(q.children, draw, seq.max_tokens - len(seq.output), self._stop_check(seq))
             if sampler.argmax_suffices:
-                for _ in acc.tokens:
-                    sampler.append(_)
+                for t in acc.tokens:
+                    sampler.append(t)
             seq.cache.commit([0] + [n + 1 for n in acc.nodes])
             accept_s = time.perf_counter() - t1
             t2 = time.perf_counter()

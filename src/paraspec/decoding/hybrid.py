@@ -3,11 +3,13 @@
 MindIE refuses to enable both algorithms at once; here they share one budget. Each step:
 - both drafters propose (each keeps its own state: trie matches with cost-aware back-off,
   the request's n-gram pool and Jacobi window);
-- their trees are merged into one (shared prefixes become one node), the source that has been
-  accepted more lately first, then truncated to decoding_length - 1 nodes;
-- the Jacobi window rides along only when it pays: an ArmSelector compares tokens per unit of
-  forward cost with and without it (and batches > 2 never carry it: verification stops being
-  free as the batch grows).
+- memory_decoding's tree comes first (it already weighs its draft length against the forward
+  cost); lookahead's candidates fill what is left of the budget (shared prefixes become one
+  node), and only while the tokens they have been adding beyond the trie's pay for their rows;
+- the Jacobi window rides along only when it pays: it is considered only while the trie's drafts
+  are accepted less than WINDOW_BELOW tokens a step (where the trie does well, a window adds
+  rows and nothing else), and then an ArmSelector compares tokens per unit of forward cost with
+  and without it. Batches > 2 never carry it: verification stops being free as the batch grows.
 After verification both drafters observe the committed tokens; the hybrid scores each source
 by how far the committed tokens follow that source's own tree.
 """
@@ -29,6 +31,7 @@ from .tree import DraftTree
 _MEMORY_KEYS = {f.name for f in fields(MemoryDecodingParams)} - {"plugin_type"}
 _LOOKAHEAD_KEYS = {f.name for f in fields(LookaheadParams)}
 MAX_WINDOW_BATCH = 2
+WINDOW_BELOW = 1.0   # accepted trie draft tokens per step under which the window is considered
 
 
 @dataclass(frozen=True)
@@ -71,13 +74,14 @@ class HybridParams:
 
 @dataclass
 class _Request:
-    selector: ArmSelector = field(default_factory=lambda: ArmSelector(2))
+    selector: ArmSelector = field(default_factory=lambda: ArmSelector(2))   # arm 1 = with the window
     memory_tree: DraftTree | None = None
     lookahead_tree: DraftTree | None = None
-    memory_score: float = 1.0     # accepted draft tokens per step along each source's own tree
-    lookahead_score: float = 0.5
+    memory_score: float = 1.0     # accepted draft tokens per step along the trie's tree
+    lookahead_extra: float = 0.0  # ... and how many more lookahead's tree would have given
     rows: int = 0
     arm: int = 0
+    choosing: bool = False        # this step's arm came from the selector (so it learns from it)
 
 
 def _paths(tree: DraftTree) -> list[list[int]]:
@@ -124,17 +128,23 @@ class HybridDrafter:
     def propose(self, request_id: str, context: Sequence[int], max_nodes: int) -> Proposal:
         st = self._requests[request_id]
         budget = min(max_nodes, self.params.decoding_length - 1)
-        st.arm = st.selector.choose() if self._batch_size <= MAX_WINDOW_BATCH else 1
-        self.lookahead.set_window(request_id, self.params.lookahead.window if st.arm == 0 else 0)
+        st.choosing = self._batch_size <= MAX_WINDOW_BATCH and st.memory_score < WINDOW_BELOW
+        st.arm = st.selector.choose() if st.choosing else 0
+        self.lookahead.set_window(request_id, self.params.lookahead.window if st.arm == 1 else 0)
         m = self.memory.propose(request_id, context, budget).draft
         la = self.lookahead.propose(request_id, context, budget)
         st.memory_tree, st.lookahead_tree = m, la.draft
-        sources = [(st.memory_score, _paths(m)), (st.lookahead_score, _paths(la.draft))]
-        sources.sort(key=lambda s: -s[0])
-        tree = DraftTree.from_paths(sources[0][1] + sources[1][1])
-        if len(tree) > budget:
-            tree = tree.truncated(budget)
-        st.rows = 1 + len(tree) + (len(la.lookahead.tokens) if la.lookahead else 0)
+        window_rows = len(la.lookahead.tokens) if la.lookahead else 0
+        tree = m
+        if la.draft:
+            merged = DraftTree.from_paths(_paths(m) + _paths(la.draft))
+            if len(merged) > budget:
+                merged = merged.truncated(budget)
+            base = 1 + st.memory_score
+            if (base + st.lookahead_extra) / self.cost(1 + len(merged) + window_rows) > \
+                    base / self.cost(1 + len(m) + window_rows):
+                tree = merged
+        st.rows = 1 + len(tree) + window_rows
         return Proposal(tree, la.lookahead)
 
     def observe(self, request_id: str, committed: Sequence[int],
@@ -142,9 +152,11 @@ class HybridDrafter:
         st = self._requests[request_id]
         if committed:
             a = 0.3
-            st.memory_score += a * (_followed(st.memory_tree, committed) - st.memory_score)
-            st.lookahead_score += a * (_followed(st.lookahead_tree, committed) - st.lookahead_score)
-            if st.rows:
+            by_memory = _followed(st.memory_tree, committed)
+            extra = max(0, _followed(st.lookahead_tree, committed) - by_memory)
+            st.memory_score += a * (by_memory - st.memory_score)
+            st.lookahead_extra += a * (extra - st.lookahead_extra)
+            if st.rows and st.choosing:
                 st.selector.update(len(committed), self.cost(st.rows))
         st.memory_tree = st.lookahead_tree = None
         st.rows = 0

@@ -48,6 +48,7 @@ class _Arm:
     value: float = 0.0        # tokens per unit cost, smoothed over epochs
     epochs: int = 0
     last_epoch: int = -1
+    retry_after: int = 0      # epochs before a losing arm is tried again (doubles while it loses)
 
 
 @dataclass
@@ -55,8 +56,9 @@ class ArmSelector:
     """Per-request epoch-greedy choice among `n_arms` drafting configurations.
 
     Each epoch of `epoch_steps` steps runs one arm; its score is tokens / cost summed over the
-    epoch. Untried arms go first (arm 0 first: the richest configuration); after that the best
-    arm runs, except that an arm not run for `retry_after` epochs is tried again."""
+    epoch. Untried arms go first, in index order (put the cheap, safe configuration at 0: short
+    requests may never leave their first epoch); after that the best arm runs, and a losing arm
+    is retried after `retry_after` epochs, then after twice as many each time it loses again."""
 
     n_arms: int
     epoch_steps: int = 6
@@ -91,11 +93,12 @@ class ArmSelector:
         arm.last_epoch = self.epoch
         self.epoch += 1
         self.steps, self.tokens, self.cost = 0, 0.0, 0.0
+        best = max(range(self.n_arms), key=lambda i: self.arms[i].value if self.arms[i].epochs else -1.0)
+        for i, a in enumerate(self.arms):  # losers wait longer each time they lose again
+            if i == best:
+                a.retry_after = self.retry_after
+            elif i == self.current:
+                a.retry_after = min(max(a.retry_after * 2, self.retry_after), 64 * self.retry_after)
         untried = [i for i, a in enumerate(self.arms) if a.epochs == 0]
-        stale = [i for i, a in enumerate(self.arms) if self.epoch - a.last_epoch > self.retry_after]
-        if untried:
-            self.current = untried[0]
-        elif stale:
-            self.current = stale[0]
-        else:
-            self.current = max(range(self.n_arms), key=lambda i: self.arms[i].value)
+        stale = [i for i, a in enumerate(self.arms) if i != best and self.epoch - a.last_epoch > a.retry_after]
+        self.current = untried[0] if untried else stale[0] if stale else best
