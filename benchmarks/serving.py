@@ -242,7 +242,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="default", help="a .gguf, a Hugging Face folder, or 'default'")
     ap.add_argument("--tiny", action="store_true", help="a tiny random model: a smoke run in seconds")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--tasks", default="grounded", help="paraspec.bench task set")
     ap.add_argument("--requests", type=int, default=16)

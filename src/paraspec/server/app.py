@@ -185,13 +185,14 @@ class BodySizeLimit:
 
 # ------------------------------------------------------------------------------------ app
 
-def create_app(llm: LLM, config: ServiceConfig | None = None) -> FastAPI:
-    """An app serving `llm` (whose engine the app's loop thread takes over) under `config`."""
+def create_app(llm: LLM, config: ServiceConfig | None = None, engine_thread: bool = True) -> FastAPI:
+    """An app serving `llm` under `config`. The engine loop runs on a thread of its own, or, with
+    engine_thread=False, wherever the caller runs app.state.async_engine.run_in_this_thread()."""
     config = config or ServiceConfig()
     name = config.model_deploy.model.model_name or llm.model_name
     metrics = ServingMetrics(name)
     engine = AsyncEngine(llm.engine, max_in_flight=config.server.max_link_num, token_timeout=config.server.token_timeout,
-                         e2e_timeout=config.server.e2e_timeout, metrics=metrics)
+                         e2e_timeout=config.server.e2e_timeout, metrics=metrics, own_thread=engine_thread)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -269,8 +270,24 @@ def serve_main(args: argparse.Namespace) -> int:
         return 2
     for note in config.warnings:
         logger.warning("%s", note)
+    import signal
+    import threading
+
     import uvicorn
 
-    uvicorn.run(create_app(llm, config), host=config.server.ip_address, port=config.server.port,
-                log_level=logging.getLevelName(config.log_level).lower(), timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
-    return 0
+    # the engine loop runs on the main thread (torch is ~1.5x faster there than on a second
+    # thread, see AsyncEngine), uvicorn's event loop on another
+    app = create_app(llm, config, engine_thread=False)
+    server = uvicorn.Server(uvicorn.Config(app, host=config.server.ip_address, port=config.server.port,
+                                           log_level=logging.getLevelName(config.log_level).lower(),
+                                           timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
+    http = threading.Thread(target=server.run, name="paraspec-http", daemon=True)
+
+    def stop(*_) -> None:
+        server.should_exit = True
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    http.start()
+    app.state.async_engine.run_in_this_thread(should_stop=lambda: not http.is_alive())
+    http.join()
+    return 0 if server.started else 1

@@ -132,7 +132,14 @@ class RequestStream:
 
 class AsyncEngine:
     def __init__(self, engine: Engine, *, max_in_flight: int = 1000, token_timeout: float = 600.0,
-                 e2e_timeout: float = 600.0, metrics: ServingMetrics | None = None):
+                 e2e_timeout: float = 600.0, metrics: ServingMetrics | None = None, own_thread: bool = True):
+        # own_thread=False: the caller runs the loop with run_in_this_thread(). `paraspec serve`
+        # does that on the main thread, with uvicorn on another: measured here, torch forwards run
+        # ~1.5x slower from a second thread than from the main one (its OpenMP team competes
+        # with the main thread's), which would cost every served token.
+        self.own_thread = own_thread
+        self._started = threading.Event()
+        self._stopped = threading.Event()
         self.engine = engine
         self.max_in_flight = max_in_flight
         self.token_timeout, self.e2e_timeout = token_timeout, e2e_timeout
@@ -152,9 +159,23 @@ class AsyncEngine:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._run, name="paraspec-engine", daemon=True)
-        self._thread.start()
+        if self.own_thread:
+            self._thread = threading.Thread(target=self._run, name="paraspec-engine", daemon=True)
+            self._thread.start()
         self._accepting = True
+        self._started.set()
+
+    def run_in_this_thread(self, should_stop=lambda: False) -> None:
+        """With own_thread=False: run the engine loop here once the app has started, until the
+        app shuts down (or should_stop() turns true while waiting to start)."""
+        while not self._started.wait(0.1):
+            if should_stop():
+                return
+        self._thread = threading.current_thread()
+        try:
+            self._run()
+        finally:
+            self._stopped.set()
 
     async def shutdown(self, grace_s: float = 0.0) -> None:
         """Stop accepting; let running requests finish for up to grace_s; abort the rest; stop the thread."""
@@ -166,10 +187,15 @@ class AsyncEngine:
             stream.queue.put_nowait(EngineDeadError("the server is shutting down; retry on another replica"))
         if self._thread is not None:
             self._commands.put(_Stop())
-            await asyncio.to_thread(self._thread.join, 30)
+            if self.own_thread:
+                await asyncio.to_thread(self._thread.join, 30)
+            else:
+                await asyncio.to_thread(self._stopped.wait, 30)
 
     @property
     def is_running(self) -> bool:
+        if not self.own_thread:
+            return self._started.is_set() and not self._stopped.is_set()
         return self._thread is not None and self._thread.is_alive()
 
     @property
