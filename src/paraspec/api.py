@@ -7,7 +7,7 @@ from typing import Sequence as Seq
 
 import torch
 
-from .config import EngineConfig, PluginConfig, build_drafter, parse_plugin_params
+from .config import EngineConfig, build_drafter, parse_plugin_params
 from .engine import Engine, Sequence, TokenLogprob
 from .errors import ConfigError, RequestError
 from .model.loader import load_model

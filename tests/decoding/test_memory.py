@@ -6,6 +6,8 @@ import random
 import warnings
 
 import pytest
+
+from paraspec.config import parse_plugin_params
 from hypothesis import given, settings, strategies as st
 
 from paraspec.decoding.memory import MemoryDecodingParams, MemoryDrafter
@@ -46,8 +48,7 @@ def generate(d: MemoryDrafter, rid: str, prompt: list[int], output: list[int],
 
 # ------------------------------------------------------------------------------ parameters
 def test_mindie_plugin_params_parse():
-    p = MemoryDecodingParams.from_json(
-        '{"plugin_type":"memory_decoding","decoding_length":16,"dynamic_algo":true}')
+    p = parse_plugin_params('{"plugin_type":"memory_decoding","decoding_length":16,"dynamic_algo":true}').params
     assert (p.decoding_length, p.dynamic_algo, p.max_draft) == (16, True, 15)
     d = MemoryDecodingParams()
     assert (d.decoding_length, d.dynamic_algo, d.mode) == (16, False, "tree")
@@ -84,7 +85,7 @@ def test_unknown_keys_warn_and_are_ignored():
 @pytest.mark.parametrize("text", ["{decoding_length: 16}", "[16]"])
 def test_bad_json_is_a_config_error(text):
     with pytest.raises(ConfigError, match="plugin_params"):
-        MemoryDecodingParams.from_json(text)
+        parse_plugin_params(text)
 
 
 def test_speculation_gamma_must_cover_decoding_length():

@@ -27,7 +27,6 @@ import importlib.util
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time

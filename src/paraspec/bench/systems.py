@@ -437,11 +437,6 @@ def make_system(name: str, ctx: SystemContext) -> System:
     """The system called `name`; raises SkipSystem (with the reason) when it cannot run here."""
     if name in PARASPEC_SYSTEMS or sweep_plugin(name) is not None:
         plugin = PARASPEC_SYSTEMS[name] if name in PARASPEC_SYSTEMS else sweep_plugin(name)
-        if plugin and plugin["plugin_type"] == "hybrid":
-            try:
-                import paraspec.decoding.hybrid  # noqa: F401
-            except ImportError:
-                raise SkipSystem("paraspec.decoding.hybrid is not implemented yet") from None
         return ParaspecSystem(name, ctx.llm, plugin, ctx.memory_file)
     if name == "aspd":
         raise SkipSystem("ASPD (paraspec.aspd) does not exist yet")

@@ -33,7 +33,6 @@ memory is right, and a partly sent draft still measures its deep nodes.
 """
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any, Hashable, Sequence
@@ -124,20 +123,6 @@ class MemoryDecodingParams:
                                   f"pass a JSON {_json_type(want)} (default {defaults[key]!r})")
             kwargs[key] = value
         return cls(**kwargs)
-
-    @classmethod
-    def from_json(cls, plugin_params: str) -> "MemoryDecodingParams":
-        """Parse MindIE's plugin_params JSON string, e.g.
-        '{"plugin_type":"memory_decoding","decoding_length":16,"dynamic_algo":true}'."""
-        try:
-            d = json.loads(plugin_params)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"plugin_params is not valid JSON ({e.msg} at char {e.pos}); pass e.g. "
-                              "'{\"plugin_type\":\"memory_decoding\",\"decoding_length\":16}'") from None
-        if not isinstance(d, dict):
-            raise ConfigError("plugin_params must be a JSON object; pass e.g. "
-                              "'{\"plugin_type\":\"memory_decoding\",\"decoding_length\":16}'")
-        return cls.from_dict(d)
 
 
 class _Walk:
