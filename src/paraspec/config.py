@@ -83,7 +83,8 @@ def _params_class(kind: str):
 def build_drafter(plugin: PluginConfig | None, tokenizer, engine, private_memory: bool = False):
     """The drafter for a plugin config. Memory drafters share the engine's trie (or, with
     private_memory, get an empty one of their own, e.g. to benchmark from a cold start), and
-    drafters that weigh draft length against verification cost get the runner's cost curve."""
+    drafters that weigh draft length against verification cost get the runner's cost curve
+    and the engine's record of which of their arms paid."""
     if plugin is None:
         return None
     from .decoding.trie import TokenTrie
@@ -103,4 +104,6 @@ def build_drafter(plugin: PluginConfig | None, tokenizer, engine, private_memory
         drafter = HybridDrafter(p, trie=trie(p.memory.max_trie_nodes, p.memory.window), eos_token_ids=eos)
     if hasattr(drafter, "set_forward_cost"):
         drafter.set_forward_cost(engine.runner.forward_cost())
+    if hasattr(drafter, "arms"):   # window-or-not evidence is the engine's, not one drafter's
+        drafter.arms = engine.arm_stats(f"{plugin.plugin_type}:{p!r}", drafter.arms.n_arms)
     return drafter

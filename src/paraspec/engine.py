@@ -92,6 +92,8 @@ class Engine:
         self.running: list[Sequence] = []
         self._ids = itertools.count()
         self._twin_logits: dict[str, torch.Tensor] = {}  # prompt logits kept for n > 1 siblings
+        self._trie = None
+        self._arm_stats: dict[str, object] = {}
 
     # ------------------------------------------------------------------------------ requests
 
@@ -134,11 +136,19 @@ class Engine:
     def shared_trie(self, max_nodes: int | None = None, window: int | None = None):
         """The engine's token trie (memory_decoding's memory), shared by every memory drafter;
         created on first use with that drafter's node budget and window."""
-        if getattr(self, "_trie", None) is None:
+        if self._trie is None:
             from .decoding.trie import TokenTrie
             kwargs = {k: v for k, v in (("max_nodes", max_nodes), ("window", window)) if v is not None}
             self._trie = TokenTrie(**kwargs)
         return self._trie
+
+    def arm_stats(self, key: str, n_arms: int):
+        """What drafters of one configuration (`key`) have learnt about their arms (window or
+        not) on this engine: like the forward-cost curve, it outlives any one drafter."""
+        from .decoding.policy import ArmStats
+        if key not in self._arm_stats:
+            self._arm_stats[key] = ArmStats(n_arms)
+        return self._arm_stats[key]
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)

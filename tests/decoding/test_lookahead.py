@@ -187,7 +187,7 @@ def test_every_query_row_is_a_valid_causal_context(n, w, g):
 
 # ------------------------------------------------------------------------------- warm-up, harvest, shift
 
-def test_warm_up_builds_one_level_per_step_then_drafts():
+def test_warm_up_builds_one_level_per_step_and_drafts_from_the_prompt_meanwhile():
     n, w = 5, 3
     d = LookaheadDrafter(LookaheadParams(level=n, window=w, guess_set_size=2))
     prompt = [5, 6, 7, 8, 9, 5, 6, 7, 8, 4]  # pool[5] has (6, 7, 8, 9) and (6, 7, 8, 4)
@@ -196,13 +196,14 @@ def test_warm_up_builds_one_level_per_step_then_drafts():
 
     p1 = d.propose("r", ctx, 64)
     level0 = p1.lookahead.tokens
-    assert len(p1.draft) == 0 and len(level0) == w + n - 3 and set(level0) <= set(prompt)
+    assert len(level0) == w + n - 3 and set(level0) <= set(prompt)
+    assert p1.draft.tokens == [6, 7, 8, 4, 9]   # the prompt's n-grams are drafted during warm-up
     assert p1.lookahead.offsets == [1, 2, 3, 4, 5] and p1.lookahead.output_rows == [0, 1, 2, 3, 4]
     d.observe("r", [11], [11, 12, 13, 14, 15])
     ctx.append(11)
 
     p2 = d.propose("r", ctx, 64)
-    assert len(p2.draft) == 0
+    assert len(p2.draft) == 0                   # no n-gram starts with 11
     assert p2.lookahead.tokens == level0[1:] + [11, 12, 13, 14, 15]
     assert p2.lookahead.offsets == [1, 2, 3, 4] + [1, 2, 3, 4, 5]
     assert p2.lookahead.output_rows == [5, 6, 7, 8]  # level 1 without its first column
@@ -221,8 +222,9 @@ def test_warm_up_builds_one_level_per_step_then_drafts():
     assert p4.lookahead.tokens == level0[3:] + [13, 14, 15] + [23, 24, 25] + [33, 34, 35]
     assert p4.lookahead.offsets == [1, 2] + [1, 2, 3] + [2, 3, 4] + [3, 4, 5]
     assert p4.lookahead.output_rows == [8, 9, 10]
-    # pool[5] = newest (6, 7, 8, 4), then (6, 7, 8, 9): merged on their shared prefix
-    assert p4.draft.tokens == [6, 7, 8, 4, 9] and p4.draft.parents == [-1, 0, 1, 2, 2]
+    # pool[5] = newest (6, 7, 8, 4), then (6, 7, 8, 9), merged on their shared prefix; the
+    # rejected draft of step 1 made the back-off cut both to two tokens
+    assert p4.draft.tokens == [6, 7] and p4.draft.parents == [-1, 0]
 
 
 def warm_window(d: LookaheadDrafter, rid: str = "r") -> list[int]:
@@ -310,9 +312,7 @@ def test_draft_respects_max_nodes_and_backs_off_when_guesses_fail():
         d.observe("r", committed, [root] * len(p.lookahead.output_rows))
         ctx.extend(committed)
 
-    for _ in range(n - 2):  # warm-up; the root stays 7 and the window fills with 7s
-        p = d.propose("r", ctx, 64)
-        step([root])
+    # the prompt's n-grams are drafted from the first step, during the window's warm-up too
     assert len(d.propose("r", ctx, 64).draft) == g * (n - 1)
     assert len(d.propose("r", ctx, 5).draft) == 5
     assert len(d.propose("r", ctx, 0).draft) == 0
@@ -366,15 +366,15 @@ def test_window_is_seeded_by_the_request_seed():
 
 # ------------------------------------------------------------------------------- model-free simulation
 
-def test_candidates_from_the_prompt_get_accepted_after_warm_up():
+def test_candidates_from_the_prompt_get_accepted_from_the_first_step():
     rng = np.random.default_rng(0)
     text = rng.choice(np.arange(10, 5000), size=40, replace=False).tolist()
     model = periodic(text)  # the output repeats the prompt
     params = LookaheadParams()
     out, per_step = run(LookaheadDrafter(params), model, text, 30)
     assert out[:len(out) // 40 * 40] == (text * 10)[:len(out) // 40 * 40]  # greedy output unchanged
-    assert (per_step[:params.level - 2] == 1).all()   # warm-up: one token per step
-    assert per_step[params.level - 2:].mean() > 3.5    # then up to N per step
+    assert (per_step[:params.level - 2] == params.level).all()   # N per step, warm-up too
+    assert per_step.mean() > 3.5
 
 
 def test_window_alone_learns_an_unseen_continuation():

@@ -9,7 +9,10 @@ MindIE refuses to enable both algorithms at once; here they share one budget. Ea
 - the Jacobi window rides along only when it pays: it is considered only while the trie's drafts
   are accepted less than WINDOW_BELOW tokens a step (where the trie does well, a window adds
   rows and nothing else), and then an ArmSelector compares tokens per unit of forward cost with
-  and without it. Batches > 2 never carry it: verification stops being free as the batch grows.
+  and without it, learning across the drafter's requests (warm-up steps are not scored). The
+  comparison is paired: in a step with the window, the trie's own tree was verified too, so
+  the tokens and cost of the same step without the window are known.
+  Batches > 2 never carry it: verification stops being free as the batch grows.
 After verification both drafters observe the committed tokens; the hybrid scores each source
 by how far the committed tokens follow that source's own tree.
 """
@@ -23,7 +26,7 @@ from typing import Any
 from ..errors import ConfigError
 from .lookahead import LookaheadDrafter, LookaheadParams
 from .memory import MemoryDecodingParams, MemoryDrafter
-from .policy import ArmSelector, CostModel
+from .policy import ArmSelector, ArmStats, CostModel
 from .proposer import Proposal
 from .trie import TokenTrie
 from .tree import DraftTree
@@ -74,7 +77,7 @@ class HybridParams:
 
 @dataclass
 class _Request:
-    selector: ArmSelector = field(default_factory=lambda: ArmSelector(2))   # arm 1 = with the window
+    selector: ArmSelector                     # arm 1 = with the window
     memory_tree: DraftTree | None = None
     lookahead_tree: DraftTree | None = None
     memory_score: float = 1.0     # accepted draft tokens per step along the trie's tree
@@ -82,6 +85,7 @@ class _Request:
     rows: int = 0
     arm: int = 0
     choosing: bool = False        # this step's arm came from the selector (so it learns from it)
+    scored: bool = False          # ... and counts (not a window warm-up step)
 
 
 def _paths(tree: DraftTree) -> list[list[int]]:
@@ -116,6 +120,7 @@ class HybridDrafter:
                                           adaptive_window=False)
         self.trie = self.memory.trie
         self.cost = CostModel()
+        self.arms = ArmStats(2)   # window or not: learnt across this drafter's requests
         self._batch_size = 1
         self._requests: dict[str, _Request] = {}
 
@@ -123,7 +128,7 @@ class HybridDrafter:
     def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None) -> None:
         self.memory.begin(request_id, prompt, seed)
         self.lookahead.begin(request_id, prompt, seed)
-        self._requests[request_id] = _Request()
+        self._requests[request_id] = _Request(ArmSelector(2, shared=self.arms))
 
     def propose(self, request_id: str, context: Sequence[int], max_nodes: int) -> Proposal:
         st = self._requests[request_id]
@@ -131,6 +136,7 @@ class HybridDrafter:
         st.choosing = self._batch_size <= MAX_WINDOW_BATCH and st.memory_score < WINDOW_BELOW
         st.arm = st.selector.choose() if st.choosing else 0
         self.lookahead.set_window(request_id, self.params.lookahead.window if st.arm == 1 else 0)
+        st.scored = st.choosing and (st.arm == 0 or self.lookahead.warm(request_id))
         m = self.memory.propose(request_id, context, budget).draft
         la = self.lookahead.propose(request_id, context, budget)
         st.memory_tree, st.lookahead_tree = m, la.draft
@@ -156,8 +162,11 @@ class HybridDrafter:
             extra = max(0, _followed(st.lookahead_tree, committed) - by_memory)
             st.memory_score += a * (by_memory - st.memory_score)
             st.lookahead_extra += a * (extra - st.lookahead_extra)
-            if st.rows and st.choosing:
-                st.selector.update(len(committed), self.cost(st.rows))
+            if st.rows and st.scored:
+                # paired: the trie's tree was verified too, so what it alone would have given on
+                # this very step is known; the window is scored relative to that
+                base = (1 + by_memory, self.cost(1 + len(st.memory_tree or ()))) if st.arm == 1 else None
+                st.selector.update(len(committed), self.cost(st.rows), base or (len(committed), self.cost(st.rows)))
         st.memory_tree = st.lookahead_tree = None
         st.rows = 0
         self.memory.observe(request_id, committed)

@@ -44,9 +44,15 @@ Layout for W=5, N=4, G=2 (r = root at offset 0; offset = position id - root's po
     Harvest, column c: key = r (c = 0) or a(c-1); n-gram = (b_c, c_c, n_c) at offsets c+1..c+3.
     Query size = 1 + G(N-1) + (W-1) + (N-2)W = (N-1)(W+G) = 21 here.
 
-Warm-up (first N-2 steps, empty draft tree): level 0 starts as W+N-3 random prompt tokens and
-each step adds one level from the argmax of the newest one until N-1 levels exist. The rule that
-places every level, during warm-up and after, is offset(level l, column c) = max(l, 1) + c.
+Warm-up (the first N-2 steps that run the window; the pool's prompt n-grams are drafted
+meanwhile): level 0 starts as W+N-3 random prompt tokens and each step adds one level from the
+argmax of the newest one until N-1 levels exist. The rule that places every level, during
+warm-up and after, is offset(level l, column c) = max(l, 1) + c.
+
+Whether to run the window at all is measured, not assumed: an ArmSelector compares tokens per
+unit of forward cost with and without it, over all of the drafter's requests (ArmStats). On a
+machine where verifying 15 more rows costs ~50 % more (this 2-core CPU) the window rarely pays;
+on an accelerator, where extra rows are nearly free, it does.
 
 Multi-token steps: when k > 1 tokens are committed, the root moves k positions but the window
 moves one column, as in LADE (ALWAYS_FWD_ONE), so its guesses land k-1 positions left of where
@@ -71,7 +77,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .ngram_pool import NgramPool
-from .policy import ArmSelector, CostModel
+from .policy import ArmSelector, ArmStats, CostModel
 from .proposer import LookaheadBranch, Proposal
 from .tree import DraftTree
 
@@ -213,7 +219,7 @@ class _RequestState:
     pending: _Pending | None = None
     # arm 0 runs the window, arm 1 only verifies pool candidates: whichever gives more tokens
     # per unit of forward cost (the window's rows are not free on every machine)
-    selector: ArmSelector = field(default_factory=lambda: ArmSelector(2))
+    selector: ArmSelector | None = None
 
 
 class LookaheadDrafter:
@@ -229,6 +235,7 @@ class LookaheadDrafter:
         self.adaptive_window = adaptive_window   # False: always run the window (LADE, MindIE)
         self._requests: dict[str, _RequestState] = {}
         self.cost = CostModel()
+        self.arms = ArmStats(2)   # window or not: learnt across this drafter's requests
 
     def set_forward_cost(self, curve: dict[int, float]) -> None:
         """The engine's measured t(k)/t(1), for the window-or-not choice."""
@@ -246,7 +253,8 @@ class LookaheadDrafter:
             fill = np.array([min(set(range(len(self.eos_token_ids) + 1)) - self.eos_token_ids)])
         st = _RequestState(pool=pool, rng=np.random.default_rng(self.default_seed if seed is None else seed),
                            fill_tokens=fill, levels=[], width=p.window, fed=len(prompt),
-                           backoff=DraftBackoff(p.level - 1, p.guess_set_size))
+                           backoff=DraftBackoff(p.level - 1, p.guess_set_size),
+                           selector=ArmSelector(2, shared=self.arms))
         st.levels = [self._fill(st, p.window + p.level - 3)]
         self._requests[request_id] = st
 
@@ -256,14 +264,16 @@ class LookaheadDrafter:
             raise ValueError("LookaheadDrafter.propose: empty context (the root is its last token)")
         root = int(context[-1])
         self._feed(st, context)
-        warm = len(st.levels) == self.params.level - 1
-        draft = self._draft(st, root, max_nodes) if warm else DraftTree()
-        arm = st.selector.choose() if warm and self.adaptive_window else -1
+        warm = self.warm(request_id)
+        draft = self._draft(st, root, max_nodes)
+        arm = st.selector.choose() if self.adaptive_window else 0
         width = 0 if arm == 1 else st.width
         branch = self._branch(st, warm, width)
         rows = 1 + len(draft) + (len(branch.tokens) if branch else 0)
+        # warm-up steps are not scored: the window has nothing to harvest yet
         st.pending = _Pending(root, len(draft), width if branch else 0,
-                              len(branch.output_rows) if branch else 0, rows, arm)
+                              len(branch.output_rows) if branch else 0, rows,
+                              arm if self.adaptive_window and (warm or not branch) else -1)
         return Proposal(draft=draft, lookahead=branch)
 
     def observe(self, request_id: str, committed: Sequence[int],
@@ -302,6 +312,10 @@ class LookaheadDrafter:
         if not 0 <= width <= self.params.window:
             raise ValueError(f"set_window: width must be in [0, {self.params.window}], got {width}")
         self._state(request_id).width = width
+
+    def warm(self, request_id: str) -> bool:
+        """Whether the window has its N-1 levels (warm-up runs only while the window is on)."""
+        return len(self._state(request_id).levels) == self.params.level - 1
 
     def pool(self, request_id: str) -> NgramPool:
         return self._state(request_id).pool

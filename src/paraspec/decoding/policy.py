@@ -1,12 +1,12 @@
 """Cost-aware choice between drafting configurations, from measured acceptance.
 
 Verifying more query rows is nearly free on a memory-bound machine and not free at all on a
-compute-bound one (this CPU: t(16)/t(1) ~ 1.2, t(32)/t(1) ~ 1.7). Whether a lookahead window or
+compute-bound one (this 2-core CPU, SmolLM2-135M bf16: t(16)/t(1) ~ 1.5, t(32)/t(1) ~ 2.2). Whether a lookahead window or
 a second drafter pays therefore depends on the machine and on the text: copyable stretches
 reward drafts, novel ones do not. `ArmSelector` runs each configuration ("arm") for short
 epochs, scores it by tokens emitted per unit of forward cost, keeps using the best and retries
-the others now and then. Epochs, not single steps, because a lookahead window's benefit is
-delayed: the n-grams it harvests in one step are accepted a few steps later.
+the others now and then; what one request learns (ArmStats) is where the next one starts.
+Epochs, not single steps, because a lookahead window's benefit is delayed: the n-grams it harvests in one step are accepted a few steps later.
 """
 from __future__ import annotations
 
@@ -44,11 +44,60 @@ class CostModel:
 
 
 @dataclass
-class _Arm:
-    value: float = 0.0        # tokens per unit cost, smoothed over epochs
-    epochs: int = 0
-    last_epoch: int = -1
-    retry_after: int = 0      # epochs before a losing arm is tried again (doubles while it loses)
+class ArmStats:
+    """What all requests of one drafter have learned about its arms: each arm's value (tokens
+    per unit of forward cost, smoothed over every request's epochs) and when a losing arm is due
+    for another try. Shared by the requests' selectors, so a new request starts on the arm that
+    has been winning and exploration is paced over all requests' epochs: whether a lookahead
+    window pays is mostly a property of the machine's cost curve, and short requests should not
+    each pay to learn it again."""
+
+    n_arms: int
+    retry_after: int = 8      # epochs (of any request) before a losing arm is tried again ...
+    max_wait: int = 256       # ... doubling while it keeps losing, up to this many
+    alpha: float = 0.3
+    value: list[float] = field(default_factory=list)
+    epochs: list[int] = field(default_factory=list)
+    last_epoch: list[int] = field(default_factory=list)
+    wait: list[int] = field(default_factory=list)
+    epoch: int = 0
+
+    def __post_init__(self) -> None:
+        n = self.n_arms
+        self.value, self.epochs = [0.0] * n, [0] * n
+        self.last_epoch, self.wait = [-1] * n, [self.retry_after] * n
+
+    def best(self) -> int | None:
+        tried = [i for i in range(self.n_arms) if self.epochs[i]]
+        return max(tried, key=lambda i: self.value[i]) if tried else None
+
+    def due(self) -> int | None:
+        """An arm to explore now: an untried one (index order), else a loser whose wait is over.
+        The caller claims it, so concurrent requests do not all explore at once."""
+        untried = [i for i in range(self.n_arms) if not self.epochs[i]]
+        if untried:
+            return untried[0]
+        best = self.best()
+        stale = [i for i in range(self.n_arms)
+                 if i != best and self.epoch - self.last_epoch[i] > self.wait[i]]
+        return stale[0] if stale else None
+
+    def claim(self, arm: int) -> None:
+        self.last_epoch[arm] = self.epoch
+
+    def record(self, arm: int, score: float) -> None:
+        """One finished epoch of `arm` (any request) that scored `score` tokens per unit cost."""
+        self.value[arm] = score if not self.epochs[arm] else \
+            self.alpha * score + (1 - self.alpha) * self.value[arm]
+        self.epochs[arm] += 1
+        self.last_epoch[arm] = self.epoch
+        self.epoch += 1
+        best = self.best()
+        if arm == best:
+            self.wait[arm] = self.retry_after
+        else:   # lost again: wait twice as long before the next try, 4x if it lost by far
+            far = self.value[arm] < 0.8 * self.value[best]
+            self.wait[arm] = min(self.wait[arm] * (4 if far else 2), self.max_wait)
 
 
 @dataclass
@@ -56,49 +105,67 @@ class ArmSelector:
     """Per-request epoch-greedy choice among `n_arms` drafting configurations.
 
     Each epoch of `epoch_steps` steps runs one arm; its score is tokens / cost summed over the
-    epoch. Untried arms go first, in index order (put the cheap, safe configuration at 0: short
-    requests may never leave their first epoch); after that the best arm runs, and a losing arm
-    is retried after `retry_after` epochs, then after twice as many each time it loses again."""
+    epoch, recorded both in this request's own values and in the drafter-wide `shared` ArmStats.
+    The next epoch explores whatever `shared` says is due (untried arms first, in index order:
+    put the configuration the algorithm is named for at 0), else runs the best arm by this
+    request's own values where it has them (its text may differ from the others') and by the
+    shared values elsewhere."""
 
     n_arms: int
     epoch_steps: int = 6
     retry_after: int = 8
     alpha: float = 0.5
-    arms: list[_Arm] = field(default_factory=list)
+    shared: ArmStats | None = None
+    own: list[float | None] = field(default_factory=list)
     current: int = 0
-    epoch: int = 0
     steps: int = 0
     tokens: float = 0.0
     cost: float = 0.0
+    base_tokens: float = 0.0
+    base_cost: float = 0.0
 
     def __post_init__(self) -> None:
-        self.arms = [_Arm() for _ in range(self.n_arms)]
+        if self.shared is None:
+            self.shared = ArmStats(self.n_arms, retry_after=self.retry_after)
+        self.own = [None] * self.n_arms
+        self.current = self._next()
 
     def choose(self) -> int:
         return self.current
 
-    def update(self, tokens: int, cost: float) -> None:
-        """Record one step of the current arm: tokens emitted and its forward cost."""
+    def update(self, tokens: float, cost: float, base: tuple[float, float] | None = None) -> None:
+        """Record one step of the current arm: tokens emitted and its forward cost.
+
+        Paired evidence: `base` = (tokens, cost) the same step would have had in a reference
+        configuration (known when the reference's draft was part of the verified tree). An epoch
+        given bases scores tokens/cost relative to the reference's on the same text, which is
+        far less noisy than comparing epochs that ran over different stretches of text."""
         self.tokens += tokens
         self.cost += cost
+        if base is not None:
+            self.base_tokens += base[0]
+            self.base_cost += base[1]
         self.steps += 1
         if self.steps >= self.epoch_steps:
-            self._end_epoch()
+            score = self.tokens / max(self.cost, 1e-9)
+            if self.base_tokens:
+                score /= self.base_tokens / max(self.base_cost, 1e-9)
+            old = self.own[self.current]
+            self.own[self.current] = score if old is None else self.alpha * score + (1 - self.alpha) * old
+            self.shared.record(self.current, score)
+            self.steps, self.tokens, self.cost = 0, 0.0, 0.0
+            self.base_tokens = self.base_cost = 0.0
+            self.current = self._next()
 
-    def _end_epoch(self) -> None:
-        arm = self.arms[self.current]
-        score = self.tokens / max(self.cost, 1e-9)
-        arm.value = score if arm.epochs == 0 else self.alpha * score + (1 - self.alpha) * arm.value
-        arm.epochs += 1
-        arm.last_epoch = self.epoch
-        self.epoch += 1
-        self.steps, self.tokens, self.cost = 0, 0.0, 0.0
-        best = max(range(self.n_arms), key=lambda i: self.arms[i].value if self.arms[i].epochs else -1.0)
-        for i, a in enumerate(self.arms):  # losers wait longer each time they lose again
-            if i == best:
-                a.retry_after = self.retry_after
-            elif i == self.current:
-                a.retry_after = min(max(a.retry_after * 2, self.retry_after), 64 * self.retry_after)
-        untried = [i for i, a in enumerate(self.arms) if a.epochs == 0]
-        stale = [i for i, a in enumerate(self.arms) if i != best and self.epoch - a.last_epoch > a.retry_after]
-        self.current = untried[0] if untried else stale[0] if stale else best
+    def _next(self) -> int:
+        due = self.shared.due()
+        if due is not None:
+            self.shared.claim(due)
+            return due
+        sh = self.shared
+
+        def value(i: int) -> float:
+            if self.own[i] is not None:
+                return self.own[i]
+            return sh.value[i] if sh.epochs[i] else float("-inf")
+        return max(range(self.n_arms), key=value)
