@@ -66,7 +66,6 @@ one column 1.98, k columns 1.90, k columns with the passed ones recycled to the 
 """
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -165,33 +164,94 @@ def window_layout(len0: int, num_upper: int, skip_first_output: bool = False) ->
     return WindowLayout(tuple(offsets), mask, tuple(range(out_start, n)))
 
 
-# ----------------------------------------------------------------------------------- back-off
+# ----------------------------------------------------------------------------------- draft size
 
-@dataclass
-class DraftBackoff:
-    """Caps the draft tree's candidates (count) and their length (depth) from recent acceptance.
+# Before any evidence: each candidate's first token is accepted with chance PRIOR_FIRST, each
+# further token (given the one before) with PRIOR_NEXT. Mildly optimistic; evidence replaces it
+# within a few steps.
+PRIOR_FIRST, PRIOR_NEXT = 0.3, 0.6
 
-    A verified step that accepts nothing still pays for every draft node, so when the pool's
-    guesses keep failing the tree shrinks to one candidate of one token (one extra query token
-    per step); a hit grows it back: depth = one more than was just (or usually) accepted."""
-    max_depth: int                   # N-1
-    max_count: int                   # G
-    alpha: float = 0.25              # weight of the newest step in `ema`
-    ema: float = 1.0                 # accepted draft tokens per verified step, smoothed (no bonus)
-    last: int = -1                   # accepted draft tokens of the last verified step
 
-    def __post_init__(self) -> None:
-        if self.last < 0:
-            self.last = self.max_depth - 1  # start at the full tree
+class DraftSizer:
+    """How many of the pool's candidates to verify (count) and how far (depth): the pair with
+    the most tokens per unit of forward cost, (1 + expected accepted) / cost(1 + nodes), or no
+    draft when none beats plain decoding.
 
-    def limits(self) -> tuple[int, int]:
-        depth = min(self.max_depth, max(self.last, round(self.ema)) + 1)
-        count = self.max_count if self.ema >= 1.0 else max(1, math.ceil(self.max_count * self.ema))
-        return depth, count
+    What each (count, depth) would have had accepted is learnt counterfactually, so trying one
+    size teaches all of them: a step's whole candidate list (all of it, N-1 tokens each) is kept
+    until the N-1 tokens after its root are committed; then every candidate's match length is
+    known and the accepted draft tokens of (count, depth) = min(depth, best match among the first
+    `count`, or among all when there were fewer), exactly what verification would have accepted (greedy, and sample-and-match too:
+    a node is accepted iff the step's draw, the committed token, equals it). `table` is the
+    request's running mean of those, kept apart for steps after a hit and after a miss (copying
+    comes in stretches: right after a hit, the next guess is far likelier to be right); it
+    starts from the drafter-wide one (`shared`), which learns from every request, more slowly."""
 
-    def update(self, accepted: int) -> None:
-        self.last = accepted
-        self.ema += self.alpha * (accepted - self.ema)
+    def __init__(self, max_count: int, max_depth: int, shared: np.ndarray | None = None,
+                 alpha: float = 0.15, shared_alpha: float = 0.02):
+        self.max_count, self.max_depth = max_count, max_depth
+        if shared is None:
+            shared = self.prior(max_count, max_depth)
+        self.shared = shared
+        self.table = shared.copy()
+        self.alpha, self.shared_alpha = alpha, shared_alpha
+        self._pending: list[tuple[int, int, list[tuple[int, ...]]]] = []
+        self._last_len = -1      # context length at the last step
+        self.after_hit = 0        # 1 when the last step accepted a draft token
+
+    @staticmethod
+    def prior(max_count: int, max_depth: int) -> np.ndarray:
+        """[after a miss / after a hit, count, depth] expected accepted draft tokens."""
+        first = 1.0 - (1.0 - PRIOR_FIRST) ** np.arange(1, max_count + 1)       # any of c candidates
+        per_depth = np.cumsum(PRIOR_NEXT ** np.arange(max_depth))               # 1, 1.6, 1.96, ...
+        return np.stack([first[:, None] * per_depth[None, :]] * 2)
+
+    def choose(self, candidates: Sequence[tuple[int, ...]], cost: CostModel, max_nodes: int) -> tuple[int, int]:
+        """(count, depth) for this step's candidates (most recent first); (0, 0) = no draft."""
+        best, best_value = (0, 0), 1.0 / cost(1)
+        table = self.table[self.after_hit]
+        prefixes: list[set[tuple[int, ...]]] = [set() for _ in range(self.max_depth)]
+        for c, cand in enumerate(candidates[:self.max_count], start=1):
+            nodes = 0
+            for d in range(1, min(len(cand), self.max_depth) + 1):
+                prefixes[d - 1].add(cand[:d])
+                nodes += len(prefixes[d - 1])
+                if nodes > max_nodes:
+                    break
+                value = (1.0 + table[c - 1, d - 1]) / cost(1 + nodes)
+                if value > best_value:
+                    best, best_value = (c, d), value
+        return best
+
+    def record(self, context_len: int, candidates: Sequence[tuple[int, ...]]) -> None:
+        """This step's candidates, to be scored once the tokens after the root are known."""
+        self.after_hit = int(self._last_len >= 0 and context_len - self._last_len > 1)
+        self._last_len = context_len
+        if candidates:
+            self._pending.append((context_len, self.after_hit, list(candidates[:self.max_count])))
+
+    def observe(self, context: Sequence[int]) -> None:
+        """Score every kept candidate list whose next N-1 tokens are now in `context`."""
+        n, D = len(context), self.max_depth
+        while self._pending and self._pending[0][0] + D <= n:
+            start, state, cands = self._pending.pop(0)
+            truth = tuple(context[start:start + D])
+            best, rows = 0, []
+            for cand in cands:
+                m = 0
+                while m < D and m < len(cand) and cand[m] == truth[m]:
+                    m += 1
+                best = max(best, m)
+                rows.append(best)
+            # "up to c candidates": with fewer available, a larger count drafts all there are
+            rows += [best] * (self.max_count - len(rows))
+            accepted = np.minimum(np.arange(1, D + 1)[None, :], np.array(rows)[:, None])
+            self.table[state] += self.alpha * (accepted - self.table[state])
+            self.shared[state] += self.shared_alpha * (accepted - self.shared[state])
+
+    def expected(self, count: int, depth: int) -> float:
+        """Expected accepted draft tokens of (count, depth) in the current state."""
+        return float(self.table[self.after_hit, count - 1, depth - 1])
 
 
 # ----------------------------------------------------------------------------------- drafter
@@ -213,7 +273,7 @@ class _RequestState:
     rng: np.random.Generator
     fill_tokens: np.ndarray          # EOS-free prompt tokens; the window's random guesses
     levels: list[list[int]]          # levels[0] = oldest guesses; warm when N-1 levels exist
-    backoff: DraftBackoff
+    sizer: DraftSizer
     width: int                       # window columns to run (<= W); 0 = no lookahead branch
     fed: int = 0                     # context tokens whose n-grams are in the pool
     pending: _Pending | None = None
@@ -236,6 +296,7 @@ class LookaheadDrafter:
         self._requests: dict[str, _RequestState] = {}
         self.cost = CostModel()
         self.arms = ArmStats(2)   # window or not: learnt across this drafter's requests
+        self._sizes = DraftSizer.prior(self.params.guess_set_size, self.params.level - 1)
 
     def set_forward_cost(self, curve: dict[int, float]) -> None:
         """The engine's measured t(k)/t(1), for the window-or-not choice."""
@@ -253,7 +314,7 @@ class LookaheadDrafter:
             fill = np.array([min(set(range(len(self.eos_token_ids) + 1)) - self.eos_token_ids)])
         st = _RequestState(pool=pool, rng=np.random.default_rng(self.default_seed if seed is None else seed),
                            fill_tokens=fill, levels=[], width=p.window, fed=len(prompt),
-                           backoff=DraftBackoff(p.level - 1, p.guess_set_size),
+                           sizer=DraftSizer(p.guess_set_size, p.level - 1, self._sizes),
                            selector=ArmSelector(2, shared=self.arms))
         st.levels = [self._fill(st, p.window + p.level - 3)]
         self._requests[request_id] = st
@@ -265,7 +326,7 @@ class LookaheadDrafter:
         root = int(context[-1])
         self._feed(st, context)
         warm = self.warm(request_id)
-        draft = self._draft(st, root, max_nodes)
+        draft = self._draft(st, context, max_nodes)
         arm = st.selector.choose() if self.adaptive_window else 0
         width = 0 if arm == 1 else st.width
         branch = self._branch(st, warm, width)
@@ -294,8 +355,6 @@ class LookaheadDrafter:
             new = [int(t) for t in lookahead_argmax]
             if len(st.levels) == self.params.level - 1:
                 self._harvest(st, pend.root, new, pend.width)
-        if pend.drafted:
-            st.backoff.update(k - 1)
         if pend.arm >= 0:
             st.selector.update(k, self.cost(pend.rows))
         self._shift(st, new)
@@ -321,8 +380,8 @@ class LookaheadDrafter:
         return self._state(request_id).pool
 
     def acceptance(self, request_id: str) -> float:
-        """Smoothed accepted draft tokens per verified step (bonus not counted)."""
-        return self._state(request_id).backoff.ema
+        """Expected accepted draft tokens of the newest candidate at full depth, as learnt."""
+        return self._state(request_id).sizer.expected(1, self.params.level - 1)
 
     # -- internals
 
@@ -342,13 +401,16 @@ class LookaheadDrafter:
             st.pool.add_sequence(context[max(0, st.fed - self.params.level + 1):n])
         st.fed = n
 
-    def _draft(self, st: _RequestState, root: int, max_nodes: int) -> DraftTree:
-        candidates = st.pool.candidates(root)
+    def _draft(self, st: _RequestState, context: Sequence[int], max_nodes: int) -> DraftTree:
+        st.sizer.observe(context)
+        candidates = st.pool.candidates(int(context[-1]))
+        st.sizer.record(len(context), candidates)
         if not candidates or max_nodes <= 0:
             return DraftTree()
-        depth, count = st.backoff.limits()
-        tree = DraftTree.from_paths([list(c[:depth]) for c in candidates[:count]])
-        return tree if len(tree) <= max_nodes else tree.truncated(max_nodes)
+        count, depth = st.sizer.choose(candidates, self.cost, max_nodes)
+        if count == 0:
+            return DraftTree()
+        return DraftTree.from_paths([list(c[:depth]) for c in candidates[:count]])
 
     def _branch(self, st: _RequestState, warm: bool, width: int) -> LookaheadBranch | None:
         if width == 0:
