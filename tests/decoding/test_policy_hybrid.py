@@ -88,3 +88,21 @@ def test_hybrid_merges_both_sources_within_budget():
     p = d.propose("r", ctx, 64)
     assert p.draft.tokens[:2] == [ctx[-5], ctx[-4]]      # the repeated continuation is drafted first
     d.end("r")
+
+
+def test_tree_chooser_learns_counterfactually_which_source_pays():
+    from paraspec.decoding.policy import TreeChooser
+    from paraspec.decoding.tree import DraftTree
+    cost = CostModel({1: 1.0, 4: 1.0, 8: 1.0, 16: 1.5})
+    chooser = TreeChooser(TreeChooser.prior([1.0, 1.0]))
+    context = [0]
+    for i in range(30):
+        truth = [100 + i, 200 + i, 300 + i]
+        right = DraftTree.from_paths([truth[:2]])                 # source 1 always guesses right
+        wrong = DraftTree.from_paths([[9, 9, 9, 9], [8, 8, 8, 8]])  # source 0 never does
+        chooser.observe(context)
+        chooser.choose(len(context), [wrong, right], 0, cost)
+        context += truth[:1]     # whichever was verified, the text goes on the same way
+    chooser.observe(context + [0] * 4)
+    assert chooser.choose(len(context), [wrong, right], 0, cost) == 1
+    assert chooser.expected(1, 2) > 0.5 > chooser.expected(0, 8)

@@ -26,7 +26,7 @@ from typing import Any
 from ..errors import ConfigError
 from .lookahead import LookaheadDrafter, LookaheadParams
 from .memory import MemoryDecodingParams, MemoryDrafter
-from .policy import ArmSelector, ArmStats, CostModel
+from .policy import ArmSelector, ArmStats, CostModel, TreeChooser
 from .proposer import Proposal
 from .trie import TokenTrie
 from .tree import DraftTree
@@ -35,6 +35,7 @@ _MEMORY_KEYS = {f.name for f in fields(MemoryDecodingParams)} - {"plugin_type"}
 _LOOKAHEAD_KEYS = {f.name for f in fields(LookaheadParams)}
 MAX_WINDOW_BATCH = 2
 WINDOW_BELOW = 1.0   # accepted trie draft tokens per step under which the window is considered
+PRIOR_EXPECTED = [1.0, 0.5, 1.1]   # accepted draft tokens of trie / lookahead / merged trees, before evidence
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,10 @@ class HybridParams:
 @dataclass
 class _Request:
     selector: ArmSelector                     # arm 1 = with the window
+    chooser: TreeChooser                      # the trie's tree, lookahead's, or both merged
     memory_tree: DraftTree | None = None
     lookahead_tree: DraftTree | None = None
     memory_score: float = 1.0     # accepted draft tokens per step along the trie's tree
-    lookahead_extra: float = 0.0  # ... and how many more lookahead's tree would have given
     rows: int = 0
     arm: int = 0
     choosing: bool = False        # this step's arm came from the selector (so it learns from it)
@@ -121,6 +122,7 @@ class HybridDrafter:
         self.trie = self.memory.trie
         self.cost = CostModel()
         self.arms = ArmStats(2)   # window or not: learnt across this drafter's requests
+        self._trees = TreeChooser.prior(PRIOR_EXPECTED)
         self._batch_size = 1
         self._requests: dict[str, _Request] = {}
 
@@ -128,7 +130,7 @@ class HybridDrafter:
     def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None) -> None:
         self.memory.begin(request_id, prompt, seed)
         self.lookahead.begin(request_id, prompt, seed)
-        self._requests[request_id] = _Request(ArmSelector(2, shared=self.arms))
+        self._requests[request_id] = _Request(ArmSelector(2, shared=self.arms), TreeChooser(self._trees))
 
     def propose(self, request_id: str, context: Sequence[int], max_nodes: int) -> Proposal:
         st = self._requests[request_id]
@@ -141,32 +143,29 @@ class HybridDrafter:
         la = self.lookahead.propose(request_id, context, budget)
         st.memory_tree, st.lookahead_tree = m, la.draft
         window_rows = len(la.lookahead.tokens) if la.lookahead else 0
-        tree = m
-        if la.draft:
+        merged = DraftTree()
+        if m and la.draft:
             merged = DraftTree.from_paths(_paths(m) + _paths(la.draft))
             if len(merged) > budget:
                 merged = merged.truncated(budget)
-            base = 1 + st.memory_score
-            if (base + st.lookahead_extra) / self.cost(1 + len(merged) + window_rows) > \
-                    base / self.cost(1 + len(m) + window_rows):
-                tree = merged
+        st.chooser.observe(context)
+        trees = [m, la.draft, merged]
+        tree = trees[st.chooser.choose(len(context), trees, window_rows, self.cost)]
         st.rows = 1 + len(tree) + window_rows
         return Proposal(tree, la.lookahead)
 
     def observe(self, request_id: str, committed: Sequence[int],
                 lookahead_argmax: Sequence[int] | None = None) -> None:
         st = self._requests[request_id]
+        by_memory = _followed(st.memory_tree, committed)
         if committed:
-            a = 0.3
-            by_memory = _followed(st.memory_tree, committed)
-            extra = max(0, _followed(st.lookahead_tree, committed) - by_memory)
-            st.memory_score += a * (by_memory - st.memory_score)
-            st.lookahead_extra += a * (extra - st.lookahead_extra)
-            if st.rows and st.scored:
-                # paired: the trie's tree was verified too, so what it alone would have given on
-                # this very step is known; the window is scored relative to that
-                base = (1 + by_memory, self.cost(1 + len(st.memory_tree or ()))) if st.arm == 1 else None
-                st.selector.update(len(committed), self.cost(st.rows), base or (len(committed), self.cost(st.rows)))
+            st.memory_score += 0.3 * (by_memory - st.memory_score)
+        if committed and st.rows and st.scored:
+            # paired: the trie's tree was part of the verified one (or nearly always is), so
+            # what it alone would have given on this very step is known; the window is scored
+            # relative to that
+            base = (1 + by_memory, self.cost(1 + len(st.memory_tree or ()))) if st.arm == 1 else None
+            st.selector.update(len(committed), self.cost(st.rows), base or (len(committed), self.cost(st.rows)))
         st.memory_tree = st.lookahead_tree = None
         st.rows = 0
         self.memory.observe(request_id, committed)

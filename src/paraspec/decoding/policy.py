@@ -169,3 +169,81 @@ class ArmSelector:
                 return self.own[i]
             return sh.value[i] if sh.epochs[i] else float("-inf")
         return max(range(self.n_arms), key=value)
+
+
+SIZE_BUCKETS = (3, 7)    # tree sizes 1-3, 4-7, 8+ are scored apart
+
+
+class TreeChooser:
+    """Which of a step's candidate draft trees to verify (the trie's, lookahead's, both merged):
+    the one with the most tokens per unit of forward cost, (1 + expected accepted) / cost(rows).
+
+    Expected accepted draft tokens per source are learnt counterfactually: every non-empty
+    candidate tree of a step is kept until the tokens after its root are committed, and then
+    how far the committed text follows each tree is known exactly, whichever was verified. The
+    means are kept apart for steps after a hit and after a miss (copying comes in stretches);
+    a request starts from the drafter-wide means (`shared`), which learn more slowly. They are
+    also kept per tree size (SIZE_BUCKETS): a drafter's own confidence shows in how much it
+    drafts, and a deep trie draft after a long match is right far more often than a short one."""
+
+    def __init__(self, shared: np.ndarray, alpha: float = 0.15, shared_alpha: float = 0.02):
+        self.shared = shared                 # [2 (after a miss / a hit), sources, size buckets]
+        self.table = shared.copy()
+        self.alpha, self.shared_alpha = alpha, shared_alpha
+        self.after_hit = 0
+        self._last_len = -1
+        self._pending: list[tuple[int, int, list, int]] = []   # (context length, state, trees, depth)
+
+    @staticmethod
+    def prior(expected: list[float]) -> np.ndarray:
+        per_source = np.array(expected, dtype=float)[:, None].repeat(len(SIZE_BUCKETS) + 1, axis=1)
+        return np.stack([per_source, per_source])
+
+    @staticmethod
+    def bucket(size: int) -> int:
+        return int(np.searchsorted(SIZE_BUCKETS, size))
+
+    def choose(self, context_len: int, trees: list, extra_rows: int, cost: CostModel) -> int:
+        """Index of the tree to verify (an empty tree's value is plain decoding's)."""
+        self.after_hit = int(self._last_len >= 0 and context_len - self._last_len > 1)
+        self._last_len = context_len
+        kept = [t if t else None for t in trees]
+        depth = max((max(t.depths()) for t in kept if t is not None), default=0)
+        if depth:
+            self._pending.append((context_len, self.after_hit, kept, depth))
+        row = self.table[self.after_hit]
+        values = [((1.0 + row[i, self.bucket(len(t))]) if t else 1.0) / cost(1 + (len(t) if t else 0) + extra_rows)
+                  for i, t in enumerate(trees)]
+        return max(range(len(trees)), key=lambda i: values[i])
+
+    def expected(self, source: int, size: int) -> float:
+        return float(self.table[self.after_hit, source, self.bucket(size)])
+
+    def observe(self, context) -> None:
+        """Score the kept trees whose every path is now covered by committed tokens."""
+        n = len(context)
+        keep = []
+        for start, state, trees, depth in self._pending:
+            if start + depth > n:
+                keep.append((start, state, trees, depth))
+                continue
+            truth = context[start:start + depth]
+            for i, t in enumerate(trees):
+                if t is not None:
+                    got, b = follow(t, truth), self.bucket(len(t))
+                    self.table[state, i, b] += self.alpha * (got - self.table[state, i, b])
+                    self.shared[state, i, b] += self.shared_alpha * (got - self.shared[state, i, b])
+        self._pending = keep
+
+
+def follow(tree, tokens) -> int:
+    """How many of `tokens` a walk from the root down `tree` goes through."""
+    children = tree.children()
+    row, n = 0, 0
+    for tok in tokens:
+        child = children[row].get(int(tok))
+        if child is None:
+            break
+        n += 1
+        row = child + 1
+    return n
