@@ -1,20 +1,22 @@
 """hybrid: memory_decoding's trie drafts and lookahead's n-gram candidates in ONE draft tree.
 
 MindIE refuses to enable both algorithms at once; here they share one budget. Each step:
-- both drafters propose (each keeps its own state: trie matches with cost-aware back-off,
-  the request's n-gram pool and Jacobi window);
-- memory_decoding's tree comes first (it already weighs its draft length against the forward
-  cost); lookahead's candidates fill what is left of the budget (shared prefixes become one
-  node), and only while the tokens they have been adding beyond the trie's pay for their rows;
+- both drafters propose (each keeps its own state and sizes its own draft against the forward
+  cost: the trie's matches, the request's n-gram pool and Jacobi window);
+- one of three trees is verified: the trie's, lookahead's, or both merged (shared prefixes
+  become one node, truncated to the budget), whichever promises the most tokens per unit of
+  forward cost. A TreeChooser learns what each would have had accepted counterfactually (every
+  candidate tree is scored against the tokens committed after it, whichever was verified),
+  per tree size and after a hit or a miss. On novel text lookahead's small, cheap drafts win;
+  where the answer copies, the trie's deep ones do;
 - the Jacobi window rides along only when it pays: it is considered only while the trie's drafts
   are accepted less than WINDOW_BELOW tokens a step (where the trie does well, a window adds
   rows and nothing else), and then an ArmSelector compares tokens per unit of forward cost with
-  and without it, learning across the drafter's requests (warm-up steps are not scored). The
+  and without it, learning across the engine's requests (warm-up steps are not scored). The
   comparison is paired: in a step with the window, the trie's own tree was verified too, so
   the tokens and cost of the same step without the window are known.
   Batches > 2 never carry it: verification stops being free as the batch grows.
-After verification both drafters observe the committed tokens; the hybrid scores each source
-by how far the committed tokens follow that source's own tree.
+After verification both drafters observe the committed tokens.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from typing import Any
 from ..errors import ConfigError
 from .lookahead import LookaheadDrafter, LookaheadParams
 from .memory import MemoryDecodingParams, MemoryDrafter
-from .policy import ArmSelector, ArmStats, CostModel, TreeChooser
+from .policy import ArmSelector, ArmStats, CostModel, TreeChooser, follow
 from .proposer import Proposal
 from .trie import TokenTrie
 from .tree import DraftTree
@@ -81,7 +83,6 @@ class _Request:
     selector: ArmSelector                     # arm 1 = with the window
     chooser: TreeChooser                      # the trie's tree, lookahead's, or both merged
     memory_tree: DraftTree | None = None
-    lookahead_tree: DraftTree | None = None
     memory_score: float = 1.0     # accepted draft tokens per step along the trie's tree
     rows: int = 0
     arm: int = 0
@@ -93,21 +94,6 @@ def _paths(tree: DraftTree) -> list[list[int]]:
     """Root-to-leaf token paths, leaves in node order (a tree's best-first order survives)."""
     has_child = set(p for p in tree.parents if p >= 0)
     return [[tree.tokens[n] for n in tree.path_to(leaf)] for leaf in range(len(tree)) if leaf not in has_child]
-
-
-def _followed(tree: DraftTree | None, committed: Sequence[int]) -> int:
-    """Draft tokens of `tree` that the committed run went through."""
-    if not tree:
-        return 0
-    children = tree.children()
-    row, n = 0, 0
-    for tok in committed[:-1]:   # the last committed token is the bonus, never a draft
-        child = children[row].get(tok)
-        if child is None:
-            break
-        n += 1
-        row = child + 1
-    return n
 
 
 class HybridDrafter:
@@ -141,7 +127,7 @@ class HybridDrafter:
         st.scored = st.choosing and (st.arm == 0 or self.lookahead.warm(request_id))
         m = self.memory.propose(request_id, context, budget).draft
         la = self.lookahead.propose(request_id, context, budget)
-        st.memory_tree, st.lookahead_tree = m, la.draft
+        st.memory_tree = m
         window_rows = len(la.lookahead.tokens) if la.lookahead else 0
         merged = DraftTree()
         if m and la.draft:
@@ -157,7 +143,8 @@ class HybridDrafter:
     def observe(self, request_id: str, committed: Sequence[int],
                 lookahead_argmax: Sequence[int] | None = None) -> None:
         st = self._requests[request_id]
-        by_memory = _followed(st.memory_tree, committed)
+        # the last committed token is the bonus, never a draft
+        by_memory = follow(st.memory_tree, committed[:-1]) if st.memory_tree else 0
         if committed:
             st.memory_score += 0.3 * (by_memory - st.memory_score)
         if committed and st.rows and st.scored:
@@ -166,7 +153,7 @@ class HybridDrafter:
             # relative to that
             base = (1 + by_memory, self.cost(1 + len(st.memory_tree or ()))) if st.arm == 1 else None
             st.selector.update(len(committed), self.cost(st.rows), base or (len(committed), self.cost(st.rows)))
-        st.memory_tree = st.lookahead_tree = None
+        st.memory_tree = None
         st.rows = 0
         self.memory.observe(request_id, committed)
         self.lookahead.observe(request_id, committed, lookahead_argmax)

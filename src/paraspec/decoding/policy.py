@@ -1,15 +1,22 @@
 """Cost-aware choice between drafting configurations, from measured acceptance.
 
 Verifying more query rows is nearly free on a memory-bound machine and not free at all on a
-compute-bound one (this 2-core CPU, SmolLM2-135M bf16: t(16)/t(1) ~ 1.5, t(32)/t(1) ~ 2.2). Whether a lookahead window or
-a second drafter pays therefore depends on the machine and on the text: copyable stretches
-reward drafts, novel ones do not. `ArmSelector` runs each configuration ("arm") for short
+compute-bound one (this 2-core CPU, SmolLM2-135M bf16: t(16)/t(1) ~ 1.5, t(32)/t(1) ~ 2.2).
+Whether a lookahead window or a second drafter pays therefore depends on the machine and on the
+text: copyable stretches reward drafts, novel ones do not. `ArmSelector` runs each configuration ("arm") for short
 epochs, scores it by tokens emitted per unit of forward cost, keeps using the best and retries
 the others now and then; what one request learns (ArmStats) is where the next one starts.
-Epochs, not single steps, because a lookahead window's benefit is delayed: the n-grams it harvests in one step are accepted a few steps later.
+Epochs, not single steps, because a lookahead window's benefit is delayed: the n-grams it
+harvests in one step are accepted a few steps later.
+
+Within one configuration, how much to draft is learnt counterfactually, which needs no
+exploration: every candidate is kept until the text it guessed is committed, and then what any
+choice would have had accepted is known. `DraftSizer` picks lookahead's (count, depth) of pool
+candidates that way, `TreeChooser` the hybrid's tree (trie, lookahead, merged).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -247,3 +254,91 @@ def follow(tree, tokens) -> int:
         n += 1
         row = child + 1
     return n
+
+
+# Lookahead's draft size. Before any evidence: each candidate's first token is accepted with chance PRIOR_FIRST, each
+# further token (given the one before) with PRIOR_NEXT. Mildly optimistic; evidence replaces it
+# within a few steps.
+PRIOR_FIRST, PRIOR_NEXT = 0.3, 0.6
+
+
+class DraftSizer:
+    """How many of the pool's candidates to verify (count) and how far (depth): the pair with
+    the most tokens per unit of forward cost, (1 + expected accepted) / cost(1 + nodes), or no
+    draft when none beats plain decoding.
+
+    What each (count, depth) would have had accepted is learnt counterfactually, so trying one
+    size teaches all of them: a step's whole candidate list (all of it, N-1 tokens each) is kept
+    until the N-1 tokens after its root are committed; then every candidate's match length is
+    known and the accepted draft tokens of (count, depth) = min(depth, best match among the first
+    `count`, or among all when there were fewer), exactly what verification would have accepted (greedy, and sample-and-match too:
+    a node is accepted iff the step's draw, the committed token, equals it). `table` is the
+    request's running mean of those, kept apart for steps after a hit and after a miss (copying
+    comes in stretches: right after a hit, the next guess is far likelier to be right); it
+    starts from the drafter-wide one (`shared`), which learns from every request, more slowly."""
+
+    def __init__(self, max_count: int, max_depth: int, shared: np.ndarray | None = None,
+                 alpha: float = 0.15, shared_alpha: float = 0.02):
+        self.max_count, self.max_depth = max_count, max_depth
+        if shared is None:
+            shared = self.prior(max_count, max_depth)
+        self.shared = shared
+        self.table = shared.copy()
+        self.alpha, self.shared_alpha = alpha, shared_alpha
+        self._pending: list[tuple[int, int, list[tuple[int, ...]]]] = []
+        self._last_len = -1      # context length at the last step
+        self.after_hit = 0        # 1 when the last step accepted a draft token
+
+    @staticmethod
+    def prior(max_count: int, max_depth: int) -> np.ndarray:
+        """[after a miss / after a hit, count, depth] expected accepted draft tokens."""
+        first = 1.0 - (1.0 - PRIOR_FIRST) ** np.arange(1, max_count + 1)       # any of c candidates
+        per_depth = np.cumsum(PRIOR_NEXT ** np.arange(max_depth))               # 1, 1.6, 1.96, ...
+        return np.stack([first[:, None] * per_depth[None, :]] * 2)
+
+    def choose(self, candidates: Sequence[tuple[int, ...]], cost: CostModel, max_nodes: int) -> tuple[int, int]:
+        """(count, depth) for this step's candidates (most recent first); (0, 0) = no draft."""
+        best, best_value = (0, 0), 1.0 / cost(1)
+        table = self.table[self.after_hit]
+        prefixes: list[set[tuple[int, ...]]] = [set() for _ in range(self.max_depth)]
+        for c, cand in enumerate(candidates[:self.max_count], start=1):
+            nodes = 0
+            for d in range(1, min(len(cand), self.max_depth) + 1):
+                prefixes[d - 1].add(cand[:d])
+                nodes += len(prefixes[d - 1])
+                if nodes > max_nodes:
+                    break
+                value = (1.0 + table[c - 1, d - 1]) / cost(1 + nodes)
+                if value > best_value:
+                    best, best_value = (c, d), value
+        return best
+
+    def record(self, context_len: int, candidates: Sequence[tuple[int, ...]]) -> None:
+        """This step's candidates, to be scored once the tokens after the root are known."""
+        self.after_hit = int(self._last_len >= 0 and context_len - self._last_len > 1)
+        self._last_len = context_len
+        if candidates:
+            self._pending.append((context_len, self.after_hit, list(candidates[:self.max_count])))
+
+    def observe(self, context: Sequence[int]) -> None:
+        """Score every kept candidate list whose next N-1 tokens are now in `context`."""
+        n, D = len(context), self.max_depth
+        while self._pending and self._pending[0][0] + D <= n:
+            start, state, cands = self._pending.pop(0)
+            truth = tuple(context[start:start + D])
+            best, rows = 0, []
+            for cand in cands:
+                m = 0
+                while m < D and m < len(cand) and cand[m] == truth[m]:
+                    m += 1
+                best = max(best, m)
+                rows.append(best)
+            # "up to c candidates": with fewer available, a larger count drafts all there are
+            rows += [best] * (self.max_count - len(rows))
+            accepted = np.minimum(np.arange(1, D + 1)[None, :], np.array(rows)[:, None])
+            self.table[state] += self.alpha * (accepted - self.table[state])
+            self.shared[state] += self.shared_alpha * (accepted - self.shared[state])
+
+    def expected(self, count: int, depth: int) -> float:
+        """Expected accepted draft tokens of (count, depth) in the current state."""
+        return float(self.table[self.after_hit, count - 1, depth - 1])
