@@ -90,19 +90,20 @@ def test_hybrid_merges_both_sources_within_budget():
     d.end("r")
 
 
-def test_tree_chooser_learns_counterfactually_which_source_pays():
+def test_tree_chooser_calibrates_each_sources_own_estimate_counterfactually():
     from paraspec.decoding.policy import TreeChooser
     from paraspec.decoding.tree import DraftTree
     cost = CostModel({1: 1.0, 4: 1.0, 8: 1.0, 16: 1.5})
-    chooser = TreeChooser(TreeChooser.prior([1.0, 1.0]))
+    chooser = TreeChooser(TreeChooser.prior(2))
+    claims = [2.0, 0.8]                           # source 0 over-promises, source 1 under-promises
+    assert chooser.choose(1, [DraftTree.from_paths([[9, 9]]), DraftTree.from_paths([[7]])], claims, 0, cost) == 0
     context = [0]
-    for i in range(30):
-        truth = [100 + i, 200 + i, 300 + i]
-        right = DraftTree.from_paths([truth[:2]])                 # source 1 always guesses right
+    for i in range(40):
+        right = DraftTree.from_paths([[100 + i]])                  # source 1 always guesses right
         wrong = DraftTree.from_paths([[9, 9, 9, 9], [8, 8, 8, 8]])  # source 0 never does
         chooser.observe(context)
-        chooser.choose(len(context), [wrong, right], 0, cost)
-        context += truth[:1]     # whichever was verified, the text goes on the same way
+        chooser.choose(len(context), [wrong, right], claims, 0, cost)
+        context += [100 + i]     # whichever was verified, the text goes on the same way
     chooser.observe(context + [0] * 4)
-    assert chooser.choose(len(context), [wrong, right], 0, cost) == 1
-    assert chooser.expected(1, 2) > 0.5 > chooser.expected(0, 8)
+    assert chooser.ratio(0, claims[0]) < 0.1 and chooser.ratio(1, claims[1]) > 1.1
+    assert chooser.choose(len(context), [wrong, right], claims, 0, cost) == 1

@@ -3,12 +3,12 @@
 MindIE refuses to enable both algorithms at once; here they share one budget. Each step:
 - both drafters propose (each keeps its own state and sizes its own draft against the forward
   cost: the trie's matches, the request's n-gram pool and Jacobi window);
-- one of three trees is verified: the trie's, lookahead's, or both merged (shared prefixes
-  become one node, truncated to the budget), whichever promises the most tokens per unit of
-  forward cost. A TreeChooser learns what each would have had accepted counterfactually (every
-  candidate tree is scored against the tokens committed after it, whichever was verified),
-  per tree size and after a hit or a miss. On novel text lookahead's small, cheap drafts win;
-  where the answer copies, the trie's deep ones do;
+- the trie's tree comes first (memory_decoding already weighs its draft against the forward
+  cost); a TreeChooser decides whether to verify it merged with lookahead's candidates instead,
+  from the trie's own estimate of its accepted tokens, calibrated counterfactually (every
+  candidate tree is scored against the tokens committed after it, whichever was verified).
+  Where the trie finds nothing worth its rows, lookahead's draft goes alone: its sizer has
+  judged that a few cheap candidates beat plain decoding (novel text);
 - the Jacobi window rides along only when it pays: it is considered only while the trie's drafts
   are accepted less than WINDOW_BELOW tokens a step (where the trie does well, a window adds
   rows and nothing else), and then an ArmSelector compares tokens per unit of forward cost with
@@ -37,7 +37,6 @@ _MEMORY_KEYS = {f.name for f in fields(MemoryDecodingParams)} - {"plugin_type"}
 _LOOKAHEAD_KEYS = {f.name for f in fields(LookaheadParams)}
 MAX_WINDOW_BATCH = 2
 WINDOW_BELOW = 1.0   # accepted trie draft tokens per step under which the window is considered
-PRIOR_EXPECTED = [1.0, 0.5, 1.1]   # accepted draft tokens of trie / lookahead / merged trees, before evidence
 
 
 @dataclass(frozen=True)
@@ -108,7 +107,7 @@ class HybridDrafter:
         self.trie = self.memory.trie
         self.cost = CostModel()
         self.arms = ArmStats(2)   # window or not: learnt across this drafter's requests
-        self._trees = TreeChooser.prior(PRIOR_EXPECTED)
+        self._trees = TreeChooser.prior(2)
         self._batch_size = 1
         self._requests: dict[str, _Request] = {}
 
@@ -125,7 +124,8 @@ class HybridDrafter:
         st.arm = st.selector.choose() if st.choosing else 0
         self.lookahead.set_window(request_id, self.params.lookahead.window if st.arm == 1 else 0)
         st.scored = st.choosing and (st.arm == 0 or self.lookahead.warm(request_id))
-        m = self.memory.propose(request_id, context, budget).draft
+        mp = self.memory.propose(request_id, context, budget)
+        m = mp.draft
         la = self.lookahead.propose(request_id, context, budget)
         st.memory_tree = m
         window_rows = len(la.lookahead.tokens) if la.lookahead else 0
@@ -135,8 +135,16 @@ class HybridDrafter:
             if len(merged) > budget:
                 merged = merged.truncated(budget)
         st.chooser.observe(context)
-        trees = [m, la.draft, merged]
-        tree = trees[st.chooser.choose(len(context), trees, window_rows, self.cost)]
+        if m:
+            # the trie's tree, or the trie's and lookahead's merged: at least as good, the
+            # chooser learns by how much more and whether that pays for the extra rows
+            trees = [m, merged]
+            expected = [mp.expected, max(mp.expected, la.expected)]
+            tree = trees[st.chooser.choose(len(context), trees, expected, window_rows, self.cost)]
+        else:
+            # the trie found nothing worth its rows: lookahead's draft, which its own sizer
+            # judged to pay against plain decoding (novel text: few cheap candidates)
+            tree = la.draft
         st.rows = 1 + len(tree) + window_rows
         return Proposal(tree, la.lookahead)
 

@@ -187,6 +187,7 @@ class _RequestState:
     width: int                       # window columns to run (<= W); 0 = no lookahead branch
     fed: int = 0                     # context tokens whose n-grams are in the pool
     pending: _Pending | None = None
+    expected: float = 0.0            # the sizer's expected accepted tokens of the last draft
     # arm 0 runs the window, arm 1 only verifies pool candidates: whichever gives more tokens
     # per unit of forward cost (the window's rows are not free on every machine)
     selector: ArmSelector | None = None
@@ -245,7 +246,7 @@ class LookaheadDrafter:
         st.pending = _Pending(root, len(draft), width if branch else 0,
                               len(branch.output_rows) if branch else 0, rows,
                               arm if self.adaptive_window and (warm or not branch) else -1)
-        return Proposal(draft=draft, lookahead=branch)
+        return Proposal(draft=draft, lookahead=branch, expected=st.expected if draft else 0.0)
 
     def observe(self, request_id: str, committed: Sequence[int],
                 lookahead_argmax: Sequence[int] | None = None) -> None:
@@ -320,6 +321,7 @@ class LookaheadDrafter:
         count, depth = st.sizer.choose(candidates, self.cost, max_nodes)
         if count == 0:
             return DraftTree()
+        st.expected = st.sizer.expected(count, depth)
         return DraftTree.from_paths([list(c[:depth]) for c in candidates[:count]])
 
     def _branch(self, st: _RequestState, warm: bool, width: int) -> LookaheadBranch | None:

@@ -220,7 +220,7 @@ class MemoryDrafter:
         if n == 0:
             return Proposal(DraftTree())
         st.draft = DraftTree(m.tokens[:n], m.parents[:n])
-        return Proposal(st.draft)
+        return Proposal(st.draft, expected=sum(min(1.0, gamma * p) for p in m.probs[:n]))
 
     def observe(self, request_id: str, committed: Sequence[int],
                 lookahead_argmax: Sequence[int] | None = None) -> None:

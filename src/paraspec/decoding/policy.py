@@ -178,68 +178,72 @@ class ArmSelector:
         return max(range(self.n_arms), key=value)
 
 
-SIZE_BUCKETS = (3, 7)    # tree sizes 1-3, 4-7, 8+ are scored apart
+ESTIMATE_BANDS = (0.5, 1.5, 3.0)   # a drafter's estimates in these bands are calibrated apart
 
 
 class TreeChooser:
     """Which of a step's candidate draft trees to verify (the trie's, lookahead's, both merged):
     the one with the most tokens per unit of forward cost, (1 + expected accepted) / cost(rows).
 
-    Expected accepted draft tokens per source are learnt counterfactually: every non-empty
-    candidate tree of a step is kept until the tokens after its root are committed, and then
-    how far the committed text follows each tree is known exactly, whichever was verified. The
-    means are kept apart for steps after a hit and after a miss (copying comes in stretches);
-    a request starts from the drafter-wide means (`shared`), which learn more slowly. They are
-    also kept per tree size (SIZE_BUCKETS): a drafter's own confidence shows in how much it
-    drafts, and a deep trie draft after a long match is right far more often than a short one."""
+    Each drafter states what it expects its tree to get accepted (the trie from its path counts,
+    lookahead from its learnt (count, depth) table): that carries the step's own confidence, a
+    deep trie draft after a long match is right far more often than a short one. The chooser
+    calibrates those statements per source, as the ratio of tokens accepted to tokens
+    expected, learnt counterfactually: every candidate tree of a step is kept until the tokens
+    after its root are committed, and then how far the committed text follows each tree is
+    known exactly, whichever was verified. The ratio is kept per band of the estimate (a
+    calibration curve: the trie over-promises on weak matches and not on strong ones) and apart
+    for steps after a hit and after a miss; a request starts from the drafter-wide sums
+    (`shared`), which learn more slowly."""
 
     def __init__(self, shared: np.ndarray, alpha: float = 0.15, shared_alpha: float = 0.02):
-        self.shared = shared                 # [2 (after a miss / a hit), sources, size buckets]
+        self.shared = shared                 # [after a miss / a hit, accepted / expected, source, band]
         self.table = shared.copy()
         self.alpha, self.shared_alpha = alpha, shared_alpha
         self.after_hit = 0
         self._last_len = -1
-        self._pending: list[tuple[int, int, list, int]] = []   # (context length, state, trees, depth)
+        self._pending: list[tuple[int, int, list, list[float], int]] = []
 
     @staticmethod
-    def prior(expected: list[float]) -> np.ndarray:
-        per_source = np.array(expected, dtype=float)[:, None].repeat(len(SIZE_BUCKETS) + 1, axis=1)
-        return np.stack([per_source, per_source])
+    def prior(n_sources: int) -> np.ndarray:
+        """Trust each drafter's own estimate until evidence says otherwise (ratio 1)."""
+        return np.ones((2, 2, n_sources, len(ESTIMATE_BANDS) + 1))
 
     @staticmethod
-    def bucket(size: int) -> int:
-        return int(np.searchsorted(SIZE_BUCKETS, size))
+    def band(expected: float) -> int:
+        return int(np.searchsorted(ESTIMATE_BANDS, expected))
 
-    def choose(self, context_len: int, trees: list, extra_rows: int, cost: CostModel) -> int:
+    def ratio(self, source: int, expected: float = 0.0) -> float:
+        acc, exp = self.table[self.after_hit, :, source, self.band(expected)]
+        return float(acc / max(exp, 1e-3))
+
+    def choose(self, context_len: int, trees: list, expected: list[float], extra_rows: int,
+               cost: CostModel) -> int:
         """Index of the tree to verify (an empty tree's value is plain decoding's)."""
         self.after_hit = int(self._last_len >= 0 and context_len - self._last_len > 1)
         self._last_len = context_len
         kept = [t if t else None for t in trees]
         depth = max((max(t.depths()) for t in kept if t is not None), default=0)
         if depth:
-            self._pending.append((context_len, self.after_hit, kept, depth))
-        row = self.table[self.after_hit]
-        values = [((1.0 + row[i, self.bucket(len(t))]) if t else 1.0) / cost(1 + (len(t) if t else 0) + extra_rows)
+            self._pending.append((context_len, self.after_hit, kept, list(expected), depth))
+        values = [((1.0 + self.ratio(i, expected[i]) * expected[i]) if t else 1.0) / cost(1 + (len(t) if t else 0) + extra_rows)
                   for i, t in enumerate(trees)]
         return max(range(len(trees)), key=lambda i: values[i])
-
-    def expected(self, source: int, size: int) -> float:
-        return float(self.table[self.after_hit, source, self.bucket(size)])
 
     def observe(self, context) -> None:
         """Score the kept trees whose every path is now covered by committed tokens."""
         n = len(context)
         keep = []
-        for start, state, trees, depth in self._pending:
+        for start, state, trees, expected, depth in self._pending:
             if start + depth > n:
-                keep.append((start, state, trees, depth))
+                keep.append((start, state, trees, expected, depth))
                 continue
             truth = context[start:start + depth]
             for i, t in enumerate(trees):
                 if t is not None:
-                    got, b = follow(t, truth), self.bucket(len(t))
-                    self.table[state, i, b] += self.alpha * (got - self.table[state, i, b])
-                    self.shared[state, i, b] += self.shared_alpha * (got - self.shared[state, i, b])
+                    obs, b = np.array([follow(t, truth), expected[i]]), self.band(expected[i])
+                    self.table[state, :, i, b] += self.alpha * (obs - self.table[state, :, i, b])
+                    self.shared[state, :, i, b] += self.shared_alpha * (obs - self.shared[state, :, i, b])
         self._pending = keep
 
 

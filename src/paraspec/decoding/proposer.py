@@ -31,6 +31,7 @@ class LookaheadBranch:
 class Proposal:
     draft: DraftTree
     lookahead: LookaheadBranch | None = None
+    expected: float = 0.0            # the drafter's own estimate of draft tokens to be accepted
 
 
 class Proposer(Protocol):
