@@ -41,7 +41,7 @@ WINDOW_BELOW = 1.0   # accepted trie draft tokens per step under which the windo
 
 @dataclass(frozen=True)
 class HybridParams:
-    memory: MemoryDecodingParams = field(default_factory=MemoryDecodingParams)
+    memory: MemoryDecodingParams = field(default_factory=lambda: MemoryDecodingParams(dynamic_algo=True))
     lookahead: LookaheadParams = field(default_factory=LookaheadParams)
 
     @property
@@ -72,7 +72,9 @@ class HybridParams:
         if unknown:
             warnings.warn(f"plugin_params: unknown key(s) {', '.join(unknown)} for hybrid are ignored",
                           stacklevel=2)
-        memory = MemoryDecodingParams.from_dict({k: v for k, v in d.items() if k in _MEMORY_KEYS})
+        # the trie's part sizes its drafts (dynamic_algo) unless told otherwise: a fixed-length
+        # draft pays its rows even where the chooser would rather take lookahead's cheap one
+        memory = MemoryDecodingParams.from_dict({"dynamic_algo": True} | {k: v for k, v in d.items() if k in _MEMORY_KEYS})
         lookahead = LookaheadParams.from_dict({k: v for k, v in d.items() if k in _LOOKAHEAD_KEYS})
         return cls(memory, lookahead)
 
