@@ -32,3 +32,9 @@ def test_invalid_parents_rejected():
         DraftTree([1, 2], [-1, 1])
     with pytest.raises(ValueError):
         DraftTree([1], [])
+
+
+def test_follow_walks_the_tree_along_the_given_tokens():
+    t = DraftTree.from_paths([[1, 2, 3], [1, 4], [5]])
+    assert t.follow([1, 4, 9]) == 2 and t.follow([1, 2, 3, 7]) == 3
+    assert t.follow([5]) == 1 and t.follow([9, 1]) == 0 and t.follow([]) == 0

@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import ConfigError
 from .lookahead import LookaheadDrafter, LookaheadParams
 from .memory import MemoryDecodingParams, MemoryDrafter
-from .policy import ArmSelector, ArmStats, CostModel, TreeChooser, follow
+from .policy import ArmSelector, ArmStats, CostModel, TreeChooser
 from .proposer import Proposal
 from .trie import TokenTrie
 from .tree import DraftTree
@@ -154,7 +154,7 @@ class HybridDrafter:
                 lookahead_argmax: Sequence[int] | None = None) -> None:
         st = self._requests[request_id]
         # the last committed token is the bonus, never a draft
-        by_memory = follow(st.memory_tree, committed[:-1]) if st.memory_tree else 0
+        by_memory = st.memory_tree.follow(committed[:-1]) if st.memory_tree else 0
         if committed:
             st.memory_score += 0.3 * (by_memory - st.memory_score)
         if committed and st.rows and st.scored:

@@ -170,7 +170,6 @@ def window_layout(len0: int, num_upper: int, skip_first_output: bool = False) ->
 class _Pending:
     """What `propose` handed out, read back by `observe`."""
     root: int
-    drafted: int                     # draft tree nodes
     width: int                       # window columns in the branch (0 = no branch)
     num_outputs: int
     rows: int = 0                    # query rows of the step (root + draft + branch)
@@ -243,7 +242,7 @@ class LookaheadDrafter:
         branch = self._branch(st, warm, width)
         rows = 1 + len(draft) + (len(branch.tokens) if branch else 0)
         # warm-up steps are not scored: the window has nothing to harvest yet
-        st.pending = _Pending(root, len(draft), width if branch else 0,
+        st.pending = _Pending(root, width if branch else 0,
                               len(branch.output_rows) if branch else 0, rows,
                               arm if self.adaptive_window and (warm or not branch) else -1)
         return Proposal(draft=draft, lookahead=branch, expected=st.expected if draft else 0.0)

@@ -228,7 +228,7 @@ class MemoryDrafter:
         if not committed:
             return
         if st.draft is not None:
-            st.last_accepted = _accepted(st.draft, committed)
+            st.last_accepted = st.draft.follow(committed[:-1])   # the bonus is never a draft
         st.walks = [w for w in st.walks if self._score(st, w, committed)]
         r = RATE_ALPHA
         st.tok_ema = r * len(committed) + (1 - r) * st.tok_ema
@@ -350,17 +350,3 @@ class MemoryDrafter:
 def _json_type(t: type) -> str:
     return {int: "integer", bool: "boolean", str: "string", float: "number", type(None): "null",
             list: "array", dict: "object"}.get(t, t.__name__)
-
-
-def _accepted(draft: DraftTree, committed: Sequence[int]) -> int:
-    """Draft nodes on the accepted path: the longest path of `draft` that `committed` starts
-    with, the bonus token excluded."""
-    node, n = -1, 0
-    for tok in committed[:-1]:
-        for i in range(node + 1, len(draft.tokens)):
-            if draft.parents[i] == node and draft.tokens[i] == tok:
-                node, n = i, n + 1
-                break
-        else:
-            break
-    return n

@@ -16,6 +16,7 @@ candidates that way, `TreeChooser` the hybrid's tree (trie, lookahead, merged).
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -211,7 +212,7 @@ class TreeChooser:
 
     @staticmethod
     def band(expected: float) -> int:
-        return int(np.searchsorted(ESTIMATE_BANDS, expected))
+        return bisect_left(ESTIMATE_BANDS, expected)
 
     def ratio(self, source: int, expected: float = 0.0) -> float:
         acc, exp = self.table[self.after_hit, :, source, self.band(expected)]
@@ -226,8 +227,8 @@ class TreeChooser:
         depth = max((max(t.depths()) for t in kept if t is not None), default=0)
         if depth:
             self._pending.append((context_len, self.after_hit, kept, list(expected), depth))
-        values = [((1.0 + self.ratio(i, expected[i]) * expected[i]) if t else 1.0) / cost(1 + (len(t) if t else 0) + extra_rows)
-                  for i, t in enumerate(trees)]
+        values = [((1.0 + self.ratio(i, expected[i]) * expected[i]) if t else 1.0)
+                  / cost(1 + (len(t) if t else 0) + extra_rows) for i, t in enumerate(trees)]
         return max(range(len(trees)), key=lambda i: values[i])
 
     def observe(self, context) -> None:
@@ -241,28 +242,15 @@ class TreeChooser:
             truth = context[start:start + depth]
             for i, t in enumerate(trees):
                 if t is not None:
-                    obs, b = np.array([follow(t, truth), expected[i]]), self.band(expected[i])
+                    obs, b = np.array([t.follow(truth), expected[i]]), self.band(expected[i])
                     self.table[state, :, i, b] += self.alpha * (obs - self.table[state, :, i, b])
                     self.shared[state, :, i, b] += self.shared_alpha * (obs - self.shared[state, :, i, b])
         self._pending = keep
 
 
-def follow(tree, tokens) -> int:
-    """How many of `tokens` a walk from the root down `tree` goes through."""
-    children = tree.children()
-    row, n = 0, 0
-    for tok in tokens:
-        child = children[row].get(int(tok))
-        if child is None:
-            break
-        n += 1
-        row = child + 1
-    return n
-
-
-# Lookahead's draft size. Before any evidence: each candidate's first token is accepted with chance PRIOR_FIRST, each
-# further token (given the one before) with PRIOR_NEXT. Mildly optimistic; evidence replaces it
-# within a few steps.
+# Lookahead's draft size. Before any evidence: each candidate's first token is accepted with
+# chance PRIOR_FIRST, each further token (given the one before) with PRIOR_NEXT. Mildly
+# optimistic; evidence replaces it within a few steps.
 PRIOR_FIRST, PRIOR_NEXT = 0.3, 0.6
 
 
@@ -275,8 +263,9 @@ class DraftSizer:
     size teaches all of them: a step's whole candidate list (all of it, N-1 tokens each) is kept
     until the N-1 tokens after its root are committed; then every candidate's match length is
     known and the accepted draft tokens of (count, depth) = min(depth, best match among the first
-    `count`, or among all when there were fewer), exactly what verification would have accepted (greedy, and sample-and-match too:
-    a node is accepted iff the step's draw, the committed token, equals it). `table` is the
+    `count`, or among all when there were fewer), exactly what verification would have accepted
+    (greedy, and sample-and-match too: a node is accepted iff the step's draw, the committed
+    token, equals it). `table` is the
     request's running mean of those, kept apart for steps after a hit and after a miss (copying
     comes in stretches: right after a hit, the next guess is far likelier to be right); it
     starts from the drafter-wide one (`shared`), which learns from every request, more slowly."""

@@ -11,6 +11,7 @@ derived here once.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,6 +77,19 @@ class DraftTree:
         for i, (tok, p) in enumerate(zip(self.tokens, self.parents)):
             out[p + 1].setdefault(tok, i)
         return out
+
+    def follow(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens` a walk from the root down this tree goes through: the draft
+        tokens verification accepts when the model's choices are `tokens`."""
+        children = self.children()
+        row, n = 0, 0
+        for tok in tokens:
+            child = children[row].get(int(tok))
+            if child is None:
+                break
+            n += 1
+            row = child + 1
+        return n
 
     def ancestor_mask(self) -> np.ndarray:
         """[n+1, n+1] bool over query rows: row r sees the root, its ancestors and itself."""
