@@ -125,3 +125,16 @@ def test_chat_and_stats(llm):
     for key in ("decode_steps", "ttft_s", "decode_s", "tokens_per_s", "mean_accepted_tokens_per_step",
                 "acceptance_rate", "accepted_tokens_per_step_histogram", "draft_s", "model_s"):
         assert key in s
+
+
+def test_forward_cost_is_a_staircase_over_padded_rows(llm):
+    """The forward pads its rows to a multiple of ROW_MULTIPLE, so k rows cost what the padded
+    count costs: drafters must see a 4th draft node (5 rows) priced like 8 rows, not a line."""
+    from paraspec.model.transformer import ROW_MULTIPLE
+    cost = llm.engine.runner.forward_cost()
+    assert sorted(cost) == list(range(1, max(cost) + 1))
+    assert cost[1] == 1.0
+    assert all(cost[k] <= cost[k + 1] for k in range(1, max(cost)))
+    for k in range(2, max(cost) + 1):
+        padded = -(-k // ROW_MULTIPLE) * ROW_MULTIPLE
+        assert cost[k] == cost[padded]
