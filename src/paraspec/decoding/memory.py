@@ -227,11 +227,12 @@ class MemoryDrafter:
         st = self._state(request_id)
         if not committed:
             return
-        if st.draft is not None:
-            st.last_accepted = st.draft.follow(committed[:-1])   # the bonus is never a draft
+        st.last_accepted = st.draft.follow(committed[:-1]) if st.draft else 0   # the bonus is never a draft
         st.walks = [w for w in st.walks if self._score(st, w, committed)]
         r = RATE_ALPHA
-        st.tok_ema = r * len(committed) + (1 - r) * st.tok_ema
+        # what this drafter's own draft earned (all of `committed` when it drafts alone; inside
+        # hybrid, tokens other drafters' nodes won must not make its rows look dearer)
+        st.tok_ema = r * (1 + st.last_accepted) + (1 - r) * st.tok_ema
         st.cost_ema = r * self._cost[len(st.draft) if st.draft else 0] + (1 - r) * st.cost_ema
         st.draft = None
         self._remember(request_id, st, committed)
