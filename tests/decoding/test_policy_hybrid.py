@@ -107,3 +107,33 @@ def test_tree_chooser_calibrates_each_sources_own_estimate_counterfactually():
     chooser.observe(context + [0] * 4)
     assert chooser.ratio(0, claims[0]) < 0.1 and chooser.ratio(1, claims[1]) > 1.1
     assert chooser.choose(len(context), [wrong, right], claims, 0, cost) == 1
+
+
+def test_cost_model_free_rows_reads_the_staircase():
+    c = CostModel({k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})   # stairs of 4 rows
+    assert [c.free_rows(r) for r in (1, 2, 4, 5, 7, 8)] == [3, 2, 0, 3, 1, 0]
+
+
+def test_hybrid_fills_the_rows_the_forward_computes_anyway_with_pool_candidates():
+    import random
+    d = HybridDrafter(HybridParams.from_dict({"level": 4, "window": 1, "guess_set_size": 4}))
+    d.set_forward_cost({k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})
+    rng = random.Random(0)
+    prompt = [rng.randrange(8) for _ in range(300)]
+    d.begin("r", prompt)
+    ctx, filled = list(prompt), 0
+    for _ in range(40):
+        p = d.propose("r", ctx, 64)
+        trie = d._requests["r"].memory_tree
+        rows = 1 + len(p.draft) + (len(p.lookahead.tokens) if p.lookahead else 0)
+        missing = [c for c in d.lookahead.candidates("r") if p.draft.follow(c) < len(c)]
+        if trie and missing:     # room left on the stair would have been filled
+            assert d.cost.free_rows(rows) == 0 or len(p.draft) == 15
+        if trie and len(p.draft) > len(trie):
+            assert p.draft.tokens[:len(trie)] == trie.tokens      # the trie's tree, then the fill
+            filled += 1
+        argmax = [rng.randrange(8) for _ in p.lookahead.output_rows] if p.lookahead else None
+        tok = rng.randrange(8)
+        d.observe("r", [tok], argmax)
+        ctx.append(tok)
+    assert filled >= 5

@@ -38,3 +38,13 @@ def test_follow_walks_the_tree_along_the_given_tokens():
     t = DraftTree.from_paths([[1, 2, 3], [1, 4], [5]])
     assert t.follow([1, 4, 9]) == 2 and t.follow([1, 2, 3, 7]) == 3
     assert t.follow([5]) == 1 and t.follow([9, 1]) == 0 and t.follow([]) == 0
+
+
+def test_extended_keeps_the_tree_and_adds_missing_nodes_up_to_a_size():
+    t = DraftTree.from_paths([[1, 2, 3], [1, 4]])
+    e = t.extended([[1, 2, 9], [5, 6], [7]], max_nodes=7)
+    assert e.tokens[:4] == t.tokens and e.parents[:4] == t.parents       # unchanged, same indices
+    assert len(e) == 7 and e.follow([1, 2, 9]) == 3 and e.follow([5, 6]) == 2 and e.follow([7]) == 0
+    assert len(t) == 4                                                      # a copy, not in place
+    assert t.extended([[1, 2, 3]], max_nodes=10).tokens == t.tokens         # nothing new to add
+    assert len(t.extended([[8, 8, 8]], max_nodes=2)) == 4                   # never shrinks

@@ -89,12 +89,20 @@ class _Request:
     arm: int = 0
     choosing: bool = False        # this step's arm came from the selector (so it learns from it)
     scored: bool = False          # ... and counts (not a window warm-up step)
+    lookahead_ran: bool = False   # lookahead proposed this step (so it observes it)
 
 
 def _paths(tree: DraftTree) -> list[list[int]]:
     """Root-to-leaf token paths, leaves in node order (a tree's best-first order survives)."""
     has_child = set(p for p in tree.parents if p >= 0)
     return [[tree.tokens[n] for n in tree.path_to(leaf)] for leaf in range(len(tree)) if leaf not in has_child]
+
+
+def _breadth_first(candidates: Sequence[Sequence[int]]) -> list[Sequence[int]]:
+    """Candidates' prefixes, shallowest first: every candidate's first token before any second
+    one (filling a few free rows, a new first token is likelier to be accepted than a 3rd)."""
+    depth = max((len(c) for c in candidates), default=0)
+    return [c[:d] for d in range(1, depth + 1) for c in candidates if len(c) >= d]
 
 
 class HybridDrafter:
@@ -128,25 +136,39 @@ class HybridDrafter:
         st.scored = st.choosing and (st.arm == 0 or self.lookahead.warm(request_id))
         mp = self.memory.propose(request_id, context, budget)
         m = mp.draft
-        la = self.lookahead.propose(request_id, context, budget)
         st.memory_tree = m
+        st.lookahead_ran = st.arm == 1 or not m or (len(m) < budget and self.cost.free_rows(1 + len(m)) > 0)
+        if not st.lookahead_ran:
+            # the trie's tree fills its stair of the cost curve: lookahead could only add rows
+            # that cost a step up, for candidates the trie mostly holds already (without the
+            # window, the pool's n-grams come from the same prompt and output). Skipping it
+            # saves its Python work; its pool catches up on the skipped tokens next time.
+            st.rows = 1 + len(m)
+            return Proposal(m)
+        la = self.lookahead.propose(request_id, context, budget)
         window_rows = len(la.lookahead.tokens) if la.lookahead else 0
-        merged = DraftTree()
-        if m and la.draft:
-            merged = DraftTree.from_paths(_paths(m) + _paths(la.draft))
-            if len(merged) > budget:
-                merged = merged.truncated(budget)
+        fill = _breadth_first(self.lookahead.candidates(request_id))
+
+        def padded(tree: DraftTree) -> DraftTree:
+            # the forward computes the rows up to the top of the cost curve's stair anyway:
+            # lookahead's candidates fill them, for nothing
+            if not fill:
+                return tree
+            room = min(budget, len(tree) + self.cost.free_rows(1 + len(tree) + window_rows))
+            return tree.extended(fill, room)
+
         st.chooser.observe(context)
         if m:
             # the trie's tree, or the trie's and lookahead's merged: at least as good, the
             # chooser learns by how much more and whether that pays for the extra rows
-            trees = [m, merged]
+            merged = padded(m.extended(_paths(la.draft), budget)) if la.draft else DraftTree()
+            trees = [padded(m), merged]
             expected = [mp.expected, max(mp.expected, la.expected)]
             tree = trees[st.chooser.choose(len(context), trees, expected, window_rows, self.cost)]
         else:
             # the trie found nothing worth its rows: lookahead's draft, which its own sizer
             # judged to pay against plain decoding (novel text: few cheap candidates)
-            tree = la.draft
+            tree = padded(la.draft) if la.draft else la.draft
         st.rows = 1 + len(tree) + window_rows
         return Proposal(tree, la.lookahead)
 
@@ -166,7 +188,8 @@ class HybridDrafter:
         st.memory_tree = None
         st.rows = 0
         self.memory.observe(request_id, committed)
-        self.lookahead.observe(request_id, committed, lookahead_argmax)
+        if st.lookahead_ran:
+            self.lookahead.observe(request_id, committed, lookahead_argmax)
 
     def end(self, request_id: str) -> None:
         self.memory.end(request_id)

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any
 
@@ -187,6 +187,7 @@ class _RequestState:
     fed: int = 0                     # context tokens whose n-grams are in the pool
     pending: _Pending | None = None
     expected: float = 0.0            # the sizer's expected accepted tokens of the last draft
+    candidates: list[tuple[int, ...]] = field(default_factory=list)  # the pool's, last step
     # arm 0 runs the window, arm 1 only verifies pool candidates: whichever gives more tokens
     # per unit of forward cost (the window's rows are not free on every machine)
     selector: ArmSelector | None = None
@@ -286,6 +287,10 @@ class LookaheadDrafter:
         """Whether the window has its N-1 levels (warm-up runs only while the window is on)."""
         return len(self._state(request_id).levels) == self.params.level - 1
 
+    def candidates(self, request_id: str) -> list[tuple[int, ...]]:
+        """The pool's n-grams for the last proposed root, most recent first (drafted or not)."""
+        return self._state(request_id).candidates
+
     def pool(self, request_id: str) -> NgramPool:
         return self._state(request_id).pool
 
@@ -313,7 +318,7 @@ class LookaheadDrafter:
 
     def _draft(self, st: _RequestState, context: Sequence[int], max_nodes: int) -> DraftTree:
         st.sizer.observe(context)
-        candidates = st.pool.candidates(int(context[-1]))
+        candidates = st.candidates = st.pool.candidates(int(context[-1]))
         st.sizer.record(len(context), candidates)
         if not candidates or max_nodes <= 0:
             return DraftTree()

@@ -50,6 +50,15 @@ class CostModel:
     def __call__(self, rows: int) -> float:
         return self._table[rows] if rows < len(self._table) else self._eval(rows)
 
+    def free_rows(self, rows: int) -> int:
+        """How many rows can join a query of `rows` at no cost: the forward pads its rows (to a
+        multiple of 4 on this engine), so a measured curve is a staircase and the rows up to the
+        top of a stair are computed anyway."""
+        base, n = self(rows), 0
+        while self(rows + n + 1) <= base and n < 64:
+            n += 1
+        return n
+
 
 @dataclass
 class ArmStats:

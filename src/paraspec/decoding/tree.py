@@ -50,6 +50,24 @@ class DraftTree:
                 parent = node
         return tree
 
+    def extended(self, paths: Sequence[Sequence[int]], max_nodes: int) -> "DraftTree":
+        """A copy with the nodes of root-to-node `paths` added where missing, in order, until it
+        has `max_nodes` nodes: this tree's nodes keep their indices (and their order)."""
+        tree = DraftTree(list(self.tokens), list(self.parents))
+        if len(tree) >= max_nodes:
+            return tree
+        index = {(p, t): i for i, (t, p) in enumerate(zip(self.tokens, self.parents))}
+        for path in paths:
+            parent = ROOT
+            for tok in path:
+                node = index.get((parent, tok))
+                if node is None:
+                    node = index[(parent, tok)] = tree.add(tok, parent)
+                    if len(tree) >= max_nodes:
+                        return tree
+                parent = node
+        return tree
+
     def add(self, token: int, parent: int = ROOT) -> int:
         if not ROOT <= parent < len(self.tokens):
             raise ValueError(f"DraftTree.add: parent {parent} does not exist")
