@@ -1,14 +1,19 @@
 """hybrid: memory_decoding's trie drafts and lookahead's n-gram candidates in ONE draft tree.
 
 MindIE refuses to enable both algorithms at once; here they share one budget. Each step:
-- both drafters propose (each keeps its own state and sizes its own draft against the forward
-  cost: the trie's matches, the request's n-gram pool and Jacobi window);
-- the trie's tree comes first (memory_decoding already weighs its draft against the forward
-  cost); a TreeChooser decides whether to verify it merged with lookahead's candidates instead,
-  from the trie's own estimate of its accepted tokens, calibrated counterfactually (every
-  candidate tree is scored against the tokens committed after it, whichever was verified).
-  Where the trie finds nothing worth its rows, lookahead's draft goes alone: its sizer has
-  judged that a few cheap candidates beat plain decoding (novel text);
+- the trie drafts first (memory_decoding weighs its draft against the forward cost). When its
+  tree fills its stair of the cost curve (the forward pads its rows, so k rows cost what the
+  next multiple of 4 does), lookahead stays idle: it could only add rows that cost a step up,
+  for candidates the trie mostly holds already (without the Jacobi window the pool's n-grams
+  come from the same prompt and output), and its Python work would be pure overhead;
+- otherwise lookahead proposes too (its own draft, sized against the forward cost, and the
+  Jacobi window when it runs), and its pool candidates fill the rows up to the top of the
+  stair, which the forward computes anyway; a TreeChooser decides whether to verify the trie's
+  tree so filled or merged with lookahead's draft (beyond the stair), from the trie's own
+  estimate of its accepted tokens, calibrated counterfactually (every candidate tree is scored
+  against the tokens committed after it, whichever was verified). Where the trie finds
+  nothing, lookahead's draft goes alone: its sizer has judged that a few cheap candidates beat
+  plain decoding (novel text);
 - the Jacobi window rides along only when it pays: it is considered only while the trie's drafts
   are accepted less than WINDOW_BELOW tokens a step (where the trie does well, a window adds
   rows and nothing else), and then an ArmSelector compares tokens per unit of forward cost with
@@ -16,7 +21,7 @@ MindIE refuses to enable both algorithms at once; here they share one budget. Ea
   comparison is paired: in a step with the window, the trie's own tree was verified too, so
   the tokens and cost of the same step without the window are known.
   Batches > 2 never carry it: verification stops being free as the batch grows.
-After verification both drafters observe the committed tokens.
+After verification the drafters that proposed observe the committed tokens.
 """
 from __future__ import annotations
 
