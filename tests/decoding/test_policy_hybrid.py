@@ -137,3 +137,25 @@ def test_hybrid_fills_the_rows_the_forward_computes_anyway_with_pool_candidates(
         d.observe("r", [tok], argmax)
         ctx.append(tok)
     assert filled >= 5
+
+
+def test_hybrid_lets_lookahead_sit_out_while_the_tries_tree_fills_its_stair():
+    d = HybridDrafter(HybridParams.from_dict({"level": 4, "window": 1, "guess_set_size": 4}))
+    d.set_forward_cost({k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})
+    period = list(range(10, 20))
+    d.begin("r", period * 8)
+    ctx, proposed, sat_out = period * 8, [], 0
+    propose = d.lookahead.propose
+    d.lookahead.propose = lambda *a, **k: proposed.append(1) or propose(*a, **k)
+    for _ in range(12):
+        p = d.propose("r", ctx, 64)
+        if not d._requests["r"].lookahead_ran:
+            sat_out += 1
+            assert d.cost.free_rows(1 + len(p.draft)) == 0 or len(p.draft) == 15
+            # the next step's "after a hit" state must come from this step, not a jump over it
+            assert d.lookahead._state("r").sizer._last_len == len(ctx)
+        truth = [period[(len(ctx) + i) % 10] for i in range(16)]
+        committed = truth[:p.draft.follow(truth) + 1]
+        d.observe("r", committed)
+        ctx = ctx + committed
+    assert sat_out >= 6 and len(proposed) + sat_out == 12

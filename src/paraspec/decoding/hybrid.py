@@ -149,6 +149,8 @@ class HybridDrafter:
             # window, the pool's n-grams come from the same prompt and output). Skipping it
             # saves its Python work; its pool catches up on the skipped tokens next time.
             st.rows = 1 + len(m)
+            self.lookahead.skip(request_id, context)
+            st.chooser.skipped(len(context))
             return Proposal(m)
         la = self.lookahead.propose(request_id, context, budget)
         window_rows = len(la.lookahead.tokens) if la.lookahead else 0

@@ -287,6 +287,12 @@ class LookaheadDrafter:
         """Whether the window has its N-1 levels (warm-up runs only while the window is on)."""
         return len(self._state(request_id).levels) == self.params.level - 1
 
+    def skip(self, request_id: str, context: Sequence[int]) -> None:
+        """A step this drafter sits out (hybrid, while the trie's tree suffices): nothing is
+        proposed or observed; the pool catches up on the tokens at the next propose, and the
+        sizer must not take the jump in context length for a hit."""
+        self._state(request_id).sizer.skipped(len(context))
+
     def candidates(self, request_id: str) -> list[tuple[int, ...]]:
         """The pool's n-grams for the last proposed root, most recent first (drafted or not)."""
         return self._state(request_id).candidates

@@ -227,6 +227,11 @@ class TreeChooser:
         acc, exp = self.table[self.after_hit, :, source, self.band(expected)]
         return float(acc / max(exp, 1e-3))
 
+    def skipped(self, context_len: int) -> None:
+        """A step at `context_len` that did not consult the chooser: the next one's "after a
+        hit" state is then that step's, not a jump over several."""
+        self._last_len = context_len
+
     def choose(self, context_len: int, trees: list, expected: list[float], extra_rows: int,
                cost: CostModel) -> int:
         """Index of the tree to verify (an empty tree's value is plain decoding's)."""
@@ -314,6 +319,10 @@ class DraftSizer:
                 if value > best_value:
                     best, best_value = (c, d), value
         return best
+
+    def skipped(self, context_len: int) -> None:
+        """A step at `context_len` that drafted nothing from the pool (see TreeChooser.skipped)."""
+        self._last_len = context_len
 
     def record(self, context_len: int, candidates: Sequence[tuple[int, ...]]) -> None:
         """This step's candidates, to be scored once the tokens after the root are known."""
