@@ -26,9 +26,9 @@ class ModelRunner:
     def forward_cost(self, context: int = 256,
                      sizes: tuple[int, ...] = (4, 8, 12, 16, 24, 32, 48, 64),
                      rounds: int = 5) -> dict[int, float]:
-        """t(k) / t(1) for every k from 1 to max(sizes) (sizes: multiples of ROW_MULTIPLE): the time of a forward over k query tokens
-        relative to one, measured once on this machine (over a scratch cache).
-        Drafters use it to decide how many draft tokens are worth verifying.
+        """t(k) / t(1) for every k from 1 to max(sizes) (sizes: multiples of ROW_MULTIPLE): the
+        time of a forward over k query tokens relative to one, measured once on this machine
+        over a scratch cache. Drafters use it to decide how many draft tokens are worth verifying.
 
         The forward pads its rows to a multiple of ROW_MULTIPLE, so the true curve is a staircase:
         5 rows cost what 8 do (measured: 1.16-1.3x one row, not the 1.03x a line from 4 to 8

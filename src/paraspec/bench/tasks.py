@@ -16,7 +16,6 @@ Each loader is offline, deterministic for a seed and fast: the stdlib files are 
 from __future__ import annotations
 
 import ast
-import gc
 import itertools
 import math
 import random
@@ -32,6 +31,8 @@ from functools import lru_cache
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Callable, Iterator
+
+from ..gc_pause import gc_paused
 
 TASK_SETS = ("humaneval", "grounded", "chat", "repeated")
 
@@ -167,17 +168,13 @@ def _module(name: str) -> tuple[tuple[str, ...], ast.Module] | None:
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:
-    """Build with the cyclic GC paused and free the trees before it resumes: parsing allocates so many
-    objects that the collections it would trigger, each scanning the whole heap (large once torch is
-    loaded), cost 3-4x the parsing itself."""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        _module.cache_clear()
-        if paused:
-            gc.enable()
+    """Build with the cyclic GC paused (parsing allocates so many objects that the collections it
+    would trigger cost 3-4x the parsing itself) and free the trees before it resumes."""
+    with gc_paused():
+        try:
+            yield
+        finally:
+            _module.cache_clear()
 
 
 def _first_line(node: ast.AST) -> int:

@@ -51,7 +51,7 @@ warm-up and after, is offset(level l, column c) = max(l, 1) + c.
 
 Whether to run the window at all is measured, not assumed: an ArmSelector compares tokens per
 unit of forward cost with and without it, over all of the drafter's requests (ArmStats). On a
-machine where verifying 15 more rows costs ~50 % more (this 2-core CPU) the window rarely pays;
+machine where verifying 15 more rows costs 50-80 % more (this 2-core CPU) the window rarely pays;
 on an accelerator, where extra rows are nearly free, it does.
 
 Multi-token steps: when k > 1 tokens are committed, the root moves k positions but the window

@@ -210,7 +210,7 @@ class MemoryDrafter:
         gamma, kappa = self._calibration(st)
         m = self.trie.match(context, request_id, budget, self._tree, PROMPT_WEIGHT, kappa,
                             max_depth=self.params.branch_length)
-        n = self._worth_sending(st, m.probs, gamma)
+        n, expected = self._worth_sending(st, m.probs, gamma)
         # score the whole draft: always when it is all sent, else one unsent probe at a time
         if m.tokens and (n == len(m) or not st.walks) and len(st.walks) < MAX_WALKS:
             first = sum(p for p, par in zip(m.probs, m.parents) if par < 0)
@@ -220,7 +220,7 @@ class MemoryDrafter:
         if n == 0:
             return Proposal(DraftTree())
         st.draft = DraftTree(m.tokens[:n], m.parents[:n])
-        return Proposal(st.draft, expected=sum(min(1.0, gamma * p) for p in m.probs[:n]))
+        return Proposal(st.draft, expected=expected)
 
     def observe(self, request_id: str, committed: Sequence[int],
                 lookahead_argmax: Sequence[int] | None = None) -> None:
@@ -297,21 +297,22 @@ class MemoryDrafter:
             cal.exp2 += exp2
         return alive
 
-    def _worth_sending(self, st: _Request, probs: list[float], gamma: float) -> int:
-        """How many draft nodes to send (see the module docstring)."""
+    def _worth_sending(self, st: _Request, probs: list[float], gamma: float) -> tuple[int, float]:
+        """How many draft nodes to send (see the module docstring), and the draft tokens they
+        are expected to get accepted."""
         if not probs:
-            return 0
+            return 0, 0.0
         price = st.tok_ema / st.cost_ema + MARGIN - 1.0    # tokens a unit of forward cost must buy
         cost = self._cost
-        gain, best_n, best_v = 0.0, 0, 0.0
+        gain, best_n, best_v, best_gain = 0.0, 0, 0.0, 0.0
         for i, p in enumerate(probs):
             gain += min(1.0, gamma * p)
             v = gain - price * (cost[i + 1] - 1.0)
             if v > best_v:
-                best_n, best_v = i + 1, v
+                best_n, best_v, best_gain = i + 1, v, gain
         if not self.params.dynamic_algo and v > 0:
-            return len(probs)
-        return best_n
+            return len(probs), gain
+        return best_n, best_gain
 
     def _state(self, request_id: Hashable) -> _Request:
         st = self._requests.get(request_id)

@@ -1,7 +1,7 @@
 """Cost-aware choice between drafting configurations, from measured acceptance.
 
 Verifying more query rows is nearly free on a memory-bound machine and not free at all on a
-compute-bound one (this 2-core CPU, SmolLM2-135M bf16: t(16)/t(1) ~ 1.5, t(32)/t(1) ~ 2.2).
+compute-bound one (this 2-core CPU, SmolLM2-135M bf16: t(16)/t(1) ~ 1.55, t(32)/t(1) ~ 2.4).
 Whether a lookahead window or a second drafter pays therefore depends on the machine and on the
 text: copyable stretches reward drafts, novel ones do not. `ArmSelector` runs each configuration ("arm") for short
 epochs, scores it by tokens emitted per unit of forward cost, keeps using the best and retries
@@ -41,6 +41,11 @@ class CostModel:
         else:
             self._slope = 0.0
         self._table = [float(self._eval(k)) for k in range(0, 257)]
+        # rows that can join a query of k rows at no cost (up to the top of k's stair)
+        self._free = [0] * len(self._table)
+        for k in range(len(self._table) - 2, -1, -1):
+            if self._table[k + 1] <= self._table[k]:
+                self._free[k] = self._free[k + 1] + 1
 
     def _eval(self, k: int) -> float:
         if k <= self._ks[-1]:
@@ -54,10 +59,7 @@ class CostModel:
         """How many rows can join a query of `rows` at no cost: the forward pads its rows (to a
         multiple of 4 on this engine), so a measured curve is a staircase and the rows up to the
         top of a stair are computed anyway."""
-        base, n = self(rows), 0
-        while self(rows + n + 1) <= base and n < 64:
-            n += 1
-        return n
+        return self._free[rows] if rows < len(self._free) else 0
 
 
 @dataclass
@@ -188,10 +190,29 @@ class ArmSelector:
         return max(range(self.n_arms), key=value)
 
 
+class _AfterHit:
+    """Whether the step before accepted a draft token, read from how far the context grew
+    between two steps (copying comes in stretches: right after a hit, the next guess is far
+    likelier to be right). Counterfactual learners keep their tables apart by it."""
+
+    after_hit: int = 0
+    _last_len: int = -1      # context length at the last step
+
+    def _step(self, context_len: int) -> int:
+        self.after_hit = int(self._last_len >= 0 and context_len - self._last_len > 1)
+        self._last_len = context_len
+        return self.after_hit
+
+    def skipped(self, context_len: int) -> None:
+        """A step at `context_len` that did not consult this learner: the next one's state is
+        then that step's, not a jump over several."""
+        self._last_len = context_len
+
+
 ESTIMATE_BANDS = (0.5, 1.5, 3.0)   # a drafter's estimates in these bands are calibrated apart
 
 
-class TreeChooser:
+class TreeChooser(_AfterHit):
     """Which of a step's candidate draft trees to verify (the trie's, lookahead's, both merged):
     the one with the most tokens per unit of forward cost, (1 + expected accepted) / cost(rows).
 
@@ -210,8 +231,6 @@ class TreeChooser:
         self.shared = shared                 # [after a miss / a hit, accepted / expected, source, band]
         self.table = shared.copy()
         self.alpha, self.shared_alpha = alpha, shared_alpha
-        self.after_hit = 0
-        self._last_len = -1
         self._pending: list[tuple[int, int, list, list[float], int]] = []
 
     @staticmethod
@@ -227,16 +246,10 @@ class TreeChooser:
         acc, exp = self.table[self.after_hit, :, source, self.band(expected)]
         return float(acc / max(exp, 1e-3))
 
-    def skipped(self, context_len: int) -> None:
-        """A step at `context_len` that did not consult the chooser: the next one's "after a
-        hit" state is then that step's, not a jump over several."""
-        self._last_len = context_len
-
     def choose(self, context_len: int, trees: list, expected: list[float], extra_rows: int,
                cost: CostModel) -> int:
         """Index of the tree to verify (an empty tree's value is plain decoding's)."""
-        self.after_hit = int(self._last_len >= 0 and context_len - self._last_len > 1)
-        self._last_len = context_len
+        self._step(context_len)
         kept = [t if t else None for t in trees]
         depth = max((max(t.depths()) for t in kept if t is not None), default=0)
         if depth:
@@ -268,7 +281,7 @@ class TreeChooser:
 PRIOR_FIRST, PRIOR_NEXT = 0.3, 0.6
 
 
-class DraftSizer:
+class DraftSizer(_AfterHit):
     """How many of the pool's candidates to verify (count) and how far (depth): the pair with
     the most tokens per unit of forward cost, (1 + expected accepted) / cost(1 + nodes), or no
     draft when none beats plain decoding.
@@ -293,8 +306,6 @@ class DraftSizer:
         self.table = shared.copy()
         self.alpha, self.shared_alpha = alpha, shared_alpha
         self._pending: list[tuple[int, int, list[tuple[int, ...]]]] = []
-        self._last_len = -1      # context length at the last step
-        self.after_hit = 0        # 1 when the last step accepted a draft token
 
     @staticmethod
     def prior(max_count: int, max_depth: int) -> np.ndarray:
@@ -320,14 +331,9 @@ class DraftSizer:
                     best, best_value = (c, d), value
         return best
 
-    def skipped(self, context_len: int) -> None:
-        """A step at `context_len` that drafted nothing from the pool (see TreeChooser.skipped)."""
-        self._last_len = context_len
-
     def record(self, context_len: int, candidates: Sequence[tuple[int, ...]]) -> None:
         """This step's candidates, to be scored once the tokens after the root are known."""
-        self.after_hit = int(self._last_len >= 0 and context_len - self._last_len > 1)
-        self._last_len = context_len
+        self._step(context_len)
         if candidates:
             self._pending.append((context_len, self.after_hit, list(candidates[:self.max_count])))
 

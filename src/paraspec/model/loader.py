@@ -9,7 +9,6 @@ q_norm?, k_norm?}, plus tok_embeddings, norm and lm_head (when not tied).
 """
 from __future__ import annotations
 
-import gc
 import importlib.util
 import json
 import os
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import ModelLoadError
+from ..gc_pause import gc_paused
 from .args import SUPPORTED_ARCHS, ModelArgs
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -68,14 +68,9 @@ def load_model(model: str | os.PathLike | None, dtype: torch.dtype) -> LoadedMod
     # the cyclic GC paused meanwhile: the GGUF reader makes ~0.2 M short-lived numpy views, whose
     # allocations would trigger full collections over the whole heap (torch's included); loading
     # the default model takes 2.0 s instead of 2.7-3.1 s
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         loaded = _load_hf(path) if path.is_dir() else _load_gguf(path)
         loaded.weights = _cast(loaded.weights, dtype)
-    finally:
-        if enabled:
-            gc.enable()
     return loaded
 
 
