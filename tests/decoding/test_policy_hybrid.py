@@ -60,6 +60,43 @@ def test_paired_scores_compare_arms_on_the_same_steps():
     assert sel.choose() == 0
 
 
+def test_a_supposed_arm_waits_as_a_loser_and_its_first_real_epoch_replaces_the_prior():
+    shared = ArmStats(2, retry_after=4)
+    shared.suppose(1, 0.7)                          # far behind arm 0's expected 1.0
+    sel = ArmSelector(2, epoch_steps=2, shared=shared)
+    pulls = []
+    for _ in range(2 * 24):
+        pulls.append(sel.choose())
+        sel.update(1.0 if pulls[-1] == 0 else 1.3, 1.0)
+    assert pulls.index(1) >= 2 * 4 * 4               # not explored first: waited 4x retry_after epochs
+    assert shared.value[1] == pytest.approx(1.3)     # evidence replaced the prior (no blend with 0.7)
+    shared.suppose(1, 0.1)                           # evidence exists: a prior no longer applies
+    assert shared.value[1] == pytest.approx(1.3)
+    # a prior ahead of the reference: the arm is the best from the start (after arm 0's try)
+    ahead = ArmStats(2)
+    ahead.suppose(1, 1.2)
+    sel = ArmSelector(2, epoch_steps=2, shared=ahead)
+    pulls = []
+    for _ in range(4):
+        pulls.append(sel.choose())
+        sel.update(1.0, 1.0)
+    assert pulls == [0, 0, 1, 1]                     # arm 0 is tried (untried arms first), then 1 runs
+
+
+def test_hybrid_window_prior_follows_the_cost_curve():
+    steep = HybridDrafter()
+    steep.set_forward_cost({4: 1.0, 8: 1.25, 12: 1.4, 16: 1.55, 20: 1.75, 24: 1.95, 32: 2.4})
+    flat = HybridDrafter()
+    flat.set_forward_cost({4: 1.0, 8: 1.0, 16: 1.02, 32: 1.05})
+    assert steep.window_prior() < 0.8 < 1.0 < flat.window_prior()
+    for d in (steep, flat):
+        d.begin("r", [1, 2, 3])
+        assert d.arms.due() == 0                     # the trie alone is tried first, in both cases
+        d.arms.record(0, 1.0)
+    assert steep.arms.due() is None and steep.arms.best() == 0   # steep: the window waits
+    assert flat.arms.best() == 1                                  # flat: the window runs next
+
+
 def test_hybrid_params_split_a_flat_dict_and_validate_gamma():
     p = HybridParams.from_dict({"plugin_type": "hybrid", "decoding_length": 8, "level": 3, "window": 4})
     assert p.memory.decoding_length == 8 and p.lookahead.level == 3 and p.lookahead.window == 4
@@ -114,8 +151,12 @@ def test_cost_model_free_rows_reads_the_staircase():
     assert [c.free_rows(r) for r in (1, 2, 4, 5, 7, 8)] == [3, 2, 0, 3, 1, 0]
 
 
-def test_hybrid_fills_the_rows_the_forward_computes_anyway_with_pool_candidates():
+def test_hybrid_fills_the_rows_the_forward_computes_anyway_with_pool_candidates(monkeypatch):
     import random
+    import paraspec.decoding.hybrid as hybrid
+    # a prior that favours the window: it runs from the second epoch on, so root + window + the
+    # trie's tree leave room on their stair
+    monkeypatch.setattr(hybrid, "WINDOW_PRIOR_GAIN", 10.0)
     d = HybridDrafter(HybridParams.from_dict({"level": 4, "window": 1, "guess_set_size": 4}))
     d.set_forward_cost({k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})
     rng = random.Random(0)

@@ -19,7 +19,10 @@ MindIE refuses to enable both algorithms at once; here they share one budget. Ea
   rows and nothing else), and then an ArmSelector compares tokens per unit of forward cost with
   and without it, learning across the engine's requests (warm-up steps are not scored). The
   comparison is paired: in a step with the window, the trie's own tree was verified too, so
-  the tokens and cost of the same step without the window are known.
+  the tokens and cost of the same step without the window are known. Before any evidence the
+  window is supposed to add WINDOW_PRIOR_GAIN tokens per step, priced by the cost curve: where
+  its rows are nearly free it runs at once; where they cost 1.5-1.8x a step (this CPU) it waits
+  as a loser would, instead of costing an engine's first request its exploration.
   Batches > 2 never carry it: verification stops being free as the batch grows.
 After verification the drafters that proposed observe the committed tokens.
 """
@@ -42,6 +45,10 @@ _MEMORY_KEYS = {f.name for f in fields(MemoryDecodingParams)} - {"plugin_type"}
 _LOOKAHEAD_KEYS = {f.name for f in fields(LookaheadParams)}
 MAX_WINDOW_BATCH = 2
 WINDOW_BELOW = 1.0   # accepted trie draft tokens per step under which the window is considered
+# Before any evidence, the window is supposed to add this share of tokens per step: optimistic
+# (measured here on top of the trie and the pool: 10-20 %), so that where its rows cost less than
+# that it is tried at once, and where they cost more (this CPU: 1.5-1.8x) it waits, as a loser.
+WINDOW_PRIOR_GAIN = 0.3
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,7 @@ class HybridDrafter:
 
     # ---------------------------------------------------------------- Proposer protocol
     def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None) -> None:
+        self.arms.suppose(1, self.window_prior())
         self.memory.begin(request_id, prompt, seed)
         self.lookahead.begin(request_id, prompt, seed)
         self._requests[request_id] = _Request(ArmSelector(2, shared=self.arms), TreeChooser(self._trees))
@@ -202,6 +210,14 @@ class HybridDrafter:
         self.memory.end(request_id)
         self.lookahead.end(request_id)
         self._requests.pop(request_id, None)
+
+    def window_prior(self) -> float:
+        """The window arm's tokens per unit cost relative to the trie's alone, before evidence:
+        (1 + WINDOW_PRIOR_GAIN) over what its rows add to a small step (the window is considered
+        only while the trie's drafts are short)."""
+        base = 4
+        window_rows = (self.params.lookahead.level - 1) * self.params.lookahead.window - 1
+        return (1.0 + WINDOW_PRIOR_GAIN) * self.cost(base) / self.cost(base + window_rows)
 
     # ---------------------------------------------------------------- engine hooks
     def set_batch_size(self, n: int) -> None:

@@ -80,15 +80,32 @@ class ArmStats:
     last_epoch: list[int] = field(default_factory=list)
     wait: list[int] = field(default_factory=list)
     epoch: int = 0
+    supposed: list[bool] = field(default_factory=list)   # value[i] is a prior, not evidence
 
     def __post_init__(self) -> None:
         n = self.n_arms
         self.value, self.epochs = [0.0] * n, [0] * n
+        self.supposed = [False] * n
         self.last_epoch, self.wait = [-1] * n, [self.retry_after] * n
 
     def best(self) -> int | None:
         tried = [i for i in range(self.n_arms) if self.epochs[i]]
         return max(tried, key=lambda i: self.value[i]) if tried else None
+
+    def suppose(self, arm: int, value: float, reference: float = 1.0) -> None:
+        """Enter a prior for an arm that has no evidence yet, as if one epoch had scored `value`
+        where the arm it competes with is expected to score `reference`: an arm the prior puts
+        behind waits before its first try, as a loser would, instead of being explored first
+        (trying a window that costs 1.7x per step to learn that it does not pay costs a request
+        real time). Its first real epoch replaces the prior."""
+        if self.epochs[arm] or self.supposed[arm]:
+            return
+        self.supposed[arm] = True
+        self.value[arm] = value
+        self.epochs[arm] = 1
+        self.last_epoch[arm] = self.epoch
+        if value < reference:
+            self.wait[arm] = self.retry_after * (4 if value < 0.8 * reference else 2)
 
     def due(self) -> int | None:
         """An arm to explore now: an untried one (index order), else a loser whose wait is over.
@@ -106,6 +123,9 @@ class ArmStats:
 
     def record(self, arm: int, score: float) -> None:
         """One finished epoch of `arm` (any request) that scored `score` tokens per unit cost."""
+        if self.supposed[arm]:      # a prior, not evidence: the first real score replaces it
+            self.supposed[arm] = False
+            self.epochs[arm] = 0
         self.value[arm] = score if not self.epochs[arm] else \
             self.alpha * score + (1 - self.alpha) * self.value[arm]
         self.epochs[arm] += 1
