@@ -55,6 +55,14 @@ def test_every_task_is_run_by_every_system_ar_first(quick_run):
         assert runs[0] == "ar" and sorted(runs) == sorted(ran)
 
 
+def test_the_run_order_keeps_ar_first_and_rotates_the_others():
+    from types import SimpleNamespace
+    from paraspec.bench.run import _run_order
+    systems = [SimpleNamespace(info=SimpleNamespace(name=n)) for n in ("ar", "a", "b", "c")]
+    orders = [[s.info.name for s in _run_order(systems, turn)] for turn in range(3)]
+    assert orders == [["ar", "a", "b", "c"], ["ar", "b", "c", "a"], ["ar", "c", "a", "b"]]
+
+
 def test_paraspec_systems_reproduce_ar_greedy_output(quick_run):
     _, _, results = quick_run
     assert identity_failures(results) == []

@@ -200,3 +200,31 @@ def test_hybrid_lets_lookahead_sit_out_while_the_tries_tree_fills_its_stair():
         d.observe("r", committed)
         ctx = ctx + committed
     assert sat_out >= 6 and len(proposed) + sat_out == 12
+
+
+def test_hybrid_lookahead_sits_out_where_its_nodes_add_nothing_and_is_still_probed(monkeypatch):
+    import random
+    import paraspec.decoding.hybrid as hybrid
+    monkeypatch.setattr(hybrid, "WINDOW_BELOW", -1.0)        # no window: the pool alone is judged
+    d = HybridDrafter(HybridParams.from_dict({"level": 4, "window": 1, "guess_set_size": 4}))
+    d.set_forward_cost({k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})
+    rng = random.Random(0)
+    ctx = [rng.randrange(400) for _ in range(100)]          # the trie often finds nothing
+    d.begin("r", ctx)
+    ran = []
+    for _ in range(600):                     # novel text: neither drafter guesses right
+        p = d.propose("r", ctx, 64)
+        st = d._requests["r"]
+        ran.append(st.lookahead_ran)
+        tok = rng.randrange(400)
+        while p.draft.follow([tok]):         # nothing is ever accepted
+            tok = rng.randrange(400)
+        d.observe("r", [tok])
+        ctx.append(tok)
+    assert d.lookahead_gain < hybrid.LA_MIN_GAIN
+    assert d._eligible > 0 and 0 < sum(ran[-200:]) <= 200 // hybrid.LA_PROBE_EVERY + 1   # probed only
+    # where its nodes are accepted, what they add raises the estimate again
+    d.lookahead_gain = 0.0
+    st.lookahead_ran, st.arm, st.memory_tree = True, 0, None
+    d.observe("r", [1, 2, 3])                # two draft tokens accepted, none of them the trie's
+    assert d.lookahead_gain == pytest.approx(2 * hybrid.LA_GAIN_ALPHA)

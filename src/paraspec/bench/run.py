@@ -9,6 +9,8 @@ Method (why each rule):
   * one model instance for all paraspec systems; systems differ only in their drafter;
   * interleaved: each task is run by every system (AR first: peers copy its token count) before the
     next task starts, and repeats go round the systems, so machine drift hits all systems alike;
+    the others' order rotates with every task and repeat, so no system always runs after the same
+    one (what a run leaves behind in caches and the allocator then favours none);
   * medians over repeats per task, speedups as ratios to paraspec AR on the same task;
   * memory_decoding's trie is not pre-filled (unless --memory FILE): empty when a task set begins,
     it then accumulates the set's earlier tasks (see systems.py), which `repeated` exists to show.
@@ -227,7 +229,7 @@ def _suite(suite: str, systems: list[System], tasks: dict[str, list[BenchTask]],
                 for mode in modes:
                     for rep in range(repeats):
                         ar_tokens = None
-                        for s in list(systems):
+                        for s in _run_order(systems, i * repeats + rep):
                             bar.set_postfix_str(f"{task.task_id[:32]} {s.info.name} {mode}", refresh=False)
                             params = RunParams(mode, seed=run.plan.seed + 1000 * i + rep, repeat=rep,
                                                target_tokens=ar_tokens)
@@ -240,6 +242,14 @@ def _suite(suite: str, systems: list[System], tasks: dict[str, list[BenchTask]],
                             run.measurements.append(dataclasses.replace(m, suite=suite))
                 for s in systems:
                     s.end_task()
+
+
+def _run_order(systems: list[System], turn: int) -> list[System]:
+    """AR first (peers copy its token count), the others rotated by `turn`."""
+    first = [s for s in systems if s.info.name == "ar"]
+    rest = [s for s in systems if s.info.name != "ar"]
+    k = turn % len(rest) if rest else 0
+    return first + rest[k:] + rest[:k]
 
 
 def _run_one(s: System, task: BenchTask, params: RunParams, systems: list[System], run: Run) -> Measurement | None:

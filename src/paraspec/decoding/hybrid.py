@@ -24,6 +24,10 @@ MindIE refuses to enable both algorithms at once; here they share one budget. Ea
   its rows are nearly free it runs at once; where they cost 1.5-1.8x a step (this CPU) it waits
   as a loser would, instead of costing an engine's first request its exploration.
   Batches > 2 never carry it: verification stops being free as the batch grows.
+- lookahead's work is measured too: what its nodes add to the trie's accepted tokens, over the
+  steps it ran (no window). Where that stays under LA_MIN_GAIN a step, it sits out as above and
+  runs on one eligible step in LA_PROBE_EVERY to keep measuring (on this CPU's test sets it adds
+  0.01-0.03 tokens a step, about what its Python work costs).
 After verification the drafters that proposed observe the committed tokens.
 """
 from __future__ import annotations
@@ -49,6 +53,12 @@ WINDOW_BELOW = 1.0   # accepted trie draft tokens per step under which the windo
 # (measured here on top of the trie and the pool: 10-20 %), so that where its rows cost less than
 # that it is tried at once, and where they cost more (this CPU: 1.5-1.8x) it waits, as a loser.
 WINDOW_PRIOR_GAIN = 0.3
+# Lookahead's Python work on a step (~0.1-0.15 ms here, ~1 % of a 135M model's step) is worth
+# it only if its nodes add at least this many accepted tokens a step on top of the trie's; below
+# that it sits out, and runs one eligible step in LA_PROBE_EVERY to keep measuring.
+LA_MIN_GAIN = 0.02
+LA_PROBE_EVERY = 8
+LA_GAIN_ALPHA = 0.02
 
 
 @dataclass(frozen=True)
@@ -130,6 +140,10 @@ class HybridDrafter:
         self.cost = CostModel()
         self.arms = ArmStats(2)   # window or not: learnt across this drafter's requests
         self._trees = TreeChooser.prior(2)
+        # accepted tokens a step lookahead's nodes added to the trie's, over the steps it ran
+        # (all requests): optimistic at first, so it is measured before it can sit out
+        self.lookahead_gain = 0.1
+        self._eligible = 0
         self._batch_size = 1
         self._requests: dict[str, _Request] = {}
 
@@ -151,6 +165,10 @@ class HybridDrafter:
         m = mp.draft
         st.memory_tree = m
         st.lookahead_ran = st.arm == 1 or not m or (len(m) < budget and self.cost.free_rows(1 + len(m)) > 0)
+        if st.lookahead_ran and st.arm == 0 and self.lookahead_gain < LA_MIN_GAIN:
+            # its nodes have not been adding tokens: not worth its Python work, but probed
+            self._eligible += 1
+            st.lookahead_ran = self._eligible % LA_PROBE_EVERY == 0
         if not st.lookahead_ran:
             # the trie's tree fills its stair of the cost curve: lookahead could only add rows
             # that cost a step up, for candidates the trie mostly holds already (without the
@@ -194,6 +212,9 @@ class HybridDrafter:
         by_memory = st.memory_tree.follow(committed[:-1]) if st.memory_tree else 0
         if committed:
             st.memory_score += 0.3 * (by_memory - st.memory_score)
+            if st.lookahead_ran and st.arm == 0:
+                gain = len(committed) - 1 - by_memory
+                self.lookahead_gain += LA_GAIN_ALPHA * (gain - self.lookahead_gain)
         if committed and st.rows and st.scored:
             # paired: the trie's tree was part of the verified one (or nearly always is), so
             # what it alone would have given on this very step is known; the window is scored
