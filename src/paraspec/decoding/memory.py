@@ -37,9 +37,8 @@ import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any, Hashable, Sequence
 
-import numpy as np
-
 from ..errors import ConfigError
+from .policy import CostModel
 from .proposer import Proposal
 from .tree import DraftTree
 from .trie import TokenTrie
@@ -233,7 +232,7 @@ class MemoryDrafter:
         # what this drafter's own draft earned (all of `committed` when it drafts alone; inside
         # hybrid, tokens other drafters' nodes won must not make its rows look dearer)
         st.tok_ema = r * (1 + st.last_accepted) + (1 - r) * st.tok_ema
-        st.cost_ema = r * self._cost[len(st.draft) if st.draft else 0] + (1 - r) * st.cost_ema
+        st.cost_ema = r * self.cost(1 + (len(st.draft) if st.draft else 0)) + (1 - r) * st.cost_ema
         st.draft = None
         self._remember(request_id, st, committed)
         st.n_tokens += len(committed)
@@ -262,10 +261,7 @@ class MemoryDrafter:
         (interpolated) or a sequence whose item i is the cost of i + 1 tokens."""
         if not isinstance(cost, dict):
             cost = {i + 1: c for i, c in enumerate(cost)}
-        ks = sorted(cost)
-        k = np.arange(1, MAX_DECODING_LENGTH + 1)
-        curve = np.maximum.accumulate(np.interp(k, ks, [cost[i] for i in ks]))
-        self._cost = [float(c) for c in curve]      # _cost[n]: cost of root + n drafts
+        self.cost = CostModel(cost)
 
     # ---------------------------------------------------------------- internals
     def _calibration(self, st: _Request) -> tuple[float, float]:
@@ -303,11 +299,11 @@ class MemoryDrafter:
         if not probs:
             return 0, 0.0
         price = st.tok_ema / st.cost_ema + MARGIN - 1.0    # tokens a unit of forward cost must buy
-        cost = self._cost
+        cost = self.cost.table      # cost[k]: a query of k rows (root + k - 1 drafts)
         gain, best_n, best_v, best_gain = 0.0, 0, 0.0, 0.0
         for i, p in enumerate(probs):
             gain += min(1.0, gamma * p)
-            v = gain - price * (cost[i + 1] - 1.0)
+            v = gain - price * (cost[i + 2] - 1.0)
             if v > best_v:
                 best_n, best_v, best_gain = i + 1, v, gain
         if not self.params.dynamic_algo and v > 0:

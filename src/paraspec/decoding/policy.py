@@ -55,6 +55,11 @@ class CostModel:
     def __call__(self, rows: int) -> float:
         return self._table[rows] if rows < len(self._table) else self._eval(rows)
 
+    @property
+    def table(self) -> list[float]:
+        """table[k]: the cost of k rows, k up to 256 (a plain list, for hot loops)."""
+        return self._table
+
     def free_rows(self, rows: int) -> int:
         """How many rows can join a query of `rows` at no cost: the forward pads its rows (to a
         multiple of 4 on this engine), so a measured curve is a staircase and the rows up to the
