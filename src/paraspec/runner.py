@@ -72,7 +72,7 @@ class ModelRunner:
             chunk = tokens[start:start + self.prefill_chunk]
             pos = torch.arange(cache.length, cache.length + len(chunk))
             last = torch.tensor([len(chunk) - 1])
-            logits = self.model.forward(torch.tensor(chunk), pos, [SeqInput(cache, len(chunk))], last)
+            logits = self.model.forward(torch.tensor(chunk), pos, [SeqInput(cache, len(chunk))], last, prompt=True)
             cache.commit(range(len(chunk)))
         return logits[0]
 

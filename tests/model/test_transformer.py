@@ -51,3 +51,29 @@ def test_untied_embeddings_use_lm_head(tiny_model_dir):
         want = ref(ids[None]).logits[0]
     got = model.forward(ids, torch.arange(12), [SeqInput(model.new_cache(16), 12)])
     assert (got - want).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_prompt_attention_matches_transformers_also_in_chunks(tiny_model_dir, arch):
+    """The prefill's fast causal attention (forward(prompt=True)), in one chunk and in two (the
+    second chunk attends to the first's cached keys), against transformers."""
+    from paraspec.runner import ModelRunner
+    ref, model = _pair(tiny_model_dir(arch))
+    ids = torch.randint(0, model.args.vocab_size, (50,), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = ref(ids[None]).logits[0]
+    cache = model.new_cache(64)
+    got = model.forward(ids, torch.arange(50), [SeqInput(cache, 50)], prompt=True)
+    assert (got - want).abs().max() < 1e-4
+    runner = ModelRunner(model, prefill_chunk=16)            # 4 chunks: 16, 16, 16, 2
+    cache = runner.new_cache(64)
+    last = runner.prefill(cache, ids.tolist())
+    assert cache.length == 50 and (last - want[-1]).abs().max() < 1e-4
+    step = model.forward(ids[:1], torch.tensor([50]), [SeqInput(cache, 1)])   # decode on top of it
+    fresh = model.new_cache(64)
+    model.forward(ids, torch.arange(50), [SeqInput(fresh, 50)])
+    fresh.commit(range(50))
+    assert (step - model.forward(ids[:1], torch.tensor([50]), [SeqInput(fresh, 1)])).abs().max() < 1e-4
+    with pytest.raises(ValueError, match="causal"):
+        model.forward(ids[:4], torch.arange(4), [SeqInput(model.new_cache(8), 4, torch.ones(4, 4, dtype=torch.bool))],
+                      prompt=True)
