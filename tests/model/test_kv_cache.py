@@ -8,7 +8,20 @@ from paraspec.decoding.proposer import Proposal
 from paraspec.decoding.tree import DraftTree
 from paraspec.decoding.verify import build_query
 from paraspec.model.loader import load_model
+from paraspec.model import transformer
 from paraspec.model.transformer import SeqInput, Transformer, max_draft_rows
+
+KERNEL = transformer.ATTENTION_KERNEL
+
+
+@pytest.fixture(params=["kernel", "torch"])
+def attention_path(request, monkeypatch):
+    """Decode attention through csrc/attention.cpp, or through the torch path: both must keep
+    verification bit-identical to autoregressive steps."""
+    if request.param == "kernel" and KERNEL is None:
+        pytest.skip("the attention kernel is not built (python src/paraspec/model/csrc/build.py)")
+    monkeypatch.setattr(transformer, "ATTENTION_KERNEL", KERNEL if request.param == "kernel" else None)
+    return request.param
 
 
 def _model(path, dtype=torch.float32):
@@ -24,7 +37,7 @@ def _random_tree(rng: random.Random, n: int, vocab: int) -> DraftTree:
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
-def test_tree_verify_then_compaction_equals_recompute(tiny_model_dir, arch):
+def test_tree_verify_then_compaction_equals_recompute(tiny_model_dir, arch, attention_path):
     model = _model(tiny_model_dir(arch))
     rng = random.Random(0)
     V = model.args.vocab_size
@@ -62,10 +75,12 @@ def test_tree_verify_then_compaction_equals_recompute(tiny_model_dir, arch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_row_invariance_tree_verify_equals_autoregressive_bit_for_bit(tiny_model_dir, dtype):
+@pytest.mark.parametrize("hidden", [128, 256])      # head sizes 32 and 64 (the kernel's fast path)
+def test_row_invariance_tree_verify_equals_autoregressive_bit_for_bit(tiny_model_dir, dtype, hidden,
+                                                                     attention_path):
     """A draft node's logits from one tree-verify pass are bit-identical to the logits of
     one-token autoregressive steps along its path (the property behind exact greedy output)."""
-    model = _model(tiny_model_dir("llama", hidden=128, heads=4, kv_heads=2, n_layers=3), dtype)
+    model = _model(tiny_model_dir("llama", hidden=hidden, heads=4, kv_heads=2, n_layers=3), dtype)
     rng = random.Random(1)
     V = model.args.vocab_size
     for trial in range(6):
@@ -88,7 +103,7 @@ def test_row_invariance_tree_verify_equals_autoregressive_bit_for_bit(tiny_model
             assert torch.equal(step[0], out[node + 1]), f"trial {trial} node {node}"
 
 
-def test_batched_sequences_are_independent(tiny_model_dir):
+def test_batched_sequences_are_independent(tiny_model_dir, attention_path):
     """Rows of other sequences sharing a forward do not change a sequence's logits."""
     model = _model(tiny_model_dir("llama"), torch.bfloat16)
     rng = random.Random(2)

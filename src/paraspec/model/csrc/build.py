@@ -1,4 +1,5 @@
-"""Build the W8A8 CPU kernel (paraspec.model._w8a8) next to quant.py.
+"""Build the CPU kernels next to their Python callers: W8A8 linear (paraspec.model._w8a8, used by
+quant.py) and decode/verify attention (paraspec.model._attention, used by transformer.py).
 
     python src/paraspec/model/csrc/build.py [-q]   # in place, from any directory (~40 s)
 
@@ -6,8 +7,8 @@ A setup.py can reuse `extension()` so that `pip install .` builds it:
 
     ext_modules=[extension()], cmdclass={"build_ext": BuildExtension}
 
-Nothing is compiled at import time: quant.py falls back to a pure-torch path when the module is
-missing or the CPU lacks AVX512-VNNI.
+Nothing is compiled at import time: quant.py and transformer.py fall back to pure-torch paths when
+a module is missing or the CPU lacks the instructions it was built for.
 """
 from __future__ import annotations
 
@@ -32,10 +33,16 @@ def extension() -> CppExtension:
                         extra_compile_args=CFLAGS, extra_link_args=["-fopenmp"])
 
 
+def attention_extension() -> CppExtension:
+    """The decode/verify attention kernel (csrc/attention.cpp; AVX-512F)."""
+    return CppExtension("paraspec.model._attention", ["src/paraspec/model/csrc/attention.cpp"],
+                        extra_compile_args=CFLAGS, extra_link_args=["-fopenmp"])
+
+
 if __name__ == "__main__":
     from setuptools import setup
 
     os.chdir(ROOT)  # relative paths in extension() and --inplace resolve from here
-    setup(name="paraspec-w8a8", ext_modules=[extension()], package_dir={"": "src"},
+    setup(name="paraspec-kernels", ext_modules=[extension(), attention_extension()], package_dir={"": "src"},
           cmdclass={"build_ext": BuildExtension},
           script_args=[*sys.argv[1:], "build_ext", "--inplace", "--build-temp", "build/w8a8"])
