@@ -1,0 +1,77 @@
+"""Decode speed with the attention kernel (csrc/attention.cpp) and with the torch path, one run.
+
+    python benchmarks/decode_attention.py [--repeats 3] [--new-tokens 160]
+
+Same engine and model; only paraspec.model.transformer.ATTENTION_KERNEL is switched between runs,
+which alternate so drift hits both alike. For each of AR and memory_decoding (tree, dynamic_algo)
+on a chat prompt and a code prompt: decode tokens/s (medians), and whether the greedy outputs of
+the two paths are the same text (they need not be bit-identical: each path is exact only against
+itself). Also the measured forward cost curve t(k)/t(1) under each path.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+
+PROMPTS = {
+    "chat": [{"role": "user", "content": "Explain how a hash table works, with a short Python example."}],
+    "code": [{"role": "user", "content": "Write a Python function that parses an ISO 8601 date string and "
+                                         "returns a datetime, with tests."}],
+}
+SYSTEMS = {"ar": None, "md-tree-dyn": {"plugin_type": "memory_decoding", "dynamic_algo": True}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--new-tokens", type=int, default=160)
+    args = ap.parse_args()
+
+    from paraspec import LLM
+    from paraspec.bench.systems import BenchTask, ParaspecSystem, RunParams
+    from paraspec.model import transformer
+
+    kernel = transformer.ATTENTION_KERNEL
+    if kernel is None:
+        raise SystemExit("the attention kernel is not built: python src/paraspec/model/csrc/build.py")
+    llm = LLM()
+    # bench systems: every run of a task starts from the same (empty) memory, whichever path ran before
+    systems = {name: ParaspecSystem(name, llm, plugin) for name, plugin in SYSTEMS.items()}
+    tasks = {name: BenchTask("attention", name, llm.tokenizer.encode_chat(m), args.new_tokens)
+             for name, m in PROMPTS.items()}
+    for sy in systems.values():
+        sy.begin_set("attention")
+        sy.begin_task()
+    paths = {"kernel": kernel, "torch": None}
+    curves = {}
+    for name, k in paths.items():
+        transformer.ATTENTION_KERNEL = k
+        llm.runner._cost = None                     # measure the curve under this path
+        c = llm.runner.forward_cost()
+        curves[name] = {n: round(c[n], 2) for n in (4, 8, 12, 16, 32)}
+    tps: dict[tuple, list[float]] = {}
+    texts: dict[tuple, list[int]] = {}
+    for rep in range(args.repeats):
+        for pname, task in tasks.items():
+            for sname, sy in systems.items():
+                for name, k in paths.items():
+                    transformer.ATTENTION_KERNEL = k
+                    m = sy.run(task, RunParams(repeat=rep))
+                    tps.setdefault((pname, sname, name), []).append(m.decode_tokens_per_s)
+                    texts[(pname, sname, name)] = m.token_ids
+    transformer.ATTENTION_KERNEL = kernel
+    print(f"{args.repeats} repeats (median), {args.new_tokens} new tokens, greedy, bf16")
+    print("| prompt | system | kernel tok/s | torch tok/s | kernel / torch | same tokens |")
+    print("|---|---|---|---|---|---|")
+    for pname in PROMPTS:
+        for sname in SYSTEMS:
+            a = statistics.median(tps[(pname, sname, "kernel")])
+            b = statistics.median(tps[(pname, sname, "torch")])
+            same = texts[(pname, sname, "kernel")] == texts[(pname, sname, "torch")]
+            print(f"| {pname} | {sname} | {a:.1f} | {b:.1f} | {a / b:.2f}x | {same} |")
+    for name, c in curves.items():
+        print(f"forward cost t(k)/t(1), {name}: {c}")
+
+
+if __name__ == "__main__":
+    main()
