@@ -72,15 +72,15 @@ def test_a_supposed_arm_waits_as_a_loser_and_its_first_real_epoch_replaces_the_p
     assert shared.value[1] == pytest.approx(1.3)     # evidence replaced the prior (no blend with 0.7)
     shared.suppose(1, 0.1)                           # evidence exists: a prior no longer applies
     assert shared.value[1] == pytest.approx(1.3)
-    # a prior ahead of the reference: the arm is the best from the start (after arm 0's try)
+    # a prior at or above the reference changes nothing: arms are explored in index order
     ahead = ArmStats(2)
-    ahead.suppose(1, 1.2)
+    ahead.suppose(0, 1.2)
     sel = ArmSelector(2, epoch_steps=2, shared=ahead)
     pulls = []
     for _ in range(4):
         pulls.append(sel.choose())
         sel.update(1.0, 1.0)
-    assert pulls == [0, 0, 1, 1]                     # arm 0 is tried (untried arms first), then 1 runs
+    assert pulls == [0, 0, 1, 1] and not any(ahead.supposed)
 
 
 def test_hybrid_window_prior_follows_the_cost_curve():
@@ -94,7 +94,7 @@ def test_hybrid_window_prior_follows_the_cost_curve():
         assert d.arms.due() == 0                     # the trie alone is tried first, in both cases
         d.arms.record(0, 1.0)
     assert steep.arms.due() is None and steep.arms.best() == 0   # steep: the window waits
-    assert flat.arms.best() == 1                                  # flat: the window runs next
+    assert flat.arms.due() == 1                                   # flat: the window is tried next
 
 
 def test_hybrid_params_split_a_flat_dict_and_validate_gamma():
@@ -153,10 +153,10 @@ def test_cost_model_free_rows_reads_the_staircase():
 
 def test_hybrid_fills_the_rows_the_forward_computes_anyway_with_pool_candidates(monkeypatch):
     import random
-    import paraspec.decoding.hybrid as hybrid
+    import paraspec.decoding.policy as policy
     # a prior that favours the window: it runs from the second epoch on, so root + window + the
     # trie's tree leave room on their stair
-    monkeypatch.setattr(hybrid, "WINDOW_PRIOR_GAIN", 10.0)
+    monkeypatch.setattr(policy, "WINDOW_PRIOR_GAIN", 10.0)
     d = HybridDrafter(HybridParams.from_dict({"level": 4, "window": 1, "guess_set_size": 4}))
     d.set_forward_cost({k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})
     rng = random.Random(0)
@@ -228,3 +228,16 @@ def test_hybrid_lookahead_sits_out_where_its_nodes_add_nothing_and_is_still_prob
     st.lookahead_ran, st.arm, st.memory_tree = True, 0, None
     d.observe("r", [1, 2, 3])                # two draft tokens accepted, none of them the trie's
     assert d.lookahead_gain == pytest.approx(2 * hybrid.LA_GAIN_ALPHA)
+
+
+def test_lookahead_tries_its_window_first_only_where_the_cost_curve_says_rows_are_cheap():
+    from paraspec.decoding.lookahead import LookaheadDrafter
+    prompt = [1, 2, 3, 4, 5] * 10
+    steep, flat = LookaheadDrafter(), LookaheadDrafter()
+    steep.set_forward_cost({4: 1.0, 8: 1.25, 12: 1.4, 16: 1.55, 20: 1.75, 24: 1.95, 32: 2.4})
+    flat.set_forward_cost({1: 1.0, 4096: 1.0})
+    for d in (steep, flat):
+        d.begin("r", prompt)
+    assert steep.propose("r", prompt, 64).lookahead is None        # the pool alone first
+    assert flat.propose("r", prompt, 64).lookahead is not None     # the window first (LADE, MindIE)
+    assert steep.arms.supposed[0] and not flat.arms.supposed[0]

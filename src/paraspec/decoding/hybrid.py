@@ -20,7 +20,7 @@ MindIE refuses to enable both algorithms at once; here they share one budget. Ea
   and without it, learning across the engine's requests (warm-up steps are not scored). The
   comparison is paired: in a step with the window, the trie's own tree was verified too, so
   the tokens and cost of the same step without the window are known. Before any evidence the
-  window is supposed to add WINDOW_PRIOR_GAIN tokens per step, priced by the cost curve: where
+  window is supposed to add policy.WINDOW_PRIOR_GAIN tokens per step, priced by the cost curve: where
   its rows are nearly free it runs at once; where they cost 1.5-1.8x a step (this CPU) it waits
   as a loser would, instead of costing an engine's first request its exploration.
   Batches > 2 never carry it: verification stops being free as the batch grows.
@@ -40,7 +40,7 @@ from typing import Any
 from ..errors import ConfigError
 from .lookahead import LookaheadDrafter, LookaheadParams
 from .memory import MemoryDecodingParams, MemoryDrafter
-from .policy import ArmSelector, ArmStats, CostModel, TreeChooser
+from .policy import ArmSelector, ArmStats, CostModel, TreeChooser, window_prior
 from .proposer import Proposal
 from .trie import TokenTrie
 from .tree import DraftTree
@@ -49,10 +49,6 @@ _MEMORY_KEYS = {f.name for f in fields(MemoryDecodingParams)} - {"plugin_type"}
 _LOOKAHEAD_KEYS = {f.name for f in fields(LookaheadParams)}
 MAX_WINDOW_BATCH = 2
 WINDOW_BELOW = 1.0   # accepted trie draft tokens per step under which the window is considered
-# Before any evidence, the window is supposed to add this share of tokens per step: optimistic
-# (measured here on top of the trie and the pool: 10-20 %), so that where its rows cost less than
-# that it is tried at once, and where they cost more (this CPU: 1.5-1.8x) it waits, as a loser.
-WINDOW_PRIOR_GAIN = 0.3
 # Lookahead's Python work on a step (~0.1-0.15 ms here, ~1 % of a 135M model's step) is worth
 # it only if its nodes add at least this many accepted tokens a step on top of the trie's; below
 # that it sits out, and runs one eligible step in LA_PROBE_EVERY to keep measuring.
@@ -233,12 +229,10 @@ class HybridDrafter:
         self._requests.pop(request_id, None)
 
     def window_prior(self) -> float:
-        """The window arm's tokens per unit cost relative to the trie's alone, before evidence:
-        (1 + WINDOW_PRIOR_GAIN) over what its rows add to a small step (the window is considered
-        only while the trie's drafts are short)."""
-        base = 4
-        window_rows = (self.params.lookahead.level - 1) * self.params.lookahead.window - 1
-        return (1.0 + WINDOW_PRIOR_GAIN) * self.cost(base) / self.cost(base + window_rows)
+        """The window arm's tokens per unit cost relative to the trie's alone, before evidence
+        (policy.window_prior; the window is considered only while the trie's drafts are short)."""
+        p = self.params.lookahead
+        return window_prior(self.cost, (p.level - 1) * p.window - 1)
 
     # ---------------------------------------------------------------- engine hooks
     def set_batch_size(self, n: int) -> None:

@@ -76,7 +76,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .ngram_pool import NgramPool
-from .policy import ArmSelector, ArmStats, CostModel, DraftSizer
+from .policy import ArmSelector, ArmStats, CostModel, DraftSizer, window_prior
 from .proposer import LookaheadBranch, Proposal
 from .tree import DraftTree
 
@@ -217,6 +217,11 @@ class LookaheadDrafter:
 
     def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None) -> None:
         p = self.params
+        if self.adaptive_window:
+            # arm 0 runs the window: before evidence it is priced by the cost curve against
+            # about one token per unit cost without it, so on a machine where its rows are dear
+            # the pool-only arm is tried first and the window waits (policy.window_prior)
+            self.arms.suppose(0, window_prior(self.cost, (p.level - 1) * p.window - 1))
         prompt = [int(t) for t in prompt]
         pool = NgramPool(p.level - 1, p.guess_set_size, self.eos_token_ids)
         pool.add_sequence(prompt)
