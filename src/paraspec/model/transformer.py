@@ -13,7 +13,9 @@ threads, oneDNN bf16 and MKL fp32): a matmul whose row count M is a multiple of 
 row bit-identical results whatever M and the row's place in it; other M take GEMV or tail
 kernels that sum in another order. So every matmul here runs on a multiple of ROW_MULTIPLE
 rows (the forward pads its tokens once; Linear pads what is left), and attention is written
-so that its reductions do not depend on the number of query rows or on masked gaps.
+so that its reductions do not depend on the number of query rows or on masked gaps: by
+csrc/attention.cpp where it is built (ATTENTION_KERNEL: each row alone over its visible keys),
+else by the torch `attention` below (fp64 sums over fixed key chunks).
 A prompt (prefill, forward(prompt=True)) needs none of that: every decoding mode, AR included,
 starts from the same prefill, so its attention takes a plain fp32 path, about 2x faster on a
 1k-token prompt (prompt_attention).
