@@ -42,7 +42,7 @@ def _attention_kernel():
         from . import _attention  # type: ignore[attr-defined]
     except ImportError:
         return None
-    if getattr(_attention, "VERSION", None) != 2:
+    if getattr(_attention, "VERSION", None) != 3:
         return None
     from .quant import _cpu_flags
     return _attention if "avx512f" in _cpu_flags() else None

@@ -56,6 +56,69 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return _mm512_reduce_add_ps(acc);
 }
 
+// One query row against one kv head, for the G query heads that share it (head size 64): each
+// key's K and V row is loaded once for all G heads instead of once per head. Every head's
+// instruction sequence is the one-head sequence (same dot, same exp over the same list, same
+// fp64 accumulation order), so the result does not depend on G or on how heads are grouped.
+template <int G>
+void row_kv64(const float* q, const float* kb, const double* vb, const std::vector<int64_t>& keys,
+              float sc, std::vector<float>& s, float* out) {
+  const int64_t nv = static_cast<int64_t>(keys.size());
+  s.resize(G * (nv + 16));
+  __m512 qv[G][4];
+  float mx[G];
+  for (int g = 0; g < G; ++g) {
+    for (int b = 0; b < 4; ++b) qv[g][b] = _mm512_loadu_ps(q + g * 64 + 16 * b);
+    mx[g] = -INFINITY;
+  }
+  for (int64_t t = 0; t < nv; ++t) {
+    const float* kr = kb + keys[t] * 64;
+    const __m512 k0 = _mm512_loadu_ps(kr), k1 = _mm512_loadu_ps(kr + 16);
+    const __m512 k2 = _mm512_loadu_ps(kr + 32), k3 = _mm512_loadu_ps(kr + 48);
+    for (int g = 0; g < G; ++g) {
+      __m512 a = _mm512_mul_ps(qv[g][0], k0);
+      a = _mm512_fmadd_ps(qv[g][1], k1, a);
+      a = _mm512_fmadd_ps(qv[g][2], k2, a);
+      a = _mm512_fmadd_ps(qv[g][3], k3, a);
+      const float x = _mm512_reduce_add_ps(a) * sc;
+      s[g * (nv + 16) + t] = x;
+      mx[g] = x > mx[g] ? x : mx[g];
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    float* sg = &s[g * (nv + 16)];
+    const __m512 vmx = _mm512_set1_ps(mx[g]);
+    int64_t t = 0;
+    for (; t + 16 <= nv; t += 16) _mm512_storeu_ps(sg + t, exp16(_mm512_sub_ps(_mm512_loadu_ps(sg + t), vmx)));
+    if (t < nv) {
+      const __mmask16 m = (__mmask16)((1u << (nv - t)) - 1);
+      _mm512_mask_storeu_ps(sg + t, m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sg + t), vmx)));
+    }
+  }
+  __m512d acc[G][8];
+  double den[G];
+  for (int g = 0; g < G; ++g) {
+    for (int b = 0; b < 8; ++b) acc[g][b] = _mm512_setzero_pd();
+    den[g] = 0.0;
+  }
+  for (int64_t u = 0; u < nv; ++u) {
+    const double* vr = vb + keys[u] * 65;
+    __m512d vv[8];
+    for (int b = 0; b < 8; ++b) vv[b] = _mm512_loadu_pd(vr + 8 * b);
+    for (int g = 0; g < G; ++g) {
+      const double e = static_cast<double>(s[g * (nv + 16) + u]);
+      const __m512d ve = _mm512_set1_pd(e);
+      for (int b = 0; b < 8; ++b) acc[g][b] = _mm512_fmadd_pd(ve, vv[b], acc[g][b]);
+      den[g] += e;
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    const __m512d vd = _mm512_set1_pd(den[g]);
+    for (int b = 0; b < 8; ++b)
+      _mm256_storeu_ps(out + g * 64 + 8 * b, _mm512_cvtpd_ps(_mm512_div_pd(acc[g][b], vd)));
+  }
+}
+
 }  // namespace
 
 // q [n_q, n_heads, hd] fp32; k [n_kv, cap, hd] fp32 and v [n_kv, cap, hd + 1] fp64 (one layer);
@@ -90,6 +153,29 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, int64
   const double* vp = v.data_ptr<double>();
   float* op = out.data_ptr<float>();
   const float sc = static_cast<float>(scale);
+  if (hd == 64 && group >= 1 && group <= 4) {
+    at::parallel_for(0, n_q * n_kv, 1, [&](int64_t begin, int64_t end) {
+      std::vector<int64_t> keys;
+      std::vector<float> s;
+      for (int64_t w = begin; w < end; ++w) {
+        const int64_t i = w / n_kv, kv = w % n_kv;
+        keys.resize(start);
+        for (int64_t t = 0; t < start; ++t) keys[t] = t;
+        keys.insert(keys.end(), extra[i].begin(), extra[i].end());
+        const float* qr = qp + (i * n_heads + kv * group) * 64;
+        const float* kb = kp + kv * cap * 64;
+        const double* vb = vp + kv * cap * 65;
+        float* orow = op + i * n_heads * 64 + kv * group * 64;
+        switch (group) {
+          case 1: row_kv64<1>(qr, kb, vb, keys, sc, s, orow); break;
+          case 2: row_kv64<2>(qr, kb, vb, keys, sc, s, orow); break;
+          case 3: row_kv64<3>(qr, kb, vb, keys, sc, s, orow); break;
+          default: row_kv64<4>(qr, kb, vb, keys, sc, s, orow); break;
+        }
+      }
+    });
+    return out;
+  }
   at::parallel_for(0, n_q * n_heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> keys;
     std::vector<float> s;
@@ -174,6 +260,6 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, int64
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.attr("VERSION") = 2;
+  m.attr("VERSION") = 3;
   m.def("attention", &attention, "decode / draft-verify attention (row-invariant, fp64 sum)");
 }
