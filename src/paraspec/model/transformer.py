@@ -36,8 +36,8 @@ ROW_MULTIPLE = 4  # matmuls run on a multiple of this many rows (row invariance,
 
 def _attention_kernel():
     """csrc/attention.cpp (built by csrc/build.py), where it is built and the CPU has AVX-512F:
-    decode/verify attention row by row, invariant by construction and 5-15x faster than the
-    torch path below at a few hundred keys. Never compiled at import."""
+    decode/verify attention row by row, invariant by construction; 2-15x faster than the torch
+    path below (15x for one row at 300 keys, 2x for 16 rows at 1000). Never compiled at import."""
     try:
         from . import _attention  # type: ignore[attr-defined]
     except ImportError:
