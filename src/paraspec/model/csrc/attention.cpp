@@ -9,15 +9,16 @@
 // Scores and exp in fp32; the weighted sum of V in fp64 (as the torch path in transformer.py),
 // from the cache's fp64 V, whose last column (ones) is not read: the denominator is the same sum.
 //
-// The visible keys of a row are first gathered into a list, so every later loop runs over the
-// same list positions for a draft row and for its autoregressive twin: a vector body and its
-// scalar remainder then see the same keys in both.
+// Every loop runs over a row's visible keys by their position in its visible list (Keys), which
+// is the same for a draft row and for its autoregressive twin: a vector body and its scalar
+// remainder then see the same keys in both.
 //
 // Build: python src/paraspec/model/csrc/build.py (with the W8A8 kernel).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -56,14 +57,23 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return _mm512_reduce_add_ps(acc);
 }
 
+// A row's visible keys in slot order: the committed ones [0, start), then its own new ones.
+// Indexed, not materialised: the list would be rebuilt for every row, head and layer.
+struct Keys {
+  int64_t start;
+  const std::vector<int64_t>& extra;
+  int64_t size() const { return start + static_cast<int64_t>(extra.size()); }
+  int64_t operator[](int64_t u) const { return u < start ? u : extra[u - start]; }
+};
+
 // One query row against one kv head, for the G query heads that share it (head size 64): each
 // key's K and V row is loaded once for all G heads instead of once per head. Every head's
 // instruction sequence is the one-head sequence (same dot, same exp over the same list, same
 // fp64 accumulation order), so the result does not depend on G or on how heads are grouped.
 template <int G>
-void row_kv64(const float* q, const float* kb, const double* vb, const std::vector<int64_t>& keys,
+void row_kv64(const float* q, const float* kb, const double* vb, const Keys& keys,
               float sc, std::vector<float>& s, float* out) {
-  const int64_t nv = static_cast<int64_t>(keys.size());
+  const int64_t nv = keys.size();
   s.resize(G * (nv + 16));
   __m512 qv[G][4];
   float mx[G];
@@ -153,60 +163,43 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, int64
   const double* vp = v.data_ptr<double>();
   float* op = out.data_ptr<float>();
   const float sc = static_cast<float>(scale);
-  if (hd == 64 && group >= 1 && group <= 4) {
+  if (hd == 64) {   // per (row, kv head): the query heads sharing it, up to 4 at a time
     at::parallel_for(0, n_q * n_kv, 1, [&](int64_t begin, int64_t end) {
-      std::vector<int64_t> keys;
       std::vector<float> s;
       for (int64_t w = begin; w < end; ++w) {
         const int64_t i = w / n_kv, kv = w % n_kv;
-        keys.resize(start);
-        for (int64_t t = 0; t < start; ++t) keys[t] = t;
-        keys.insert(keys.end(), extra[i].begin(), extra[i].end());
-        const float* qr = qp + (i * n_heads + kv * group) * 64;
+        const Keys keys{start, extra[i]};
         const float* kb = kp + kv * cap * 64;
         const double* vb = vp + kv * cap * 65;
-        float* orow = op + i * n_heads * 64 + kv * group * 64;
-        switch (group) {
-          case 1: row_kv64<1>(qr, kb, vb, keys, sc, s, orow); break;
-          case 2: row_kv64<2>(qr, kb, vb, keys, sc, s, orow); break;
-          case 3: row_kv64<3>(qr, kb, vb, keys, sc, s, orow); break;
-          default: row_kv64<4>(qr, kb, vb, keys, sc, s, orow); break;
+        for (int64_t g0 = 0; g0 < group; g0 += 4) {
+          const int64_t h = kv * group + g0;
+          const float* qr = qp + (i * n_heads + h) * 64;
+          float* orow = op + i * n_heads * 64 + h * 64;
+          switch (std::min<int64_t>(4, group - g0)) {
+            case 1: row_kv64<1>(qr, kb, vb, keys, sc, s, orow); break;
+            case 2: row_kv64<2>(qr, kb, vb, keys, sc, s, orow); break;
+            case 3: row_kv64<3>(qr, kb, vb, keys, sc, s, orow); break;
+            default: row_kv64<4>(qr, kb, vb, keys, sc, s, orow); break;
+          }
         }
       }
     });
     return out;
   }
   at::parallel_for(0, n_q * n_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> keys;
     std::vector<float> s;
     std::vector<double> acc(hd);
     for (int64_t w = begin; w < end; ++w) {
       const int64_t i = w / n_heads, h = w % n_heads, kv = h / group;
-      keys.resize(start);
-      for (int64_t t = 0; t < start; ++t) keys[t] = t;
-      keys.insert(keys.end(), extra[i].begin(), extra[i].end());
-      const int64_t nv = static_cast<int64_t>(keys.size());
+      const Keys keys{start, extra[i]};
+      const int64_t nv = keys.size();
       s.resize(nv + 16);
       const float* qr = qp + (i * n_heads + h) * hd;
       const float* kb = kp + kv * cap * hd;
       float mx = -INFINITY;
-      if (hd == 64) {
-        const __m512 q0 = _mm512_loadu_ps(qr), q1 = _mm512_loadu_ps(qr + 16);
-        const __m512 q2 = _mm512_loadu_ps(qr + 32), q3 = _mm512_loadu_ps(qr + 48);
-        for (int64_t t = 0; t < nv; ++t) {
-          const float* kr = kb + keys[t] * 64;
-          __m512 acc16 = _mm512_mul_ps(q0, _mm512_loadu_ps(kr));
-          acc16 = _mm512_fmadd_ps(q1, _mm512_loadu_ps(kr + 16), acc16);
-          acc16 = _mm512_fmadd_ps(q2, _mm512_loadu_ps(kr + 32), acc16);
-          acc16 = _mm512_fmadd_ps(q3, _mm512_loadu_ps(kr + 48), acc16);
-          s[t] = _mm512_reduce_add_ps(acc16) * sc;
-          mx = s[t] > mx ? s[t] : mx;
-        }
-      } else {
-        for (int64_t t = 0; t < nv; ++t) {
-          s[t] = dot(qr, kb + keys[t] * hd, hd) * sc;
-          mx = s[t] > mx ? s[t] : mx;
-        }
+      for (int64_t t = 0; t < nv; ++t) {
+        s[t] = dot(qr, kb + keys[t] * hd, hd) * sc;
+        mx = s[t] > mx ? s[t] : mx;
       }
       const __m512 vmx = _mm512_set1_ps(mx);
       int64_t t = 0;
@@ -218,29 +211,6 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, int64
       }
       const double* vb = vp + kv * cap * (hd + 1);
       float* orow = op + i * n_heads * hd + h * hd;
-      if (hd == 64) {   // the common head size: the 64 sums stay in 8 registers
-        __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-        double den = 0.0;
-        for (int64_t u = 0; u < nv; ++u) {
-          const double e = static_cast<double>(s[u]);
-          const double* vr = vb + keys[u] * 65;
-          const __m512d ve = _mm512_set1_pd(e);
-          a0 = _mm512_fmadd_pd(ve, _mm512_loadu_pd(vr), a0);
-          a1 = _mm512_fmadd_pd(ve, _mm512_loadu_pd(vr + 8), a1);
-          a2 = _mm512_fmadd_pd(ve, _mm512_loadu_pd(vr + 16), a2);
-          a3 = _mm512_fmadd_pd(ve, _mm512_loadu_pd(vr + 24), a3);
-          a4 = _mm512_fmadd_pd(ve, _mm512_loadu_pd(vr + 32), a4);
-          a5 = _mm512_fmadd_pd(ve, _mm512_loadu_pd(vr + 40), a5);
-          a6 = _mm512_fmadd_pd(ve, _mm512_loadu_pd(vr + 48), a6);
-          a7 = _mm512_fmadd_pd(ve, _mm512_loadu_pd(vr + 56), a7);
-          den += e;
-        }
-        const __m512d vd = _mm512_set1_pd(den);
-        const __m512d parts[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
-        for (int b = 0; b < 8; ++b)
-          _mm256_storeu_ps(orow + 8 * b, _mm512_cvtpd_ps(_mm512_div_pd(parts[b], vd)));
-        continue;
-      }
       std::fill(acc.begin(), acc.end(), 0.0);
       double den = 0.0;
       for (int64_t u = 0; u < nv; ++u) {
