@@ -62,15 +62,21 @@ class SeqInput:
 
 
 class Linear:
-    """y = x @ W.T (+ b), computed in the weight's dtype. bf16 weights are pre-packed for oneDNN
-    (about 1.4x faster than F.linear here) when the private op exists, else plain F.linear."""
+    """y = x @ W.T (+ b), computed in the weight's dtype. Weights are pre-packed for oneDNN when
+    the private op exists (bf16 needs avx512bw/vl or avx_ne_convert), else plain F.linear.
+
+    Why oneDNN for fp32 too: its packed matmul gives a row the same bits for any row count from
+    2 on (measured on an AVX-512 Xeon with AMX and with oneDNN capped at AVX2), while MKL's
+    sgemm behind F.linear changes its blocking with the row count on Intel AVX-512 (rows of a
+    16-row forward differ from the same rows in a 4-row one), which broke fp32 exactness there.
+    bf16 F.linear, used where oneDNN has no bf16 path (AVX2), was row-invariant at every count."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         self.weight = weight.contiguous()
         self.bias = bias
         self.out_features, self.in_features = weight.shape
         self.packed = None
-        if weight.dtype == torch.bfloat16 and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+        if hasattr(torch.ops.mkldnn, "_linear_pointwise"):
             try:
                 packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, 1)
                 x = torch.zeros(1, self.in_features, dtype=weight.dtype)
