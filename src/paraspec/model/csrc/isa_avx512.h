@@ -1,0 +1,92 @@
+// Vector operations for the AVX-512 module (_kernels_avx512), included by kernels.cpp inside
+// its `#pragma GCC push_options` region: everything defined here and in the algorithm headers
+// after it is compiled for the target below; the module's init code stays plain x86-64.
+//
+// The algorithm headers see a 16-lane float vector (F16), a 16-lane int32 vector (I16) and an
+// 8-lane double vector (D8); here each is one register. isa_avx2.h has the same API on pairs
+// of ymm registers, lane for lane the same arithmetic, so both modules give the same bits.
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,fma")
+
+#define PARASPEC_ISA "avx512"
+// every feature the target line enables (the builtin also checks that the OS saves zmm state)
+#define PARASPEC_CPU_SUPPORTED()                                                        \
+  (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&           \
+   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&        \
+   __builtin_cpu_supports("fma"))
+
+namespace isa {
+
+struct F16 { __m512 v; };
+struct I16 { __m512i v; };
+struct D8 { __m512d v; };
+
+constexpr int kAccD8 = 32;  // D8 accumulators attention keeps in registers (G * 8 for up to 4 heads: a whole head at once)
+
+inline __mmask16 first(int64_t n) {  // lanes [0, min(n, 16))
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+inline F16 zero() { return {_mm512_setzero_ps()}; }
+inline F16 set1(float x) { return {_mm512_set1_ps(x)}; }
+inline F16 load(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline F16 loadn(const float* p, int64_t n) { return {_mm512_maskz_loadu_ps(first(n), p)}; }
+inline F16 loadn(const uint16_t* p, int64_t n) {  // bf16 bits -> fp32 (exact)
+  const __m256i h = _mm256_maskz_loadu_epi16(first(n), p);
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
+}
+inline void store(float* p, F16 a) { _mm512_storeu_ps(p, a.v); }
+inline void storen(float* p, F16 a, int64_t n) { _mm512_mask_storeu_ps(p, first(n), a.v); }
+inline F16 add(F16 a, F16 b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline F16 sub(F16 a, F16 b) { return {_mm512_sub_ps(a.v, b.v)}; }
+inline F16 mul(F16 a, F16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline F16 fmadd(F16 a, F16 b, F16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }    // a * b + c
+inline F16 fnmadd(F16 a, F16 b, F16 c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)}; }  // c - a * b
+inline F16 max(F16 a, F16 b) { return {_mm512_max_ps(a.v, b.v)}; }
+inline F16 abs(F16 a) { return {_mm512_abs_ps(a.v)}; }
+inline F16 round(F16 a) { return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)}; }
+inline F16 scale2n(F16 p, F16 n) { return {_mm512_scalef_ps(p.v, n.v)}; }  // p * 2^n, n integral
+inline __m256 fold(F16 a) {  // upper 8 lanes + lower 8 (first step of a sum)
+  return _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a.v), 1)),
+                       _mm512_castps512_ps256(a.v));
+}
+inline float reduce_max(F16 a) { return _mm512_reduce_max_ps(a.v); }  // exact in any order
+
+inline I16 load(const int32_t* p) { return {_mm512_loadu_si512(p)}; }
+inline I16 set1(int32_t x) { return {_mm512_set1_epi32(x)}; }
+inline I16 add(I16 a, I16 b) { return {_mm512_add_epi32(a.v, b.v)}; }
+inline I16 sub(I16 a, I16 b) { return {_mm512_sub_epi32(a.v, b.v)}; }
+inline F16 to_float(I16 a) { return {_mm512_cvtepi32_ps(a.v)}; }
+inline I16 to_int(F16 a) { return {_mm512_cvtps_epi32(a.v)}; }  // rounds half to even
+inline void store_bytes(uint8_t* p, I16 a, int64_t n) {  // low byte of each lane
+  _mm_mask_storeu_epi8(p, first(n), _mm512_cvtepi32_epi8(a.v));
+}
+
+inline D8 zero_d() { return {_mm512_setzero_pd()}; }
+inline D8 set1(double x) { return {_mm512_set1_pd(x)}; }
+inline D8 load(const double* p) { return {_mm512_loadu_pd(p)}; }
+inline void store(double* p, D8 a) { _mm512_storeu_pd(p, a.v); }
+inline D8 fmadd(D8 a, D8 b, D8 c) { return {_mm512_fmadd_pd(a.v, b.v, c.v)}; }
+inline D8 div(D8 a, D8 b) { return {_mm512_div_pd(a.v, b.v)}; }
+inline void store_float(float* p, D8 a) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(a.v)); }
+
+// W8A8 inner step (w8a8_loop.h): vpdpbusd, u8 activations (q + 128) times s8 weights, 4
+// products summed into each int32 lane; a 32-channel panel step is 2 registers.
+struct Vnni512 {
+  using Acc = __m512i;
+  static constexpr int kVecs = 2;    // accumulators per sub-row
+  static constexpr int kRows = 8;    // sub-rows per register tile: 16 accumulators + 2 weights
+  static constexpr int kOffset = 128;
+  static Acc load_acc(const int32_t* p) { return _mm512_loadu_si512(p); }
+  static void store_acc(int32_t* p, Acc a) { _mm512_storeu_si512(p, a); }
+  static Acc zero_acc() { return _mm512_setzero_si512(); }
+  static Acc load_w(const int8_t* p) { return _mm512_loadu_si512(p); }
+  static Acc prep(int32_t x4) { return _mm512_set1_epi32(x4); }
+  static Acc mac(Acc acc, Acc x, Acc w) { return _mm512_dpbusd_epi32(acc, x, w); }
+};
+
+namespace vnni512 {
+using Op = Vnni512;
+#include "w8a8_loop.h"
+}  // namespace vnni512
+
+}  // namespace isa

@@ -1,0 +1,232 @@
+// The CPU kernels for one instruction set, as one extension module: decode/verify attention
+// (attention.h) and the W8A8 linear (w8a8.h, w8a8_loop.h). csrc/build.py compiles this file
+// twice, with -DPARASPEC_AVX512 into paraspec.model._kernels_avx512 and with -DPARASPEC_AVX2
+// into paraspec.model._kernels_avx2, both with baseline x86-64 flags.
+//
+// Import safety: only the code between push_options and pop_options below is compiled for the
+// module's instructions (isa_*.h's `#pragma GCC target`); the module init, pybind11, torch's
+// header code and the argument checks here are plain x86-64, so importing either module never
+// executes an instruction the CPU may lack. Every header is included before the region, so no
+// inline function of theirs is compiled for the target and shared with baseline callers. Each
+// entry point checks cpu_supported() (CPUID) before it calls into the region, and refuses with
+// an error where the CPU lacks a feature.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+// What every copy of w8a8_loop.h provides: its tile height, how it stores activations
+// (q + offset) and the inner loop for 1..8 sub-rows.
+using AccFn = void (*)(const int32_t*, int64_t, const int8_t*, int64_t, int64_t, int32_t*, bool);
+struct W8A8Loop {
+  int rows;
+  int offset;
+  AccFn fn[9];
+};
+constexpr int64_t kPrefetch = 8192;  // bytes ahead in the weight stream
+
+#pragma GCC push_options
+#if defined(PARASPEC_AVX512)
+#include "isa_avx512.h"
+#elif defined(PARASPEC_AVX2)
+#include "isa_avx2.h"
+#else
+#error "compile with -DPARASPEC_AVX512 or -DPARASPEC_AVX2 (csrc/build.py does)"
+#endif
+#include "vec.h"
+#include "attention.h"
+#include "w8a8.h"
+#pragma GCC pop_options
+
+// ---- plain x86-64 from here on ----
+namespace {
+
+bool cpu_supported() {
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return PARASPEC_CPU_SUPPORTED();
+  }();
+  return ok;
+}
+
+void require_cpu() {
+  TORCH_CHECK(cpu_supported(), "paraspec: this CPU lacks instructions _kernels_" PARASPEC_ISA
+              " was compiled for (see its cpu_supported())");
+}
+
+struct Variant {
+  const char* name;
+  const W8A8Loop* loop;
+};
+
+// The W8A8 inner loops this CPU can run, best first.
+std::vector<Variant> variants() {
+  if (!cpu_supported()) return {};
+#if defined(PARASPEC_AVX512)
+  return {{"vnni512", &isa::vnni512::kLoop}};
+#else
+  std::vector<Variant> v;
+  if (__builtin_cpu_supports("avxvnni")) v.push_back({"avxvnni", &isa::avxvnni::kLoop});
+  v.push_back({"avx2", &isa::avx2::kLoop});
+  return v;
+#endif
+}
+
+std::vector<std::string> variant_names() {
+  std::vector<std::string> names;
+  for (const Variant& v : variants()) names.emplace_back(v.name);
+  return names;
+}
+
+// q [n_q, n_heads, hd] fp32; k [n_kv, cap, hd] fp32 and v [n_kv, cap, hd + 1] fp64 (one layer);
+// the new rows' keys sit at slots [start, start + n_q); visible [n_q, n_q] bool (row i sees new
+// key j), or an empty tensor for a causal chain. Returns [n_q, n_heads * hd] fp32.
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t start,
+                     at::Tensor visible, double scale) {
+  require_cpu();
+  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.is_contiguous(), "q: [n_q, heads, hd] fp32");
+  TORCH_CHECK(k.dim() == 3 && k.scalar_type() == at::kFloat && k.is_contiguous(), "k: [kv, cap, hd] fp32");
+  TORCH_CHECK(v.dim() == 3 && v.scalar_type() == at::kDouble && v.is_contiguous(), "v: [kv, cap, hd+1] fp64");
+  const int64_t n_q = q.size(0), n_heads = q.size(1), hd = q.size(2);
+  const int64_t n_kv = k.size(0), cap = k.size(1);
+  TORCH_CHECK(k.size(2) == hd && v.size(2) == hd + 1 && v.size(1) == cap && v.size(0) == n_kv && n_kv > 0 &&
+              n_heads % n_kv == 0, "shapes");
+  TORCH_CHECK(start >= 0 && start + n_q <= cap, "the new rows must fit in the cache");
+  const bool causal = visible.numel() == 0;
+  if (!causal) {
+    TORCH_CHECK(visible.scalar_type() == at::kBool && visible.dim() == 2 && visible.size(0) == n_q &&
+                visible.size(1) == n_q, "visible: [n_q, n_q] bool");
+    visible = visible.contiguous();
+  }
+  const int64_t group = n_heads / n_kv;
+  // per row: the new slots it sees, in slot order (the committed ones, [0, start), all)
+  std::vector<std::vector<int64_t>> extra(n_q);
+  const bool* vis = causal ? nullptr : visible.data_ptr<bool>();
+  for (int64_t i = 0; i < n_q; ++i)
+    for (int64_t j = 0; j < n_q; ++j)
+      if (causal ? j <= i : vis[i * n_q + j]) extra[i].push_back(start + j);
+
+  auto out = at::empty({n_q, n_heads * hd}, q.options());
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const double* vp = v.data_ptr<double>();
+  float* op = out.data_ptr<float>();
+  const float sc = static_cast<float>(scale);
+  const int64_t ld = start + n_q + 16;  // scratch per head: a row's scores
+  if (hd == 64) {  // per (row, kv head): the query heads sharing it, up to 4 at a time
+    at::parallel_for(0, n_q * n_kv, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> s(4 * ld);
+      for (int64_t w = begin; w < end; ++w) {
+        const int64_t i = w / n_kv, kv = w % n_kv;
+        const isa::Keys keys{start, extra[i].data(), static_cast<int64_t>(extra[i].size())};
+        for (int64_t g0 = 0; g0 < group; g0 += 4) {
+          const int64_t h = kv * group + g0;
+          isa::attend_kv64(static_cast<int>(std::min<int64_t>(4, group - g0)), qp + (i * n_heads + h) * 64,
+                           kp + kv * cap * 64, vp + kv * cap * 65, keys, sc, s.data(), op + (i * n_heads + h) * 64);
+        }
+      }
+    });
+    return out;
+  }
+  at::parallel_for(0, n_q * n_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> s(ld);
+    std::vector<double> acc(hd);
+    for (int64_t w = begin; w < end; ++w) {
+      const int64_t i = w / n_heads, h = w % n_heads, kv = h / group;
+      const isa::Keys keys{start, extra[i].data(), static_cast<int64_t>(extra[i].size())};
+      isa::attend_head(qp + (i * n_heads + h) * hd, kp + kv * cap * hd, vp + kv * cap * (hd + 1), hd, keys, sc,
+                       s.data(), acc.data(), op + (i * n_heads + h) * hd);
+    }
+  });
+  return out;
+}
+
+// x [M, K] fp32 or bf16 (rows contiguous); packed [Np/32 * Kp/4 * 128] int8; comp [Np] int32
+// (128 * row sums of the weights, for the VNNI variants); w_scale [Np] fp32; bias [N] fp32 or
+// None; passes 1 (x in int8) or 2 (plus its int8 residual); norm: RMSNorm weight [K] fp32 to
+// apply to x first (with eps), or None; variant: a w8a8_variants() name, "" for the best.
+// Returns fp32 [M, N].
+at::Tensor w8a8_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& comp,
+                       const at::Tensor& w_scale, const c10::optional<at::Tensor>& bias, int64_t N,
+                       int64_t passes, const c10::optional<at::Tensor>& norm, double eps,
+                       const std::string& variant) {
+  require_cpu();
+  const W8A8Loop* loop = nullptr;
+  for (const Variant& v : variants())
+    if (variant.empty() || variant == v.name) {
+      loop = v.loop;
+      break;
+    }
+  TORCH_CHECK(loop, "w8a8_linear: variant '", variant, "' is not one this CPU runs");
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "x must be 2-D with contiguous rows");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "x: fp32/bf16");
+  TORCH_CHECK(passes == 1 || passes == 2, "passes must be 1 or 2");
+  const int P = static_cast<int>(passes);
+  const int64_t M = x.size(0), K = x.size(1), Kp = (K + 3) / 4 * 4;
+  const int64_t panels = (N + 31) / 32;
+  TORCH_CHECK(packed.scalar_type() == at::kChar && packed.is_contiguous() && packed.numel() == panels * 32 * Kp,
+              "packed weight does not match x / N");
+  TORCH_CHECK(comp.scalar_type() == at::kInt && comp.is_contiguous() && comp.numel() >= panels * 32,
+              "comp: int32 [Np]");
+  TORCH_CHECK(w_scale.scalar_type() == at::kFloat && w_scale.is_contiguous() && w_scale.numel() >= panels * 32,
+              "w_scale: fp32 [Np]");
+  TORCH_CHECK(!bias.has_value() || (bias->scalar_type() == at::kFloat && bias->is_contiguous() &&
+                                    bias->numel() == N), "bias: fp32 [N]");
+  TORCH_CHECK(!norm.has_value() || (norm->scalar_type() == at::kFloat && norm->is_contiguous() &&
+                                    norm->numel() == K), "norm: fp32 [K]");
+  at::Tensor y = at::empty({M, N}, x.options().dtype(at::kFloat));
+  if (M == 0) return y;
+
+  const int64_t rows = M * P;  // sub-rows
+  at::Tensor xq = at::empty({rows * Kp}, x.options().dtype(at::kByte));
+  at::Tensor sx = at::empty({rows}, x.options().dtype(at::kFloat));
+  uint8_t* xqp = xq.data_ptr<uint8_t>();
+  float* sxp = sx.data_ptr<float>();
+  const float* g = norm.has_value() ? norm->data_ptr<float>() : nullptr;
+  const int64_t ldx = x.stride(0);
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  const void* xp = x.data_ptr();
+  // Rows quantise independently; in parallel only when there are enough of them (prefill) to
+  // pay for a second fork (~0.2 us a row here, ~2 us a fork).
+  at::parallel_for(0, M, M >= 32 ? 8 : M + 1, [&](int64_t m0, int64_t m1) {
+    std::vector<float> v(K);
+    const float e = static_cast<float>(eps);
+    if (bf16)
+      isa::quantize_rows(static_cast<const uint16_t*>(xp) + m0 * ldx, ldx, m1 - m0, K, Kp, P, g, e,
+                         loop->offset, v.data(), xqp + m0 * P * Kp, sxp + m0 * P);
+    else
+      isa::quantize_rows(static_cast<const float*>(xp) + m0 * ldx, ldx, m1 - m0, K, Kp, P, g, e,
+                         loop->offset, v.data(), xqp + m0 * P * Kp, sxp + m0 * P);
+  });
+  const int8_t* wp = packed.data_ptr<int8_t>();
+  const int32_t* cp = comp.data_ptr<int32_t>();
+  const float* swp = w_scale.data_ptr<float>();
+  const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  // Output channels split across threads (contiguous weight ranges).
+  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<int32_t> acc(32 * std::min(rows, isa::kRowBlock));
+    isa::panels(*loop, p0, p1, xqp, sxp, rows, P, Kp, wp, cp, swp, bp, yp, N, acc.data());
+  });
+  return y;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.attr("ISA") = PARASPEC_ISA;
+  m.attr("VERSION") = 4;  // bumped when a signature changes: the Python side ignores a stale build
+  m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
+  m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
+  m.def("attention", &attention, "decode / draft-verify attention (row-invariant, fp64 sum of V)",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("start"), py::arg("visible"), py::arg("scale"));
+  m.def("w8a8_linear", &w8a8_linear, "per-row W8A8 linear", py::arg("x"), py::arg("packed"),
+        py::arg("comp"), py::arg("w_scale"), py::arg("bias"), py::arg("n"), py::arg("passes"),
+        py::arg("norm") = py::none(), py::arg("eps") = 0.0, py::arg("variant") = "");
+}
