@@ -2,18 +2,21 @@
 // its mask lets it see, for every row and head. Written once over isa_*.h's vector API; the
 // tensor glue (checks, the visible lists, threads) is in kernels.cpp.
 //
-// Row invariance by construction: each (row, head) is computed alone, by one thread, over its
-// visible keys in slot order (masked keys are skipped, not added as zeros), with a fixed
-// instruction sequence. A draft node therefore sees exactly the keys, in the same order, that
-// the one-token autoregressive step at its position sees after the cache is compacted, and its
-// output has the same bits, whatever the number of query rows or the gaps a tree leaves.
-// Scores and exp in fp32; the weighted sum of V in fp64 (as the torch path in transformer.py),
-// from the cache's fp64 V, whose last column (ones) is not read: the denominator is the same sum.
+// Row invariance by construction: each (row, head) pair is computed by one fixed sequence of
+// operations over its visible keys in slot order (masked keys are skipped, not added as zeros):
+// per key a dot product, exp of the scores in fp32, and per output lane a fp64 sum over the keys
+// in list order (V from the cache's fp64 copy, whose last column (ones) is not read: the
+// denominator is the same sum). A draft node therefore sees exactly the keys, in the same order,
+// that the one-token autoregressive step at its position sees after the cache is compacted, and
+// its output has the same bits, whatever the number of query rows or the gaps a tree leaves.
+// What runs together (rows of a block sharing one pass over the committed keys, the heads of a
+// kv head, tiles of pairs, chunks of keys, threads) decides only which pairs advance side by
+// side, never a pair's sequence; elementwise steps (scores, exp) do not depend on the vector
+// lane an element lands in.
 //
 // Every loop runs over a row's visible keys by their position in its visible list (Keys), which
-// is the same for a draft row and for its autoregressive twin: a vector body and its remainder
-// then see the same keys in both. Each output lane is one fixed sequence of lane operations, so
-// the two modules (16 lanes in one zmm or two ymm) give the same bits too.
+// is the same for a draft row and for its autoregressive twin. Each step is a lane operation or
+// hsum's fixed order, so the two modules (16 lanes in one zmm or two ymm) give the same bits.
 namespace isa {
 
 // A row's visible keys in slot order: the committed ones [0, start), then its own new ones.
@@ -26,123 +29,156 @@ struct Keys {
   int64_t operator[](int64_t u) const { return u < start ? u : extra[u - start]; }
 };
 
-inline float dot(const float* a, const float* b, int64_t n) {
+// q . k over n floats, 16 lanes at a time, folded to 8 lanes (the first step of hsum).
+inline __m256 dot_fold(const float* a, const float* b, int64_t n) {
   F16 acc = zero();
   int64_t d = 0;
   for (; d + 16 <= n; d += 16) acc = fmadd(load(a + d), load(b + d), acc);
   if (d < n) acc = fmadd(loadn(a + d, n - d), loadn(b + d, n - d), acc);
-  return hsum(acc);
+  return fold(acc);
 }
 
-// s[:nv] = exp(s[:nv] - mx)
-inline void exp_shifted(float* s, int64_t nv, float mx) {
-  const F16 vmx = set1(mx);
-  int64_t t = 0;
-  for (; t + 16 <= nv; t += 16) store(s + t, exp16(sub(load(s + t), vmx)));
-  if (t < nv) storen(s + t, exp16(sub(loadn(s + t, nv - t), vmx)), nv - t);
-}
-
-// out[g][:64] = sum_u e[g][u] V[keys[u]][:64] / sum_u e[g][u], for G heads, in fp64. Each
-// lane's sum runs over u in order whatever the tiling, so the tiling is free to fit the
-// registers: B of a head's 8 blocks of 8 doubles at a time (G * B accumulators), over keys
-// in chunks that stay in L1 while all blocks pass.
-template <int G, int B>
-void weighted_v64(const float* s, int64_t ld, const double* vb, const Keys& keys, float* out) {
-  constexpr int64_t kKeyChunk = 48;  // 48 V rows: 25 KB
-  const int64_t nv = keys.size();
-  alignas(64) double sum[G][64] = {};
-  double den[G] = {};
-  for (int g = 0; g < G; ++g)
-    for (int64_t u = 0; u < nv; ++u) den[g] += static_cast<double>(s[g * ld + u]);
-  for (int64_t u0 = 0; u0 < nv; u0 += kKeyChunk) {
-    const int64_t u1 = std::min(u0 + kKeyChunk, nv);
-    for (int d0 = 0; d0 < 64; d0 += 8 * B) {
-      D8 acc[G][B];
-      for (int g = 0; g < G; ++g)
-        for (int b = 0; b < B; ++b) acc[g][b] = load(&sum[g][d0 + 8 * b]);
-      for (int64_t u = u0; u < u1; ++u) {
-        const double* vr = vb + keys[u] * 65 + d0;
-        D8 vv[B];
-        for (int b = 0; b < B; ++b) vv[b] = load(vr + 8 * b);
-        for (int g = 0; g < G; ++g) {
-          const D8 e = set1(static_cast<double>(s[g * ld + u]));
-          for (int b = 0; b < B; ++b) acc[g][b] = fmadd(e, vv[b], acc[g][b]);
-        }
+// s[p][t] = q_p . K[keys[t]] * sc for t in [t0, t1) and the pairs p = r * G + g of rows
+// [0, nr) x G heads (query q + r * q_ld + g * hd). Keys go 8 at a time, each key's K row read
+// from L1 for every pair, and 8 dot products are reduced together (sum8, the same additions
+// as hsum's). N: the head size when it is known at compile time (64), else 0.
+template <int64_t N>
+void scores(const float* q, int64_t q_ld, int64_t nr, int64_t G, const float* kb, int64_t hd, float sc,
+            int64_t t0, int64_t t1, const Keys& keys, float* s, int64_t ld) {
+  const int64_t n = N ? N : hd;
+  const __m256 vsc = _mm256_set1_ps(sc);
+  int64_t t = t0;
+  for (; t + 8 <= t1; t += 8) {
+    const float* kr[8];
+    for (int j = 0; j < 8; ++j) kr[j] = kb + keys[t + j] * n;
+    for (int64_t r = 0; r < nr; ++r)
+      for (int64_t g = 0; g < G; ++g) {
+        const float* qp = q + r * q_ld + g * n;
+        __m256 f[8];
+        for (int j = 0; j < 8; ++j) f[j] = dot_fold(qp, kr[j], n);
+        _mm256_storeu_ps(s + (r * G + g) * ld + t, _mm256_mul_ps(sum8(f), vsc));
       }
-      for (int g = 0; g < G; ++g)
-        for (int b = 0; b < B; ++b) store(&sum[g][d0 + 8 * b], acc[g][b]);
+  }
+  for (; t < t1; ++t)
+    for (int64_t r = 0; r < nr; ++r)
+      for (int64_t g = 0; g < G; ++g)
+        s[(r * G + g) * ld + t] = hsum8(dot_fold(q + r * q_ld + g * n, kb + keys[t] * n, n)) * sc;
+}
+
+// e[:nv] = exp(s[:nv] - max(s[:nv])), computed in fp32 and stored in fp64 for the V sums
+inline void softmax_numerators(float* s, int64_t nv, double* e) {
+  F16 m = set1(-INFINITY);
+  int64_t t = 0;
+  for (; t + 16 <= nv; t += 16) m = max(m, load(s + t));
+  float mx = reduce_max(m);
+  for (; t < nv; ++t) mx = s[t] > mx ? s[t] : mx;  // the max is exact in any order
+  const F16 vmx = set1(mx);
+  for (t = 0; t + 16 <= nv; t += 16) store(s + t, exp16(sub(load(s + t), vmx)));
+  if (t < nv) storen(s + t, exp16(sub(loadn(s + t, nv - t), vmx)), nv - t);
+  for (t = 0; t < nv; ++t) e[t] = static_cast<double>(s[t]);
+}
+
+// sum[p][d] += sum_{u in [u0, u1)} e[p][u] V[keys[u]][d] for T (row, head) pairs and the lanes
+// d of n slices of 8 * B doubles from d0, each lane's terms added in u order (fp64); pair p's
+// sums are the row sum + p * (hd + 1), whose last element is the softmax denominator, the sum
+// of e[p][u] in u order, accumulated here when `Den` (in all 8 lanes of a vector: the same
+// additions). T * B accumulators stay in registers while the chunk's V rows (in L1) pass once
+// per slice.
+template <int T, int B, bool Den>
+void v_sum(const double* e, int64_t ld, const double* vb, int64_t hd, const Keys& keys, int64_t u0, int64_t u1,
+           double* sum, int64_t d0, int64_t n) {
+  for (int64_t d = d0; d < d0 + 8 * B * n; d += 8 * B) {
+    const bool den = Den && d == d0;
+    D8 acc[T][B], dn[T];
+    for (int p = 0; p < T; ++p) {
+      for (int b = 0; b < B; ++b) acc[p][b] = load(sum + p * (hd + 1) + d + 8 * b);
+      dn[p] = set1(sum[p * (hd + 1) + hd]);
+    }
+    for (int64_t u = u0; u < u1; ++u) {
+      const double* vr = vb + keys[u] * (hd + 1) + d;
+      D8 vv[B];
+      for (int b = 0; b < B; ++b) vv[b] = load(vr + 8 * b);
+      for (int p = 0; p < T; ++p) {
+        const D8 ve = set1(e[p * ld + u]);
+        for (int b = 0; b < B; ++b) acc[p][b] = fmadd(ve, vv[b], acc[p][b]);
+        if (den) dn[p] = add(dn[p], ve);
+      }
+    }
+    for (int p = 0; p < T; ++p) {
+      for (int b = 0; b < B; ++b) store(sum + p * (hd + 1) + d + 8 * b, acc[p][b]);
+      if (den) sum[p * (hd + 1) + hd] = lane0(dn[p]);
     }
   }
-  for (int g = 0; g < G; ++g)
-    for (int b = 0; b < 8; ++b) store_float(out + g * 64 + 8 * b, div(load(&sum[g][8 * b]), set1(den[g])));
 }
 
-// One query row against one kv head, for the G query heads that share it (head size 64): each
-// key's K and V row is loaded once for all G heads instead of once per head. Every head's
-// instruction sequence is the one-head sequence (same dot, same exp over the same list, same
-// fp64 accumulation order), so the result does not depend on G or on how heads are grouped.
-// s: G * (nv + 16) floats of scratch.
-template <int G>
-void row_kv64(const float* q, const float* kb, const double* vb, const Keys& keys, float sc, float* s,
-              float* out) {
-  const int64_t nv = keys.size(), ld = nv + 16;
-  F16 qv[G][4];
-  float mx[G];
-  for (int g = 0; g < G; ++g) {
-    for (int b = 0; b < 4; ++b) qv[g][b] = load(q + g * 64 + 16 * b);
-    mx[g] = -INFINITY;
+template <int T>
+void v_sum_tile(const double* e, int64_t ld, const double* vb, int64_t hd, const Keys& keys, int64_t u0, int64_t u1,
+                double* sum) {
+  constexpr int B = T * 8 <= kVAcc ? 8 : T * 4 <= kVAcc ? 4 : T * 2 <= kVAcc ? 2 : 1;  // blocks per slice
+  const int64_t full = hd / (8 * B), rest = hd % (8 * B) / 8;
+  if (full) v_sum<T, B, true>(e, ld, vb, hd, keys, u0, u1, sum, 0, full);
+  if (rest) {
+    if (full) v_sum<T, 1, false>(e, ld, vb, hd, keys, u0, u1, sum, 8 * B * full, rest);
+    else v_sum<T, 1, true>(e, ld, vb, hd, keys, u0, u1, sum, 0, rest);
   }
-  for (int64_t t = 0; t < nv; ++t) {
-    const float* kr = kb + keys[t] * 64;
-    const F16 k0 = load(kr), k1 = load(kr + 16), k2 = load(kr + 32), k3 = load(kr + 48);
-    for (int g = 0; g < G; ++g) {
-      F16 a = mul(qv[g][0], k0);
-      a = fmadd(qv[g][1], k1, a);
-      a = fmadd(qv[g][2], k2, a);
-      a = fmadd(qv[g][3], k3, a);
-      const float x = hsum(a) * sc;
-      s[g * ld + t] = x;
-      mx[g] = x > mx[g] ? x : mx[g];
-    }
-  }
-  for (int g = 0; g < G; ++g) exp_shifted(s + g * ld, nv, mx[g]);
-  constexpr int B = G * 8 <= kAccD8 ? 8 : G * 4 <= kAccD8 ? 4 : G * 2 <= kAccD8 ? 2 : 1;
-  weighted_v64<G, B>(s, ld, vb, keys, out);
-}
-
-// Query heads h0 .. h0 + G - 1 (G <= 4, sharing one kv head) of one row, head size 64.
-inline void attend_kv64(int G, const float* q, const float* kb, const double* vb, const Keys& keys, float sc,
-                        float* s, float* out) {
-  switch (G) {
-    case 1: row_kv64<1>(q, kb, vb, keys, sc, s, out); break;
-    case 2: row_kv64<2>(q, kb, vb, keys, sc, s, out); break;
-    case 3: row_kv64<3>(q, kb, vb, keys, sc, s, out); break;
-    default: row_kv64<4>(q, kb, vb, keys, sc, s, out); break;
-  }
-}
-
-// One (row, head) of any head size hd. s: nv + 16 floats, acc: hd doubles of scratch.
-inline void attend_head(const float* q, const float* kb, const double* vb, int64_t hd, const Keys& keys,
-                        float sc, float* s, double* acc, float* out) {
-  const int64_t nv = keys.size();
-  float mx = -INFINITY;
-  for (int64_t t = 0; t < nv; ++t) {
-    s[t] = dot(q, kb + keys[t] * hd, hd) * sc;
-    mx = s[t] > mx ? s[t] : mx;
-  }
-  exp_shifted(s, nv, mx);
-  std::fill(acc, acc + hd, 0.0);
-  double den = 0.0;
-  for (int64_t u = 0; u < nv; ++u) {
-    const double e = static_cast<double>(s[u]);
+  if (hd % 8 == 0 && hd) return;
+  // the lanes past the last block of 8 (and the denominator if no block took it), one u at a time
+  for (int64_t u = u0; u < u1; ++u) {
     const double* vr = vb + keys[u] * (hd + 1);
-    const D8 ve = set1(e);
-    int64_t d = 0;
-    for (; d + 8 <= hd; d += 8) store(acc + d, fmadd(ve, load(vr + d), load(acc + d)));
-    for (; d < hd; ++d) acc[d] += e * vr[d];
-    den += e;
+    for (int p = 0; p < T; ++p) {
+      const double eu = e[p * ld + u];
+      for (int64_t d = hd / 8 * 8; d < hd; ++d) sum[p * (hd + 1) + d] += eu * vr[d];
+      if (hd < 8) sum[p * (hd + 1) + hd] += eu;
+    }
   }
-  for (int64_t d = 0; d < hd; ++d) out[d] = static_cast<float>(acc[d] / den);
+}
+
+static_assert(kVPairs >= 1 && kVPairs <= 3, "kTiles");
+using TileFn = void (*)(const double*, int64_t, const double*, int64_t, const Keys&, int64_t, int64_t, double*);
+constexpr TileFn kTiles[] = {nullptr, v_sum_tile<1>, v_sum_tile<std::min(2, kVPairs)>, v_sum_tile<std::min(3, kVPairs)>};
+
+// Pairs [0, P) over keys [u0, u1) of one list, in chunks of V rows that stay in L1 while every
+// tile of pairs passes (so V leaves memory once for all the pairs, not once per pair).
+inline void v_sum_pairs(const double* e, int64_t ld, int64_t P, const double* vb, int64_t hd, const Keys& keys,
+                        int64_t u0, int64_t u1, double* sum) {
+  const int64_t chunk = std::max<int64_t>(8, 24 * 1024 / (8 * (hd + 1)));  // ~24 KB of V rows
+  for (int64_t c0 = u0; c0 < u1; c0 += chunk) {
+    const int64_t c1 = std::min(c0 + chunk, u1);
+    for (int64_t p = 0; p < P; p += kVPairs)
+      kTiles[std::min<int64_t>(kVPairs, P - p)](e + p * ld, ld, vb, hd, keys, c0, c1, sum + p * (hd + 1));
+  }
+}
+
+// Rows [0, nr) of a block against one kv head, for the G query heads sharing it: P = nr * G
+// (row, head) pairs, pair p = r * G + g with query q + r * q_ld + g * hd and output
+// out + r * out_ld + g * hd; keys[r] is row r's visible list. The committed keys, which every
+// row sees in the same places of its list, are walked once for all pairs (each K and V row is
+// loaded once per block instead of once per row and head); each row's own new keys after them.
+// Every pair's instruction sequence is the one-pair sequence (same dot per key, same exp over
+// the same list, same fp64 accumulation order per lane), so the result does not depend on the
+// block, G, or the other rows. Scratch: s P * ld floats and e P * ld doubles (ld >= longest
+// list + 16), sum P * (hd + 1) doubles.
+inline void attend_block(const float* q, int64_t q_ld, int64_t nr, int64_t G, const float* kb, const double* vb,
+                         int64_t hd, const Keys* keys, float sc, float* s, double* e, int64_t ld, double* sum, float* out,
+                         int64_t out_ld) {
+  const int64_t P = nr * G, start = keys[0].start;
+  const auto score = hd == 64 ? scores<64> : scores<0>;
+  score(q, q_ld, nr, G, kb, hd, sc, 0, start, keys[0], s, ld);
+  for (int64_t r = 0; r < nr; ++r)
+    score(q + r * q_ld, q_ld, 1, G, kb, hd, sc, start, keys[r].size(), keys[r], s + r * G * ld, ld);
+  for (int64_t p = 0; p < P; ++p) softmax_numerators(s + p * ld, keys[p / G].size(), e + p * ld);
+  std::fill(sum, sum + P * (hd + 1), 0.0);
+  v_sum_pairs(e, ld, P, vb, hd, keys[0], 0, start, sum);
+  for (int64_t r = 0; r < nr; ++r)
+    v_sum_pairs(e + r * G * ld, ld, G, vb, hd, keys[r], start, keys[r].size(), sum + r * G * (hd + 1));
+  for (int64_t p = 0; p < P; ++p) {
+    float* o = out + p / G * out_ld + p % G * hd;
+    const double* sp = sum + p * (hd + 1);
+    const double den = sp[hd];
+    int64_t d = 0;
+    for (; d + 8 <= hd; d += 8) store_float(o + d, div(load(sp + d), set1(den)));
+    for (; d < hd; ++d) o[d] = static_cast<float>(sp[d] / den);
+  }
 }
 
 }  // namespace isa

@@ -17,7 +17,8 @@ struct F16 { __m256 lo, hi; };
 struct I16 { __m256i lo, hi; };
 struct D8 { __m256d lo, hi; };
 
-constexpr int kAccD8 = 6;  // D8 accumulators attention keeps in registers (12 of the 16 ymm)
+// attention sums V in tiles of up to kVPairs (row, head) pairs, with kVAcc D8 accumulators (ymm pairs)
+constexpr int kVPairs = 2, kVAcc = 4;
 
 inline __m256i lanes_below(int64_t n) {  // int32 lanes i < n all ones
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::max<int64_t>(n, 0))),
@@ -53,6 +54,7 @@ PS_LANEWISE(F16, mul, _mm256_mul_ps)
 PS_LANEWISE(F16, max, _mm256_max_ps)
 PS_LANEWISE(I16, add, _mm256_add_epi32)
 PS_LANEWISE(I16, sub, _mm256_sub_epi32)
+PS_LANEWISE(D8, add, _mm256_add_pd)
 PS_LANEWISE(D8, div, _mm256_div_pd)
 #undef PS_LANEWISE
 inline F16 fmadd(F16 a, F16 b, F16 c) {  // a * b + c
@@ -105,6 +107,7 @@ inline D8 set1(double x) { return {_mm256_set1_pd(x), _mm256_set1_pd(x)}; }
 inline D8 load(const double* p) { return {_mm256_loadu_pd(p), _mm256_loadu_pd(p + 4)}; }
 inline void store(double* p, D8 a) { _mm256_storeu_pd(p, a.lo); _mm256_storeu_pd(p + 4, a.hi); }
 inline D8 fmadd(D8 a, D8 b, D8 c) { return {_mm256_fmadd_pd(a.lo, b.lo, c.lo), _mm256_fmadd_pd(a.hi, b.hi, c.hi)}; }
+inline double lane0(D8 a) { return _mm256_cvtsd_f64(a.lo); }
 inline void store_float(float* p, D8 a) {
   _mm_storeu_ps(p, _mm256_cvtpd_ps(a.lo));
   _mm_storeu_ps(p + 4, _mm256_cvtpd_ps(a.hi));

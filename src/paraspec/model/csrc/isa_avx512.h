@@ -20,7 +20,8 @@ struct F16 { __m512 v; };
 struct I16 { __m512i v; };
 struct D8 { __m512d v; };
 
-constexpr int kAccD8 = 32;  // D8 accumulators attention keeps in registers (G * 8 for up to 4 heads: a whole head at once)
+// attention sums V in tiles of up to kVPairs (row, head) pairs, with kVAcc D8 accumulators (zmm)
+constexpr int kVPairs = 3, kVAcc = 24;
 
 inline __mmask16 first(int64_t n) {  // lanes [0, min(n, 16))
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
@@ -66,7 +67,9 @@ inline D8 set1(double x) { return {_mm512_set1_pd(x)}; }
 inline D8 load(const double* p) { return {_mm512_loadu_pd(p)}; }
 inline void store(double* p, D8 a) { _mm512_storeu_pd(p, a.v); }
 inline D8 fmadd(D8 a, D8 b, D8 c) { return {_mm512_fmadd_pd(a.v, b.v, c.v)}; }
+inline D8 add(D8 a, D8 b) { return {_mm512_add_pd(a.v, b.v)}; }
 inline D8 div(D8 a, D8 b) { return {_mm512_div_pd(a.v, b.v)}; }
+inline double lane0(D8 a) { return _mm512_cvtsd_f64(a.v); }
 inline void store_float(float* p, D8 a) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(a.v)); }
 
 // W8A8 inner step (w8a8_loop.h): vpdpbusd, u8 activations (q + 128) times s8 weights, 4

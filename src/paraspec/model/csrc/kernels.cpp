@@ -118,30 +118,28 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const double* vp = v.data_ptr<double>();
   float* op = out.data_ptr<float>();
   const float sc = static_cast<float>(scale);
-  const int64_t ld = start + n_q + 16;  // scratch per head: a row's scores
-  if (hd == 64) {  // per (row, kv head): the query heads sharing it, up to 4 at a time
-    at::parallel_for(0, n_q * n_kv, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> s(4 * ld);
-      for (int64_t w = begin; w < end; ++w) {
-        const int64_t i = w / n_kv, kv = w % n_kv;
-        const isa::Keys keys{start, extra[i].data(), static_cast<int64_t>(extra[i].size())};
-        for (int64_t g0 = 0; g0 < group; g0 += 4) {
-          const int64_t h = kv * group + g0;
-          isa::attend_kv64(static_cast<int>(std::min<int64_t>(4, group - g0)), qp + (i * n_heads + h) * 64,
-                           kp + kv * cap * 64, vp + kv * cap * 65, keys, sc, s.data(), op + (i * n_heads + h) * 64);
-        }
-      }
-    });
-    return out;
-  }
-  at::parallel_for(0, n_q * n_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> s(ld);
-    std::vector<double> acc(hd);
+  // Work items: (row block, kv head). A block walks the committed keys once for all its rows,
+  // so fewer, larger blocks move fewer bytes; enough items keep every thread busy. Only the
+  // speed depends on the blocking, never the bits.
+  const int64_t threads = at::get_num_threads();
+  int64_t blocks = (n_q + 3) / 4;
+  while (blocks < n_q && blocks * n_kv < 2 * threads) ++blocks;
+  const int64_t rows = (n_q + blocks - 1) / blocks;   // per block
+  blocks = (n_q + rows - 1) / rows;
+  const int64_t ld = start + n_q + 16;                // scratch per (row, head): its scores
+  at::parallel_for(0, blocks * n_kv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> s(rows * group * ld);
+    std::vector<double> e(rows * group * ld);
+    std::vector<double> sum(rows * group * (hd + 1));
+    std::vector<isa::Keys> keys(rows);
     for (int64_t w = begin; w < end; ++w) {
-      const int64_t i = w / n_heads, h = w % n_heads, kv = h / group;
-      const isa::Keys keys{start, extra[i].data(), static_cast<int64_t>(extra[i].size())};
-      isa::attend_head(qp + (i * n_heads + h) * hd, kp + kv * cap * hd, vp + kv * cap * (hd + 1), hd, keys, sc,
-                       s.data(), acc.data(), op + (i * n_heads + h) * hd);
+      const int64_t i0 = w / n_kv * rows, kv = w % n_kv, nr = std::min(rows, n_q - i0);
+      for (int64_t r = 0; r < nr; ++r)
+        keys[r] = {start, extra[i0 + r].data(), static_cast<int64_t>(extra[i0 + r].size())};
+      const int64_t h0 = kv * group;
+      isa::attend_block(qp + (i0 * n_heads + h0) * hd, n_heads * hd, nr, group, kp + kv * cap * hd,
+                        vp + kv * cap * (hd + 1), hd, keys.data(), sc, s.data(), e.data(), ld, sum.data(),
+                        op + (i0 * n_heads + h0) * hd, n_heads * hd);
     }
   });
   return out;
