@@ -1,0 +1,334 @@
+"""The compiled CPU kernels (csrc/, one module per ISA), called directly: attention against the
+torch reference and its row invariance, W8A8 against quant.py's torch._int_mm path bit for bit,
+the ISAs against each other, and import safety on a CPU without AVX-512 (under qemu).
+
+Every module that is built and that this CPU runs is tested, with every W8A8 inner loop it offers;
+the others show as skips saying why.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType
+
+import pytest
+import torch
+
+from paraspec.model import quant
+from paraspec.model.args import ModelArgs
+from paraspec.model.kv_cache import KVCache
+from paraspec.model.transformer import attention as torch_attention, attention_bias
+
+ISAS = ("avx512", "avx2")
+VERSION = 4
+PANEL = 32
+
+
+def _load(isa: str) -> tuple[ModuleType | None, str]:
+    try:
+        m = importlib.import_module(f"paraspec.model._kernels_{isa}")
+    except ImportError as e:
+        return None, f"_kernels_{isa} is not built ({e})"
+    if getattr(m, "VERSION", None) != VERSION:
+        return None, f"_kernels_{isa} is a stale build (VERSION {getattr(m, 'VERSION', None)})"
+    if not m.cpu_supported():
+        return None, f"this CPU lacks instructions _kernels_{isa} needs"
+    return m, ""
+
+
+MODULES = {isa: _load(isa) for isa in ISAS}
+RUNNABLE = {isa: m for isa, (m, _) in MODULES.items() if m is not None}
+
+
+def per_isa() -> list:
+    return [pytest.param(isa, id=isa, marks=() if m else pytest.mark.skip(reason=why))
+            for isa, (m, why) in MODULES.items()]
+
+
+def per_variant() -> list:
+    out = [pytest.param(isa, v, id=f"{isa}:{v}") for isa, m in RUNNABLE.items() for v in m.w8a8_variants()]
+    return out + [pytest.param(isa, "", id=isa, marks=pytest.mark.skip(reason=why))
+                  for isa, (m, why) in MODULES.items() if m is None]
+
+
+@contextmanager
+def threads(n: int) -> Iterator[None]:
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+# ---------------------------------------------------------------------------------- attention
+
+def _cache(hd: int, kv: int, group: int, start: int, n_new: int, seed: int) -> KVCache:
+    """A one-layer cache with random K/V in slots [0, start + n_new) and `start` committed."""
+    args = ModelArgs(arch="llama", vocab_size=16, dim=hd * kv * group, n_layers=1, n_heads=kv * group,
+                     n_kv_heads=kv, head_dim=hd, hidden_dim=16)
+    cache = KVCache(args, start + n_new)
+    g = torch.Generator().manual_seed(seed)
+    n = start + n_new
+    cache.k[0, :, :n] = torch.randn(kv, n, hd, generator=g)
+    cache.v[0, :, :n, :hd] = torch.randn(kv, n, hd, generator=g, dtype=torch.float64)
+    cache.length = start
+    return cache
+
+
+def _tree(n: int, seed: int) -> torch.Tensor:
+    """An ancestor mask of a random tree over n nodes (node 0 the root, parents before children)."""
+    g = torch.Generator().manual_seed(seed)
+    parent = [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, n)]
+    vis = torch.eye(n, dtype=torch.bool)
+    for i in range(1, n):
+        vis[i] |= vis[parent[i]]
+    return vis
+
+
+def _run(mod: ModuleType, q: torch.Tensor, cache: KVCache, mask: torch.Tensor | None) -> torch.Tensor:
+    visible = torch.empty(0, dtype=torch.bool) if mask is None else mask
+    return mod.attention(q.contiguous(), cache.k[0], cache.v[0], cache.length, visible, q.shape[-1] ** -0.5)
+
+
+@pytest.mark.parametrize("isa", per_isa())
+@pytest.mark.parametrize("hd,group", [(64, 1), (64, 3), (32, 2), (32, 4), (80, 2)])
+def test_attention_matches_torch_reference(isa, hd, group):
+    mod = RUNNABLE[isa]
+    kv, start, n = 2, 45, 9
+    cache = _cache(hd, kv, group, start, n, seed=hd + group)
+    q = torch.randn(n, kv * group, hd, generator=torch.Generator().manual_seed(3))
+    for mask in (None, _tree(n, seed=group)):
+        want = torch_attention(q, cache, 0, attention_bias(cache, n, mask, group), hd ** -0.5)
+        torch.testing.assert_close(_run(mod, q, cache, mask), want, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("isa", per_isa())
+@pytest.mark.parametrize("hd,group", [(64, 1), (64, 2), (64, 3), (64, 4), (32, 3)])
+def test_attention_row_invariance(isa, hd, group):
+    """A row's output bits do not depend on the other rows, its place among them, the gaps a
+    tree mask leaves between its keys, or the thread count: each row equals the one-row call
+    over a compacted cache holding exactly its visible keys (its autoregressive twin)."""
+    mod = RUNNABLE[isa]
+    kv, start, n = 2, 37, 16
+    cache = _cache(hd, kv, group, start, n, seed=7 * group + hd)
+    q = torch.randn(n, kv * group, hd, generator=torch.Generator().manual_seed(11))
+    mask = _tree(n, seed=5)
+    assert any(not mask[i, :i + 1].all() for i in range(n)), "the tree should leave gaps"
+    with threads(2):
+        chain, tree = _run(mod, q, cache, None), _run(mod, q, cache, mask)
+    with threads(1):
+        assert torch.equal(_run(mod, q, cache, None), chain) and torch.equal(_run(mod, q, cache, mask), tree)
+    for i in range(n):
+        for out, seen in ((chain, list(range(i + 1))), (tree, mask[i].nonzero().flatten().tolist())):
+            twin = _cache(hd, kv, group, start + len(seen) - 1, 1, seed=0)   # keys: [0, start), then seen
+            slots = list(range(start)) + [start + j for j in seen]
+            twin.k[0, :, :len(slots)] = cache.k[0, :, slots]
+            twin.v[0, :, :len(slots)] = cache.v[0, :, slots]
+            alone = _run(mod, q[i:i + 1], twin, None)
+            assert torch.equal(alone[0], out[i]), f"row {i} of 16 differs from its one-row twin"
+
+
+def test_attention_isas_agree():
+    """Both modules run each lane through the same operations: the same bits."""
+    if len(RUNNABLE) < 2:
+        pytest.skip("needs both modules runnable here")
+    for hd, group in ((64, 3), (32, 2), (48, 1)):
+        cache = _cache(hd, 2, group, 50, 8, seed=hd)
+        q = torch.randn(8, 2 * group, hd, generator=torch.Generator().manual_seed(hd))
+        for mask in (None, _tree(8, seed=1)):
+            assert torch.equal(_run(RUNNABLE["avx512"], q, cache, mask), _run(RUNNABLE["avx2"], q, cache, mask))
+
+
+# ------------------------------------------------------------------------------------- W8A8
+
+def pack(qweight: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """quant.py's layout for the compiled kernels: [Np/32][Kp/4][32][4] int8, comp = 128 * row
+    sums (int32), scales padded to Np."""
+    n, k = qweight.shape
+    q = torch.nn.functional.pad(qweight, (0, -k % 4, 0, -n % PANEL))
+    packed = q.view(-1, PANEL, q.shape[1] // 4, 4).permute(0, 2, 1, 3).contiguous()
+    comp = (q.sum(1, dtype=torch.int32) * 128).contiguous()
+    return packed, comp, torch.nn.functional.pad(scale.float(), (0, -n % PANEL)).contiguous()
+
+
+def int_mm_linear(qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
+                  residual: bool) -> quant.Int8Linear:
+    """quant.py's torch path (torch._int_mm), whatever its constructor takes this week."""
+    try:
+        from paraspec.model.kernels import TORCH
+        return quant.Int8Linear(qweight, scale, bias, kernels=TORCH, residual=residual)
+    except (ImportError, TypeError):
+        return quant.Int8Linear(qweight, scale, bias, kernel="int_mm", residual=residual)
+
+
+def _weights(n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    qweight, scale = quant.quantize_weight(torch.randn(n, k, generator=g))
+    return qweight, scale, torch.randn(n, generator=g)
+
+
+def _x(m: int, k: int, seed: int, dtype: torch.dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g) * 2
+    x[:, 3] *= 20                                     # an outlier channel, as real activations have
+    if m > 2:
+        x[1] = 0                                      # an all-zero row: scale 0
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("isa,variant", per_variant())
+@pytest.mark.parametrize("n,k", [(67, 45), (96, 64), (960, 576)])
+def test_w8a8_bits_equal_int_mm_path(isa, variant, n, k):
+    mod = RUNNABLE[isa]
+    qweight, scale, bias = _weights(n, k, seed=n)
+    packed, comp, sc = pack(qweight, scale)
+    for residual in (False, True):
+        for b in (bias, None):
+            ref = int_mm_linear(qweight, scale, b, residual)
+            for dtype in (torch.float32, torch.bfloat16):
+                for m in (1, 5, 16):
+                    x = _x(m, k, seed=m, dtype=dtype)
+                    got = mod.w8a8_linear(x, packed, comp, sc, b, n, 2 if residual else 1, variant=variant)
+                    assert torch.equal(got, ref(x)), f"{dtype} M={m} residual={residual} bias={b is not None}"
+
+
+@pytest.mark.parametrize("isa,variant", per_variant())
+def test_w8a8_fused_norm_and_row_invariance(isa, variant):
+    """With the RMSNorm fused the sum of squares runs in another order than torch's: close, not
+    equal. A row's bits do not depend on the other rows or the thread count."""
+    mod = RUNNABLE[isa]
+    n, k = 200, 96
+    qweight, scale, bias = _weights(n, k, seed=1)
+    packed, comp, sc = pack(qweight, scale)
+    gamma = torch.rand(k, generator=torch.Generator().manual_seed(2)) + 0.5
+    ref = int_mm_linear(qweight, scale, bias, True)
+    x = _x(16, k, seed=3, dtype=torch.float32)
+    run = lambda x, norm: mod.w8a8_linear(x, packed, comp, sc, bias, n, 2, norm, 1e-5, variant=variant)  # noqa: E731
+    torch.testing.assert_close(run(x, gamma), ref.norm_linear(x, gamma, 1e-5), rtol=1e-5, atol=1e-5)
+    for norm in (None, gamma):
+        with threads(2):
+            full = run(x, norm)
+        with threads(1):
+            assert torch.equal(run(x, norm), full)
+        for i in (0, 6, 15):
+            assert torch.equal(run(x[i:i + 1], norm)[0], full[i])
+
+
+def test_w8a8_variants_agree_bit_for_bit():
+    """Every inner loop of every module, fused norm included (the avx2 module sums the squares
+    in the AVX-512 lane order)."""
+    runs = [(m, v) for m in RUNNABLE.values() for v in m.w8a8_variants()]
+    if len(runs) < 2:
+        pytest.skip("a single W8A8 inner loop runs here")
+    qweight, scale, bias = _weights(131, 300, seed=4)
+    packed, comp, sc = pack(qweight, scale)
+    gamma = torch.rand(300, generator=torch.Generator().manual_seed(5)) + 0.5
+    for dtype in (torch.float32, torch.bfloat16):
+        x = _x(37, 300, seed=6, dtype=dtype)        # 37 rows: several tiles of every height
+        for norm in (None, gamma):
+            outs = [m.w8a8_linear(x, packed, comp, sc, bias, 131, 2, norm, 1e-5, variant=v) for m, v in runs]
+            assert all(torch.equal(o, outs[0]) for o in outs[1:]), (dtype, norm is not None)
+
+
+@pytest.mark.parametrize("isa", per_isa())
+def test_module_api(isa):
+    mod = RUNNABLE[isa]
+    assert mod.ISA == isa and mod.VERSION == VERSION and mod.cpu_supported() is True
+    variants = mod.w8a8_variants()
+    assert variants and set(variants) <= {"vnni512", "avxvnni", "avx2"} and (isa == "avx2") == ("avx2" in variants)
+    qweight, scale, _ = _weights(40, 16, seed=0)
+    packed, comp, sc = pack(qweight, scale)
+    with pytest.raises(RuntimeError, match="variant"):
+        mod.w8a8_linear(torch.ones(1, 16), packed, comp, sc, None, 40, 2, variant="no-such-loop")
+    with pytest.raises(RuntimeError, match="packed"):
+        mod.w8a8_linear(torch.ones(1, 20), packed, comp, sc, None, 40, 2)
+
+
+# ----------------------------------------------------------------------------- import safety
+
+def test_only_kernels_use_vector_extensions():
+    """Static check of how import safety is built: in each module, every function containing an
+    AVX/AVX-512 instruction (VEX/EVEX: v-prefixed, ymm/zmm/mask registers) is a kernel in
+    namespace isa, compiled inside the target region; init, pybind11 and torch code are plain."""
+    if not shutil.which("objdump"):
+        pytest.skip("objdump is not installed")
+    mods = [importlib.util.find_spec(f"paraspec.model._kernels_{isa}") for isa in ISAS]
+    paths = [s.origin for s in mods if s is not None]
+    if not paths:
+        pytest.skip("no kernel module is built")
+    for path in paths:
+        asm = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", path], capture_output=True,
+                             text=True, check=True).stdout
+        func, vector_funcs = "", set()
+        for line in asm.splitlines():
+            if m := re.match(r"^[0-9a-f]+ <(.*)>:$", line):
+                func = m.group(1)
+            elif "\t" in line and re.search(r"\t(v[a-z0-9]+|\{vex\} v[a-z0-9]+)\s|%[yz]mm|%k[0-7]\b", line):
+                vector_funcs.add(func)
+        outside = sorted(f for f in vector_funcs if not re.match(r"^([\w:<>, ]+ )?isa::", f))
+        assert not outside, f"{os.path.basename(path)}: AVX code outside the kernels: {outside[:5]}"
+        assert any("isa::" in f for f in vector_funcs), "the kernels should use vector instructions"
+
+
+QEMU_CHILD = r"""
+import json, sys, torch
+torch.set_num_threads(1)
+out = {}
+import paraspec.model._kernels_avx512 as a
+out["avx512_supported"] = a.cpu_supported()
+out["avx512_variants"] = a.w8a8_variants()
+inp = torch.load(sys.argv[1])
+try:
+    a.attention(*inp["attention"])
+    out["avx512_refused"] = ""
+except RuntimeError as e:
+    out["avx512_refused"] = str(e).splitlines()[0]
+import paraspec.model._kernels_avx2 as b
+out["avx2_supported"] = b.cpu_supported()
+out["avx2_variants"] = b.w8a8_variants()
+out["capability"] = torch.backends.cpu.get_cpu_capability()
+res = {"attention": b.attention(*inp["attention"]), "w8a8": b.w8a8_linear(*inp["w8a8"], variant="avx2")}
+torch.save(res, sys.argv[2])
+print(json.dumps(out))
+"""
+
+
+def test_avx2_cpu_under_qemu(tmp_path):
+    """On an emulated AMD Zen 2 (AVX2 + FMA, no AVX-512, no AVX-VNNI): both modules import, the
+    AVX-512 one refuses cleanly (no SIGILL), the AVX2 one gives this machine's bits."""
+    qemu = shutil.which("qemu-x86_64")
+    if qemu is None:
+        pytest.skip("qemu-x86_64 is not installed (apt-get install qemu-user)")
+    if "avx2" not in RUNNABLE or importlib.util.find_spec("paraspec.model._kernels_avx512") is None:
+        pytest.skip("needs both modules built and the avx2 one runnable here")
+    cache = _cache(64, 1, 3, 20, 4, seed=9)
+    q = torch.randn(4, 3, 64, generator=torch.Generator().manual_seed(9))
+    att = (q, cache.k[0], cache.v[0], 20, _tree(4, seed=2), 0.125)
+    qweight, scale, bias = _weights(40, 24, seed=9)
+    packed, comp, sc = pack(qweight, scale)
+    lin = (_x(3, 24, seed=9, dtype=torch.float32), packed, comp, sc, bias, 40, 2)
+    torch.save({"attention": att, "w8a8": lin}, tmp_path / "in.pt")
+    script = tmp_path / "child.py"
+    script.write_text(QEMU_CHILD)
+    proc = subprocess.run([qemu, "-cpu", "EPYC-Rome", sys.executable, str(script), str(tmp_path / "in.pt"),
+                           str(tmp_path / "out.pt")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, f"rc {proc.returncode} (-4 / 132: SIGILL): {proc.stderr[-2000:]}"
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert info["capability"] == "AVX2", info
+    assert info["avx512_supported"] is False and info["avx512_variants"] == [] and "lacks" in info["avx512_refused"]
+    assert info["avx2_supported"] is True and info["avx2_variants"] == ["avx2"]
+    got = torch.load(tmp_path / "out.pt")
+    mod = RUNNABLE["avx2"]
+    with threads(1):
+        assert torch.equal(got["attention"], mod.attention(*att))
+        assert torch.equal(got["w8a8"], mod.w8a8_linear(*lin, variant="avx2"))
