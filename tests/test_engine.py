@@ -1,14 +1,22 @@
 """The shared parallel-decoding core through the public API, on tiny random models:
-verification + acceptance + KV commit give exactly autoregressive output."""
+verification + acceptance + KV commit give exactly autoregressive output, in every numerics
+(fp32, bf16, w8a8) on every kernel path this machine can execute."""
 import pytest
 
 from drafters import OracleDrafter, RandomTreeDrafter
+from kernel_paths import per_isa
 from paraspec import LLM, SamplingParams
 
+NUMERICS = {"float32": dict(dtype="float32"), "bfloat16": dict(dtype="bfloat16"), "w8a8": dict(quantization="w8a8")}
 
-@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+
+@pytest.fixture(scope="module", params=[pytest.param((n, p), id=f"{n}-{p.id}", marks=p.marks)
+                                        for n in NUMERICS for p in per_isa()])
 def llm(request, tiny_model_dir):
-    return LLM(str(tiny_model_dir("llama", n_layers=3, hidden=96, heads=6, kv_heads=2)), dtype=request.param)
+    numerics, param = request.param
+    kernels = param.values[0]
+    return LLM(str(tiny_model_dir("llama", n_layers=3, hidden=96, heads=6, kv_heads=2)), kernels=kernels.label,
+               **NUMERICS[numerics])
 
 
 PROMPTS = ["hello world", "def f(x):\n    return", "The quick brown fox", "aaaa bbbb aaaa bbbb", "1, 2, 3, 4,"]

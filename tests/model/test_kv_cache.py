@@ -7,26 +7,21 @@ import torch
 from paraspec.decoding.proposer import Proposal
 from paraspec.decoding.tree import DraftTree
 from paraspec.decoding.verify import build_query
+from kernel_paths import per_isa
 from paraspec.model.loader import load_model
-from paraspec.model import transformer
 from paraspec.model.transformer import SeqInput, Transformer, max_draft_rows
 
-KERNEL = transformer.ATTENTION_KERNEL
 
-
-@pytest.fixture(params=["kernel", "torch"])
-def attention_path(request, monkeypatch):
-    """Decode attention through csrc/attention.cpp, or through the torch path: both must keep
-    verification bit-identical to autoregressive steps."""
-    if request.param == "kernel" and KERNEL is None:
-        pytest.skip("the attention kernel is not built (python src/paraspec/model/csrc/build.py)")
-    monkeypatch.setattr(transformer, "ATTENTION_KERNEL", KERNEL if request.param == "kernel" else None)
+@pytest.fixture(params=per_isa())
+def attention_path(request):
+    """Decode attention through csrc/attention.cpp built for each ISA this CPU runs, or through
+    the torch path: every one must keep verification bit-identical to autoregressive steps."""
     return request.param
 
 
-def _model(path, dtype=torch.float32):
+def _model(path, dtype=torch.float32, kernels=None):
     lm = load_model(path, dtype)
-    return Transformer(lm.args, lm.weights, dtype)
+    return Transformer(lm.args, lm.weights, dtype, kernels=kernels)
 
 
 def _random_tree(rng: random.Random, n: int, vocab: int) -> DraftTree:
@@ -38,7 +33,7 @@ def _random_tree(rng: random.Random, n: int, vocab: int) -> DraftTree:
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_tree_verify_then_compaction_equals_recompute(tiny_model_dir, arch, attention_path):
-    model = _model(tiny_model_dir(arch))
+    model = _model(tiny_model_dir(arch), kernels=attention_path)
     rng = random.Random(0)
     V = model.args.vocab_size
     for trial in range(5):
@@ -80,7 +75,7 @@ def test_row_invariance_tree_verify_equals_autoregressive_bit_for_bit(tiny_model
                                                                      attention_path):
     """A draft node's logits from one tree-verify pass are bit-identical to the logits of
     one-token autoregressive steps along its path (the property behind exact greedy output)."""
-    model = _model(tiny_model_dir("llama", hidden=hidden, heads=4, kv_heads=2, n_layers=3), dtype)
+    model = _model(tiny_model_dir("llama", hidden=hidden, heads=4, kv_heads=2, n_layers=3), dtype, attention_path)
     rng = random.Random(1)
     V = model.args.vocab_size
     for trial in range(6):
@@ -105,7 +100,7 @@ def test_row_invariance_tree_verify_equals_autoregressive_bit_for_bit(tiny_model
 
 def test_batched_sequences_are_independent(tiny_model_dir, attention_path):
     """Rows of other sequences sharing a forward do not change a sequence's logits."""
-    model = _model(tiny_model_dir("llama"), torch.bfloat16)
+    model = _model(tiny_model_dir("llama"), torch.bfloat16, attention_path)
     rng = random.Random(2)
     V = model.args.vocab_size
     prompts = [[rng.randrange(V) for _ in range(n)] for n in (7, 30, 90)]

@@ -4,13 +4,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from paraspec.model import quant
+from kernel_paths import RUNNABLE, per_isa, per_variant
+from paraspec.model import kernels as cpu_kernels
 from paraspec.model.loader import load_model
-from paraspec.model.quant import Int8Linear, q8_0_to_int8, quantize_rows, quantize_weight, vnni_available
+from paraspec.model.quant import Int8Linear, q8_0_to_int8, quantize_rows, quantize_weight
 from paraspec.model.transformer import SeqInput, Transformer
 
-KERNELS = ["int_mm", pytest.param("vnni", marks=pytest.mark.skipif(
-    not vnni_available(), reason="W8A8 extension not built (src/paraspec/model/csrc/build.py) or no VNNI"))]
+KERNELS = per_variant()       # every W8A8 inner loop this CPU runs, and torch._int_mm
 RESIDUAL = [True, False]
 
 
@@ -27,7 +27,7 @@ def _inputs(m: int, k: int, seed: int = 0) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n,k", [(96, 64), (67, 45), (960, 576)])  # odd shapes hit the pad paths
 def test_row_output_independent_of_other_rows(kernel, residual, dtype, n, k):
-    lin = Int8Linear.from_float(torch.randn(n, k) * 0.05, torch.randn(n), kernel=kernel, residual=residual)
+    lin = Int8Linear.from_float(torch.randn(n, k) * 0.05, torch.randn(n), kernels=kernel, residual=residual)
     x = _inputs(30, k).to(dtype)
     full = lin(x)
     assert full.shape == (30, n) and full.dtype == torch.float32
@@ -40,7 +40,7 @@ def test_row_output_independent_of_other_rows(kernel, residual, dtype, n, k):
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_output_independent_of_thread_count_and_prefill_blocking(kernel):
-    lin = Int8Linear.from_float(torch.randn(200, 96) * 0.05, kernel=kernel)
+    lin = Int8Linear.from_float(torch.randn(200, 96) * 0.05, kernels=kernel)
     x = _inputs(300, 96)                                          # > 256 sub-rows: row blocks
     threads = torch.get_num_threads()
     try:
@@ -52,22 +52,26 @@ def test_output_independent_of_thread_count_and_prefill_blocking(kernel):
     assert torch.equal(lin(x[250:260]), one[250:260])
 
 
-@pytest.mark.skipif(not vnni_available(), reason="W8A8 extension not built or no VNNI")
 @pytest.mark.parametrize("residual", RESIDUAL)
-def test_extension_and_torch_fallback_give_the_same_bits(residual):
+def test_every_kernel_gives_the_torch_fallbacks_bits(residual):
+    """Exact int32 sums and one op-for-op epilogue: every W8A8 path this CPU runs (AVX512-VNNI,
+    AVX-VNNI, AVX2, torch._int_mm) gives the same bits, so an AVX2 machine's w8a8 output is an
+    AVX-512 machine's."""
     w, b = torch.randn(200, 136), torch.randn(200)
-    a, t = (Int8Linear.from_float(w, b, kernel=kn, residual=residual) for kn in ("vnni", "int_mm"))
-    for m in (1, 4, 9, 33):
-        x = _inputs(m, 136, seed=m)
-        assert torch.equal(a(x), t(x))
-        assert torch.equal(a(x.bfloat16()), t(x.bfloat16()))
+    ref = Int8Linear.from_float(w, b, kernels=cpu_kernels.TORCH, residual=residual)
+    for k in RUNNABLE:
+        lin = Int8Linear.from_float(w, b, kernels=k, residual=residual)
+        for m in (1, 4, 9, 33):
+            x = _inputs(m, 136, seed=m)
+            assert torch.equal(lin(x), ref(x)), k.label
+            assert torch.equal(lin(x.bfloat16()), ref(x.bfloat16())), k.label
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("residual", RESIDUAL)
 def test_fused_rms_norm(kernel, residual):
     """norm_linear(x, g, eps) = lin(rms_norm(x, g, eps)) up to rounding, and is row-invariant."""
-    lin = Int8Linear.from_float(torch.randn(96, 72) * 0.05, torch.randn(96), kernel=kernel, residual=residual)
+    lin = Int8Linear.from_float(torch.randn(96, 72) * 0.05, torch.randn(96), kernels=kernel, residual=residual)
     g = torch.rand(72) + 0.5
     x = _inputs(20, 72)
     x[4] = 0
@@ -96,7 +100,7 @@ def test_output_error_within_the_analytic_bound(kernel, residual):
     """|y - x W^T| <= sum_k |x| dw + dx |w| + dx dw, with dw = sw/2 and dx = the last pass's
     step/2 (a residual pass quantises what the first one rounded away)."""
     w, x = torch.randn(128, 256) * 0.05, _inputs(12, 256)
-    lin = Int8Linear.from_float(w, kernel=kernel, residual=residual)
+    lin = Int8Linear.from_float(w, kernels=kernel, residual=residual)
     _, sw = quantize_weight(w)
     q, sx = quantize_rows(x)
     if residual:
@@ -127,14 +131,14 @@ def test_residual_pass_cuts_the_error():
 @pytest.mark.parametrize("residual", RESIDUAL)
 def test_zero_rows_give_the_bias_and_leave_others_alone(kernel, residual):
     w, b = torch.randn(40, 24), torch.randn(40)
-    lin = Int8Linear.from_float(w, b, kernel=kernel, residual=residual)
+    lin = Int8Linear.from_float(w, b, kernels=kernel, residual=residual)
     x = torch.randn(5, 24)
     x[[1, 3]] = 0
     y = lin(x)
     assert torch.equal(y[1], b) and torch.equal(y[3], b)
     assert torch.isfinite(y).all()
     assert torch.equal(y[[0, 2, 4]], lin(x[[0, 2, 4]]))
-    assert torch.equal(Int8Linear.from_float(w, kernel=kernel, residual=residual)(torch.zeros(3, 24)),
+    assert torch.equal(Int8Linear.from_float(w, kernels=kernel, residual=residual)(torch.zeros(3, 24)),
                        torch.zeros(3, 40))
 
 
@@ -142,7 +146,7 @@ def test_zero_rows_give_the_bias_and_leave_others_alone(kernel, residual):
 def test_zero_weight_channel_and_empty_input(kernel):
     w = torch.randn(33, 20)
     w[5] = 0
-    lin = Int8Linear.from_float(w, kernel=kernel)
+    lin = Int8Linear.from_float(w, kernels=kernel)
     y = lin(torch.randn(4, 20))
     assert (y[:, 5] == 0).all() and torch.isfinite(y).all()
     assert lin(torch.zeros(0, 20)).shape == (0, 33)
@@ -151,7 +155,7 @@ def test_zero_weight_channel_and_empty_input(kernel):
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_weight_rows_dequantise_the_packed_weight(kernel):
     w = torch.randn(70, 36)
-    lin = Int8Linear.from_float(w, kernel=kernel)
+    lin = Int8Linear.from_float(w, kernels=kernel)
     q, s = quantize_weight(w)
     idx = torch.tensor([0, 69, 31, 32, 5, 5])
     assert torch.equal(lin.weight_rows(idx), q[idx].float() * s[idx, None])
@@ -191,11 +195,11 @@ def test_q8_0_import_requantises_per_channel():
 def test_q8_0_linear_matches_dequantised_weights(kernel):
     w, b = torch.randn(64, 96) * 0.1, torch.randn(64)
     raw = _q8_0(w)
-    lin = Int8Linear.from_q8_0(raw, (64, 96), b, kernel=kernel)
+    lin = Int8Linear.from_q8_0(raw, (64, 96), b, kernels=kernel)
     x = torch.randn(6, 96)
     ref = F.linear(x, _dequant(raw), b)
     assert ((lin(x) - ref).norm() / ref.norm()) < 0.01
-    fused = Int8Linear.from_q8_0(np.concatenate([raw[:40], raw[40:]]), (64, 96), b, kernel=kernel)
+    fused = Int8Linear.from_q8_0(np.concatenate([raw[:40], raw[40:]]), (64, 96), b, kernels=kernel)
     assert torch.equal(fused(x), lin(x))                         # row blocks concatenate as is (qkv)
 
 
@@ -206,30 +210,21 @@ def test_q8_0_rejects_ragged_rows():
 
 # --------------------------------------------------------------------------- model level
 
-def test_fallback_when_extension_missing(monkeypatch):
-    monkeypatch.setattr(quant, "_w8a8", None)
-    assert not quant.vnni_available() and quant.default_kernel() == "int_mm"
-    assert Int8Linear.from_float(torch.randn(8, 8)).kernel == "int_mm"
-    with pytest.raises(RuntimeError, match="not built"):
-        Int8Linear.from_float(torch.randn(8, 8), kernel="vnni")
+def test_torch_kernels_run_int_mm():
+    assert Int8Linear.from_float(torch.randn(8, 8), kernels=cpu_kernels.TORCH).kernel == "int_mm"
 
 
-def _w8a8_model(path) -> Transformer:
+def _w8a8_model(path, kernels) -> Transformer:
     lm = load_model(path, torch.float32)
-    model = Transformer(lm.args, lm.weights, torch.float32)
-    for layer in model.layers:
-        for name in ("wqkv", "wo", "w_gate_up", "w_down"):
-            lin = getattr(layer, name)
-            setattr(layer, name, Int8Linear.from_float(lin.weight, lin.bias))
-    model.lm_head = Int8Linear.from_float(model.lm_head.weight)
-    return model
+    return Transformer(lm.args, lm.weights, torch.float32, quantization="w8a8", kernels=kernels)
 
 
+@pytest.mark.parametrize("kernels", per_isa())
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_w8a8_model_verify_equals_autoregressive(tiny_model_dir, arch):
+def test_w8a8_model_verify_equals_autoregressive(tiny_model_dir, arch, kernels):
     """Lossless verification with W8A8 linears: the logits of a token fed one per step equal
     its logits inside one 11-token forward (what verifying a draft computes)."""
-    model = _w8a8_model(tiny_model_dir(arch))
+    model = _w8a8_model(tiny_model_dir(arch), kernels)
     ids = torch.randint(0, model.args.vocab_size, (31,))
     cache = model.new_cache(64)
     model.forward(ids[:20], torch.arange(20), [SeqInput(cache, 20)])

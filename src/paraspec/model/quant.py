@@ -15,11 +15,10 @@ activations carry outlier channels (SmolLM2-135M: perplexity +3 to +4.5% with on
 with two; weights alone cost +0.2%). The second pass doubles the int8 rows but not the weight
 bytes, and decoding is bound by the weight stream; residual=False is the plain W8A8.
 
-Kernels (chosen by benchmarks/int8_kernels.py on a 2-core Zen 5): "vnni", the AVX512-VNNI
-extension in csrc/w8a8.cpp (one call per linear, ~2.5 us overhead; 1-8 rows: ~3x the bf16
-oneDNN Linear on the 30-layer stack, 2x on the LM head); "int_mm", pure torch (torch._int_mm,
-~10 ops a call), the fallback when the extension is not built or the CPU lacks VNNI. They give
-the same bits (except with norm_linear's fused norm, whose sum of squares runs in another order).
+Kernels: csrc/w8a8.cpp, one call per linear, built per ISA (kernels.py picks the module this CPU
+can run: AVX512-VNNI, AVX-VNNI or AVX2 vpmaddubsw inner loops over one packed layout); "int_mm",
+pure torch (torch._int_mm, ~10 ops a call), where no compiled kernel runs. They all give the same
+bits (except with norm_linear's fused norm, whose sum of squares runs in another order).
 """
 from __future__ import annotations
 
@@ -28,36 +27,10 @@ import functools
 import numpy as np
 import torch
 
-try:  # built by csrc/build.py (or setup.py); never compiled at import
-    from . import _w8a8  # type: ignore[attr-defined]
-except ImportError:  # not built, or built against another torch
-    _w8a8 = None
-if getattr(_w8a8, "VERSION", None) != 2:  # a stale build of an older csrc/w8a8.cpp
-    _w8a8 = None
+from .kernels import Kernels, default as default_kernels
 
 PANEL = 32  # output channels per packed panel (csrc/w8a8.cpp)
 Q8_0_BLOCK = 32  # GGUF Q8_0: 32 int8 + one fp16 scale (34 bytes) per block
-
-
-@functools.cache
-def _cpu_flags() -> frozenset[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-def vnni_available() -> bool:
-    """The extension is built and this CPU can run it (it is compiled for AVX512-VNNI)."""
-    return _w8a8 is not None and {"avx512bw", "avx512vl", "avx512_vnni"} <= _cpu_flags()
-
-
-def default_kernel() -> str:
-    return "vnni" if vnni_available() else "int_mm"
 
 
 def quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,18 +83,18 @@ class Int8Linear:
 
     row_tile is accepted and ignored: the result is row-invariant for any number of rows (so the
     forward's padding to a multiple of 4 rows is not needed for these matmuls either).
-    kernel: "vnni" | "int_mm" | None (the best available); residual: the second activation pass.
+    kernels: the compiled kernels to run (default: the process's, kernels.default()); with none,
+    torch._int_mm. residual: the second activation pass.
     """
 
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
-                 kernel: str | None = None, residual: bool = True):
+                 kernels: Kernels | None = None, residual: bool = True):
         self.out_features, self.in_features = n, k = qweight.shape
-        self.kernel = kernel or default_kernel()
+        self.kernels = kernels or default_kernels()
+        self.kernel = self.kernels.label if self.kernels.module is not None else "int_mm"
         self.passes = 2 if residual else 1
         self.bias = None if bias is None else bias.float().contiguous()
-        if self.kernel == "vnni":
-            if not vnni_available():
-                raise RuntimeError("the W8A8 extension is not built or this CPU lacks AVX512-VNNI")
+        if self.kernels.module is not None:
             n_pad, k_pad = -n % PANEL, -k % 4
             q = torch.nn.functional.pad(qweight, (0, k_pad, 0, n_pad))
             # [N, K] -> [N/32, K/4, 32, 4]: each panel is one contiguous weight stream
@@ -129,11 +102,9 @@ class Int8Linear:
             # vpdpbusd sees x + 128: subtract 128 * row sums of W
             self.comp = (q.sum(1, dtype=torch.int32) * 128).contiguous()
             self.scale = torch.nn.functional.pad(scale.float(), (0, n_pad)).contiguous()
-        elif self.kernel == "int_mm":
+        else:
             self.weight_t = qweight.t().contiguous()  # [K, N], the layout _int_mm wants
             self.scale = scale.float().contiguous()
-        else:
-            raise ValueError(f"unknown W8A8 kernel {self.kernel!r}")
 
     @classmethod
     def from_float(cls, weight: torch.Tensor, bias: torch.Tensor | None = None, **kw) -> Int8Linear:
@@ -157,11 +128,11 @@ class Int8Linear:
         return self._run(x, norm_weight, eps)
 
     def _run(self, x: torch.Tensor, norm: torch.Tensor | None, eps: float) -> torch.Tensor:
-        if self.kernel == "vnni":
+        if self.kernels.module is not None:
             if x.stride(-1) != 1 or x.dtype not in (torch.float32, torch.bfloat16):
                 x = x.float().contiguous()
-            return _w8a8.w8a8_linear(x, self.packed, self.comp, self.scale, self.bias,
-                                     self.out_features, self.passes, norm, eps)
+            return self.kernels.w8a8_linear(x, self.packed, self.comp, self.scale, self.bias,
+                                            self.out_features, self.passes, norm, eps)
         # the extension's arithmetic, op for op (bit-identical without `norm`; with it the
         # sum of squares runs in another order)
         x = x.float()
@@ -184,7 +155,7 @@ class Int8Linear:
 
     def weight_rows(self, index: torch.Tensor) -> torch.Tensor:
         """Dequantised rows W[index] (fp32): lets a tied embedding share the LM head's int8 copy."""
-        if self.kernel == "vnni":
+        if self.kernels.module is not None:
             k4 = self.packed.shape[1]
             q = self.packed[index // PANEL, :, index % PANEL].reshape(-1, k4 * 4)[:, :self.in_features]
         else:

@@ -14,8 +14,8 @@ row bit-identical results whatever M and the row's place in it; other M take GEM
 kernels that sum in another order. So every matmul here runs on a multiple of ROW_MULTIPLE
 rows (the forward pads its tokens once; Linear pads what is left), and attention is written
 so that its reductions do not depend on the number of query rows or on masked gaps: by
-csrc/attention.cpp where it is built (ATTENTION_KERNEL: each row alone over its visible keys),
-else by the torch `attention` below (fp64 sums over fixed key chunks).
+csrc/attention.cpp where a build for this CPU runs (kernels.py; each row alone over its visible
+keys), else by the torch `attention` below (fp64 sums over fixed key chunks).
 A prompt (prefill, forward(prompt=True)) needs none of that: every decoding mode, AR included,
 starts from the same prefill, so its attention takes a plain fp32 path, about 2x faster on a
 1k-token prompt (prompt_attention).
@@ -28,27 +28,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from . import kernels as cpu_kernels
 from .args import ModelArgs
 from .kv_cache import KEY_BUCKET, KVCache, round_up
 
 ROW_MULTIPLE = 4  # matmuls run on a multiple of this many rows (row invariance, see module doc)
 
 
-def _attention_kernel():
-    """csrc/attention.cpp (built by csrc/build.py), where it is built and the CPU has AVX-512F:
-    decode/verify attention row by row, invariant by construction; 2-15x faster than the torch
-    path below (15x for one row at 300 keys, 2x for 16 rows at 1000). Never compiled at import."""
-    try:
-        from . import _attention  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    if getattr(_attention, "VERSION", None) != 3:
-        return None
-    from .quant import _cpu_flags
-    return _attention if "avx512f" in _cpu_flags() else None
-
-
-ATTENTION_KERNEL = _attention_kernel()   # None: the torch path (tests switch between the two)
 _EMPTY = torch.empty(0, dtype=torch.bool)   # "no tree mask: a causal chain", for the kernel
 
 
@@ -232,41 +218,45 @@ def prompt_attention(q: torch.Tensor, cache: KVCache, layer: int, scale: float) 
     return out.view(n_heads, n, head_dim).transpose(0, 1).reshape(n, n_heads * head_dim)
 
 
-def make_linear(weight: torch.Tensor, bias: torch.Tensor | None = None, quantization: str | None = None):
+def make_linear(weight: torch.Tensor, bias: torch.Tensor | None = None, quantization: str | None = None,
+                kernels: cpu_kernels.Kernels | None = None):
     """A Linear in the weight's dtype, or an Int8Linear (W8A8, see quant.py) built from it."""
     if quantization == "w8a8":
         from .quant import Int8Linear
-        return Int8Linear.from_float(weight.float(), bias)
+        return Int8Linear.from_float(weight.float(), bias, kernels=kernels)
     return Linear(weight, bias)
 
 
 class Layer:
     """Weights of one decoder block (fused q/k/v and fused gate/up)."""
 
-    def __init__(self, args: ModelArgs, w: dict[str, torch.Tensor], quantization: str | None = None):
+    def __init__(self, args: ModelArgs, w: dict[str, torch.Tensor], quantization: str | None = None,
+                 kernels: cpu_kernels.Kernels | None = None):
         self.attn_norm = w["attn_norm"]
         self.ffn_norm = w["ffn_norm"]
-        self.wqkv = make_linear(w["wqkv"], w.get("bqkv"), quantization)
-        self.wo = make_linear(w["wo"], None, quantization)
-        self.w_gate_up = make_linear(w["w_gate_up"], None, quantization)
-        self.w_down = make_linear(w["w_down"], None, quantization)
+        self.wqkv = make_linear(w["wqkv"], w.get("bqkv"), quantization, kernels)
+        self.wo = make_linear(w["wo"], None, quantization, kernels)
+        self.w_gate_up = make_linear(w["w_gate_up"], None, quantization, kernels)
+        self.w_down = make_linear(w["w_down"], None, quantization, kernels)
         self.q_norm = w.get("q_norm")
         self.k_norm = w.get("k_norm")
 
 
 class Transformer:
-    """Forward only. Weights are plain tensors; see loader.py for where they come from."""
+    """Forward only. Weights are plain tensors; see loader.py for where they come from.
+    kernels: the compiled CPU kernels to run (default: the process's choice, kernels.default())."""
 
     def __init__(self, args: ModelArgs, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                 quantization: str | None = None):
+                 quantization: str | None = None, kernels: cpu_kernels.Kernels | None = None):
         self.args = args
         self.quantization = quantization
         self.dtype = dtype
-        self.lm_head = make_linear(weights.get("lm_head", weights["tok_embeddings"]), None, quantization)
+        self.kernels = kernels = kernels or cpu_kernels.default()
+        self.lm_head = make_linear(weights.get("lm_head", weights["tok_embeddings"]), None, quantization, kernels)
         self.tok_embeddings = weights["tok_embeddings"].to(dtype)  # [vocab, dim]; rows are looked up
         self.norm = weights["norm"]                                # [dim] fp32
         self.layers = [Layer(args, {k.split(".", 2)[2]: v for k, v in weights.items()
-                                    if k.startswith(f"layers.{i}.")}, quantization)
+                                    if k.startswith(f"layers.{i}.")}, quantization, kernels)
                        for i in range(args.n_layers)]
         self.rope_cos, self.rope_sin = rope_tables(args, args.max_seq_len)
         self.scale = args.head_dim ** -0.5
@@ -287,7 +277,7 @@ class Transformer:
             s.cache.reserve(s.cache.length + s.num_tokens)
         if prompt and any(s.tree_mask is not None for s in seqs):
             raise ValueError("forward(prompt=True) takes causal chunks only (no tree mask)")
-        kernel = None if prompt else ATTENTION_KERNEL
+        kernel = None if prompt else self.kernels.attention
         biases = [None if prompt or kernel else attention_bias(s.cache, s.num_tokens, s.tree_mask, n_heads // n_kv)
                   for s in seqs]
         n_tokens = tokens.shape[0]
@@ -315,8 +305,8 @@ class Transformer:
                 if prompt:
                     outs.append(prompt_attention(qs, s.cache, i, self.scale))
                 elif kernel is not None:
-                    outs.append(kernel.attention(qs.contiguous(), s.cache.k[i], s.cache.v[i], s.cache.length,
-                                                 _EMPTY if s.tree_mask is None else s.tree_mask, self.scale))
+                    outs.append(kernel(qs.contiguous(), s.cache.k[i], s.cache.v[i], s.cache.length,
+                                       _EMPTY if s.tree_mask is None else s.tree_mask, self.scale))
                 else:
                     outs.append(attention(qs, s.cache, i, bias, self.scale))
             if pad:

@@ -1,0 +1,248 @@
+"""Which compiled CPU kernels this process runs, decided from CPUID before any of them is imported.
+
+Our machines differ (AVX-512 with BF16/VNNI, AVX2 + FMA only, ARM64), and a module compiled for
+one instruction set must never be loaded on a CPU without it (that is a SIGILL at import). So the
+kernels (csrc/: decode/verify attention and the W8A8 linear) are built once per ISA as separate
+extension modules, and a module is imported only when this CPU has every feature it needs:
+
+    avx512  paraspec.model._kernels_avx512   AVX-512F/BW/VL/DQ + AVX512-VNNI
+    avx2    paraspec.model._kernels_avx2     AVX2 + FMA (W8A8 with AVX-VNNI where the CPU has it)
+    torch   no compiled code                 torch attention (fp64 sums), torch._int_mm W8A8
+
+Every path is row-invariant, so parallel decoding is exact on each; they differ in speed and in
+the low bits (a path is compared with itself). The best runnable path is used unless
+PARASPEC_KERNELS names another: `auto`, `avx512`, `avx2`, `torch`, or `ISA:VARIANT` to pick a
+W8A8 inner loop (e.g. `avx2:avx2` skips AVX-VNNI). A path this machine cannot run is never an
+error: one log line says which path runs instead and why.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import platform
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+from ..errors import ConfigError
+
+logger = logging.getLogger("paraspec.kernels")
+
+ENV = "PARASPEC_KERNELS"
+ISAS = ("avx512", "avx2")                       # best first
+PATHS = (*ISAS, "torch")
+VERSION = 4                                     # csrc modules' VERSION this code calls
+REQUIRES = {"avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"}),
+            "avx2": frozenset({"avx2", "fma"})}
+SHOWN = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
+         "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "asimd", "asimddp", "sve", "bf16")
+
+# numpy's runtime dispatcher reads CPUID (and XGETBV, so OS support is included); its names -> Linux's
+_NUMPY_NAMES = {"AVX2": "avx2", "FMA3": "fma", "F16C": "f16c", "AVX512F": "avx512f", "AVX512BW": "avx512bw",
+                "AVX512VL": "avx512vl", "AVX512DQ": "avx512dq", "AVX512VNNI": "avx512_vnni",
+                "AVX512BF16": "avx512_bf16", "AVX512FP16": "avx512_fp16", "ASIMD": "asimd",
+                "ASIMDDP": "asimddp", "ASIMDHP": "asimdhp", "SVE": "sve", "BF16": "bf16"}
+
+
+def is_x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+
+
+@functools.cache
+def cpu_features() -> frozenset[str]:
+    """The CPU features this process may use, in Linux's /proc/cpuinfo spelling.
+
+    From CPUID, not from /proc/cpuinfo: a VM or an emulator may show its host's flags there.
+    numpy's dispatcher and torch's cpuinfo both read CPUID; a feature counts only where neither
+    denies it (AMX and AVX-VNNI, which numpy does not report, come from torch and the module)."""
+    feats: set[str] = set()
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as npf  # numpy >= 2
+    except ImportError:
+        try:
+            from numpy.core._multiarray_umath import __cpu_features__ as npf  # numpy 1.x
+        except ImportError:
+            npf = {}
+    feats |= {_NUMPY_NAMES[k] for k, on in npf.items() if on and k in _NUMPY_NAMES}
+    cpu = getattr(torch, "cpu", None)
+
+    def torch_says(name: str) -> bool | None:
+        fn = getattr(cpu, name, None)
+        try:
+            return None if fn is None else bool(fn())
+        except Exception:  # a private helper that changed: no opinion
+            return None
+    if is_x86():
+        if not npf:  # no numpy opinion: torch's alone (it has no separate FMA bit; AVX2 CPUs all have FMA)
+            if torch_says("_is_avx2_supported"):
+                feats |= {"avx2", "fma"}
+            if torch_says("_is_avx512_supported"):
+                feats |= {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+            if torch_says("_is_vnni_supported"):
+                feats.add("avx512_vnni")
+            if torch_says("_is_avx512_bf16_supported"):
+                feats.add("avx512_bf16")
+        if torch_says("_is_avx2_supported") is False:
+            feats -= {"avx2", "fma"}
+        if torch_says("_is_avx512_supported") is False:
+            feats = {f for f in feats if not f.startswith("avx512")}
+        if torch_says("_is_amx_tile_supported"):
+            feats |= {"amx_tile", "amx_bf16"}
+    return frozenset(feats)
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The compiled kernels a model runs: one ISA's module, or none (the torch paths)."""
+
+    name: str                       # "avx512" | "avx2" | "torch"
+    module: ModuleType | None = None
+    w8a8_variant: str = ""          # the module's W8A8 inner loop ("" for torch)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}:{self.w8a8_variant}" if self.w8a8_variant else self.name
+
+    @property
+    def attention(self):
+        """csrc attention(q, k, v, start, visible, scale), or None for the torch path."""
+        return None if self.module is None else self.module.attention
+
+    def w8a8_linear(self, *args, **kwargs):
+        return self.module.w8a8_linear(*args, variant=self.w8a8_variant, **kwargs)
+
+
+TORCH = Kernels("torch")
+
+
+@functools.cache
+def _load(isa: str) -> tuple[ModuleType | None, str]:
+    """(module, "") when this CPU can run the ISA's module and it is built; else (None, why)."""
+    if not is_x86():
+        return None, f"{platform.machine()} is not x86-64"
+    missing = sorted(REQUIRES[isa] - cpu_features())
+    if missing:   # decided before the import: loading it would already execute its instructions
+        return None, f"this CPU lacks {' '.join(missing)}"
+    try:
+        module = importlib.import_module(f"paraspec.model._kernels_{isa}")
+    except ImportError as e:
+        return None, "not built" if isinstance(e, ModuleNotFoundError) else f"does not load ({e})"
+    if getattr(module, "VERSION", None) != VERSION:
+        return None, f"a stale build (VERSION {getattr(module, 'VERSION', None)}, want {VERSION})"
+    if not module.cpu_supported():
+        return None, "its own CPUID check refuses this CPU"
+    return module, ""
+
+
+def why_not(isa: str) -> str:
+    """Why the ISA's kernels do not run here ("" if they do)."""
+    return _load(isa)[1]
+
+
+def runnable() -> list[Kernels]:
+    """Every kernel path this machine can execute (each W8A8 variant too), best first; torch last.
+    The exactness tests run on all of them."""
+    return _runnable_from(ISAS[0])
+
+
+def choose(spec: str | None = None) -> Kernels:
+    """The kernels for `spec` ("auto", an ISA, "ISA:VARIANT", "torch"; None: $PARASPEC_KERNELS or
+    "auto"). A path this machine cannot run falls back to the best one below it, with a log line."""
+    source = "argument" if spec is not None else ENV
+    spec = (spec if spec is not None else os.environ.get(ENV, "")).strip().lower() or "auto"
+    isa, _, variant = spec.partition(":")
+    if isa not in ("auto", *PATHS) or (variant and isa in ("auto", "torch")):
+        raise ConfigError(f"{ENV}={spec!r} is not a kernel path; use auto, avx512, avx2 or torch "
+                          "(or avx512:VARIANT / avx2:VARIANT)" if source == ENV else
+                          f"kernels={spec!r} is not a kernel path; use auto, avx512, avx2 or torch")
+    if isa == "torch":          # nothing compiled is even imported
+        return TORCH
+    paths = runnable() if isa == "auto" else _runnable_from(isa)
+    if isa == "auto":
+        return paths[0]
+    candidates = [k for k in paths if k.name == isa and (not variant or k.w8a8_variant == variant)]
+    if candidates:
+        return candidates[0]
+    same_isa = [k for k in paths if k.name == isa]     # a variant it lacks: the ISA's best one
+    pick = same_isa[0] if same_isa else next(k for k in paths if k.name != isa)
+    why = why_not(isa)
+    if not why and variant:
+        why = f"this CPU runs only W8A8 variants {', '.join(_load(isa)[0].w8a8_variants())}"
+    logger.warning("paraspec: %s=%s cannot run here (%s); using the %s kernels", ENV, spec, why, pick.label)
+    return pick
+
+
+def _runnable_from(isa: str) -> list[Kernels]:
+    """runnable(), from `isa` down: a path above the one asked for is not imported."""
+    out = []
+    for name in ISAS[ISAS.index(isa):]:
+        module = _load(name)[0]
+        if module is not None:
+            out += [Kernels(name, module, v) for v in module.w8a8_variants()]
+    return out + [TORCH]
+
+
+@functools.cache
+def default() -> Kernels:
+    """The process's kernels (chosen once). One log line says which and, for a fallback, why."""
+    picked = choose()
+    if picked is TORCH and is_x86() and os.environ.get(ENV, "auto").strip().lower() != "torch":
+        reasons = "; ".join(f"{isa}: {why_not(isa)}" for isa in ISAS)
+        fix = " (build them: `make install` or `python src/paraspec/model/csrc/build.py`)" \
+            if any(why_not(isa).startswith(("not built", "a stale")) for isa in ISAS) else ""
+        logger.warning("paraspec: no compiled CPU kernels run (%s); decoding takes the torch paths, exact "
+                       "but slower%s", reasons, fix)
+    else:
+        logger.info("paraspec: CPU kernels %s", picked.label)
+    return picked
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """What a model's matmuls run in: the weights' dtype and an optional quantisation."""
+
+    dtype: str                      # "bfloat16" | "float32"
+    quantization: str | None        # None | "w8a8"
+    why: str = ""
+
+
+def native_bf16() -> bool:
+    """bf16 arithmetic in hardware (AVX512-BF16 or AMX): bf16 weights halve the bytes per token
+    at no compute cost, which is what this memory-bound decoding needs."""
+    return bool(cpu_features() & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def default_numerics(kernels: Kernels | None = None) -> Numerics:
+    """The fastest exact numerics on this CPU that stay within the W8A8 quality gate (perplexity
+    within 2% of bf16; measured +0.25% on the bundled model, benchmarks/int8_kernels.py --model).
+
+    - native bf16 (AVX512-BF16 / AMX): bf16, the weights as trained or as close as the file holds;
+    - otherwise, with compiled W8A8 kernels: w8a8 (int8 weights stream half of bf16's bytes, and
+      bf16 matmuls without hardware support convert every weight; on an AVX2 EPYC bf16 decoded at
+      18.7 tok/s, fp32 at 12.2, the memory bound for int8 being ~60);
+    - otherwise (torch paths, e.g. ARM64 without our kernels): bf16, half of fp32's bytes.
+    """
+    kernels = kernels or default()
+    if native_bf16():
+        return Numerics("bfloat16", None, "this CPU has native bf16 (" +
+                        " ".join(sorted(cpu_features() & {"avx512_bf16", "amx_bf16", "bf16"})) + ")")
+    if kernels.module is not None:
+        return Numerics("bfloat16", "w8a8", f"no native bf16; the {kernels.label} W8A8 kernel streams "
+                                            "int8 weights (half of bf16's bytes)")
+    return Numerics("bfloat16", None, "no compiled kernels and no native bf16: bf16 halves fp32's bytes")
+
+
+def resolve_numerics(dtype: str | None, quantization: str | None, kernels: Kernels | None = None) -> Numerics:
+    """A user's dtype / quantization, "auto" (or None for dtype) filled in for this CPU.
+
+    dtype "auto" with quantization "auto" or unset: default_numerics(). An explicit dtype keeps
+    its meaning: fp32 stays fp32 unless w8a8 is asked for too. quantization "none" disables it."""
+    q = None if quantization in (None, "", "none") else quantization
+    if dtype in (None, "auto"):
+        if quantization in ("auto", None):
+            return default_numerics(kernels)
+        return Numerics("bfloat16", q, "quantization chosen by the caller")
+    return Numerics(dtype, None if q == "auto" else q, "chosen by the caller")
