@@ -10,6 +10,7 @@ import torch
 from .config import EngineConfig, build_drafter, parse_plugin_params
 from .engine import Engine, Sequence, TokenLogprob
 from .errors import ConfigError, RequestError
+from .model import kernels as cpu_kernels
 from .model.loader import load_model
 from .model.tokenizer import Tokenizer
 from .model.transformer import Transformer
@@ -75,15 +76,24 @@ class LLM:
     """An engine over one model.
 
     model: a .gguf file, a Hugging Face folder, or "default" (SmolLM2-135M-Instruct, bundled).
+    dtype / quantization: "auto" (default) picks the fastest exact numerics for this CPU
+        (kernels.default_numerics: bf16 where the CPU has native bf16, else w8a8 where a compiled
+        W8A8 kernel runs); an explicit dtype ("bfloat16", "float32") keeps its meaning, and
+        quantization "w8a8" / "none" forces or disables int8.
     plugin_params: MindIE-style JSON string (or dict) choosing parallel decoding, e.g.
         '{"plugin_type":"memory_decoding","decoding_length":16,"dynamic_algo":true}'.
+    kernels: the compiled CPU kernels ("auto", "avx512", "avx2", "torch"; default: $PARASPEC_KERNELS
+        or the best this CPU runs).
     """
 
-    def __init__(self, model: str | None = "default", dtype: str = "bfloat16", plugin_params: str | dict | None = None,
-                 quantization: str | None = None, max_batch_size: int = 8, speculation_gamma: int | None = None,
-                 num_threads: int | None = None):
-        if dtype not in DTYPES:
-            raise ConfigError(f"dtype={dtype!r} is not supported; use 'bfloat16' or 'float32'")
+    def __init__(self, model: str | None = "default", dtype: str = "auto", plugin_params: str | dict | None = None,
+                 quantization: str | None = "auto", max_batch_size: int = 8, speculation_gamma: int | None = None,
+                 num_threads: int | None = None, kernels: str | None = None):
+        if dtype not in DTYPES and dtype != "auto":
+            raise ConfigError(f"dtype={dtype!r} is not supported; use 'auto', 'bfloat16' or 'float32'")
+        self.kernels = cpu_kernels.default() if kernels is None else cpu_kernels.choose(kernels)
+        self.numerics = cpu_kernels.resolve_numerics(dtype, quantization, self.kernels)
+        dtype, quantization = self.numerics.dtype, self.numerics.quantization
         self.config = EngineConfig(dtype=dtype, quantization=quantization, max_batch_size=max_batch_size,
                                    speculation_gamma=speculation_gamma,
                                    plugin=parse_plugin_params(plugin_params, speculation_gamma))
@@ -93,7 +103,8 @@ class LLM:
         loaded = load_model(model, torch.float32 if quantization else DTYPES[dtype])
         self.model_name = loaded.name
         self.tokenizer = Tokenizer.from_source(loaded.tokenizer_source)
-        self.model = Transformer(loaded.args, loaded.weights, DTYPES[dtype], quantization=quantization)
+        self.model = Transformer(loaded.args, loaded.weights, DTYPES[dtype], quantization=quantization,
+                                 kernels=self.kernels)
         self.runner = ModelRunner(self.model)
         self.engine = Engine(self.runner, self.tokenizer, max_batch_size)
         self.drafter = build_drafter(self.config.plugin, self.tokenizer, self.engine)

@@ -1,4 +1,4 @@
-"""Command line: `paraspec generate`, `paraspec serve`, `paraspec bench`.
+"""Command line: `paraspec generate`, `paraspec serve`, `paraspec bench`, `paraspec info`.
 
 Flags map one to one onto API fields. User errors print one line on stderr and exit with 2.
 """
@@ -15,8 +15,11 @@ from .errors import ParaspecError
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default",
                    help="a .gguf file, a Hugging Face folder, or 'default' (bundled SmolLM2-135M-Instruct)")
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    p.add_argument("--quantization", default=None, help="'w8a8': int8 weights and per-token int8 activations")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
+                   help="weights' dtype (default auto: the fastest exact numerics for this CPU, see `paraspec info`)")
+    p.add_argument("--quantization", default="auto",
+                   help="'w8a8' (int8 weights and per-token int8 activations), 'none', or 'auto' (default: "
+                        "chosen for this CPU with --dtype auto)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
 
 
@@ -133,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench.run import add_bench_flags
     add_bench_flags(b)
     b.set_defaults(func=_bench)
+
+    from .info import add_parser as add_info_parser
+    add_info_parser(sub)
     return parser
 
 

@@ -249,7 +249,8 @@ def markdown(results: dict, rows: list[Row], figures: dict[str, Path]) -> str:
     L = [f"# paraspec bench{' (--quick: a smoke run, not evidence)' if cfg['quick'] else ''}", "",
          f"{env['date']}; model `{env['model']}`, {env['dtype']}"
          f"{', ' + env['quantization'] if env['quantization'] else ''}; "
-         f"{env['cpu']} ({env['cpu_count']} CPUs), {env['torch_threads']} torch threads; torch {env['torch']}, "
+         f"{env['cpu']} ({env['cpu_count']} CPUs; {' '.join(env.get('cpu_features') or []) or 'features not recorded'}; "
+         f"kernels {env.get('kernels', '?')}), {env['torch_threads']} torch threads; torch {env['torch']}, "
          f"transformers {env['transformers']}, Python {env['python']}; commit `{env['git_commit']}`; "
          f"{results['wall_s']:.0f} s in all; load average at the end {_f(env.get('load_avg_at_end'), '{}')} "
          "(1, 5, 15 min).", "",

@@ -110,7 +110,7 @@ class Plan:
                    max_new_tokens=get("max_new_tokens") or (QUICK_MAX_NEW_TOKENS if quick else None),
                    repeats=max(1, repeats), modes=modes, sweep=bool(get("sweep")), serving=bool(get("serving")),
                    ttft_probe=not quick and not get("no_ttft_probe"), model=get("model") or "default",
-                   dtype=get("dtype") or "bfloat16", quantization=get("quantization"), threads=get("threads"),
+                   dtype=get("dtype") or "auto", quantization=get("quantization") or "auto", threads=get("threads"),
                    budget_s=QUICK_BUDGET_S if quick else None, memory_file=get("memory"))
 
 
@@ -143,6 +143,7 @@ def bench_main(args: argparse.Namespace) -> int:
     from .. import LLM   # (torch is imported here, not when cli.py imports this module)
 
     llm = LLM(plan.model, dtype=plan.dtype, quantization=plan.quantization, num_threads=plan.threads)
+    plan.dtype, plan.quantization = llm.config.dtype, llm.config.quantization   # "auto" as resolved here
     import torch
     ctx = SystemContext(llm, plan.model, plan.dtype, torch.get_num_threads(), memory_file=plan.memory_file)
     tasks = {s: [_bench_task(t, llm.tokenizer, plan.max_new_tokens) for t in _pick(s, plan)] for s in plan.task_sets}
@@ -327,13 +328,10 @@ def environment(plan: Plan) -> dict:
     import torch
     import transformers
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    from ..info import cpu_report
+    report = cpu_report()    # CPU features (CPUID), the kernel path and op kernels, default numerics
+    return {"cpu": report["cpu"], "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "cpu_features": report["features"], "kernels": report["kernels"], "ops": report["ops"],
             "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
             "platform": platform.platform(), "git_commit": _git_commit(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "dtype": plan.dtype, "quantization": plan.quantization,

@@ -197,8 +197,10 @@ def create_app(llm: LLM, config: ServiceConfig | None = None, engine_thread: boo
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         await engine.start()
-        logger.info("serving %r (plugin: %s, maxBatchSize %d)", name,
-                    getattr(llm.engine.default_drafter, "name", None) or "none", llm.engine.max_batch_size)
+        logger.info("serving %r (plugin: %s, maxBatchSize %d; %s%s, CPU kernels %s)", name,
+                    getattr(llm.engine.default_drafter, "name", None) or "none", llm.engine.max_batch_size,
+                    llm.config.dtype, f" + {llm.config.quantization}" if llm.config.quantization else "",
+                    llm.kernels.label)
         try:
             yield
         finally:
@@ -218,7 +220,7 @@ def create_app(llm: LLM, config: ServiceConfig | None = None, engine_thread: boo
     return app
 
 
-def build_llm(config: ServiceConfig, dtype: str = "bfloat16", quantization: str | None = None,
+def build_llm(config: ServiceConfig, dtype: str = "auto", quantization: str | None = "auto",
               num_threads: int | None = None) -> LLM:
     """The LLM a config describes (its plugin_params were validated when the config was read)."""
     deploy = config.model_deploy
@@ -263,8 +265,8 @@ def serve_main(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         logging.getLogger("paraspec").setLevel(config.log_level)
-        llm = build_llm(config, dtype=getattr(args, "dtype", "bfloat16"),
-                        quantization=getattr(args, "quantization", None), num_threads=getattr(args, "threads", None))
+        llm = build_llm(config, dtype=getattr(args, "dtype", "auto"),
+                        quantization=getattr(args, "quantization", "auto"), num_threads=getattr(args, "threads", None))
     except ParaspecError as e:
         print(f"paraspec: error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,124 @@
+"""`paraspec info`: what this machine runs. The CPU's features (from CPUID), the kernel chosen for
+each op and why the others are not, the default numerics, and the forward-cost curve t(k)/t(1)
+measured on it (what the drafters size their drafts by). The bench report records the same.
+
+    paraspec info                    # text; loads the default model to measure the cost curve
+    paraspec info --json --no-cost   # machine-readable, without loading a model
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch loads in the functions: `paraspec --help` stays quick
+    from .model.kernels import Kernels
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def features() -> list[str]:
+    """The features that matter here, CPUID's view (AVX-VNNI as the avx2 module sees it)."""
+    from .model import kernels as cpu_kernels
+    feats = set(cpu_kernels.cpu_features())
+    avx2 = cpu_kernels._load("avx2")[0]
+    if avx2 is not None and "avxvnni" in avx2.w8a8_variants():
+        feats.add("avx_vnni")
+    return [f for f in cpu_kernels.SHOWN if f in feats]
+
+
+def _linear_path(dtype_name: str) -> str:
+    import torch
+
+    from .model.transformer import Linear
+    dtype = getattr(torch, dtype_name)
+    packed = Linear(torch.zeros(8, 8, dtype=dtype)).packed is not None
+    return "oneDNN packed matmul" if packed else "torch F.linear"
+
+
+def cpu_report(kernels: Kernels | None = None) -> dict:
+    """Everything above but the cost curve, as a dict (JSON-ready)."""
+    import torch
+
+    from .model import kernels as cpu_kernels
+    k = kernels or cpu_kernels.default()
+    compiled = k.module is not None
+    numerics = cpu_kernels.default_numerics(k)
+    return {
+        "cpu": cpu_name(), "machine": platform.machine(), "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "features": features(),
+        "kernels": k.label,
+        "kernels_env": os.environ.get(cpu_kernels.ENV, ""),
+        "not_running": {isa: cpu_kernels.why_not(isa) for isa in cpu_kernels.ISAS if cpu_kernels.why_not(isa)},
+        "ops": {
+            "decode/verify attention": f"csrc attention, {k.name}" if compiled else "torch (fp64 sums over key chunks)",
+            "prompt attention": "torch fp32 (prefill needs no row invariance)",
+            "w8a8 linear": f"csrc w8a8, {k.label}" if compiled else "torch._int_mm",
+            "bf16 linear": _linear_path("bfloat16"),
+            "fp32 linear": _linear_path("float32"),
+        },
+        "default_numerics": {"dtype": numerics.dtype, "quantization": numerics.quantization, "why": numerics.why},
+    }
+
+
+def measure_cost(model: str, kernels: Kernels) -> dict:
+    """t(k)/t(1) of the default numerics on `model`, as the engine measures it at start-up."""
+    from .api import LLM
+    llm = LLM(model, kernels=kernels.label)
+    curve = llm.runner.forward_cost()
+    return {"model": llm.model_name, "dtype": llm.config.dtype, "quantization": llm.config.quantization,
+            "t_k_over_t_1": {str(k): round(v, 3) for k, v in curve.items() if k in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)}}
+
+
+def format_report(r: dict) -> str:
+    from .model.kernels import ENV
+    lines = [f"CPU          {r['cpu']} ({r['machine']}, {r['cores']} cores; torch {r['torch']}, "
+             f"{r['torch_threads']} threads, ATen capability {r['torch_cpu_capability']})",
+             f"features     {' '.join(r['features']) or '-'}   (CPUID)",
+             f"kernels      {r['kernels']}" + (f"   ({ENV}={r['kernels_env']})" if r["kernels_env"] else "")]
+    lines += [f"  not {isa:7}{why}" for isa, why in r["not_running"].items()]
+    lines += [f"  {op:24} {how}" for op, how in r["ops"].items()]
+    n = r["default_numerics"]
+    lines.append(f"default      {n['dtype']}{' + ' + n['quantization'] if n['quantization'] else ''}   ({n['why']})")
+    if "forward_cost" in r:
+        c = r["forward_cost"]
+        curve = "  ".join(f"{k}:{v:.2f}" for k, v in c["t_k_over_t_1"].items())
+        lines.append(f"t(k)/t(1)    {curve}   ({c['model']}, {c['dtype']}"
+                     f"{' + ' + c['quantization'] if c['quantization'] else ''})")
+    return "\n".join(lines)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("info", help="this machine's CPU features, kernels, default numerics and forward cost")
+    p.add_argument("--model", default="default", help="model to measure the cost curve t(k)/t(1) on")
+    p.add_argument("--no-cost", action="store_true", help="skip the cost curve (no model is loaded)")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    p.set_defaults(func=info_main)
+
+
+def info_main(args: argparse.Namespace) -> int:
+    import torch
+
+    from .model import kernels as cpu_kernels
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    kernels = cpu_kernels.default()
+    report = cpu_report(kernels)
+    if not args.no_cost:
+        report["forward_cost"] = measure_cost(args.model, kernels)
+    print(json.dumps(report) if args.json else format_report(report))
+    return 0
