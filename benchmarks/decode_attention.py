@@ -1,9 +1,10 @@
-"""Decode speed with the attention kernel (csrc/attention.cpp) and with the torch path, one run.
+"""Decode speed with the attention kernel (csrc/attention.cpp, each ISA build this CPU runs) and
+with the torch path, one run.
 
     python benchmarks/decode_attention.py [--repeats 3] [--new-tokens 160]
 
-Same engine and model; only paraspec.model.transformer.ATTENTION_KERNEL is switched between runs,
-which alternate so drift hits both alike. For each of AR and memory_decoding (tree, dynamic_algo)
+Same engine and model; only the model's decode attention (Transformer.kernels, whose linears
+stay as built) is switched between runs, which alternate so drift hits all alike. For each of AR and memory_decoding (tree, dynamic_algo)
 on a chat prompt and a code prompt: decode tokens/s (medians), and whether the greedy outputs of
 the two paths are the same text (they need not be bit-identical: each path is exact only against
 itself). Also the measured forward cost curve t(k)/t(1) under each path.
@@ -29,12 +30,15 @@ def main() -> None:
 
     from paraspec import LLM
     from paraspec.bench.systems import BenchTask, ParaspecSystem, RunParams
-    from paraspec.model import transformer
+    from paraspec.info import cpu_report
+    from paraspec.model import kernels
 
-    kernel = transformer.ATTENTION_KERNEL
-    if kernel is None:
-        raise SystemExit("the attention kernel is not built: python src/paraspec/model/csrc/build.py")
-    llm = LLM()
+    per_isa = {k.name: k for k in reversed(kernels.runnable())}     # each ISA once, torch included
+    if len(per_isa) == 1:
+        raise SystemExit("no attention kernel runs here: python src/paraspec/model/csrc/build.py")
+    llm = LLM(dtype="bfloat16", quantization="none")
+    report = cpu_report(llm.kernels)
+    print(f"CPU {report['cpu']}; features {' '.join(report['features'])}")
     # bench systems: every run of a task starts from the same (empty) memory, whichever path ran before
     systems = {name: ParaspecSystem(name, llm, plugin) for name, plugin in SYSTEMS.items()}
     tasks = {name: BenchTask("attention", name, llm.tokenizer.encode_chat(m), args.new_tokens)
@@ -42,10 +46,11 @@ def main() -> None:
     for sy in systems.values():
         sy.begin_set("attention")
         sy.begin_task()
-    paths = {"kernel": kernel, "torch": None}
+    paths = dict(reversed(per_isa.items()))        # best first
+    built = llm.model.kernels
     curves = {}
     for name, k in paths.items():
-        transformer.ATTENTION_KERNEL = k
+        llm.model.kernels = k
         llm.runner._cost = None                     # measure the curve under this path
         c = llm.runner.forward_cost()
         curves[name] = {n: round(c[n], 2) for n in (4, 8, 12, 16, 32)}
@@ -55,20 +60,22 @@ def main() -> None:
         for pname, task in tasks.items():
             for sname, sy in systems.items():
                 for name, k in paths.items():
-                    transformer.ATTENTION_KERNEL = k
+                    llm.model.kernels = k
                     m = sy.run(task, RunParams(repeat=rep))
                     tps.setdefault((pname, sname, name), []).append(m.decode_tokens_per_s)
                     texts[(pname, sname, name)] = m.token_ids
-    transformer.ATTENTION_KERNEL = kernel
-    print(f"{args.repeats} repeats (median), {args.new_tokens} new tokens, greedy, bf16")
-    print("| prompt | system | kernel tok/s | torch tok/s | kernel / torch | same tokens |")
-    print("|---|---|---|---|---|---|")
+    llm.model.kernels = built
+    print(f"{args.repeats} repeats (median), {args.new_tokens} new tokens, greedy, bf16 weights")
+    names = list(paths)
+    print("| prompt | system | " + " | ".join(f"{n} tok/s" for n in names) + " | " +
+          " | ".join(f"{n} / torch" for n in names[:-1]) + " | same tokens |")
+    print("|---|---|" + "---|" * (2 * len(names)))
     for pname in PROMPTS:
         for sname in SYSTEMS:
-            a = statistics.median(tps[(pname, sname, "kernel")])
-            b = statistics.median(tps[(pname, sname, "torch")])
-            same = texts[(pname, sname, "kernel")] == texts[(pname, sname, "torch")]
-            print(f"| {pname} | {sname} | {a:.1f} | {b:.1f} | {a / b:.2f}x | {same} |")
+            med = {n: statistics.median(tps[(pname, sname, n)]) for n in names}
+            same = all(texts[(pname, sname, n)] == texts[(pname, sname, "torch")] for n in names)
+            print(f"| {pname} | {sname} | " + " | ".join(f"{med[n]:.1f}" for n in names) + " | " +
+                  " | ".join(f"{med[n] / med['torch']:.2f}x" for n in names[:-1]) + f" | {same} |")
     for name, c in curves.items():
         print(f"forward cost t(k)/t(1), {name}: {c}")
 

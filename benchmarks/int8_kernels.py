@@ -25,7 +25,8 @@ from collections.abc import Callable
 
 import torch
 
-from paraspec.model.quant import Int8Linear, quantize_weight, vnni_available
+from paraspec.model import kernels
+from paraspec.model.quant import Int8Linear, quantize_weight
 from paraspec.model.transformer import Linear
 
 DIM, HIDDEN, QKV, VOCAB, LAYERS = 576, 1536, 960, 49152, 30
@@ -61,12 +62,11 @@ class FbgemmDynamic:
 
 def candidates() -> dict[str, Callable[[torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]]:
     """name -> maker(fp32 weight [N, K]) -> linear(x [M, K] fp32)."""
-    c = {"bf16 oneDNN prepacked": lambda w: Linear(w.bfloat16())}
-    if vnni_available():
-        c["w8a8 VNNI +residual"] = lambda w: Int8Linear.from_float(w, kernel="vnni")
-        c["w8a8 VNNI 1 pass"] = lambda w: Int8Linear.from_float(w, kernel="vnni", residual=False)
-    c["w8a8 _int_mm +residual"] = lambda w: Int8Linear.from_float(w, kernel="int_mm")
-    c["w8a8 _int_mm 1 pass"] = lambda w: Int8Linear.from_float(w, kernel="int_mm", residual=False)
+    c = {"bf16 Linear": lambda w: Linear(w.bfloat16())}
+    for k in kernels.runnable():        # every compiled W8A8 inner loop this CPU runs, then torch._int_mm
+        name = k.label if k.module is not None else "_int_mm"
+        c[f"w8a8 {name} +residual"] = lambda w, k=k: Int8Linear.from_float(w, kernels=k)
+        c[f"w8a8 {name} 1 pass"] = lambda w, k=k: Int8Linear.from_float(w, kernels=k, residual=False)
     c["w8a8 fbgemm per-row"] = FbgemmRowwise
     c["fbgemm dynamic (per-tensor)"] = FbgemmDynamic
     return c
