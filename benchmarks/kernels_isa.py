@@ -1,0 +1,208 @@
+"""The compiled CPU kernels per ISA against the torch paths, raw module calls, median us per call.
+
+    python benchmarks/kernels_isa.py [--threads 2] [--reps 9] [--footprint-mb 256] [--quick]
+    python benchmarks/kernels_isa.py --cap-torch-avx2   # torch side as on an AVX2-only CPU
+
+W8A8 linears of SmolLM2-135M's shapes (qkv, o, gate_up, down, LM head) for 1-128 rows (two
+activation passes, fp32 activations in, as the forward calls them): each W8A8 inner loop of each
+module this CPU runs (vnni512, avxvnni, avx2), quant.py's torch._int_mm path, and the bf16 oneDNN
+Linear of transformer.py. Decode attention of one layer (9 heads, 3 kv heads, head size 64) at
+300 and 1000 keys for 1-16 rows: each module against transformer.attention.
+
+Candidates are interleaved call batch by call batch, in a rotating order, so drift and noisy
+neighbours hit all of them alike; cells are medians over --reps. Each call takes the next of
+several copies of its weights (or the next layer of a 30-layer cache), --footprint-mb of them,
+so weights come from memory as in a forward over a whole model, not from a warm cache.
+
+--cap-torch-avx2 re-runs the script with ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
+MKL_ENABLE_INSTRUCTIONS=AVX2, which caps torch's own kernels (_int_mm, oneDNN, MKL) at AVX2:
+an approximation of an AVX2 machine's torch baseline on this CPU (not its memory system).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+CAP_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
+LINEARS = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536), "lm_head": (49152, 576)}
+ROWS = (1, 2, 4, 8, 16, 32, 128)
+ATT_ROWS = (1, 4, 8, 16)
+ATT_KEYS = (300, 1000)
+HEADS, KV_HEADS, HEAD_DIM, LAYERS = 9, 3, 64, 30
+
+
+def cpu_line() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return "cpu: unknown"
+    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
+    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
+    return f"cpu: {model}; flags: {' '.join(f for f in FLAGS if f in flags) or '-'}"
+
+
+def timed(cands: dict[str, Callable[[], object]], reps: int, batch_s: float = 0.004) -> dict[str, float]:
+    """Median us per call of each candidate, interleaved batch by batch in a rotating order."""
+    names = list(cands)
+    counts = {}
+    for name in names:  # warm up, and size a batch to ~batch_s
+        t0 = time.perf_counter()
+        cands[name]()
+        counts[name] = max(1, int(batch_s / max(time.perf_counter() - t0, 1e-7)))
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for rep in range(reps):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            fn, k = cands[name], counts[name]
+            t0 = time.perf_counter()
+            for _ in range(k):
+                fn()
+            times[name].append((time.perf_counter() - t0) / k * 1e6)
+    return {n: statistics.median(v) for n, v in times.items()}
+
+
+def rotating(items: list) -> Callable[[], object]:
+    """Each call returns the next item (the next weight copy / cache layer)."""
+    state = {"i": -1}
+
+    def nxt():
+        state["i"] = (state["i"] + 1) % len(items)
+        return items[state["i"]]
+    return nxt
+
+
+def modules() -> dict[str, object]:
+    out = {}
+    for isa in ("avx512", "avx2"):
+        try:
+            m = importlib.import_module(f"paraspec.model._kernels_{isa}")
+        except ImportError:
+            print(f"  _kernels_{isa}: not built")
+            continue
+        if m.cpu_supported():
+            out[isa] = m
+        else:
+            print(f"  _kernels_{isa}: this CPU cannot run it")
+    return out
+
+
+def int_mm_linear(qweight, scale):
+    """quant.py's torch path (torch._int_mm)."""
+    from paraspec.model import quant
+    try:
+        from paraspec.model.kernels import TORCH
+        return quant.Int8Linear(qweight, scale, None, kernels=TORCH)
+    except (ImportError, TypeError):
+        return quant.Int8Linear(qweight, scale, None, kernel="int_mm")
+
+
+def bench_linears(mods: dict, rows: tuple[int, ...], reps: int, footprint: int) -> None:
+    import torch
+
+    from paraspec.model.quant import quantize_weight
+    from paraspec.model.transformer import Linear
+    print("\n## W8A8 linear, median us per call (2 activation passes; bf16: transformer.Linear)\n")
+    for name, (n, k) in LINEARS.items():
+        w = torch.randn(n, k) * 0.05
+        qweight, scale = quantize_weight(w)
+        q = torch.nn.functional.pad(qweight, (0, -k % 4, 0, -n % 32))
+        packed = q.view(-1, 32, q.shape[1] // 4, 4).permute(0, 2, 1, 3).contiguous()  # quant.py's layout
+        comp = (q.sum(1, dtype=torch.int32) * 128).contiguous()
+        sc = torch.nn.functional.pad(scale, (0, -n % 32)).contiguous()
+        copies = max(1, footprint // (n * k))
+        packs = [packed] + [packed.clone() for _ in range(copies - 1)]
+        ref = int_mm_linear(qweight, scale)
+        int_mms = [ref] + [copy.copy(ref) for _ in range(copies - 1)]
+        for c in int_mms[1:]:
+            c.weight_t = ref.weight_t.clone()
+        bf16s = [Linear(w.bfloat16()) for _ in range(max(1, copies // 2))]
+        cols = [f"{isa}:{v}" for isa, m in mods.items() for v in m.w8a8_variants()] + ["int_mm", "bf16"]
+        print(f"### {name} (N={n}, K={k}), {copies} weight copies\n")
+        print("| rows | " + " | ".join(cols) + " |")
+        print("|---" * (len(cols) + 1) + "|")
+        for m_rows in rows:
+            x = torch.randn(m_rows, k)
+            cands = {}
+            for isa, m in mods.items():
+                for v in m.w8a8_variants():
+                    nxt = rotating(packs)
+                    cands[f"{isa}:{v}"] = (lambda m=m, v=v, nxt=nxt: m.w8a8_linear(x, nxt(), comp, sc, None, n, 2, variant=v))
+            nxt_i, nxt_b = rotating(int_mms), rotating(bf16s)
+            cands["int_mm"] = lambda: nxt_i()(x)
+            cands["bf16"] = lambda: nxt_b()(x)
+            res = timed(cands, reps)
+            print(f"| {m_rows} | " + " | ".join(f"{res[c]:.0f}" for c in cols) + " |", flush=True)
+        print()
+
+
+def bench_attention(mods: dict, reps: int) -> None:
+    import torch
+
+    from paraspec.model.args import ModelArgs
+    from paraspec.model.kv_cache import KVCache
+    from paraspec.model.transformer import attention, attention_bias
+    print(f"## Decode attention, one layer ({HEADS} heads, {KV_HEADS} kv heads, head size {HEAD_DIM}), "
+          f"median us per call, {LAYERS} layers rotated\n")
+    cols = [*mods, "torch"]
+    print("| keys | rows | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 2) + "|")
+    args = ModelArgs(arch="llama", vocab_size=16, dim=HEADS * HEAD_DIM, n_layers=LAYERS, n_heads=HEADS,
+                     n_kv_heads=KV_HEADS, head_dim=HEAD_DIM, hidden_dim=16)
+    group = HEADS // KV_HEADS
+    for keys in ATT_KEYS:
+        cache = KVCache(args, keys + 16)
+        cache.k.normal_()
+        cache.v[..., :HEAD_DIM].normal_()
+        for n in ATT_ROWS:
+            cache.length = keys - n        # the new rows' keys end at `keys`
+            q = torch.randn(n, HEADS, HEAD_DIM)
+            bias = attention_bias(cache, n, None, group)   # once per forward, shared by the layers
+            nxt = rotating(list(range(LAYERS)))
+            empty = torch.empty(0, dtype=torch.bool)    # a causal chain
+
+            def kernel(m=None):
+                i = nxt()
+                return m.attention(q, cache.k[i], cache.v[i], cache.length, empty, 0.125)
+            cands = {isa: (lambda m=m: kernel(m)) for isa, m in mods.items()}
+            cands["torch"] = lambda: attention(q, cache, nxt(), bias, 0.125)
+            res = timed(cands, reps)
+            print(f"| {keys} | {n} | " + " | ".join(f"{res[c]:.0f}" for c in cols) + " |", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--footprint-mb", type=int, default=256, help="weight bytes each candidate cycles through")
+    ap.add_argument("--quick", action="store_true", help="rows 1, 8, 32 only, 5 reps")
+    ap.add_argument("--cap-torch-avx2", action="store_true", help="cap torch's kernels at AVX2 (re-executes)")
+    ap.add_argument("--no-attention", action="store_true")
+    ap.add_argument("--no-linear", action="store_true")
+    args = ap.parse_args()
+    if args.cap_torch_avx2 and any(os.environ.get(k) != v for k, v in CAP_ENV.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **CAP_ENV})  # before torch loads
+
+    import torch
+    torch.set_num_threads(args.threads)
+    capped = all(os.environ.get(k) == v for k, v in CAP_ENV.items())
+    print(cpu_line())
+    print(f"threads: {args.threads}; torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}"
+          + ("; torch capped at AVX2 by " + " ".join(f"{k}={v}" for k, v in CAP_ENV.items()) if capped else ""))
+    print(f"command: python {' '.join(sys.argv)}")
+    mods = modules()
+    reps = 5 if args.quick else args.reps
+    if not args.no_linear:
+        bench_linears(mods, (1, 8, 32) if args.quick else ROWS, reps, args.footprint_mb << 20)
+    if not args.no_attention:
+        bench_attention(mods, reps)
+
+
+if __name__ == "__main__":
+    main()
