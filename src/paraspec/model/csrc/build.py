@@ -22,6 +22,7 @@ from __future__ import annotations
 import glob
 import os
 import platform
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -66,10 +67,11 @@ def build_one(isa: str, quiet: bool) -> None:
 
 
 def short_reason(output: str) -> str:
-    """The compiler's first error line, cut short (or the last line of the output)."""
+    """The compiler's first error, without its directory, cut short (else the output's last line)."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "error" in ln.lower()]
-    line = (errors or lines or ["no output"])[0]
+    errors = [ln for ln in lines if "error:" in ln] or [ln for ln in lines if "rror" in ln]
+    line = errors[0] if errors else lines[-1] if lines else "no output"
+    line = re.sub(r"^\S*/", "", line)  # /path/to/kernels.cpp:2:2: error: ... -> kernels.cpp:2:2: ...
     return line if len(line) <= 160 else line[:157] + "..."
 
 
@@ -91,6 +93,8 @@ def main(argv: list[str]) -> int:
             if not quiet:
                 sys.stdout.write(res.stdout + res.stderr)
             if res.returncode:
+                for old in glob.glob(f"src/paraspec/model/_kernels_{isa}.*"):
+                    os.remove(old)  # an older build of other sources must not stand in for it
                 print(f"paraspec: _kernels_{isa} not built ({short_reason(res.stderr + res.stdout)}); {INSTEAD[isa]}")
     return 0
 

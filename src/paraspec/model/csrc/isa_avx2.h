@@ -33,8 +33,8 @@ inline F16 loadn(const float* p, int64_t n) {  // masked-off lanes are not read
 }
 inline F16 loadn(const uint16_t* p, int64_t n) {  // bf16 bits -> fp32 (exact)
   alignas(32) uint16_t t[16] = {};
-  std::memcpy(t, p, std::min<int64_t>(n, 16) * sizeof(uint16_t));
-  const __m256i h = _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
+  if (n < 16) std::memcpy(t, p, n * sizeof(uint16_t));  // no masked 16-bit loads in AVX2
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(n < 16 ? t : p));
   const __m256i lo = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(h));
   const __m256i hi = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1));
   return {_mm256_castsi256_ps(_mm256_slli_epi32(lo, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16))};
@@ -149,6 +149,9 @@ using Op = Avx2;
 
 // "avxvnni": the VEX vpdpbusd of Alder Lake / Zen 5 class CPUs (u8 q + 128 as for AVX-512),
 // compiled in its own region: only this loop may use it, and only where CPUID says avxvnni.
+// GCC 11 was the first to know the instruction; older ones build the module without it.
+#if __GNUC__ >= 11
+#define PARASPEC_AVXVNNI 1
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,avxvnni")
 namespace isa {
@@ -167,3 +170,4 @@ using Op = AvxVnni;
 
 }  // namespace isa
 #pragma GCC pop_options
+#endif
