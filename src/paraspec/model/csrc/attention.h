@@ -84,7 +84,7 @@ inline void softmax_numerators(float* s, int64_t nv, double* e) {
 // of e[p][u] in u order, accumulated here when `Den` (in all 8 lanes of a vector: the same
 // additions). T * B accumulators stay in registers while the chunk's V rows (in L1) pass once
 // per slice.
-template <int T, int B, bool Den>
+template <int T, int B, bool Den, bool Committed>
 void v_sum(const double* e, int64_t ld, const double* vb, int64_t hd, const Keys& keys, int64_t u0, int64_t u1,
            double* sum, int64_t d0, int64_t n) {
   for (int64_t d = d0; d < d0 + 8 * B * n; d += 8 * B) {
@@ -95,7 +95,7 @@ void v_sum(const double* e, int64_t ld, const double* vb, int64_t hd, const Keys
       dn[p] = set1(sum[p * (hd + 1) + hd]);
     }
     for (int64_t u = u0; u < u1; ++u) {
-      const double* vr = vb + keys[u] * (hd + 1) + d;
+      const double* vr = vb + (Committed ? u : keys[u]) * (hd + 1) + d;  // committed: slot u
       D8 vv[B];
       for (int b = 0; b < B; ++b) vv[b] = load(vr + 8 * b);
       for (int p = 0; p < T; ++p) {
@@ -111,15 +111,15 @@ void v_sum(const double* e, int64_t ld, const double* vb, int64_t hd, const Keys
   }
 }
 
-template <int T>
+template <int T, bool C>
 void v_sum_tile(const double* e, int64_t ld, const double* vb, int64_t hd, const Keys& keys, int64_t u0, int64_t u1,
                 double* sum) {
   constexpr int B = T * 8 <= kVAcc ? 8 : T * 4 <= kVAcc ? 4 : T * 2 <= kVAcc ? 2 : 1;  // blocks per slice
   const int64_t full = hd / (8 * B), rest = hd % (8 * B) / 8;
-  if (full) v_sum<T, B, true>(e, ld, vb, hd, keys, u0, u1, sum, 0, full);
+  if (full) v_sum<T, B, true, C>(e, ld, vb, hd, keys, u0, u1, sum, 0, full);
   if (rest) {
-    if (full) v_sum<T, 1, false>(e, ld, vb, hd, keys, u0, u1, sum, 8 * B * full, rest);
-    else v_sum<T, 1, true>(e, ld, vb, hd, keys, u0, u1, sum, 0, rest);
+    if (full) v_sum<T, 1, false, C>(e, ld, vb, hd, keys, u0, u1, sum, 8 * B * full, rest);
+    else v_sum<T, 1, true, C>(e, ld, vb, hd, keys, u0, u1, sum, 0, rest);
   }
   if (hd % 8 == 0 && hd) return;
   // the lanes past the last block of 8 (and the denominator if no block took it), one u at a time
@@ -133,9 +133,18 @@ void v_sum_tile(const double* e, int64_t ld, const double* vb, int64_t hd, const
   }
 }
 
-static_assert(kVPairs >= 1 && kVPairs <= 3, "kTiles");
-using TileFn = void (*)(const double*, int64_t, const double*, int64_t, const Keys&, int64_t, int64_t, double*);
-constexpr TileFn kTiles[] = {nullptr, v_sum_tile<1>, v_sum_tile<std::min(2, kVPairs)>, v_sum_tile<std::min(3, kVPairs)>};
+// v_sum_tile for T <= kVPairs pairs chosen at run time. C: the keys are committed ones (key u
+// in slot u), so the V row address needs no lookup.
+template <bool C>
+void v_sum_tile_n(int64_t T, const double* e, int64_t ld, const double* vb, int64_t hd, const Keys& keys,
+                  int64_t u0, int64_t u1, double* sum) {
+  static_assert(kVPairs >= 1 && kVPairs <= 3);
+  switch (T) {
+    case 1: v_sum_tile<1, C>(e, ld, vb, hd, keys, u0, u1, sum); break;
+    case 2: v_sum_tile<std::min(2, kVPairs), C>(e, ld, vb, hd, keys, u0, u1, sum); break;
+    default: v_sum_tile<kVPairs, C>(e, ld, vb, hd, keys, u0, u1, sum); break;
+  }
+}
 
 // Pairs [0, P) over keys [u0, u1) of one list, in chunks of V rows that stay in L1 while every
 // tile of pairs passes (so V leaves memory once for all the pairs, not once per pair).
@@ -145,7 +154,8 @@ inline void v_sum_pairs(const double* e, int64_t ld, int64_t P, const double* vb
   for (int64_t c0 = u0; c0 < u1; c0 += chunk) {
     const int64_t c1 = std::min(c0 + chunk, u1);
     for (int64_t p = 0; p < P; p += kVPairs)
-      kTiles[std::min<int64_t>(kVPairs, P - p)](e + p * ld, ld, vb, hd, keys, c0, c1, sum + p * (hd + 1));
+      (c1 <= keys.start ? v_sum_tile_n<true> : v_sum_tile_n<false>)(
+          std::min<int64_t>(kVPairs, P - p), e + p * ld, ld, vb, hd, keys, c0, c1, sum + p * (hd + 1));
   }
 }
 

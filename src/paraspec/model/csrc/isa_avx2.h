@@ -147,9 +147,9 @@ using Op = Avx2;
 
 }  // namespace isa
 
-// "avxvnni": the VEX vpdpbusd of Alder Lake / Zen 5 class CPUs (u8 q + 128 as for AVX-512),
-// compiled in its own region: only this loop may use it, and only where CPUID says avxvnni.
-// GCC 11 was the first to know the instruction; older ones build the module without it.
+// "avxvnni": the VEX vpdpbusd of AVX2 CPUs with AVX-VNNI (Intel Alder Lake on), u8 q + 128 as
+// for AVX-512, compiled in its own region: only this loop may use it, and it runs only where
+// CPUID says avxvnni. GCC 11 was the first to know the instruction; older ones leave it out.
 #if __GNUC__ >= 11
 #define PARASPEC_AVXVNNI 1
 #pragma GCC push_options

@@ -21,7 +21,7 @@ struct I16 { __m512i v; };
 struct D8 { __m512d v; };
 
 // attention sums V in tiles of up to kVPairs (row, head) pairs, with kVAcc D8 accumulators (zmm)
-constexpr int kVPairs = 3, kVAcc = 24;
+constexpr int kVPairs = 3, kVAcc = 16;
 
 inline __mmask16 first(int64_t n) {  // lanes [0, min(n, 16))
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
