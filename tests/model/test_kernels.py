@@ -24,12 +24,12 @@ import torch
 
 from paraspec.model import quant
 from paraspec.model.args import ModelArgs
+from paraspec.model.kernels import TORCH, Kernels
 from paraspec.model.kv_cache import KVCache
 from paraspec.model.transformer import attention as torch_attention, attention_bias
 
 ISAS = ("avx512", "avx2")
 VERSION = 4
-PANEL = 32
 
 
 def _load(isa: str) -> tuple[ModuleType | None, str]:
@@ -150,24 +150,16 @@ def test_attention_isas_agree():
 
 # ------------------------------------------------------------------------------------- W8A8
 
-def pack(qweight: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """quant.py's layout for the compiled kernels: [Np/32][Kp/4][32][4] int8, comp = 128 * row
-    sums (int32), scales padded to Np."""
-    n, k = qweight.shape
-    q = torch.nn.functional.pad(qweight, (0, -k % 4, 0, -n % PANEL))
-    packed = q.view(-1, PANEL, q.shape[1] // 4, 4).permute(0, 2, 1, 3).contiguous()
-    comp = (q.sum(1, dtype=torch.int32) * 128).contiguous()
-    return packed, comp, torch.nn.functional.pad(scale.float(), (0, -n % PANEL)).contiguous()
+def pack(qweight: torch.Tensor, scale: torch.Tensor, mod: ModuleType) -> tuple[torch.Tensor, ...]:
+    """quant.py's packing for a compiled module (one layout for every ISA): (packed, comp, scale)."""
+    lin = quant.Int8Linear(qweight, scale, None, kernels=Kernels(mod.ISA, mod))
+    return lin.packed, lin.comp, lin.scale
 
 
 def int_mm_linear(qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
                   residual: bool) -> quant.Int8Linear:
-    """quant.py's torch path (torch._int_mm), whatever its constructor takes this week."""
-    try:
-        from paraspec.model.kernels import TORCH
-        return quant.Int8Linear(qweight, scale, bias, kernels=TORCH, residual=residual)
-    except (ImportError, TypeError):
-        return quant.Int8Linear(qweight, scale, bias, kernel="int_mm", residual=residual)
+    """quant.py's torch path (torch._int_mm)."""
+    return quant.Int8Linear(qweight, scale, bias, kernels=TORCH, residual=residual)
 
 
 def _weights(n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -190,7 +182,7 @@ def _x(m: int, k: int, seed: int, dtype: torch.dtype) -> torch.Tensor:
 def test_w8a8_bits_equal_int_mm_path(isa, variant, n, k):
     mod = RUNNABLE[isa]
     qweight, scale, bias = _weights(n, k, seed=n)
-    packed, comp, sc = pack(qweight, scale)
+    packed, comp, sc = pack(qweight, scale, mod)
     for residual in (False, True):
         for b in (bias, None):
             ref = int_mm_linear(qweight, scale, b, residual)
@@ -208,7 +200,7 @@ def test_w8a8_fused_norm_and_row_invariance(isa, variant):
     mod = RUNNABLE[isa]
     n, k = 200, 96
     qweight, scale, bias = _weights(n, k, seed=1)
-    packed, comp, sc = pack(qweight, scale)
+    packed, comp, sc = pack(qweight, scale, mod)
     gamma = torch.rand(k, generator=torch.Generator().manual_seed(2)) + 0.5
     ref = int_mm_linear(qweight, scale, bias, True)
     x = _x(16, k, seed=3, dtype=torch.float32)
@@ -230,7 +222,7 @@ def test_w8a8_variants_agree_bit_for_bit():
     if len(runs) < 2:
         pytest.skip("a single W8A8 inner loop runs here")
     qweight, scale, bias = _weights(131, 300, seed=4)
-    packed, comp, sc = pack(qweight, scale)
+    packed, comp, sc = pack(qweight, scale, runs[0][0])
     gamma = torch.rand(300, generator=torch.Generator().manual_seed(5)) + 0.5
     for dtype in (torch.float32, torch.bfloat16):
         x = _x(37, 300, seed=6, dtype=dtype)        # 37 rows: several tiles of every height
@@ -246,7 +238,7 @@ def test_module_api(isa):
     variants = mod.w8a8_variants()
     assert variants and set(variants) <= {"vnni512", "avxvnni", "avx2"} and (isa == "avx2") == ("avx2" in variants)
     qweight, scale, _ = _weights(40, 16, seed=0)
-    packed, comp, sc = pack(qweight, scale)
+    packed, comp, sc = pack(qweight, scale, mod)
     with pytest.raises(RuntimeError, match="variant"):
         mod.w8a8_linear(torch.ones(1, 16), packed, comp, sc, None, 40, 2, variant="no-such-loop")
     with pytest.raises(RuntimeError, match="packed"):
@@ -314,7 +306,7 @@ def test_avx2_cpu_under_qemu(tmp_path):
     q = torch.randn(4, 3, 64, generator=torch.Generator().manual_seed(9))
     att = (q, cache.k[0], cache.v[0], 20, _tree(4, seed=2), 0.125)
     qweight, scale, bias = _weights(40, 24, seed=9)
-    packed, comp, sc = pack(qweight, scale)
+    packed, comp, sc = pack(qweight, scale, RUNNABLE["avx2"])
     lin = (_x(3, 24, seed=9, dtype=torch.float32), packed, comp, sc, bias, 40, 2)
     torch.save({"attention": att, "w8a8": lin}, tmp_path / "in.pt")
     script = tmp_path / "child.py"

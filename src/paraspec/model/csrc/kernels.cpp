@@ -10,7 +10,8 @@
 // inline function of theirs is compiled for the target and shared with baseline callers. Each
 // entry point checks cpu_supported() (CPUID) before it calls into the region, and refuses with
 // an error where the CPU lacks a feature.
-// Only the torch headers used (not torch/extension.h): it halves the compile time.
+
+// only the torch headers used (torch/extension.h would double the compile time)
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

@@ -45,7 +45,8 @@ void accumulate(const int32_t* xw, int64_t K4, const int8_t* w, int64_t k0, int6
 #undef PS_ACC1
 }
 
-template <int R>  // tiles larger than the variant's register tile are never asked for
-constexpr AccFn fn = accumulate<(R < Op::kRows ? R : Op::kRows)>;
+constexpr int tile(int r) { return r < Op::kRows ? r : Op::kRows; }  // never asked for more than kRows
 
-constexpr W8A8Loop kLoop = {Op::kRows, Op::kOffset, {nullptr, fn<1>, fn<2>, fn<3>, fn<4>, fn<5>, fn<6>, fn<7>, fn<8>}};
+constexpr W8A8Loop kLoop = {Op::kRows, Op::kOffset,
+                            {nullptr, accumulate<tile(1)>, accumulate<tile(2)>, accumulate<tile(3)>, accumulate<tile(4)>,
+                             accumulate<tile(5)>, accumulate<tile(6)>, accumulate<tile(7)>, accumulate<tile(8)>}};
