@@ -93,32 +93,22 @@ def modules() -> dict[str, object]:
     return out
 
 
-def int_mm_linear(qweight, scale):
-    """quant.py's torch path (torch._int_mm)."""
-    from paraspec.model import quant
-    try:
-        from paraspec.model.kernels import TORCH
-        return quant.Int8Linear(qweight, scale, None, kernels=TORCH)
-    except (ImportError, TypeError):
-        return quant.Int8Linear(qweight, scale, None, kernel="int_mm")
-
-
 def bench_linears(mods: dict, rows: tuple[int, ...], reps: int, footprint: int) -> None:
     import torch
 
-    from paraspec.model.quant import quantize_weight
+    from paraspec.model.kernels import TORCH, Kernels
+    from paraspec.model.quant import Int8Linear, quantize_weight
     from paraspec.model.transformer import Linear
     print("\n## W8A8 linear, median us per call (2 activation passes; bf16: transformer.Linear)\n")
     for name, (n, k) in LINEARS.items():
         w = torch.randn(n, k) * 0.05
         qweight, scale = quantize_weight(w)
-        q = torch.nn.functional.pad(qweight, (0, -k % 4, 0, -n % 32))
-        packed = q.view(-1, 32, q.shape[1] // 4, 4).permute(0, 2, 1, 3).contiguous()  # quant.py's layout
-        comp = (q.sum(1, dtype=torch.int32) * 128).contiguous()
-        sc = torch.nn.functional.pad(scale, (0, -n % 32)).contiguous()
         copies = max(1, footprint // (n * k))
-        packs = [packed] + [packed.clone() for _ in range(copies - 1)]
-        ref = int_mm_linear(qweight, scale)
+        ref = Int8Linear(qweight, scale, None, kernels=TORCH)  # quant.py's torch._int_mm path
+        if mods:  # quant.py's packing for the compiled kernels (one layout for every ISA)
+            lin = Int8Linear(qweight, scale, None, kernels=Kernels(*next(iter(mods.items()))))
+            packs = [lin.packed] + [lin.packed.clone() for _ in range(copies - 1)]
+            comp, sc = lin.comp, lin.scale
         int_mms = [ref] + [copy.copy(ref) for _ in range(copies - 1)]
         for c in int_mms[1:]:
             c.weight_t = ref.weight_t.clone()
