@@ -5,7 +5,7 @@ one instruction set must never be loaded on a CPU without it (that is a SIGILL a
 kernels (csrc/: decode/verify attention and the W8A8 linear) are built once per ISA as separate
 extension modules, and a module is imported only when this CPU has every feature it needs:
 
-    avx512  paraspec.model._kernels_avx512   AVX-512F/BW/VL/DQ + AVX512-VNNI
+    avx512  paraspec.model._kernels_avx512   AVX-512F/BW/VL + AVX512-VNNI + FMA
     avx2    paraspec.model._kernels_avx2     AVX2 + FMA (W8A8 with AVX-VNNI where the CPU has it)
     torch   no compiled code                 torch attention (fp64 sums), torch._int_mm W8A8
 
@@ -35,8 +35,8 @@ ENV = "PARASPEC_KERNELS"
 ISAS = ("avx512", "avx2")                       # best first
 PATHS = (*ISAS, "torch")
 VERSION = 4                                     # csrc modules' VERSION this code calls
-REQUIRES = {"avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"}),
-            "avx2": frozenset({"avx2", "fma"})}
+REQUIRES = {"avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "fma"}),   # as csrc's
+            "avx2": frozenset({"avx2", "fma"})}                                                  # cpu_supported()
 SHOWN = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
          "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "asimd", "asimddp", "sve", "bf16")
 
