@@ -15,7 +15,7 @@ activations carry outlier channels (SmolLM2-135M: perplexity +3 to +4.5% with on
 with two; weights alone cost +0.2%). The second pass doubles the int8 rows but not the weight
 bytes, and decoding is bound by the weight stream; residual=False is the plain W8A8.
 
-Kernels: csrc/w8a8.cpp, one call per linear, built per ISA (kernels.py picks the module this CPU
+Kernels: csrc/w8a8.h, one call per linear, built per ISA (kernels.py picks the module this CPU
 can run: AVX512-VNNI, AVX-VNNI or AVX2 vpmaddubsw inner loops over one packed layout); "int_mm",
 pure torch (torch._int_mm, ~10 ops a call), where no compiled kernel runs. They all give the same
 bits (except with norm_linear's fused norm, whose sum of squares runs in another order).
@@ -29,7 +29,7 @@ import torch
 
 from .kernels import Kernels, default as default_kernels
 
-PANEL = 32  # output channels per packed panel (csrc/w8a8.cpp)
+PANEL = 32  # output channels per packed panel (csrc/w8a8.h)
 Q8_0_BLOCK = 32  # GGUF Q8_0: 32 int8 + one fp16 scale (34 bytes) per block
 
 
@@ -47,7 +47,7 @@ def quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row symmetric int8 of activations: (q int8 [M, K], scale fp32 [M, 1]). Same formula
-    as csrc/w8a8.cpp, op for op (x * (1 / amax * 127), rounded half to even), so both kernels
+    as csrc/w8a8.h, op for op (x * (1 / amax * 127), rounded half to even), so both kernels
     agree bit for bit."""
     x = x.float()
     amax = x.abs().amax(1, keepdim=True)
