@@ -1,6 +1,7 @@
 """The compiled CPU kernels (csrc/, one module per ISA), called directly: attention against the
 torch reference and its row invariance, W8A8 against quant.py's torch._int_mm path bit for bit,
-the ISAs against each other, and import safety on a CPU without AVX-512 (under qemu).
+the fp32/bf16 linear against a float64 reference and its row invariance, the ISAs against each
+other, and import safety on a CPU without AVX-512 (under qemu).
 
 Every module that is built and that this CPU runs is tested, with every W8A8 inner loop it offers;
 the others show as skips saying why.
@@ -29,7 +30,7 @@ from paraspec.model.kv_cache import KVCache
 from paraspec.model.transformer import attention as torch_attention, attention_bias
 
 ISAS = ("avx512", "avx2")
-VERSION = 4
+VERSION = 5
 
 
 def _load(isa: str) -> tuple[ModuleType | None, str]:
@@ -245,6 +246,108 @@ def test_module_api(isa):
         mod.w8a8_linear(torch.ones(1, 20), packed, comp, sc, None, 40, 2)
 
 
+# ------------------------------------------------------------------------- fp32 / bf16 linear
+
+LINEAR_SHAPES = [(67, 45), (96, 64), (13, 16), (50, 7), (960, 576), (131, 300)]   # (N, K): N % 6, K % 16 varied
+
+
+def _linear_inputs(n: int, k: int, m: int, dtype: torch.dtype, seed: int):
+    """x [m, k] fp32 (an outlier channel, a zero row), w [n, k] in dtype, bias [n], norm weight [k]."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g)
+    x[:, k // 2] *= 30
+    if m > 2:
+        x[1] = 0
+    w = (torch.randn(n, k, generator=g) * 0.1).to(dtype)
+    return x, w, torch.randn(n, generator=g), torch.rand(k, generator=g) + 0.5
+
+
+def _linear_reference(x, w, bias, norm, eps):
+    """float64 y = x' @ w.T + b with x' = x * rsqrt(mean(x^2) + eps) * g; and a bound on an fp32
+    evaluation's error: K/16 + 4 roundings in a chain of partial sums (16-lane FMA accumulation
+    then the horizontal sum), a few more for the norm, each at most 2^-24 of |x'| @ |w|.T."""
+    x64, w64 = x.double(), w.double()
+    if norm is not None:
+        x64 = x64 * torch.rsqrt((x64 * x64).mean(1, keepdim=True) + eps) * norm.double()
+    y = x64 @ w64.T
+    bound = (x.shape[1] / 16 + 12) * 2.0 ** -24 * (x64.abs() @ w64.abs().T)
+    if bias is not None:
+        y = y + bias.double()
+        bound = bound + 2.0 ** -24 * bias.double().abs()
+    return y, bound
+
+
+@pytest.mark.parametrize("isa", per_isa())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("n,k", LINEAR_SHAPES)
+def test_linear_matches_float64_reference(isa, dtype, n, k):
+    mod = RUNNABLE[isa]
+    for m in (1, 5, 16):
+        x, w, bias, norm = _linear_inputs(n, k, m, dtype, seed=n * k + m)
+        for b in (bias, None):
+            for g in (norm, None):
+                got = mod.linear(x, w, b, g, 1e-5)
+                assert got.dtype == torch.float32 and got.shape == (m, n)
+                want, bound = _linear_reference(x, w, b, g, 1e-5)
+                err = (got.double() - want).abs()
+                assert (err <= bound).all(), (f"M={m} bias={b is not None} norm={g is not None}: "
+                                              f"max error {err.max():.3g}, bound there {bound.flatten()[err.argmax()]:.3g}")
+
+
+@pytest.mark.parametrize("isa", per_isa())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("n,k", [(67, 45), (96, 64), (960, 576)])
+def test_linear_row_invariance(isa, dtype, n, k):
+    """A row's bits do not depend on the other rows, its place among them (other row tiles),
+    the thread count, or whether x is a view with a longer row stride."""
+    mod = RUNNABLE[isa]
+    x, w, bias, norm = _linear_inputs(n, k, 37, dtype, seed=k)
+    perm = torch.randperm(37, generator=torch.Generator().manual_seed(n))
+    for b, g in ((bias, norm), (None, None), (bias, None)):
+        run = lambda x: mod.linear(x, w, b, g, 1e-6)  # noqa: E731
+        with threads(2):
+            full = run(x)
+        with threads(1):
+            assert torch.equal(run(x), full), "1 thread vs 2"
+        assert torch.equal(run(x[perm])[perm.argsort()], full), "rows at other places among 37"
+        for i in (0, 1, 6, 15, 36):
+            assert torch.equal(run(x[i:i + 1])[0], full[i]), f"row {i} alone"
+            others = [j for j in perm.tolist() if j != i][:15]
+            place = (3 * i + 5) % 16
+            among = x[others[:place] + [i] + others[place:]]
+            assert torch.equal(run(among)[place], full[i]), f"row {i} at place {place} of 16"
+        wide = torch.zeros(37, k + 5)
+        wide[:, 2:k + 2] = x
+        assert torch.equal(run(wide[:, 2:k + 2]), full), "a strided view of x"
+
+
+def test_linear_isas_agree():
+    """Both modules run each lane through the same operations: the same bits (fp32 and bf16
+    weights, bias, fused norm, every row tile and the narrow channel blocks)."""
+    if len(RUNNABLE) < 2:
+        pytest.skip("needs both modules runnable here")
+    for n, k in ((67, 45), (131, 300), (960, 576), (50, 7)):
+        for dtype in (torch.float32, torch.bfloat16):
+            x, w, bias, norm = _linear_inputs(n, k, 37, dtype, seed=n)
+            for b, g in ((bias, norm), (None, None)):
+                for m in (1, 3, 16, 37):
+                    a = RUNNABLE["avx512"].linear(x[:m], w, b, g, 1e-5)
+                    assert torch.equal(a, RUNNABLE["avx2"].linear(x[:m], w, b, g, 1e-5)), (n, k, dtype, m)
+
+
+@pytest.mark.parametrize("isa", per_isa())
+def test_linear_api(isa):
+    mod = RUNNABLE[isa]
+    x, w = torch.ones(3, 16), torch.ones(5, 16)
+    assert mod.linear(x[:0], w).shape == (0, 5)
+    for bad, match in (((x.double(), w), "x must be"), ((x.t(), torch.ones(5, 3)), "x must be"),
+                       ((x, w.half()), "w must be"), ((x, torch.ones(16, 5).t()), "w must be"),
+                       ((x, torch.ones(5, 15)), "features"), ((x, w, torch.ones(4)), "bias"),
+                       ((x, w, None, torch.ones(15)), "norm")):
+        with pytest.raises(RuntimeError, match=match):
+            mod.linear(*bad)
+
+
 # ----------------------------------------------------------------------------- import safety
 
 def test_only_kernels_use_vector_extensions():
@@ -288,7 +391,8 @@ import paraspec.model._kernels_avx2 as b
 out["avx2_supported"] = b.cpu_supported()
 out["avx2_variants"] = b.w8a8_variants()
 out["capability"] = torch.backends.cpu.get_cpu_capability()
-res = {"attention": b.attention(*inp["attention"]), "w8a8": b.w8a8_linear(*inp["w8a8"], variant="avx2")}
+res = {"attention": b.attention(*inp["attention"]), "w8a8": b.w8a8_linear(*inp["w8a8"], variant="avx2"),
+       "linear": b.linear(*inp["linear"]), "linear_fp32": b.linear(*inp["linear_fp32"])}
 torch.save(res, sys.argv[2])
 print(json.dumps(out))
 """
@@ -296,7 +400,8 @@ print(json.dumps(out))
 
 def test_avx2_cpu_under_qemu(tmp_path):
     """On an emulated AMD Zen 2 (AVX2 + FMA, no AVX-512, no AVX-VNNI): both modules import, the
-    AVX-512 one refuses cleanly (no SIGILL), the AVX2 one gives this machine's bits."""
+    AVX-512 one refuses cleanly (no SIGILL), the AVX2 one gives this machine's bits (attention,
+    W8A8, the bf16 linear with bias and fused norm, the fp32 one), which are the AVX-512 bits."""
     qemu = shutil.which("qemu-x86_64")
     if qemu is None:
         pytest.skip("qemu-x86_64 is not installed (apt-get install qemu-user)")
@@ -308,7 +413,10 @@ def test_avx2_cpu_under_qemu(tmp_path):
     qweight, scale, bias = _weights(40, 24, seed=9)
     packed, comp, sc = pack(qweight, scale, RUNNABLE["avx2"])
     lin = (_x(3, 24, seed=9, dtype=torch.float32), packed, comp, sc, bias, 40, 2)
-    torch.save({"attention": att, "w8a8": lin}, tmp_path / "in.pt")
+    x, w, b, g = _linear_inputs(67, 45, 5, torch.bfloat16, seed=9)
+    dense = (x, w, b, g, 1e-5)
+    dense32 = (x, w.float(), None, None, 0.0)
+    torch.save({"attention": att, "w8a8": lin, "linear": dense, "linear_fp32": dense32}, tmp_path / "in.pt")
     script = tmp_path / "child.py"
     script.write_text(QEMU_CHILD)
     proc = subprocess.run([qemu, "-cpu", "EPYC-Rome", sys.executable, str(script), str(tmp_path / "in.pt"),
@@ -324,3 +432,7 @@ def test_avx2_cpu_under_qemu(tmp_path):
     with threads(1):
         assert torch.equal(got["attention"], mod.attention(*att))
         assert torch.equal(got["w8a8"], mod.w8a8_linear(*lin, variant="avx2"))
+        for name, args in (("linear", dense), ("linear_fp32", dense32)):
+            assert torch.equal(got[name], mod.linear(*args)), name
+            if "avx512" in RUNNABLE:
+                assert torch.equal(got[name], RUNNABLE["avx512"].linear(*args)), name

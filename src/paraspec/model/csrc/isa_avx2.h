@@ -19,6 +19,8 @@ struct D8 { __m256d lo, hi; };
 
 // attention sums V in tiles of up to kVPairs (row, head) pairs, with kVAcc D8 accumulators (ymm pairs)
 constexpr int kVPairs = 2, kVAcc = 4;
+// the dense linear's register tile: kLinRows rows x kLinCols channels of accumulators
+constexpr int kLinRows = 2, kLinCols = 3;
 
 inline __m256i lanes_below(int64_t n) {  // int32 lanes i < n all ones
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::max<int64_t>(n, 0))),
@@ -39,6 +41,13 @@ inline F16 loadn(const uint16_t* p, int64_t n) {  // bf16 bits -> fp32 (exact)
   const __m256i hi = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1));
   return {_mm256_castsi256_ps(_mm256_slli_epi32(lo, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16))};
 }
+inline __m256 bf16x8(const uint16_t* p) {  // 8 bf16 -> fp32: each word into the top of its dword
+  const __m256i h = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i pick = _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7,
+                                        -1, -1, 8, 9, -1, -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15);
+  return _mm256_castsi256_ps(_mm256_shuffle_epi8(h, pick));
+}
+inline F16 load(const uint16_t* p) { return {bf16x8(p), bf16x8(p + 8)}; }  // 16 bf16 -> fp32 (exact)
 inline void store(float* p, F16 a) { _mm256_storeu_ps(p, a.lo); _mm256_storeu_ps(p + 8, a.hi); }
 inline void storen(float* p, F16 a, int64_t n) {
   _mm256_maskstore_ps(p, lanes_below(n), a.lo);

@@ -22,6 +22,8 @@ struct D8 { __m512d v; };
 
 // attention sums V in tiles of up to kVPairs (row, head) pairs, with kVAcc D8 accumulators (zmm)
 constexpr int kVPairs = 3, kVAcc = 16;
+// the dense linear's register tile: kLinRows rows x kLinCols channels of accumulators
+constexpr int kLinRows = 4, kLinCols = 6;
 
 inline __mmask16 first(int64_t n) {  // lanes [0, min(n, 16))
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
@@ -34,6 +36,9 @@ inline F16 loadn(const float* p, int64_t n) { return {_mm512_maskz_loadu_ps(firs
 inline F16 loadn(const uint16_t* p, int64_t n) {  // bf16 bits -> fp32 (exact)
   const __m256i h = _mm256_maskz_loadu_epi16(first(n), p);
   return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
+}
+inline F16 load(const uint16_t* p) {  // 16 bf16 -> fp32 (exact)
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16))};
 }
 inline void store(float* p, F16 a) { _mm512_storeu_ps(p, a.v); }
 inline void storen(float* p, F16 a, int64_t n) { _mm512_mask_storeu_ps(p, first(n), a.v); }

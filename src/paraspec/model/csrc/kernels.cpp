@@ -1,5 +1,5 @@
 // The CPU kernels for one instruction set, as one extension module: decode/verify attention
-// (attention.h) and the W8A8 linear (w8a8.h, w8a8_loop.h). csrc/build.py compiles this file
+// (attention.h), the W8A8 linear (w8a8.h, w8a8_loop.h) and the fp32/bf16 linear (linear.h). csrc/build.py compiles this file
 // twice, with -DPARASPEC_AVX512 into paraspec.model._kernels_avx512 and with -DPARASPEC_AVX2
 // into paraspec.model._kernels_avx2, both with baseline x86-64 flags.
 //
@@ -46,6 +46,7 @@ constexpr int64_t kPrefetch = 8192;  // bytes ahead in the weight stream
 #include "vec.h"
 #include "attention.h"
 #include "w8a8.h"
+#include "linear.h"
 #pragma GCC pop_options
 
 // ---- plain x86-64 from here on ----
@@ -225,11 +226,59 @@ at::Tensor w8a8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   return y;
 }
 
+// x [M, K] fp32 (rows contiguous); w [N, K] fp32 or bf16, contiguous (the model's tensor as
+// stored); bias fp32 [N] or None; norm: RMSNorm weight fp32 [K] to apply to each row first (with
+// eps), or None. Returns fp32 [M, N]: y = x' @ w.T (+ bias), each output one fixed dot product
+// (linear.h), so a row's bits depend on that row alone.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias,
+                  const c10::optional<at::Tensor>& norm, double eps) {
+  require_cpu();
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.stride(1) == 1,
+              "linear: x must be fp32 [M, K] with contiguous rows");
+  TORCH_CHECK(w.dim() == 2 && (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16) &&
+              w.is_contiguous(), "linear: w must be a contiguous fp32 or bf16 [N, K]");
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  TORCH_CHECK(w.size(1) == K, "linear: x has ", K, " features, w ", w.size(1));
+  TORCH_CHECK(!bias.has_value() || (bias->scalar_type() == at::kFloat && bias->is_contiguous() &&
+                                    bias->numel() == N), "linear: bias must be fp32 [N]");
+  TORCH_CHECK(!norm.has_value() || (norm->scalar_type() == at::kFloat && norm->is_contiguous() &&
+                                    norm->numel() == K), "linear: norm must be fp32 [K]");
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0 || N == 0) return y;
+  const float* xp = x.data_ptr<float>();
+  int64_t ldx = M > 1 ? x.stride(0) : K;
+  at::Tensor xn;
+  if (norm.has_value()) {  // the normalised rows, once for every channel
+    xn = at::empty({M, K}, x.options());
+    const float* g = norm->data_ptr<float>();
+    float* xnp = xn.data_ptr<float>();
+    const float e = static_cast<float>(eps);
+    at::parallel_for(0, M, M >= 32 ? 8 : M + 1, [&](int64_t m0, int64_t m1) {
+      isa::rms_norm_rows(xp + m0 * ldx, ldx, m1 - m0, K, g, e, xnp + m0 * K, K);
+    });
+    xp = xnp, ldx = K;
+  }
+  const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  const bool bf16 = w.scalar_type() == at::kBFloat16;
+  const void* wp = w.data_ptr();
+  // Output channels split across threads in contiguous ranges of whole blocks.
+  constexpr int64_t C = isa::kLinCols;
+  at::parallel_for(0, (N + C - 1) / C, 1, [&](int64_t b0, int64_t b1) {
+    const int64_t n0 = b0 * C, n1 = std::min(b1 * C, N);
+    if (bf16)
+      isa::linear_channels(xp, ldx, M, static_cast<const uint16_t*>(wp), K, bp, yp, N, n0, n1);
+    else
+      isa::linear_channels(xp, ldx, M, static_cast<const float*>(wp), K, bp, yp, N, n0, n1);
+  });
+  return y;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 4;  // bumped when a signature changes: the Python side ignores a stale build
+  m.attr("VERSION") = 5;  // bumped when a signature changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
   m.def("attention", &attention, "decode / draft-verify attention (row-invariant, fp64 sum of V)",
@@ -237,4 +286,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("w8a8_linear", &w8a8_linear, "per-row W8A8 linear", py::arg("x"), py::arg("packed"),
         py::arg("comp"), py::arg("w_scale"), py::arg("bias"), py::arg("n"), py::arg("passes"),
         py::arg("norm") = py::none(), py::arg("eps") = 0.0, py::arg("variant") = "");
+  m.def("linear", &linear, "row-invariant fp32/bf16-weight linear, optional fused RMSNorm", py::arg("x"),
+        py::arg("w"), py::arg("bias") = py::none(), py::arg("norm") = py::none(), py::arg("eps") = 0.0);
 }
