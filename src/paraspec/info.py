@@ -38,13 +38,14 @@ def features() -> list[str]:
     return [f for f in cpu_kernels.SHOWN if f in feats]
 
 
-def _linear_path(dtype_name: str) -> str:
+def _torch_linear(dtype_name: str) -> str:
+    """What torch runs for a linear of that dtype here: oneDNN's prepacked matmul or F.linear."""
     import torch
 
+    from .model.kernels import TORCH
     from .model.transformer import Linear
-    dtype = getattr(torch, dtype_name)
-    packed = Linear(torch.zeros(8, 8, dtype=dtype)).packed is not None
-    return "oneDNN packed matmul" if packed else "torch F.linear"
+    packed = Linear(torch.zeros(8, 8, dtype=getattr(torch, dtype_name)), kernels=TORCH).packed is not None
+    return "oneDNN packed" if packed else "F.linear"
 
 
 def cpu_report(kernels: Kernels | None = None) -> dict:
@@ -67,8 +68,9 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
             "decode/verify attention": f"csrc attention, {k.name}" if compiled else "torch (fp64 sums over key chunks)",
             "prompt attention": "torch fp32 (prefill needs no row invariance)",
             "w8a8 linear": f"csrc w8a8, {k.label}" if compiled else "torch._int_mm",
-            "bf16 linear": _linear_path("bfloat16"),
-            "fp32 linear": _linear_path("float32"),
+            "decode/verify linear": f"csrc linear, {k.name} (fp32 and bf16 weights)" if compiled else
+            f"torch, rows padded to 4: bf16 {_torch_linear('bfloat16')}, fp32 {_torch_linear('float32')}",
+            "prompt linear": f"torch: bf16 {_torch_linear('bfloat16')}, fp32 F.linear",
         },
         "default_numerics": {"dtype": numerics.dtype, "quantization": numerics.quantization, "why": numerics.why},
     }

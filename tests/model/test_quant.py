@@ -35,7 +35,7 @@ def test_row_output_independent_of_other_rows(kernel, residual, dtype, n, k):
     assert torch.equal(full, alone)                               # 1 row vs among 30
     for rows in (torch.arange(16), torch.arange(29, 13, -1), torch.randperm(30)[:16]):
         assert torch.equal(lin(x[rows]), full[rows])              # among 16, at other indices
-    assert torch.equal(lin(x, 16), full)                          # row_tile is accepted and moot
+    assert torch.equal(lin(x, prompt=True), full)                 # prompts take the same kernel
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

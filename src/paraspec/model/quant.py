@@ -79,10 +79,10 @@ def q8_0_to_int8(raw: np.ndarray | torch.Tensor, shape: tuple[int, int]) -> tupl
 
 
 class Int8Linear:
-    """Drop-in for transformer.Linear: __call__(x [M, K] fp32/bf16, row_tile) -> fp32 [M, N].
+    """Drop-in for transformer.Linear: __call__(x [M, K] fp32/bf16, prompt) -> fp32 [M, N].
 
-    row_tile is accepted and ignored: the result is row-invariant for any number of rows (so the
-    forward's padding to a multiple of 4 rows is not needed for these matmuls either).
+    prompt is accepted and ignored: the result is row-invariant for any number of rows, and the
+    same kernel serves prompts (so the forward's padding to 4 rows is not needed here either).
     kernels: the compiled kernels to run (default: the process's, kernels.default()); with none,
     torch._int_mm. residual: the second activation pass.
     """
@@ -116,10 +116,10 @@ class Int8Linear:
         """From GGUF Q8_0 bytes (rows of q/k/v or gate/up blocks can be concatenated as is)."""
         return cls(*q8_0_to_int8(raw, shape), bias, **kw)
 
-    def __call__(self, x: torch.Tensor, row_tile: int = 0) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, prompt: bool = False) -> torch.Tensor:
         return self._run(x, None, 0.0)
 
-    def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float) -> torch.Tensor:
+    def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, prompt: bool = False) -> torch.Tensor:
         """self(rms_norm(x, norm_weight, eps)) with the norm fused into the activation quantisation:
         per-row quantisation is invariant to a per-row factor, so 1/rms(x) just scales the row's
         scale. Saves the forward one op (~8 us here) per call."""

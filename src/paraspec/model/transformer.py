@@ -48,21 +48,28 @@ class SeqInput:
 
 
 class Linear:
-    """y = x @ W.T (+ b), computed in the weight's dtype. Weights are pre-packed for oneDNN when
-    the private op exists (bf16 needs avx512bw/vl or avx_ne_convert), else plain F.linear.
+    """y = x @ W.T (+ b) for an fp32 or bf16 weight, exact per row where drafts are verified.
 
-    Why oneDNN for fp32 too: its packed matmul gives a row the same bits for any row count from
-    2 on (measured on an AVX-512 Xeon with AMX and with oneDNN capped at AVX2), while MKL's
-    sgemm behind F.linear changes its blocking with the row count on Intel AVX-512 (rows of a
-    16-row forward differ from the same rows in a 4-row one), which broke fp32 exactness there.
-    bf16 F.linear, used where oneDNN has no bf16 path (AVX2), was row-invariant at every count."""
+    Decode/verify rows (the default) go through the csrc linear of the model's kernels: fp32
+    FMA over k in a fixed order, so a row's bits depend on that row alone (any row count, place
+    or thread count) and are the same on AVX2 and AVX-512. Prompt chunks (prompt=True), which
+    need no row invariance, take torch's fastest matmul: oneDNN's prepacked one for bf16 where it
+    exists, MKL's F.linear for fp32. Without compiled kernels, decode rows take torch too, padded
+    to a multiple of ROW_MULTIPLE rows and through oneDNN's prepacked matmul, which measured
+    row-invariant from 2 rows on (MKL's sgemm is not on an Intel AVX-512 CPU: its blocking
+    changes with the row count; benchmarks/row_invariance.py prints what this CPU does)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                 kernels: cpu_kernels.Kernels | None = None):
         self.weight = weight.contiguous()
         self.bias = bias
         self.out_features, self.in_features = weight.shape
+        module = (kernels or cpu_kernels.default()).module
+        self.kernel = getattr(module, "linear", None)
+        self.bias32 = None if bias is None else bias.float().contiguous()
         self.packed = None
-        if hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+        # oneDNN's packed copy: for bf16 prompts, and for every decode row without kernels
+        if hasattr(torch.ops.mkldnn, "_linear_pointwise") and (self.kernel is None or weight.dtype == torch.bfloat16):
             try:
                 packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, 1)
                 x = torch.zeros(1, self.in_features, dtype=weight.dtype)
@@ -71,23 +78,27 @@ class Linear:
             except (RuntimeError, AttributeError):
                 self.packed = None
 
-    def _mm(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is not None:
+    def _mm(self, x: torch.Tensor, prompt: bool) -> torch.Tensor:
+        if self.packed is not None and not (prompt and x.dtype == torch.float32):
             y = torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
             return y if self.bias is None else y + self.bias
         return F.linear(x, self.weight, self.bias)
 
-    def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float) -> torch.Tensor:
-        """self(rms_norm(x)): Int8Linear fuses the two; here they are two ops."""
-        return self(rms_norm(x, norm_weight, eps))
+    def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, prompt: bool = False) -> torch.Tensor:
+        """self(rms_norm(x)): the csrc linear fuses the two (one call), torch runs two ops."""
+        if self.kernel is not None and not prompt:
+            return self.kernel(x, self.weight, self.bias32, norm_weight, eps)
+        return self(rms_norm(x, norm_weight, eps), prompt)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, prompt: bool = False) -> torch.Tensor:
+        if self.kernel is not None and not prompt:
+            return self.kernel(x if x.dtype == torch.float32 else x.float(), self.weight, self.bias32)
         x = x.to(self.weight.dtype)
         m = x.shape[0]
-        if m % ROW_MULTIPLE:
+        if m % ROW_MULTIPLE and not prompt:
             pad = ROW_MULTIPLE - m % ROW_MULTIPLE
-            return self._mm(torch.cat([x, x[-1:].expand(pad, -1)]))[:m]
-        return self._mm(x)
+            return self._mm(torch.cat([x, x[-1:].expand(pad, -1)]), prompt)[:m]
+        return self._mm(x, prompt)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -224,7 +235,7 @@ def make_linear(weight: torch.Tensor, bias: torch.Tensor | None = None, quantiza
     if quantization == "w8a8":
         from .quant import Int8Linear
         return Int8Linear.from_float(weight.float(), bias, kernels=kernels)
-    return Linear(weight, bias)
+    return Linear(weight, bias, kernels)
 
 
 class Layer:
@@ -292,7 +303,7 @@ class Transformer:
         x = self.tok_embeddings[tokens].float()                    # [T, dim] residual stream, fp32
         for i, layer in enumerate(self.layers):
             # attention block
-            qkv = layer.wqkv.norm_linear(x, layer.attn_norm, a.norm_eps).float().view(-1, n_heads + 2 * n_kv, hd)
+            qkv = layer.wqkv.norm_linear(x, layer.attn_norm, a.norm_eps, prompt).float().view(-1, n_heads + 2 * n_kv, hd)
             if layer.q_norm is not None:
                 qkv = torch.cat([rms_norm(qkv[:, :n_heads], layer.q_norm, a.norm_eps),
                                  rms_norm(qkv[:, n_heads:n_heads + n_kv], layer.k_norm, a.norm_eps),
@@ -312,10 +323,10 @@ class Transformer:
             if pad:
                 outs.append(q.new_zeros(pad, n_heads * hd))
             o = outs[0] if len(outs) == 1 else torch.cat(outs)
-            x = x + layer.wo(o)                                    # bf16 output promotes to fp32
+            x = x + layer.wo(o, prompt)                            # a bf16 output promotes to fp32
             # feed-forward block (SwiGLU)
-            gate, up = layer.w_gate_up.norm_linear(x, layer.ffn_norm, a.norm_eps).chunk(2, dim=-1)
-            x = x + layer.w_down(F.silu(gate) * up)
+            gate, up = layer.w_gate_up.norm_linear(x, layer.ffn_norm, a.norm_eps, prompt).chunk(2, dim=-1)
+            x = x + layer.w_down(F.silu(gate) * up, prompt)
 
         x = x[:n_tokens] if logits_rows is None else x[logits_rows]
-        return self.lm_head.norm_linear(x, self.norm, a.norm_eps).float()
+        return self.lm_head.norm_linear(x, self.norm, a.norm_eps, prompt).float()
