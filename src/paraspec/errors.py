@@ -2,7 +2,14 @@
 
 
 class ParaspecError(ValueError):
-    """Base of every user-caused error (bad model file, config, request or sampling value)."""
+    """Base of every user-caused error (bad model file, config, request or sampling value).
+
+    `param` names the field at fault where there is one (e.g. "temperature"), so the server can
+    report it as OpenAI's `param` without reading it out of the message."""
+
+    def __init__(self, message: str = "", *, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 class ModelLoadError(ParaspecError):

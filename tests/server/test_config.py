@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from paraspec.cli import build_parser, main
-from paraspec.server import config as config_module
 from paraspec.server.app import config_from_args, serve_main
 from paraspec.server.config import MAX_CONFIG_BYTES, ServiceConfigError, load_config, parse_config
 
@@ -122,15 +121,6 @@ def test_overrides_from_the_command_line(tmp_path):
     assert config_from_args(args).plugin.plugin_type == "lookahead"
 
 
-def test_missing_drafter_module_falls_back_with_a_warning(monkeypatch):
-    def missing(*_):
-        raise ImportError("No module named 'paraspec.decoding.hybrid'")
-
-    monkeypatch.setattr(config_module, "parse_plugin_params", missing)
-    c = parse_config(edited(**{f"{MODEL}.plugin_params": '{"plugin_type": "hybrid"}'}))
-    assert c.plugin is None and any("plain decoding" in w for w in c.warnings)
-
-
 # ------------------------------------------------------------------------------------ what is refused
 
 def test_not_json_names_line_and_column(tmp_path):
@@ -157,6 +147,13 @@ def test_speculation_gamma_below_the_algorithms_need(gamma, plugin, need):
     (msg,) = problems(edited(**{"BackendConfig.ModelDeployConfig.speculationGamma": gamma,
                                 f"{MODEL}.plugin_params": plugin}))
     assert "BackendConfig.ModelDeployConfig.speculationGamma" in msg and need in msg
+
+
+def test_a_bad_plugin_value_is_plugin_params_problem_even_with_speculation_gamma_set():
+    # decoding_length=17 breaks plugin_params' own range: the problem is not speculationGamma's
+    (msg,) = problems(edited(**{"BackendConfig.ModelDeployConfig.speculationGamma": 8,
+                                f"{MODEL}.plugin_params": '{"plugin_type": "memory_decoding", "decoding_length": 17}'}))
+    assert msg.startswith(f"{MODEL.replace('.0', '[0]')}.plugin_params") and "decoding_length" in msg
 
 
 def test_max_iter_times_with_dynamic_algo():

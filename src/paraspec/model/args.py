@@ -23,7 +23,3 @@ class ModelArgs:
     tie_embeddings: bool = True
     qkv_bias: bool = False         # Qwen2 has biases on q/k/v
     qk_norm: bool = False          # Qwen3 RMS-normalises q and k per head
-
-    @property
-    def n_rep(self) -> int:
-        return self.n_heads // self.n_kv_heads

@@ -52,7 +52,7 @@ class SamplingParams:
 
     def validate(self) -> None:
         def bad(name: str, value, rule: str) -> SamplingParamsError:
-            return SamplingParamsError(f"{name}={value!r} is invalid: {rule}")
+            return SamplingParamsError(f"{name}={value!r} is invalid: {rule}", param=name)
 
         def number(name: str) -> float:
             v = getattr(self, name)

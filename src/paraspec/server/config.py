@@ -326,13 +326,11 @@ def _check_plugin(deploy: ModelDeployConfig, schedule: ScheduleConfig, problems:
         notes += [f"{where}: {w.message}" for w in caught]
     except ConfigError as e:
         msg = str(e).removeprefix("plugin_params").lstrip(".: ")
-        if "speculation_gamma" in msg:    # the algorithm's rule on speculationGamma: name that field
+        if _breaks_only_gamma(model.plugin_params, deploy.speculation_gamma):
+            # the algorithm's rule on speculationGamma: name that field, in the file's spelling
             problems.append("BackendConfig.ModelDeployConfig." + msg.replace("speculation_gamma", "speculationGamma"))
         else:
             problems.append(f"{where}: {msg}")
-        return
-    except ImportError as e:
-        notes.append(f"{where}: this build has no drafter for it ({e}); serving with plain decoding")
         return
     if model.plugin is None or not getattr(model.plugin.params, "dynamic_algo", False):
         return
@@ -343,6 +341,20 @@ def _check_plugin(deploy: ModelDeployConfig, schedule: ScheduleConfig, problems:
             f"BackendConfig.ScheduleConfig.maxIterTimes={schedule.max_iter_times} is too small with dynamic_algo: "
             f"it must be >= the longest output (maxSeqLen - maxInputTokenLen = {max_output}) + speculationGamma "
             f"({gamma}) = {max_output + gamma}; raise maxIterTimes or lower maxSeqLen")
+
+
+def _breaks_only_gamma(plugin_params: str | dict, speculation_gamma: int | None) -> bool:
+    """True when plugin_params are valid by themselves and only speculationGamma is too small for
+    them: then the problem is that field's, not plugin_params'."""
+    if speculation_gamma is None:
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            parse_plugin_params(plugin_params, None)
+    except ConfigError:
+        return False
+    return True
 
 
 def speculation_need(plugin: PluginConfig) -> int:

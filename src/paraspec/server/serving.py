@@ -133,9 +133,6 @@ class OpenAIServing:
         except ParaspecError as e:
             raise APIError(f"paraspec.{e} (this server's speculationGamma is "
                            f"{self.config.model_deploy.speculation_gamma})", param="paraspec.plugin_params") from None
-        except ImportError:
-            raise APIError(f"plugin_type {value!r} is not available on this server; leave "
-                           "paraspec.plugin_params out", param="paraspec.plugin_params") from None
         return plugin, plugin.plugin_type
 
     async def encode(self, text: str) -> list[int]:
@@ -218,7 +215,7 @@ def error_for(e: BaseException) -> APIError:
     if isinstance(e, APIError):
         return e
     if isinstance(e, ParaspecError):
-        return APIError(str(e), param=_param_of(str(e)))
+        return APIError(str(e), param=e.param)
     if isinstance(e, RequestTimeoutError):
         return APIError(str(e), status=504, type="timeout_error", code="timeout")
     if isinstance(e, EngineDeadError):
@@ -227,12 +224,6 @@ def error_for(e: BaseException) -> APIError:
         return APIError(str(e), status=503, type="service_unavailable_error", code="server_busy")
     return APIError("internal server error; the request was cancelled (see the server log)", status=500,
                     type="internal_server_error")
-
-
-def _param_of(message: str) -> str | None:
-    """SamplingParamsError messages start with `name=value`: that name is the param."""
-    head = message.split("=", 1)[0]
-    return head if head.isidentifier() and "=" in message else None
 
 
 async def merge_streams(streams: list[RequestStream]) -> AsyncIterator[tuple[int, Delta]]:
