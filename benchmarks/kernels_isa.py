@@ -3,6 +3,12 @@
     python benchmarks/kernels_isa.py [--threads 2] [--reps 9] [--footprint-mb 256] [--quick]
     python benchmarks/kernels_isa.py --cap-torch-avx2   # torch side as on an AVX2-only CPU
 
+Dense linears of SmolLM2-135M's shapes (qkv, o, gate_up, down, LM head) for 1-128 rows, fp32 x
+in: each module's row-invariant `linear` with bf16 and with fp32 weights, against torch's bf16
+oneDNN prepacked matmul (transformer.Linear's path before the kernel; x converted to bf16 as it
+did), bf16 F.linear (the path where oneDNN has no bf16), MKL's fp32 F.linear and oneDNN's packed
+fp32 matmul.
+
 W8A8 linears of SmolLM2-135M's shapes (qkv, o, gate_up, down, LM head) for 1-128 rows (two
 activation passes, fp32 activations in, as the forward calls them): each W8A8 inner loop of each
 module this CPU runs (vnni512, avxvnni, avx2), quant.py's torch._int_mm path, and the bf16 oneDNN
@@ -13,6 +19,8 @@ Candidates are interleaved call batch by call batch, in a rotating order, so dri
 neighbours hit all of them alike; cells are medians over --reps. Each call takes the next of
 several copies of its weights (or the next layer of a 30-layer cache), --footprint-mb of them,
 so weights come from memory as in a forward over a whole model, not from a warm cache.
+
+Sections: --only dense,w8a8,attention (default all).
 
 --cap-torch-avx2 re-runs the script with ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
 MKL_ENABLE_INSTRUCTIONS=AVX2, which caps torch's own kernels (_int_mm, oneDNN, MKL) at AVX2:
@@ -93,14 +101,68 @@ def modules() -> dict[str, object]:
     return out
 
 
-def bench_linears(mods: dict, rows: tuple[int, ...], reps: int, footprint: int) -> None:
+def _onednn_packed(w):
+    """torch's oneDNN prepacked weight (transformer.Linear's path before the csrc kernel), or None
+    where oneDNN has no path for the dtype (bf16 without avx512bw / avx_ne_convert)."""
+    import torch
+    if not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+        return None
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
+        torch.ops.mkldnn._linear_pointwise(torch.zeros(1, w.shape[1], dtype=w.dtype), packed, None, "none", [], "")
+        return packed
+    except (RuntimeError, AttributeError):
+        return None
+
+
+def bench_dense(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, shapes: dict) -> None:
+    import torch
+    import torch.nn.functional as F
+    print("\n## Dense linear (fp32 x), median us per call\n")
+    print("csrc `linear` per module and weight dtype; onednn: torch's packed matmul (bf16 with x "
+          "converted to bf16); F.linear: torch's default (MKL sgemm for fp32)\n")
+    for name, (n, k) in shapes.items():
+        w32 = torch.randn(n, k) * 0.05
+        c32 = max(1, footprint // (n * k * 4))
+        c16 = max(1, footprint // (n * k * 2))
+        w32s = [w32] + [w32.clone() for _ in range(c32 - 1)]
+        w16s = [w32.bfloat16() for _ in range(c16)]
+        p16 = _onednn_packed(w16s[0])
+        p16s = [p16] + [_onednn_packed(w) for w in w16s[1:]] if p16 is not None else []
+        p32 = _onednn_packed(w32)
+        p32s = [p32] + [_onednn_packed(w) for w in w32s[1:]] if p32 is not None else []
+        cands: dict[str, Callable] = {}
+        for isa, m in mods.items():
+            if hasattr(m, "linear"):
+                cands[f"{isa} bf16"] = (lambda m=m, nxt=rotating(w16s): lambda x: m.linear(x, nxt()))()
+                cands[f"{isa} fp32"] = (lambda m=m, nxt=rotating(w32s): lambda x: m.linear(x, nxt()))()
+        if p16s:
+            cands["onednn bf16"] = (lambda nxt=rotating(p16s): lambda x: torch.ops.mkldnn._linear_pointwise(
+                x.bfloat16(), nxt(), None, "none", [], ""))()
+        cands["F.linear bf16"] = (lambda nxt=rotating(w16s): lambda x: F.linear(x.bfloat16(), nxt()))()
+        cands["F.linear fp32"] = (lambda nxt=rotating(w32s): lambda x: F.linear(x, nxt()))()
+        if p32s:
+            cands["onednn fp32"] = (lambda nxt=rotating(p32s): lambda x: torch.ops.mkldnn._linear_pointwise(
+                x, nxt(), None, "none", [], ""))()
+        cols = list(cands)
+        print(f"### {name} (N={n}, K={k}), {c32} fp32 / {c16} bf16 weight copies\n")
+        print("| rows | " + " | ".join(cols) + " |")
+        print("|---" * (len(cols) + 1) + "|")
+        for m_rows in rows:
+            x = torch.randn(m_rows, k)
+            res = timed({c: (lambda f=f: f(x)) for c, f in cands.items()}, reps)
+            print(f"| {m_rows} | " + " | ".join(f"{res[c]:.0f}" for c in cols) + " |", flush=True)
+        print()
+
+
+def bench_linears(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, shapes: dict) -> None:
     import torch
 
     from paraspec.model.kernels import TORCH, Kernels
     from paraspec.model.quant import Int8Linear, quantize_weight
     from paraspec.model.transformer import Linear
     print("\n## W8A8 linear, median us per call (2 activation passes; bf16: transformer.Linear)\n")
-    for name, (n, k) in LINEARS.items():
+    for name, (n, k) in shapes.items():
         w = torch.randn(n, k) * 0.05
         qweight, scale = quantize_weight(w)
         copies = max(1, footprint // (n * k))
@@ -173,8 +235,9 @@ def main() -> None:
     ap.add_argument("--footprint-mb", type=int, default=256, help="weight bytes each candidate cycles through")
     ap.add_argument("--quick", action="store_true", help="rows 1, 8, 32 only, 5 reps")
     ap.add_argument("--cap-torch-avx2", action="store_true", help="cap torch's kernels at AVX2 (re-executes)")
-    ap.add_argument("--no-attention", action="store_true")
-    ap.add_argument("--no-linear", action="store_true")
+    ap.add_argument("--only", default="dense,w8a8,attention", help="sections to run (comma-separated)")
+    ap.add_argument("--shapes", default=",".join(LINEARS), help="dense/W8A8 shapes to run (comma-separated)")
+    ap.add_argument("--rows", default="", help="row counts (comma-separated; default 1,2,4,8,16,32,128)")
     args = ap.parse_args()
     if args.cap_torch_avx2 and any(os.environ.get(k) != v for k, v in CAP_ENV.items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **CAP_ENV})  # before torch loads
@@ -188,9 +251,14 @@ def main() -> None:
     print(f"command: python {' '.join(sys.argv)}")
     mods = modules()
     reps = 5 if args.quick else args.reps
-    if not args.no_linear:
-        bench_linears(mods, (1, 8, 32) if args.quick else ROWS, reps, args.footprint_mb << 20)
-    if not args.no_attention:
+    only = set(args.only.split(","))
+    rows = tuple(int(r) for r in args.rows.split(",")) if args.rows else (1, 8, 32) if args.quick else ROWS
+    shapes = {name: LINEARS[name] for name in args.shapes.split(",")}
+    if "dense" in only:
+        bench_dense(mods, rows, reps, args.footprint_mb << 20, shapes)
+    if "w8a8" in only:
+        bench_linears(mods, rows, reps, args.footprint_mb << 20, shapes)
+    if "attention" in only:
         bench_attention(mods, reps)
 
 

@@ -37,8 +37,11 @@ inline F16 loadn(const uint16_t* p, int64_t n) {  // bf16 bits -> fp32 (exact)
   const __m256i h = _mm256_maskz_loadu_epi16(first(n), p);
   return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
 }
-inline F16 load(const uint16_t* p) {  // 16 bf16 -> fp32 (exact)
-  return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16))};
+inline F16 load(const uint16_t* p) {  // 16 bf16 -> fp32 (exact): word j to the top of dword j, one vpermw
+  const __m512i idx = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0,
+                                       7, 0, 6, 0, 5, 0, 4, 0, 3, 0, 2, 0, 1, 0, 0, 0);
+  const __m512i h = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return {_mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx, h))};
 }
 inline void store(float* p, F16 a) { _mm512_storeu_ps(p, a.v); }
 inline void storen(float* p, F16 a, int64_t n) { _mm512_mask_storeu_ps(p, first(n), a.v); }
@@ -56,6 +59,29 @@ inline __m256 fold(F16 a) {  // upper 8 lanes + lower 8 (first step of a sum)
                        _mm512_castps512_ps256(a.v));
 }
 inline float reduce_max(F16 a) { return _mm512_reduce_max_ps(a.v); }  // exact in any order
+
+// Lane j: hsum(a[j]) (vec.h's order) for 16 vectors at once: the same additions as hsum's, done
+// across vectors (each level adds the lanes hsum pairs: i and i + 8, i and i + 4, i and i + 2,
+// i and i + 1), 46 instructions instead of 16 folds and two sum8.
+#define PARASPEC_SUM16 1
+inline F16 sum16(const F16* a) {
+  __m512 b[8];  // b[p] = [fold(a[2p]) | fold(a[2p + 1])]
+  for (int p = 0; p < 8; ++p)
+    b[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p].v, a[2 * p + 1].v, 0xEE),
+                         _mm512_shuffle_f32x4(a[2 * p].v, a[2 * p + 1].v, 0x44));
+  __m512 c[4];  // quarter j of c[q]: hsum8's u (upper 4 + lower 4) of a[4q + j]
+  for (int q = 0; q < 4; ++q)
+    c[q] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * q], b[2 * q + 1], 0xDD),
+                         _mm512_shuffle_f32x4(b[2 * q], b[2 * q + 1], 0x88));
+  __m512 d[2];  // quarter j of d[r]: (u0 + u2, u1 + u3) of a[8r + j], then of a[8r + 4 + j]
+  for (int r = 0; r < 2; ++r)
+    d[r] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * r], c[2 * r + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(c[2 * r], c[2 * r + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // lane 4j + m: the sum of a[4m + j]; then transposed to lane order
+  const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  return {_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), e)};
+}
 
 inline I16 load(const int32_t* p) { return {_mm512_loadu_si512(p)}; }
 inline I16 set1(int32_t x) { return {_mm512_set1_epi32(x)}; }

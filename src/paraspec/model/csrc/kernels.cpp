@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 // What every copy of w8a8_loop.h provides: its tile height, how it stores activations
@@ -266,10 +267,12 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<
   constexpr int64_t C = isa::kLinCols;
   at::parallel_for(0, (N + C - 1) / C, 1, [&](int64_t b0, int64_t b1) {
     const int64_t n0 = b0 * C, n1 = std::min(b1 * C, N);
-    if (bf16)
-      isa::linear_channels(xp, ldx, M, static_cast<const uint16_t*>(wp), K, bp, yp, N, n0, n1);
-    else
-      isa::linear_channels(xp, ldx, M, static_cast<const float*>(wp), K, bp, yp, N, n0, n1);
+    if (bf16) {
+      std::vector<float> wf(M > isa::kLinRows ? C * K : 0);  // a block's weights widened, for row tiles after the first
+      isa::linear_channels(xp, ldx, M, static_cast<const uint16_t*>(wp), K, bp, yp, N, n0, n1, wf.data());
+    } else {
+      isa::linear_channels(xp, ldx, M, static_cast<const float*>(wp), K, bp, yp, N, n0, n1, nullptr);
+    }
   });
   return y;
 }

@@ -23,77 +23,133 @@
 // and used for the C channels, each weight chunk once and used for the R rows.
 namespace isa {
 
-// R rows (x + r * ldx) times C channels (w + c * K) -> y[r * ldy + c]. pf: the bytes to prefetch
-// while this tile runs (the next channel block, C * K weights, at the pace this one is read), or
-// null.
+// The phases of a tile are separate functions that pass the R x C accumulators through memory
+// (acc: 16 floats each, row-major), and the loop names each accumulator (as w8a8_loop.h does):
+// with an array, or with the sums in the same function, GCC 12 keeps the accumulators in a
+// stack array as well and stores every one of them on every step of the loop.
+
+// acc = the sums over the whole 16-float chunks of K, for R <= 8 rows x + r * ldx and C <= 8
+// channels w + c * K. Meanwhile the cache lines [pf, pf + pf_bytes) are prefetched, spread
+// evenly over the chunks (a share of the next channel block: the weights stream from memory
+// at the pace the block's row tiles use them). SAVE: also store the widened weights (bf16) to
+// wf (C rows of K floats) for the block's other row tiles, which then read fp32 from L1 instead
+// of widening again.
+template <int R, int C, typename W, bool SAVE>
+__attribute__((noinline)) void linear_main(const float* x, int64_t ldx, const W* w, int64_t K, const char* pf,
+                                           int64_t pf_bytes, float* acc, float* wf) {
+  static_assert(R >= 1 && R <= 8 && C >= 1 && C <= 8, "tile");
+  const int64_t chunks = K / 16;
+  int64_t due = 0;  // prefetch bytes owed, in units of 1 / chunks of a byte
+#define PS_A1(r, c) F16 a##r##c = zero();
+#define PS_A(r) PS_A1(r, 0) PS_A1(r, 1) PS_A1(r, 2) PS_A1(r, 3) PS_A1(r, 4) PS_A1(r, 5) PS_A1(r, 6) PS_A1(r, 7)
+  PS_A(0) PS_A(1) PS_A(2) PS_A(3) PS_A(4) PS_A(5) PS_A(6) PS_A(7)
+#define PS_X(r) const F16 x##r = R > r ? load(x + r * ldx + k) : zero();
+#define PS_FMA(r, c) if constexpr (R > r) a##r##c = fmadd(x##r, wv, a##r##c);
+#define PS_COL(c)                                                                                          \
+  if constexpr (C > c) {                                                                                   \
+    const F16 wv = load(w + c * K + k);                                                                    \
+    if constexpr (SAVE) store(wf + c * K + k, wv);                                                         \
+    PS_FMA(0, c) PS_FMA(1, c) PS_FMA(2, c) PS_FMA(3, c) PS_FMA(4, c) PS_FMA(5, c) PS_FMA(6, c) PS_FMA(7, c) \
+  }
+  for (int64_t k = 0; k + 16 <= K; k += 16) {
+    for (due += pf_bytes; due > 0; due -= 64 * chunks, pf += 64) _mm_prefetch(pf, _MM_HINT_T0);
+    PS_X(0) PS_X(1) PS_X(2) PS_X(3) PS_X(4) PS_X(5) PS_X(6) PS_X(7)
+    PS_COL(0) PS_COL(1) PS_COL(2) PS_COL(3) PS_COL(4) PS_COL(5) PS_COL(6) PS_COL(7)
+  }
+#define PS_OUT1(r, c) if constexpr (R > r && C > c) store(acc + (r * C + c) * 16, a##r##c);
+#define PS_OUT(r) PS_OUT1(r, 0) PS_OUT1(r, 1) PS_OUT1(r, 2) PS_OUT1(r, 3) PS_OUT1(r, 4) PS_OUT1(r, 5) PS_OUT1(r, 6) PS_OUT1(r, 7)
+  PS_OUT(0) PS_OUT(1) PS_OUT(2) PS_OUT(3) PS_OUT(4) PS_OUT(5) PS_OUT(6) PS_OUT(7)
+#undef PS_OUT
+#undef PS_OUT1
+#undef PS_COL
+#undef PS_FMA
+#undef PS_X
+#undef PS_A
+#undef PS_A1
+}
+
+// acc += the last, partial chunk k0 = K / 16 * 16 (masked loads: lanes past K are 0 in x and w)
 template <int R, int C, typename W>
-void linear_tile(const float* x, int64_t ldx, const W* w, int64_t K, const float* bias, float* y, int64_t ldy,
-                 const char* pf) {
-  constexpr int64_t step = C * 16 * static_cast<int64_t>(sizeof(W));  // weight bytes per chunk
-  F16 acc[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = zero();
-  int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
-    if (pf) {
-      for (int64_t o = 0; o < step; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
-      pf += step;
-    }
-    F16 xv[R];
-    for (int r = 0; r < R; ++r) xv[r] = load(x + r * ldx + k);
-    for (int c = 0; c < C; ++c) {
-      const F16 wv = load(w + c * K + k);
-      for (int r = 0; r < R; ++r) acc[r][c] = fmadd(xv[r], wv, acc[r][c]);
-    }
-  }
-  if (k < K) {
-    const int64_t n = K - k;
-    F16 xv[R];
-    for (int r = 0; r < R; ++r) xv[r] = loadn(x + r * ldx + k, n);
-    for (int c = 0; c < C; ++c) {
-      const F16 wv = loadn(w + c * K + k, n);
-      for (int r = 0; r < R; ++r) acc[r][c] = fmadd(xv[r], wv, acc[r][c]);
-    }
-  }
-  // the R * C sums, 8 at a time (sum8: lane j is hsum of the j-th)
-  constexpr int T = R * C;
-  for (int t0 = 0; t0 < T; t0 += 8) {
-    __m256 f[8];
-    for (int j = 0; j < 8; ++j) f[j] = t0 + j < T ? fold(acc[(t0 + j) / C][(t0 + j) % C]) : _mm256_setzero_ps();
-    alignas(32) float s[8];
-    _mm256_store_ps(s, sum8(f));
-    for (int j = 0; j < 8 && t0 + j < T; ++j) {
-      const int r = (t0 + j) / C, c = (t0 + j) % C;
-      y[r * ldy + c] = bias ? s[j] + bias[c] : s[j];
-    }
+__attribute__((noinline)) void linear_tail(const float* x, int64_t ldx, const W* w, int64_t K, float* acc) {
+  const int64_t k = K / 16 * 16, n = K - k;
+  F16 xv[R];
+  for (int r = 0; r < R; ++r) xv[r] = loadn(x + r * ldx + k, n);
+  for (int c = 0; c < C; ++c) {
+    const F16 wv = loadn(w + c * K + k, n);
+    for (int r = 0; r < R; ++r) store(acc + (r * C + c) * 16, fmadd(xv[r], wv, load(acc + (r * C + c) * 16)));
   }
 }
 
-// linear_tile<r, C> for a run-time r in [1, kLinRows].
-template <int C, typename W, int R = kLinRows>
-void linear_tile_r(int64_t r, const float* x, int64_t ldx, const W* w, int64_t K, const float* bias, float* y,
-                   int64_t ldy, const char* pf) {
+// y[r * ldy + c] = hsum(acc) (+ bias[c]) for R x C accumulators, 16 at a time (sum16: lane j is
+// hsum of the j-th vector; the last group padded with zeros).
+template <int R, int C>
+void linear_sums(const float* acc, const float* bias, float* y, int64_t ldy) {
+  constexpr int T = R * C;
+  alignas(64) float s[(T + 15) / 16 * 16];
+  for (int t0 = 0; t0 < T; t0 += 16) {
+    F16 a[16];
+    for (int j = 0; j < 16; ++j) a[j] = t0 + j < T ? load(acc + (t0 + j) * 16) : zero();
+    store(s + t0, sum16(a));
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) y[r * ldy + c] = bias ? s[r * C + c] + bias[c] : s[r * C + c];
+}
+
+// R rows (x + r * ldx) times C channels -> y[r * ldy + c]: the whole chunks from wm (the weights,
+// or a block's widened copy in wf), the partial one from w (the weights, C rows of K).
+template <int R, int C, typename WM, typename W, bool SAVE>
+void linear_tile(const float* x, int64_t ldx, const WM* wm, const W* w, int64_t K, const float* bias, float* y,
+                 int64_t ldy, const char* pf, int64_t pf_bytes, float* wf) {
+  alignas(64) float acc[R * C * 16];
+  linear_main<R, C, WM, SAVE>(x, ldx, wm, K, pf, pf_bytes, acc, wf);
+  if (K % 16) linear_tail<R, C, W>(x, ldx, w, K, acc);
+  linear_sums<R, C>(acc, bias, y, ldy);
+}
+
+// linear_tile<r, ...> for a run-time r in [1, kLinRows].
+template <int C, typename WM, typename W, int R = kLinRows>
+void linear_tile_r(int64_t r, const float* x, int64_t ldx, const WM* wm, const W* w, int64_t K, const float* bias,
+                   float* y, int64_t ldy, const char* pf, int64_t pf_bytes) {
   if constexpr (R > 1)
-    if (r < R) return linear_tile_r<C, W, R - 1>(r, x, ldx, w, K, bias, y, ldy, pf);
-  linear_tile<R, C, W>(x, ldx, w, K, bias, y, ldy, pf);
+    if (r < R) return linear_tile_r<C, WM, W, R - 1>(r, x, ldx, wm, w, K, bias, y, ldy, pf, pf_bytes);
+  linear_tile<R, C, WM, W, false>(x, ldx, wm, w, K, bias, y, ldy, pf, pf_bytes, nullptr);
+}
+
+// One block of C channels (w: C rows of K) for all M rows, in row tiles of kLinRows, each tile
+// prefetching its share of the next block (next, C * K weights). bf16 weights with more than one
+// tile: the first tile widens them once into wf (C * K floats) and the others read that.
+template <int C, typename W>
+void linear_block(const float* x, int64_t ldx, int64_t M, const W* w, int64_t K, const float* bias, float* y,
+                  int64_t ldy, const char* next, float* wf) {
+  constexpr int R = kLinRows;
+  const int64_t bytes = C * K * static_cast<int64_t>(sizeof(W)), tiles = (M + R - 1) / R;
+  if (tiles == 1) return linear_tile_r<C, W, W>(M, x, ldx, w, w, K, bias, y, ldy, next, bytes);
+  const int64_t share = (bytes / tiles + 63) / 64 * 64;  // whole lines (the last tile takes what is left)
+  constexpr bool widen = !std::is_same<W, float>::value;
+  linear_tile<R, C, W, W, widen>(x, ldx, w, w, K, bias, y, ldy, next, share, wf);
+  for (int64_t m = R; m < M; m += R) {
+    const int64_t r = std::min<int64_t>(R, M - m), done = m / R * share;
+    const int64_t pf_bytes = std::max<int64_t>(0, m + R < M ? std::min(share, bytes - done) : bytes - done);
+    if constexpr (widen)
+      linear_tile_r<C, float, W>(r, x + m * ldx, ldx, wf, w, K, bias, y + m * ldy, ldy, next + done, pf_bytes);
+    else
+      linear_tile_r<C, W, W>(r, x + m * ldx, ldx, w, w, K, bias, y + m * ldy, ldy, next + done, pf_bytes);
+  }
 }
 
 // Channels [n0, n1) for all M rows (one thread's share: a contiguous weight range): blocks of
-// kLinCols channels (the last, narrower one channel at a time), each in row tiles of kLinRows.
+// kLinCols channels (the last, narrower one channel at a time). wf: kLinCols * K floats of scratch.
 template <typename W>
 void linear_channels(const float* x, int64_t ldx, int64_t M, const W* w, int64_t K, const float* bias, float* y,
-                     int64_t N, int64_t n0, int64_t n1) {
+                     int64_t N, int64_t n0, int64_t n1, float* wf) {
   constexpr int C = kLinCols;
   for (int64_t n = n0; n < n1;) {
     const int64_t c = n1 - n >= C ? C : 1;
     const W* wn = w + n * K;
-    const char* next = reinterpret_cast<const char*>(wn + c * K);  // the next block, prefetched by the first tile
-    for (int64_t m = 0; m < M; m += kLinRows) {
-      const char* pf = m == 0 ? next : nullptr;
-      const int64_t r = std::min<int64_t>(kLinRows, M - m);
-      if (c == C) linear_tile_r<C, W>(r, x + m * ldx, ldx, wn, K, bias ? bias + n : nullptr, y + m * N + n, N, pf);
-      else linear_tile_r<1, W>(r, x + m * ldx, ldx, wn, K, bias ? bias + n : nullptr, y + m * N + n, N, pf);
-    }
+    const char* next = reinterpret_cast<const char*>(wn + c * K);
+    const float* b = bias ? bias + n : nullptr;
+    if (c == C) linear_block<C, W>(x, ldx, M, wn, K, b, y + n, N, next, wf);
+    else linear_block<1, W>(x, ldx, M, wn, K, b, y + n, N, next, wf);
     n += c;
   }
 }

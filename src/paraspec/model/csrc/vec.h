@@ -11,6 +11,7 @@ inline float hsum8(__m256 t) {
 }
 inline float hsum(F16 a) { return hsum8(fold(a)); }
 
+
 // hsum8 of 8 vectors at once (lane j: hsum8(f[j])), the same additions done across vectors:
 // fewer shuffles per sum, and no chain of dependent steps per sum.
 inline __m256 sum8(const __m256* f) {
@@ -27,6 +28,16 @@ inline __m256 sum8(const __m256* f) {
                                  _mm256_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
   return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
+
+#ifndef PARASPEC_SUM16
+// Lane j: hsum(a[j]), for 16 vectors: two sum8 into isa_avx2.h's two halves (isa_avx512.h has
+// its own, in zmm registers).
+inline F16 sum16(const F16* a) {
+  __m256 f[16];
+  for (int j = 0; j < 16; ++j) f[j] = fold(a[j]);
+  return {sum8(f), sum8(f + 8)};
+}
+#endif
 
 // exp for x <= 0 (scores minus their max): 2^n * p(r) with x = n ln2 + r, |r| <= ln2/2, p a
 // degree-7 Taylor polynomial (truncation ~5e-9 relative). Below -87.3 the result flushes to 0
