@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from paraspec.bench.report import identity_failures, summarize, write_report
+from paraspec.bench.aggregate import identity_failures, summarize
+from paraspec.bench.report import write_report
 from paraspec.bench.run import bench_main
 from paraspec.bench.systems import PARASPEC_SYSTEMS, BenchTask, ParaspecSystem, RunParams
 

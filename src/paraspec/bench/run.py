@@ -365,7 +365,8 @@ def _git_commit() -> str | None:
 
 
 def _finish(run: Run) -> int:
-    from .report import identity_failures, write_report
+    from .aggregate import identity_failures
+    from .report import write_report
 
     plan = run.plan
     plan.out.mkdir(parents=True, exist_ok=True)
