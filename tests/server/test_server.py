@@ -257,17 +257,7 @@ def test_per_request_plugin_override(server, offline):
     assert e.value.body["param"] == "paraspec.plugin_params" and "nope" in e.value.body["message"]
 
 
-def _memory_decoding_works(offline) -> bool:
-    try:
-        offline.generate("abc abc", greedy(4), plugin_params={"plugin_type": "memory_decoding"})
-        return True
-    except Exception:
-        return False
-
-
 def test_memory_decoding_override_and_trie_after_disconnect(server, offline):
-    if not _memory_decoding_works(offline):
-        pytest.skip("the memory_decoding drafter does not run in this checkout yet")
     plugin = {"paraspec": {"plugin_params": {"plugin_type": "memory_decoding", "decoding_length": 8}}}
     ref = offline.generate(PROMPTS[6], greedy(24))[0]
     r = server.client.completions.create(model=MODEL, prompt=PROMPTS[6], max_tokens=24, temperature=0,
