@@ -7,8 +7,9 @@ from typing import Sequence as Seq
 
 import torch
 
-from .config import EngineConfig, build_drafter, parse_plugin_params
-from .engine import Engine, Sequence, TokenLogprob
+from .config import EngineConfig, parse_plugin_params
+from .decoding.stats import sequence_stats
+from .engine import Engine, TokenLogprob
 from .errors import ConfigError, RequestError
 from .model import kernels as cpu_kernels
 from .model.loader import load_model
@@ -55,23 +56,6 @@ class RequestOutput:
         return self.outputs[0].stats
 
 
-def sequence_stats(seq: Sequence) -> dict:
-    """prompt/generated token counts, TTFT, decode time and decode tokens/s (tokens after the
-    first, over the time after the first), plus the parallel decoding statistics."""
-    end = seq.finish_time or time.perf_counter()
-    first = seq.first_token_time or end
-    decode_s = end - first
-    after_first = max(len(seq.output) - 1, 0)
-    return {
-        "prompt_tokens": len(seq.prompt),
-        "generated_tokens": len(seq.output),
-        "ttft_s": round(first - seq.arrival, 6),
-        "decode_s": round(decode_s, 6),
-        "tokens_per_s": round(after_first / decode_s, 3) if decode_s > 0 else 0.0,
-        **seq.stats.as_dict(),
-    }
-
-
 class LLM:
     """An engine over one model.
 
@@ -107,19 +91,20 @@ class LLM:
                                  kernels=self.kernels)
         self.runner = ModelRunner(self.model)
         self.engine = Engine(self.runner, self.tokenizer, max_batch_size)
-        self.drafter = build_drafter(self.config.plugin, self.tokenizer, self.engine)
+        self.drafter = self.engine.drafters.drafter(self.config.plugin)
         self.engine.default_drafter = self.drafter
-        self._drafters: dict[str, object] = {}
+        if self.drafter is not None:
+            self.engine.cost            # measured now, not inside the first request
 
     # ------------------------------------------------------------------------------ memory
 
     def save_memory(self, path: str) -> None:
         """Save memory_decoding's trie (the outputs it remembers) so it survives a restart."""
-        self.engine.shared_trie().save(path)
+        self.engine.drafters.trie().save(path)
 
     def load_memory(self, path: str) -> None:
         """Merge a trie saved by save_memory into this engine's memory."""
-        self.engine.shared_trie().merge_file(path)
+        self.engine.drafters.trie().merge_file(path)
 
     # --------------------------------------------------------------------------------------
 
@@ -142,13 +127,9 @@ class LLM:
         return self._run(items, sampling_params, plugin_params)
 
     def _drafter_for(self, plugin_params: str | dict):
-        """A drafter per distinct plugin config, kept across calls: its measured acceptance
-        (and, for memory_decoding, the shared trie) carries over as it does in a server."""
-        plugin = parse_plugin_params(plugin_params, self.config.speculation_gamma)
-        key = repr(plugin)
-        if key not in self._drafters:
-            self._drafters[key] = build_drafter(plugin, self.tokenizer, self.engine)
-        return self._drafters[key]
+        """The engine's drafter for that plugin config, kept across calls: its measured
+        acceptance (and, for memory_decoding, the shared trie) carries over as in a server."""
+        return self.engine.drafters.drafter(parse_plugin_params(plugin_params, self.config.speculation_gamma))
 
     def _encode(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):

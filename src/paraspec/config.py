@@ -10,19 +10,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
+from .decoding.registry import PluginConfig
 from .errors import ConfigError
 
 PLUGIN_ALIASES = {"memory_decoding": "memory_decoding", "la": "lookahead", "lookahead": "lookahead",
                   "hybrid": "hybrid"}
 QUANTIZATIONS = ("w8a8",)
-
-
-@dataclass(frozen=True)
-class PluginConfig:
-    plugin_type: str     # "memory_decoding" | "lookahead" | "hybrid"
-    params: Any          # that algorithm's params dataclass
 
 
 @dataclass
@@ -82,29 +76,8 @@ def _params_class(kind: str):
 
 
 def build_drafter(plugin: PluginConfig | None, tokenizer, engine, private_memory: bool = False):
-    """The drafter for a plugin config. Memory drafters share the engine's trie (or, with
-    private_memory, get an empty one of their own, e.g. to benchmark from a cold start), and
-    drafters that weigh draft length against verification cost get the runner's cost curve
-    and the engine's record of which of their arms paid."""
+    """The engine's drafter for a plugin config (decoding/registry.py), or with private_memory a
+    new one with an empty trie of its own. (Kept for callers not yet moved to the registry.)"""
     if plugin is None:
         return None
-    from .decoding.trie import TokenTrie
-
-    def trie(max_nodes: int, window: int) -> TokenTrie:
-        return TokenTrie(max_nodes, window) if private_memory else engine.shared_trie(max_nodes, window)
-    eos = set(tokenizer.eos_token_ids)
-    p = plugin.params
-    if plugin.plugin_type == "memory_decoding":
-        from .decoding.memory import MemoryDrafter
-        drafter = MemoryDrafter(p, trie=trie(p.max_trie_nodes, p.window), eos_token_ids=eos)
-    elif plugin.plugin_type == "lookahead":
-        from .decoding.lookahead import LookaheadDrafter
-        drafter = LookaheadDrafter(p, eos_token_ids=eos)
-    else:
-        from .decoding.hybrid import HybridDrafter
-        drafter = HybridDrafter(p, trie=trie(p.memory.max_trie_nodes, p.memory.window), eos_token_ids=eos)
-    if hasattr(drafter, "set_forward_cost"):
-        drafter.set_forward_cost(engine.runner.forward_cost())
-    if hasattr(drafter, "arms"):   # window-or-not evidence is the engine's, not one drafter's
-        drafter.arms = engine.arm_stats(f"{plugin.plugin_type}:{p!r}", drafter.arms.n_arms)
-    return drafter
+    return engine.drafters.private(plugin) if private_memory else engine.drafters.drafter(plugin)

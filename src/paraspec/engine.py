@@ -12,12 +12,14 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable
 
 import torch
 
 from .decoding.acceptance import walk
-from .decoding.proposer import Proposer
+from .decoding.policy import CostModel
+from .decoding.proposer import Proposer, StepContext
+from .decoding.registry import DrafterRegistry
 from .decoding.stats import SpecStats
 from .decoding.verify import build_query
 from .errors import RequestError
@@ -40,7 +42,7 @@ class TokenLogprob:
 
 
 @dataclass
-class Sequence:
+class SequenceState:
     """One generation stream (a request with n > 1 has n of them)."""
 
     key: str                     # unique: request id + sample index
@@ -74,7 +76,7 @@ class Sequence:
 class SequenceUpdate:
     """What one engine step produced for one sequence (streaming deltas)."""
 
-    seq: Sequence
+    seq: SequenceState
     new_token_ids: list[int]
     new_text: str
     new_logprobs: list[TokenLogprob] | None
@@ -88,17 +90,18 @@ class Engine:
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.default_drafter = default_drafter
-        self.waiting: list[Sequence] = []
-        self.running: list[Sequence] = []
+        self.waiting: list[SequenceState] = []
+        self.running: list[SequenceState] = []
         self._ids = itertools.count()
         self._twin_logits: dict[str, torch.Tensor] = {}  # prompt logits kept for n > 1 siblings
-        self._trie = None
-        self._arm_stats: dict[str, object] = {}
+        self.drafters = DrafterRegistry(tokenizer.eos_token_ids)   # the trie, arm stats, built drafters
+        self._cost: CostModel | None = None
+        self.steps = 0               # decode steps run
 
     # ------------------------------------------------------------------------------ requests
 
     def add_request(self, prompt: list[int], params: SamplingParams, request_id: str | None = None,
-                    drafter: Proposer | None | str = "default") -> list[Sequence]:
+                    drafter: Proposer | None | str = "default") -> list[SequenceState]:
         if not prompt:
             raise RequestError("the prompt is empty; send at least one token of text")
         ctx = self.runner.max_seq_len
@@ -116,7 +119,7 @@ class Engine:
         seqs = []
         for i in range(params.n):
             seed = None if params.seed is None else params.seed + i * 0x9E3779B1
-            seqs.append(Sequence(
+            seqs.append(SequenceState(
                 key=request_id if params.n == 1 else f"{request_id}-{i}", request_id=request_id, index=i,
                 prompt=list(prompt), params=params,
                 sampler=RequestSampler(params, prompt, vocab, seed), drafter=drafter,
@@ -133,22 +136,16 @@ class Engine:
         self.waiting = [s for s in self.waiting if s.request_id != request_id]
         self.running = [s for s in self.running if s.request_id != request_id]
 
-    def shared_trie(self, max_nodes: int | None = None, window: int | None = None):
-        """The engine's token trie (memory_decoding's memory), shared by every memory drafter;
-        created on first use with that drafter's node budget and window."""
-        if self._trie is None:
-            from .decoding.trie import TokenTrie
-            kwargs = {k: v for k, v in (("max_nodes", max_nodes), ("window", window)) if v is not None}
-            self._trie = TokenTrie(**kwargs)
-        return self._trie
+    @property
+    def cost(self) -> CostModel:
+        """The forward cost of k query rows relative to one, measured on the first use (the
+        runner times this machine once) and the same for every drafter of the engine."""
+        if self._cost is None:
+            self._cost = CostModel(self.runner.forward_cost())
+        return self._cost
 
-    def arm_stats(self, key: str, n_arms: int):
-        """What drafters of one configuration (`key`) have learnt about their arms (window or
-        not) on this engine: like the forward-cost curve, it outlives any one drafter."""
-        from .decoding.policy import ArmStats
-        if key not in self._arm_stats:
-            self._arm_stats[key] = ArmStats(n_arms)
-        return self._arm_stats[key]
+    def _context(self, batch_size: int) -> StepContext:
+        return StepContext(batch_size, self.cost, self.steps)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -163,7 +160,7 @@ class Engine:
             return self._decode()
         return []
 
-    def _prefill(self, seq: Sequence) -> list[SequenceUpdate]:
+    def _prefill(self, seq: SequenceState) -> list[SequenceUpdate]:
         # sibling samples (n > 1) share the prompt's KV: prefill once, copy the cache
         twin = next((s for s in self.running if s.request_id == seq.request_id and s.cache is not None), None)
         reserve = len(seq.prompt) + seq.max_tokens + MAX_QUERY_ROWS
@@ -178,7 +175,7 @@ class Engine:
             self._twin_logits = {seq.request_id: logits} if seq.params.n > 1 else {}
         if seq.drafter is not None:
             t0 = time.perf_counter()
-            seq.drafter.begin(seq.key, seq.prompt, seq.sampler.seed)
+            seq.drafter.begin(seq.key, seq.prompt, seq.sampler.seed, self._context(len(self.running) + 1))
             seq.stats.draft_s += time.perf_counter() - t0
         token = seq.sampler.draw(logits)
         seq.sampler.append(token)
@@ -193,9 +190,8 @@ class Engine:
     def _decode(self) -> list[SequenceUpdate]:
         batch = self.running
         # batch-aware drafting: parallel decoding pays off at low concurrency (MindIE shrinks drafts)
-        for drafter in {id(s.drafter): s.drafter for s in batch if s.drafter is not None}.values():
-            if hasattr(drafter, "set_batch_size"):
-                drafter.set_batch_size(len(batch))
+        ctx = self._context(len(batch)) if any(s.drafter is not None for s in batch) else None
+        self.steps += 1
         queries, draft_times = [], []
         for seq in batch:
             t0 = time.perf_counter()
@@ -205,7 +201,7 @@ class Engine:
                                 self.runner.max_seq_len - 1 - seq.cache.length - 1))
             proposal = None
             if seq.drafter is not None and budget > 0:
-                proposal = seq.drafter.propose(seq.key, seq.tokens, budget)
+                proposal = seq.drafter.propose(seq.key, seq.tokens, budget, ctx)
                 if len(proposal.draft) > budget:
                     proposal.draft = proposal.draft.truncated(budget)
             queries.append(build_query(seq.tokens[-1], seq.cache.length, proposal))
@@ -251,7 +247,7 @@ class Engine:
 
     # ------------------------------------------------------------------------------- helpers
 
-    def _stop_check(self, seq: Sequence) -> Callable[[int], bool]:
+    def _stop_check(self, seq: SequenceState) -> Callable[[int], bool]:
         stops = set(seq.params.stop_token_ids)
         if not seq.params.ignore_eos:
             stops |= self.tokenizer.eos_token_ids
@@ -274,7 +270,7 @@ class Engine:
             out = [TokenLogprob(t, c) for t, c in zip(tokens, chosen)]
         return out
 
-    def _emit(self, seq: Sequence, tokens: list[int], logprobs: list[TokenLogprob] | None) -> SequenceUpdate:
+    def _emit(self, seq: SequenceState, tokens: list[int], logprobs: list[TokenLogprob] | None) -> SequenceUpdate:
         """Append a run of tokens one at a time: a stop token or stop string may end inside an
         accepted run, and the tokens after it must not count, exactly as autoregressive
         decoding would have stopped there."""
@@ -315,7 +311,7 @@ class Engine:
         return SequenceUpdate(seq, new_ids, new_text, new_lp, seq.finished)
 
     @staticmethod
-    def _find_stop(seq: Sequence) -> tuple[int, str] | None:
+    def _find_stop(seq: SequenceState) -> tuple[int, str] | None:
         best = None
         longest = max(len(s) for s in seq.params.stop)
         start = max(0, seq.stop_scan_from - longest)
@@ -326,7 +322,7 @@ class Engine:
         seq.stop_scan_from = len(seq.text)
         return best
 
-    def _finish(self, seq: Sequence, reason: str) -> None:
+    def _finish(self, seq: SequenceState, reason: str) -> None:
         if seq.finish_time is not None:
             return
         seq.finish_reason = reason
@@ -343,7 +339,3 @@ class Engine:
                 if on_update is not None:
                     on_update(u)
 
-
-def iter_updates(engine: Engine) -> Iterable[SequenceUpdate]:
-    while engine.has_work():
-        yield from engine.step()

@@ -6,7 +6,9 @@ import pytest
 
 from paraspec.decoding import lookahead as la
 from paraspec.decoding.lookahead import LookaheadDrafter, LookaheadParams, window_layout
-from paraspec.decoding.proposer import Proposal, Proposer
+from drafters import WithContext
+from paraspec.decoding.policy import CostModel
+from paraspec.decoding.proposer import Proposal, Proposer, StepContext
 from paraspec.errors import ConfigError
 
 
@@ -76,10 +78,9 @@ def verify_greedy(model, context: list[int], p: Proposal) -> tuple[list[int], li
 FREE = {1: 1.0, 4096: 1.0}   # verification rows cost nothing (an accelerator's regime)
 
 
-def free_rows(d: LookaheadDrafter) -> LookaheadDrafter:
+def free_rows(d: LookaheadDrafter) -> WithContext:
     """With free rows the draft sizer always verifies every candidate in full."""
-    d.set_forward_cost(FREE)
-    return d
+    return WithContext(d, FREE)
 
 
 def run(drafter, model, prompt, steps, seed=0, proposals=None):
@@ -321,7 +322,7 @@ def test_draft_respects_max_nodes_and_backs_off_when_guesses_fail():
     assert len(d.propose("r", ctx, 0).draft) == 0
 
     # rows that cost: 8 query rows little more than 1, then ~linear (a compute-bound CPU)
-    d.set_forward_cost({1: 1.0, 4: 1.02, 8: 1.05, 16: 1.5, 32: 2.5})
+    d.ctx = StepContext(cost=CostModel({1: 1.0, 4: 1.02, 8: 1.05, 16: 1.5, 32: 2.5}))
 
     def step(committed):
         d.observe("r", committed, [root] * len(p.lookahead.output_rows))

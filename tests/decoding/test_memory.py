@@ -10,7 +10,9 @@ import pytest
 from paraspec.config import parse_plugin_params
 from hypothesis import given, settings, strategies as st
 
+from drafters import WithContext
 from paraspec.decoding.memory import MemoryDecodingParams, MemoryDrafter
+from paraspec.decoding.policy import CostModel
 from paraspec.decoding.tree import DraftTree
 from paraspec.decoding.trie import TokenTrie
 from paraspec.errors import ConfigError
@@ -18,12 +20,12 @@ from paraspec.tools.replay import Record, replay
 
 EOS = 2
 FLAT_COST = {1: 1.0, 16: 1.0}       # verification is free: back-off never needed
+# a steep curve (SmolLM2-135M fp32 on a 2-core CPU): drafts must earn their rows
+STEEP_COST = CostModel({1: 1.0, 2: 1.19, 4: 1.19, 8: 1.23, 16: 1.66, 32: 2.51})
 
 
 def drafter(**kw) -> MemoryDrafter:
-    d = MemoryDrafter(MemoryDecodingParams(**kw), eos_token_ids=[EOS])
-    d.set_forward_cost(FLAT_COST)
-    return d
+    return WithContext(MemoryDrafter(MemoryDecodingParams(**kw), eos_token_ids=[EOS]), FLAT_COST)
 
 
 def generate(d: MemoryDrafter, rid: str, prompt: list[int], output: list[int],
@@ -196,8 +198,7 @@ def test_batch_size_caps_dynamic_drafts():
 def test_shared_trie_is_used():
     trie = TokenTrie(max_nodes=4096, window=18)
     trie.insert([11, 12, 13, 14, 15])
-    d = MemoryDrafter(MemoryDecodingParams(), eos_token_ids=[EOS], trie=trie)
-    d.set_forward_cost(FLAT_COST)
+    d = WithContext(MemoryDrafter(MemoryDecodingParams(), eos_token_ids=[EOS], trie=trie), FLAT_COST)
     d.begin("r", [9])
     assert d.propose("r", [9, 11, 12], 15).draft.tokens[:3] == [13, 14, 15]
 
@@ -221,7 +222,7 @@ def records(kind: str, n: int, seed: int = 0) -> list[Record]:
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_wrong_drafts_back_off_to_plain_decoding(dynamic):
     d = MemoryDrafter(MemoryDecodingParams(dynamic_algo=dynamic), eos_token_ids=[EOS])
-    rep = replay(d, records("noise", 6), 15, cost_table="fp32")
+    rep = replay(d, records("noise", 6), 15, STEEP_COST)
     assert rep.accepted / max(rep.drafted, 1) < 0.1             # the memory is indeed wrong here
     assert rep.speedup() >= 0.95
     assert rep.drafted < 3 * rep.steps                          # well below 15 nodes a step
@@ -230,7 +231,7 @@ def test_wrong_drafts_back_off_to_plain_decoding(dynamic):
 @pytest.mark.parametrize("mode", ["tree", "chain"])
 def test_copying_is_fast(mode):
     d = MemoryDrafter(MemoryDecodingParams(mode=mode), eos_token_ids=[EOS])
-    rep = replay(d, records("copy", 6), 15, cost_table="fp32")
+    rep = replay(d, records("copy", 6), 15, STEEP_COST)
     assert rep.tokens_per_step > 4 and rep.speedup() > 2.5
 
 
@@ -239,12 +240,11 @@ def test_tree_accepts_at_least_as_much_as_chain():
     got = {}
     for mode in ("tree", "chain"):
         d = MemoryDrafter(MemoryDecodingParams(mode=mode), eos_token_ids=[EOS])
-        d.set_forward_cost(FLAT_COST)
-        got[mode] = replay(d, recs, 15).tokens_per_step
+        got[mode] = replay(d, recs, 15, CostModel(FLAT_COST)).tokens_per_step
     assert got["tree"] >= got["chain"]
 
 
 def test_replay_report_is_json_ready():
     d = drafter()
-    summary = replay(d, records("copy", 1), 15).summary()
+    summary = replay(d, records("copy", 1), 15, d.cost).summary()
     assert json.loads(json.dumps(summary))["tokens_per_step"] > 1

@@ -1,6 +1,7 @@
 """The cost-aware arm selector, and the hybrid drafter's merged draft tree."""
 import pytest
 
+from drafters import WithContext
 from paraspec.decoding.hybrid import HybridDrafter, HybridParams
 from paraspec.decoding.policy import ArmSelector, ArmStats, CostModel
 from paraspec.errors import ConfigError
@@ -84,11 +85,9 @@ def test_a_supposed_arm_waits_as_a_loser_and_its_first_real_epoch_replaces_the_p
 
 
 def test_hybrid_window_prior_follows_the_cost_curve():
-    steep = HybridDrafter()
-    steep.set_forward_cost({4: 1.0, 8: 1.25, 12: 1.4, 16: 1.55, 20: 1.75, 24: 1.95, 32: 2.4})
-    flat = HybridDrafter()
-    flat.set_forward_cost({4: 1.0, 8: 1.0, 16: 1.02, 32: 1.05})
-    assert steep.window_prior() < 0.8 < 1.0 < flat.window_prior()
+    steep = WithContext(HybridDrafter(), {4: 1.0, 8: 1.25, 12: 1.4, 16: 1.55, 20: 1.75, 24: 1.95, 32: 2.4})
+    flat = WithContext(HybridDrafter(), {4: 1.0, 8: 1.0, 16: 1.02, 32: 1.05})
+    assert steep.window_prior(steep.cost) < 0.8 < 1.0 < flat.window_prior(flat.cost)
     for d in (steep, flat):
         d.begin("r", [1, 2, 3])
         assert d.arms.due() == 0                     # the trie alone is tried first, in both cases
@@ -157,8 +156,8 @@ def test_hybrid_fills_the_rows_the_forward_computes_anyway_with_pool_candidates(
     # a prior that favours the window: it runs from the second epoch on, so root + window + the
     # trie's tree leave room on their stair
     monkeypatch.setattr(policy, "WINDOW_PRIOR_GAIN", 10.0)
-    d = HybridDrafter(HybridParams.from_dict({"level": 4, "window": 1, "guess_set_size": 4}))
-    d.set_forward_cost({k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})
+    d = WithContext(HybridDrafter(HybridParams.from_dict({"level": 4, "window": 1, "guess_set_size": 4})),
+                    {k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})
     rng = random.Random(0)
     prompt = [rng.randrange(8) for _ in range(300)]
     d.begin("r", prompt)
@@ -181,8 +180,8 @@ def test_hybrid_fills_the_rows_the_forward_computes_anyway_with_pool_candidates(
 
 
 def test_hybrid_lets_lookahead_sit_out_while_the_tries_tree_fills_its_stair():
-    d = HybridDrafter(HybridParams.from_dict({"level": 4, "window": 1, "guess_set_size": 4}))
-    d.set_forward_cost({k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})
+    d = WithContext(HybridDrafter(HybridParams.from_dict({"level": 4, "window": 1, "guess_set_size": 4})),
+                    {k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})
     period = list(range(10, 20))
     d.begin("r", period * 8)
     ctx, proposed, sat_out = period * 8, [], 0
@@ -206,8 +205,8 @@ def test_hybrid_lookahead_sits_out_where_its_nodes_add_nothing_and_is_still_prob
     import random
     import paraspec.decoding.hybrid as hybrid
     monkeypatch.setattr(hybrid, "WINDOW_BELOW", -1.0)        # no window: the pool alone is judged
-    d = HybridDrafter(HybridParams.from_dict({"level": 4, "window": 1, "guess_set_size": 4}))
-    d.set_forward_cost({k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})
+    d = WithContext(HybridDrafter(HybridParams.from_dict({"level": 4, "window": 1, "guess_set_size": 4})),
+                    {k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})
     rng = random.Random(0)
     ctx = [rng.randrange(400) for _ in range(100)]          # the trie often finds nothing
     d.begin("r", ctx)
@@ -233,9 +232,8 @@ def test_hybrid_lookahead_sits_out_where_its_nodes_add_nothing_and_is_still_prob
 def test_lookahead_tries_its_window_first_only_where_the_cost_curve_says_rows_are_cheap():
     from paraspec.decoding.lookahead import LookaheadDrafter
     prompt = [1, 2, 3, 4, 5] * 10
-    steep, flat = LookaheadDrafter(), LookaheadDrafter()
-    steep.set_forward_cost({4: 1.0, 8: 1.25, 12: 1.4, 16: 1.55, 20: 1.75, 24: 1.95, 32: 2.4})
-    flat.set_forward_cost({1: 1.0, 4096: 1.0})
+    steep = WithContext(LookaheadDrafter(), {4: 1.0, 8: 1.25, 12: 1.4, 16: 1.55, 20: 1.75, 24: 1.95, 32: 2.4})
+    flat = WithContext(LookaheadDrafter(), {1: 1.0, 4096: 1.0})
     for d in (steep, flat):
         d.begin("r", prompt)
     assert steep.propose("r", prompt, 64).lookahead is None        # the pool alone first

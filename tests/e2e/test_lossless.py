@@ -85,10 +85,9 @@ def test_long_tree_runs_with_accumulated_memory_identical(bundled_llm_default):
     """192-token completions with a hybrid drafter whose memory carries over between requests:
     deep trees with sibling gaps between a node's ancestors (the case that regroups attention's
     sum over keys; it once flipped a greedy token when that sum ran in fp32)."""
-    from paraspec.config import build_drafter, parse_plugin_params
+    from paraspec.config import parse_plugin_params
     llm = bundled_llm_default
-    drafter = build_drafter(parse_plugin_params('{"plugin_type": "hybrid"}'), llm.tokenizer, llm.engine,
-                            private_memory=True)
+    drafter = llm.engine.drafters.private(parse_plugin_params('{"plugin_type": "hybrid"}'))
     params = SamplingParams(temperature=0, max_tokens=192)
     for task in load_task_set("humaneval", 3, seed=0):
         ids = llm.tokenizer.encode(task.prompt)

@@ -67,23 +67,27 @@ class LiveServer:
 
 
 class RecordingDrafter(RandomTreeDrafter):
-    """Random drafts, recording the batch sizes the server announces before each step."""
+    """Random drafts, recording the batch size each step's context announces."""
     name = "random"
 
     def __init__(self, vocab: int):
         super().__init__(vocab, nodes=6, seed=1)
         self.batch_sizes: list[int] = []
+        self._last_step = -1
 
-    def set_batch_size(self, n: int) -> None:
-        self.batch_sizes.append(n)
+    def propose(self, request_id, context, max_nodes, ctx):
+        if ctx.step != self._last_step:     # once a step
+            self.batch_sizes.append(ctx.batch_size)
+            self._last_step = ctx.step
+        return super().propose(request_id, context, max_nodes, ctx)
 
 
 class SlowDrafter(RandomTreeDrafter):
     name = "slow"
 
-    def propose(self, request_id, context, max_nodes):
+    def propose(self, request_id, context, max_nodes, ctx):
         time.sleep(SLOW_STEP_S)
-        return super().propose(request_id, context, max_nodes)
+        return super().propose(request_id, context, max_nodes, ctx)
 
 
 def _config(model_dir, **server):
@@ -268,7 +272,7 @@ def test_memory_decoding_override_and_trie_after_disconnect(server, offline):
         lines = s.iter_lines()
         next(lines)
     server.wait_idle()
-    trie = server.engine.engine.shared_trie().stats()
+    trie = server.engine.engine.drafters.trie().stats()
     assert trie.active_prompts == 0 and trie.open_streams == 0     # the aborted request left nothing behind
 
 

@@ -41,7 +41,7 @@ from ..errors import ConfigError
 from .lookahead import LookaheadDrafter, LookaheadParams
 from .memory import MemoryDecodingParams, MemoryDrafter
 from .policy import ArmSelector, ArmStats, CostModel, TreeChooser, window_prior
-from .proposer import Proposal
+from .proposer import DEFAULT_CONTEXT, Proposal, StepContext
 from .trie import TokenTrie
 from .tree import DraftTree
 
@@ -104,6 +104,8 @@ class _Request:
     memory_tree: DraftTree | None = None
     memory_score: float = 1.0     # accepted draft tokens per step along the trie's tree
     rows: int = 0
+    cost: float = 1.0             # the step's forward cost (all its rows)
+    memory_cost: float = 1.0      # what the trie's tree alone would have cost
     arm: int = 0
     choosing: bool = False        # this step's arm came from the selector (so it learns from it)
     scored: bool = False          # ... and counts (not a window warm-up step)
@@ -127,40 +129,43 @@ class HybridDrafter:
     name = "hybrid"
 
     def __init__(self, params: HybridParams | None = None, trie: TokenTrie | None = None,
-                 eos_token_ids: Iterable[int] = ()):
+                 eos_token_ids: Iterable[int] = (), arms: ArmStats | None = None):
         self.params = (params or HybridParams()).validate()
         self.memory = MemoryDrafter(self.params.memory, eos_token_ids=eos_token_ids, trie=trie)
         self.lookahead = LookaheadDrafter(self.params.lookahead, eos_token_ids=eos_token_ids,
                                           adaptive_window=False)
         self.trie = self.memory.trie
-        self.cost = CostModel()
-        self.arms = ArmStats(2)   # window or not: learnt across this drafter's requests
+        # window or not: learnt across this configuration's requests
+        self.arms = arms if arms is not None else ArmStats(2)
         self._trees = TreeChooser.prior(2)
         # accepted tokens a step lookahead's nodes added to the trie's, over the steps it ran
         # (all requests): optimistic at first, so it is measured before it can sit out
         self.lookahead_gain = 0.1
         self._eligible = 0
-        self._batch_size = 1
         self._requests: dict[str, _Request] = {}
 
     # ---------------------------------------------------------------- Proposer protocol
-    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None) -> None:
-        self.arms.suppose(1, self.window_prior())
-        self.memory.begin(request_id, prompt, seed)
-        self.lookahead.begin(request_id, prompt, seed)
+    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None,
+              ctx: StepContext = DEFAULT_CONTEXT) -> None:
+        self.arms.suppose(1, self.window_prior(ctx.cost))
+        self.memory.begin(request_id, prompt, seed, ctx)
+        self.lookahead.begin(request_id, prompt, seed, ctx)
         self._requests[request_id] = _Request(ArmSelector(2, shared=self.arms), TreeChooser(self._trees))
 
-    def propose(self, request_id: str, context: Sequence[int], max_nodes: int) -> Proposal:
+    def propose(self, request_id: str, context: Sequence[int], max_nodes: int,
+                ctx: StepContext = DEFAULT_CONTEXT) -> Proposal:
         st = self._requests[request_id]
+        cost = ctx.cost
         budget = min(max_nodes, self.params.decoding_length - 1)
-        st.choosing = self._batch_size <= MAX_WINDOW_BATCH and st.memory_score < WINDOW_BELOW
+        st.choosing = ctx.batch_size <= MAX_WINDOW_BATCH and st.memory_score < WINDOW_BELOW
         st.arm = st.selector.choose() if st.choosing else 0
         self.lookahead.set_window(request_id, self.params.lookahead.window if st.arm == 1 else 0)
         st.scored = st.choosing and (st.arm == 0 or self.lookahead.warm(request_id))
-        mp = self.memory.propose(request_id, context, budget)
+        mp = self.memory.propose(request_id, context, budget, ctx)
         m = mp.draft
         st.memory_tree = m
-        st.lookahead_ran = st.arm == 1 or not m or (len(m) < budget and self.cost.free_rows(1 + len(m)) > 0)
+        st.memory_cost = cost(1 + len(m))
+        st.lookahead_ran = st.arm == 1 or not m or (len(m) < budget and cost.free_rows(1 + len(m)) > 0)
         if st.lookahead_ran and st.arm == 0 and self.lookahead_gain < LA_MIN_GAIN:
             # its nodes have not been adding tokens: not worth its Python work, but probed
             self._eligible += 1
@@ -170,11 +175,11 @@ class HybridDrafter:
             # that cost a step up, for candidates the trie mostly holds already (without the
             # window, the pool's n-grams come from the same prompt and output). Skipping it
             # saves its Python work; its pool catches up on the skipped tokens next time.
-            st.rows = 1 + len(m)
+            st.rows, st.cost = 1 + len(m), st.memory_cost
             self.lookahead.skip(request_id, context)
             st.chooser.skipped(len(context))
             return Proposal(m)
-        la = self.lookahead.propose(request_id, context, budget)
+        la = self.lookahead.propose(request_id, context, budget, ctx)
         window_rows = len(la.lookahead.tokens) if la.lookahead else 0
         fill = _breadth_first(self.lookahead.candidates(request_id))
 
@@ -183,7 +188,7 @@ class HybridDrafter:
             # lookahead's candidates fill them, for nothing
             if not fill:
                 return tree
-            room = min(budget, len(tree) + self.cost.free_rows(1 + len(tree) + window_rows))
+            room = min(budget, len(tree) + cost.free_rows(1 + len(tree) + window_rows))
             return tree.extended(fill, room)
 
         st.chooser.observe(context)
@@ -193,12 +198,13 @@ class HybridDrafter:
             merged = padded(m.extended(_paths(la.draft), budget)) if la.draft else DraftTree()
             trees = [padded(m), merged]
             expected = [mp.expected, max(mp.expected, la.expected)]
-            tree = trees[st.chooser.choose(len(context), trees, expected, window_rows, self.cost)]
+            tree = trees[st.chooser.choose(len(context), trees, expected, window_rows, cost)]
         else:
             # the trie found nothing worth its rows: lookahead's draft, which its own sizer
             # judged to pay against plain decoding (novel text: few cheap candidates)
             tree = padded(la.draft) if la.draft else la.draft
         st.rows = 1 + len(tree) + window_rows
+        st.cost = cost(st.rows)
         return Proposal(tree, la.lookahead)
 
     def observe(self, request_id: str, committed: Sequence[int],
@@ -215,8 +221,8 @@ class HybridDrafter:
             # paired: the trie's tree was part of the verified one (or nearly always is), so
             # what it alone would have given on this very step is known; the window is scored
             # relative to that
-            base = (1 + by_memory, self.cost(1 + len(st.memory_tree or ()))) if st.arm == 1 else None
-            st.selector.update(len(committed), self.cost(st.rows), base or (len(committed), self.cost(st.rows)))
+            base = (1 + by_memory, st.memory_cost) if st.arm == 1 else None
+            st.selector.update(len(committed), st.cost, base or (len(committed), st.cost))
         st.memory_tree = None
         st.rows = 0
         self.memory.observe(request_id, committed)
@@ -228,18 +234,8 @@ class HybridDrafter:
         self.lookahead.end(request_id)
         self._requests.pop(request_id, None)
 
-    def window_prior(self) -> float:
+    def window_prior(self, cost: CostModel) -> float:
         """The window arm's tokens per unit cost relative to the trie's alone, before evidence
         (policy.window_prior; the window is considered only while the trie's drafts are short)."""
         p = self.params.lookahead
-        return window_prior(self.cost, (p.level - 1) * p.window - 1)
-
-    # ---------------------------------------------------------------- engine hooks
-    def set_batch_size(self, n: int) -> None:
-        self._batch_size = n
-        self.memory.set_batch_size(n)
-
-    def set_forward_cost(self, curve: dict[int, float]) -> None:
-        self.cost = CostModel(curve)
-        self.memory.set_forward_cost(curve)
-        self.lookahead.set_forward_cost(curve)
+        return window_prior(cost, (p.level - 1) * p.window - 1)

@@ -76,8 +76,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from .ngram_pool import NgramPool
-from .policy import ArmSelector, ArmStats, CostModel, DraftSizer, window_prior
-from .proposer import LookaheadBranch, Proposal
+from .policy import ArmSelector, ArmStats, DraftSizer, window_prior
+from .proposer import DEFAULT_CONTEXT, LookaheadBranch, Proposal, StepContext
 from .tree import DraftTree
 
 _RANGES = {"level": (3, 16), "window": (1, 16), "guess_set_size": (1, 16)}
@@ -172,7 +172,7 @@ class _Pending:
     root: int
     width: int                       # window columns in the branch (0 = no branch)
     num_outputs: int
-    rows: int = 0                    # query rows of the step (root + draft + branch)
+    cost: float = 1.0                # forward cost of the step's query (root + draft + branch)
     arm: int = -1                    # the selector's arm, -1 during warm-up
 
 
@@ -197,31 +197,30 @@ class LookaheadDrafter:
     """Proposer: draft tree from the n-gram pool + the Jacobi window as a lookahead branch."""
 
     name = "lookahead"
+    trie = None
 
     def __init__(self, params: LookaheadParams | None = None, eos_token_ids: Iterable[int] = (),
-                 default_seed: int = 0, adaptive_window: bool = True):
+                 default_seed: int = 0, adaptive_window: bool = True, arms: ArmStats | None = None):
         self.params = (params or LookaheadParams()).validate()
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
         self.default_seed = default_seed
         self.adaptive_window = adaptive_window   # False: always run the window (LADE, MindIE)
         self._requests: dict[str, _RequestState] = {}
-        self.cost = CostModel()
-        self.arms = ArmStats(2)   # window or not: learnt across this drafter's requests
+        # window or not: learnt across this configuration's requests (the engine's, when built
+        # by the registry, so the evidence outlives this drafter)
+        self.arms = arms if arms is not None else ArmStats(2)
         self._sizes = DraftSizer.prior(self.params.guess_set_size, self.params.level - 1)
-
-    def set_forward_cost(self, curve: dict[int, float]) -> None:
-        """The engine's measured t(k)/t(1), for the window-or-not choice."""
-        self.cost = CostModel(curve)
 
     # -- Proposer protocol
 
-    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None) -> None:
+    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None,
+              ctx: StepContext = DEFAULT_CONTEXT) -> None:
         p = self.params
         if self.adaptive_window:
             # arm 0 runs the window: before evidence it is priced by the cost curve against
             # about one token per unit cost without it, so on a machine where its rows are dear
             # the pool-only arm is tried first and the window waits (policy.window_prior)
-            self.arms.suppose(0, window_prior(self.cost, (p.level - 1) * p.window - 1))
+            self.arms.suppose(0, window_prior(ctx.cost, (p.level - 1) * p.window - 1))
         prompt = [int(t) for t in prompt]
         pool = NgramPool(p.level - 1, p.guess_set_size, self.eos_token_ids)
         pool.add_sequence(prompt)
@@ -235,21 +234,22 @@ class LookaheadDrafter:
         st.levels = [self._fill(st, p.window + p.level - 3)]
         self._requests[request_id] = st
 
-    def propose(self, request_id: str, context: Sequence[int], max_nodes: int) -> Proposal:
+    def propose(self, request_id: str, context: Sequence[int], max_nodes: int,
+                ctx: StepContext = DEFAULT_CONTEXT) -> Proposal:
         st = self._state(request_id)
         if len(context) == 0:
             raise ValueError("LookaheadDrafter.propose: empty context (the root is its last token)")
         root = int(context[-1])
         self._feed(st, context)
         warm = self.warm(request_id)
-        draft = self._draft(st, context, max_nodes)
+        draft = self._draft(st, context, max_nodes, ctx)
         arm = st.selector.choose() if self.adaptive_window else 0
         width = 0 if arm == 1 else st.width
         branch = self._branch(st, warm, width)
         rows = 1 + len(draft) + (len(branch.tokens) if branch else 0)
         # warm-up steps are not scored: the window has nothing to harvest yet
         st.pending = _Pending(root, width if branch else 0,
-                              len(branch.output_rows) if branch else 0, rows,
+                              len(branch.output_rows) if branch else 0, ctx.cost(rows),
                               arm if self.adaptive_window and (warm or not branch) else -1)
         return Proposal(draft=draft, lookahead=branch, expected=st.expected if draft else 0.0)
 
@@ -272,7 +272,7 @@ class LookaheadDrafter:
             if len(st.levels) == self.params.level - 1:
                 self._harvest(st, pend.root, new, pend.width)
         if pend.arm >= 0:
-            st.selector.update(k, self.cost(pend.rows))
+            st.selector.update(k, pend.cost)
         self._shift(st, new)
 
     def end(self, request_id: str) -> None:
@@ -327,13 +327,13 @@ class LookaheadDrafter:
             st.pool.add_sequence(context[max(0, st.fed - self.params.level + 1):n])
         st.fed = n
 
-    def _draft(self, st: _RequestState, context: Sequence[int], max_nodes: int) -> DraftTree:
+    def _draft(self, st: _RequestState, context: Sequence[int], max_nodes: int, ctx: StepContext) -> DraftTree:
         st.sizer.observe(context)
         candidates = st.candidates = st.pool.candidates(int(context[-1]))
         st.sizer.record(len(context), candidates)
         if not candidates or max_nodes <= 0:
             return DraftTree()
-        count, depth = st.sizer.choose(candidates, self.cost, max_nodes)
+        count, depth = st.sizer.choose(candidates, ctx.cost, max_nodes)
         if count == 0:
             return DraftTree()
         st.expected = st.sizer.expected(count, depth)

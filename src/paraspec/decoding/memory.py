@@ -38,8 +38,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Hashable, Sequence
 
 from ..errors import ConfigError
-from .policy import CostModel
-from .proposer import Proposal
+from .proposer import DEFAULT_CONTEXT, Proposal, StepContext
 from .tree import DraftTree
 from .trie import TokenTrie
 
@@ -50,13 +49,9 @@ MAX_WALKS = 4               # drafts being scored at once per request
 MARGIN = 2.0                # at rate 1, a draft must be worth this many times its cost
 SHARED_DECAY = 0.99         # the drafter-wide calibration forgets 10x slower
 RATE_ALPHA = 0.1            # weight of the newest step in EMA(tokens) and EMA(cost)
-# t(k) / t(1) for k = 1, 2, 4, 8, 16 query tokens: SmolLM2-135M fp32 on the 2-core CPU
-# (research/cpu-measurements.md, made monotone), the steeper of the measured curves, so that the
-# default errs towards plain decoding. Engines pass their own through set_forward_cost().
-DEFAULT_FORWARD_COST = {1: 1.0, 2: 1.19, 4: 1.19, 8: 1.23, 16: 1.66}
 
 
-@dataclass
+@dataclass(frozen=True)
 class MemoryDecodingParams:
     """MindIE-compatible `plugin_params` of memory_decoding, plus paraspec's own knobs."""
 
@@ -161,6 +156,7 @@ class _Request:
     n_tokens: int                   # tokens of this request the drafter has seen: prompt + committed
     cal: _Calibration = field(default_factory=lambda: _Calibration(DECAY))
     draft: DraftTree | None = None  # the draft sent this step
+    draft_cost: float = 1.0         # its forward cost (root + draft rows), relative to one row
     walks: list[_Walk] = field(default_factory=list)
     tok_ema: float = 1.0            # EMA of tokens committed per step
     cost_ema: float = 1.0           # EMA of forward cost per step (relative to one token)
@@ -181,27 +177,26 @@ class MemoryDrafter:
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self._tree = self.params.mode == "tree"
         self._requests: dict[Hashable, _Request] = {}
-        self._batch_size = 1
-        self._batch_cap = self.params.max_draft
         self._shared = _Calibration(SHARED_DECAY)   # every request's, the prior of new ones
-        self.set_forward_cost(DEFAULT_FORWARD_COST)
 
     # ---------------------------------------------------------------- Proposer protocol
-    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None) -> None:
+    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None,
+              ctx: StepContext = DEFAULT_CONTEXT) -> None:
         if request_id in self._requests:
             self.end(request_id)
         for segment in self._segments(prompt):
             self.trie.insert(segment, key=request_id)
         self._requests[request_id] = _Request(n_tokens=len(prompt))
 
-    def propose(self, request_id: str, context: Sequence[int], max_nodes: int) -> Proposal:
+    def propose(self, request_id: str, context: Sequence[int], max_nodes: int,
+                ctx: StepContext = DEFAULT_CONTEXT) -> Proposal:
         st = self._state(request_id)
         st.draft = None
         if len(context) > st.n_tokens:      # committed without observe (e.g. the prefill's token)
             self._remember(request_id, st, context[st.n_tokens:])
             st.n_tokens = len(context)
-        budget = min(max_nodes, self.params.max_draft, self._batch_cap)
-        if (self._batch_size > 4 and not self.params.dynamic_algo
+        budget = min(max_nodes, self.params.max_draft, self._batch_cap(ctx.batch_size))
+        if (ctx.batch_size > 4 and not self.params.dynamic_algo
                 and st.last_accepted < self.params.decoding_length / 2):
             budget = min(budget, max(1, self.params.max_draft // 2))   # MindIE's static rule
         if budget <= 0 or not context or context[-1] in self.eos:
@@ -209,13 +204,14 @@ class MemoryDrafter:
         gamma, kappa = self._calibration(st)
         m = self.trie.match(context, request_id, budget, self._tree, PROMPT_WEIGHT, kappa,
                             max_depth=self.params.branch_length)
-        n, expected = self._worth_sending(st, m.probs, gamma)
+        n, expected = self._worth_sending(st, m.probs, gamma, ctx.cost.table)
         # score the whole draft: always when it is all sent, else one unsent probe at a time
         if m.tokens and (n == len(m) or not st.walks) and len(st.walks) < MAX_WALKS:
             first = sum(p for p, par in zip(m.probs, m.parents) if par < 0)
             st.cal.new_draft(first)
             self._shared.new_draft(first)
             st.walks.append(_Walk(DraftTree(m.tokens, m.parents), m.probs, kappa))
+        st.draft_cost = ctx.cost(1 + n)
         if n == 0:
             return Proposal(DraftTree())
         st.draft = DraftTree(m.tokens[:n], m.parents[:n])
@@ -232,8 +228,8 @@ class MemoryDrafter:
         # what this drafter's own draft earned (all of `committed` when it drafts alone; inside
         # hybrid, tokens other drafters' nodes won must not make its rows look dearer)
         st.tok_ema = r * (1 + st.last_accepted) + (1 - r) * st.tok_ema
-        st.cost_ema = r * self.cost(1 + (len(st.draft) if st.draft else 0)) + (1 - r) * st.cost_ema
-        st.draft = None
+        st.cost_ema = r * st.draft_cost + (1 - r) * st.cost_ema
+        st.draft, st.draft_cost = None, 1.0
         self._remember(request_id, st, committed)
         st.n_tokens += len(committed)
 
@@ -242,28 +238,16 @@ class MemoryDrafter:
         self.trie.release(request_id)
         self._requests.pop(request_id, None)
 
-    # ---------------------------------------------------------------- engine hooks
-    def set_batch_size(self, n: int) -> None:
+    # ---------------------------------------------------------------- internals
+    def _batch_cap(self, batch_size: int) -> int:
         """Shorter drafts when verification stops being free. dynamic_algo follows MindIE's caps
         (half at batch > 4, 3 at batch > 19); the static mode halves a request's draft at
-        batch > 4 when it accepted less than half of decoding_length last step (MindIE)."""
-        self._batch_size = n
+        batch > 4 when it accepted less than half of decoding_length last step (in propose)."""
         full = self.params.max_draft
-        if not self.params.dynamic_algo or n <= 4:
-            self._batch_cap = full
-        elif n <= 19:
-            self._batch_cap = max(1, full // 2)
-        else:
-            self._batch_cap = min(3, full)
+        if not self.params.dynamic_algo or batch_size <= 4:
+            return full
+        return max(1, full // 2) if batch_size <= 19 else min(3, full)
 
-    def set_forward_cost(self, cost: dict[int, float] | Sequence[float]) -> None:
-        """The engine's forward cost by query length relative to one token: a dict {k: t(k)/t(1)}
-        (interpolated) or a sequence whose item i is the cost of i + 1 tokens."""
-        if not isinstance(cost, dict):
-            cost = {i + 1: c for i, c in enumerate(cost)}
-        self.cost = CostModel(cost)
-
-    # ---------------------------------------------------------------- internals
     def _calibration(self, st: _Request) -> tuple[float, float]:
         """(gamma, kappa) of a request, its evidence added to the drafter-wide estimate."""
         shared = self._shared
@@ -293,13 +277,13 @@ class MemoryDrafter:
             cal.exp2 += exp2
         return alive
 
-    def _worth_sending(self, st: _Request, probs: list[float], gamma: float) -> tuple[int, float]:
+    def _worth_sending(self, st: _Request, probs: list[float], gamma: float,
+                       cost: list[float]) -> tuple[int, float]:
         """How many draft nodes to send (see the module docstring), and the draft tokens they
-        are expected to get accepted."""
+        are expected to get accepted. cost[k]: a query of k rows (root + k - 1 drafts)."""
         if not probs:
             return 0, 0.0
         price = st.tok_ema / st.cost_ema + MARGIN - 1.0    # tokens a unit of forward cost must buy
-        cost = self.cost.table      # cost[k]: a query of k rows (root + k - 1 drafts)
         gain, best_n, best_v, best_gain = 0.0, 0, 0.0, 0.0
         for i, p in enumerate(probs):
             gain += min(1.0, gamma * p)

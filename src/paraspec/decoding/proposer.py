@@ -3,6 +3,10 @@
 Per request the engine calls `begin` once with the prompt, then each step `propose` (a draft
 tree of at most `max_nodes` nodes hanging below the root, the last committed token) and, after
 verification, `observe` with the tokens just committed. `end` releases the request's state.
+`begin` and `propose` get a `StepContext`: what the engine knows that a drafter may weigh its
+draft against (the batch size, the measured forward-cost curve, the step number). A drafter
+holds nothing of the engine's; what drafters share across requests (the token trie, arm
+statistics) they are given when built (decoding/registry.py).
 
 Lookahead decoding also runs a Jacobi window in the same forward. That branch is not a draft:
 it is described by `LookaheadBranch` (tokens, offsets from the root position, a mask among its
@@ -12,11 +16,27 @@ argmax of each of its rows back through `observe(..., lookahead_argmax=...)`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
+from .policy import CostModel
 from .tree import DraftTree
+
+if TYPE_CHECKING:
+    from .trie import TokenTrie
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """The engine's side of a decode step, as drafters see it."""
+
+    batch_size: int = 1              # sequences verified in this step's forward
+    cost: CostModel = field(default_factory=CostModel)   # t(k)/t(1), measured once per engine
+    step: int = 0                    # decode steps the engine has run
+
+
+DEFAULT_CONTEXT = StepContext()      # one sequence, the default cost curve (tests, replay)
 
 
 @dataclass
@@ -36,10 +56,13 @@ class Proposal:
 
 class Proposer(Protocol):
     name: str
+    trie: "TokenTrie | None"         # memory drafters' trie (saved / loaded by the API), else None
 
-    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None) -> None: ...
+    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None,
+              ctx: StepContext = DEFAULT_CONTEXT) -> None: ...
 
-    def propose(self, request_id: str, context: Sequence[int], max_nodes: int) -> Proposal: ...
+    def propose(self, request_id: str, context: Sequence[int], max_nodes: int,
+                ctx: StepContext = DEFAULT_CONTEXT) -> Proposal: ...
 
     def observe(self, request_id: str, committed: Sequence[int],
                 lookahead_argmax: Sequence[int] | None = None) -> None: ...

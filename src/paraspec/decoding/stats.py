@@ -5,7 +5,12 @@ draft tokens plus the bonus token, so plain decoding scores exactly 1.0.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..engine import SequenceState
 
 
 @dataclass
@@ -46,3 +51,21 @@ class SpecStats:
             "draft_s": round(self.draft_s, 6),
             "model_s": round(self.model_s, 6),
         }
+
+
+def sequence_stats(seq: SequenceState) -> dict:
+    """A finished (or running) sequence's figures: prompt/generated token counts, TTFT, decode
+    time and decode tokens/s (tokens after the first, over the time after the first), plus its
+    parallel decoding statistics."""
+    end = seq.finish_time or time.perf_counter()
+    first = seq.first_token_time or end
+    decode_s = end - first
+    after_first = max(len(seq.output) - 1, 0)
+    return {
+        "prompt_tokens": len(seq.prompt),
+        "generated_tokens": len(seq.output),
+        "ttft_s": round(first - seq.arrival, 6),
+        "decode_s": round(decode_s, 6),
+        "tokens_per_s": round(after_first / decode_s, 3) if decode_s > 0 else 0.0,
+        **seq.stats.as_dict(),
+    }

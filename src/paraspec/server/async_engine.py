@@ -19,10 +19,10 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any
 
-from ..api import sequence_stats
-from ..config import PluginConfig, build_drafter
+from ..decoding.registry import PluginConfig
+from ..decoding.stats import sequence_stats
 from ..engine import Engine, SequenceUpdate, TokenLogprob
 from ..errors import ParaspecError, RequestError
 from ..sampling.params import SamplingParams
@@ -31,7 +31,6 @@ from .metrics import ServingMetrics
 logger = logging.getLogger("paraspec.server")
 
 DEFAULT = "default"          # drafter spec: the server's configured drafter
-MAX_CACHED_DRAFTERS = 8      # per-request plugin overrides kept built (they share the engine's trie)
 
 
 class ServerBusyError(Exception):
@@ -153,7 +152,6 @@ class AsyncEngine:
         self._outbox_lock = threading.Lock()
         # loop-thread side only
         self._records: dict[str, _RequestRecord] = {}
-        self._drafters: dict[Hashable, Any] = {}
 
     # ---------------------------------------------------------------- lifecycle (event loop)
 
@@ -298,10 +296,6 @@ class AsyncEngine:
         try:
             drafter = self._drafter(c.drafter)
             self.engine.add_request(c.prompt, c.params, c.request_id, drafter)
-        except ImportError as e:
-            out.append((c.request_id, RequestError(f"this server has no drafter for that plugin_type ({e}); "
-                                                   "leave paraspec.plugin_params out")))
-            return
         except Exception as e:      # ParaspecError: the client's (HTTP 400); anything else: a bug (500)
             if not isinstance(e, ParaspecError):
                 logger.exception("could not add request %s", c.request_id)
@@ -310,14 +304,11 @@ class AsyncEngine:
         self._records[c.request_id] = _RequestRecord(c.submitted)
 
     def _drafter(self, spec: str | PluginConfig | None):
+        """A request's drafter: the server's, none, or the engine's for a plugin override (built
+        once per config and kept, so it shares the engine's trie and measured acceptance)."""
         if spec == DEFAULT or spec is None:
             return spec
-        key = (spec.plugin_type, repr(spec.params))
-        if key not in self._drafters:
-            if len(self._drafters) >= MAX_CACHED_DRAFTERS:     # oldest first; its requests keep their reference
-                self._drafters.pop(next(iter(self._drafters)))
-            self._drafters[key] = build_drafter(spec, self.engine.tokenizer, self.engine)
-        return self._drafters[key]
+        return self.engine.drafters.drafter(spec)
 
     def _snapshot(self, updates: list[SequenceUpdate]) -> list[tuple[str, Delta]]:
         out = []
@@ -368,8 +359,6 @@ class AsyncEngine:
             return
         self.metrics.queue_length.set(len(self.engine.waiting) + self._commands.qsize())
         self.metrics.running.set(len(self.engine.running))
-        # memory drafters share the engine's trie: the first drafter that has one shows it
-        trie = next((d.trie for d in (self.engine.default_drafter, *self._drafters.values())
-                     if getattr(d, "trie", None) is not None), None)
-        if trie is not None:
-            self.metrics.trie_nodes.set(len(trie))
+        # memory drafters share the engine's trie
+        if self.engine.drafters.has_trie:
+            self.metrics.trie_nodes.set(len(self.engine.drafters.trie()))

@@ -11,12 +11,12 @@ so the shared output memory carries over between requests as it would in a serve
 
 Drafting time is the CPU time of this thread (the drafter is single-threaded Python, so on a
 quiet machine it equals wall time). Modelled speedup = plain time / (sum of forward costs +
-drafting time), with the forward cost of k query tokens taken from research/cpu-measurements.md
-(SmolLM2-135M mini-packed, t(1) = 30 ms), made monotone in k. It is an estimate; wall-clock
-numbers come from `paraspec bench`.
+drafting time), with the forward cost of k query tokens from a cost curve: policy's default,
+or the one `paraspec info` measured on a machine (`--cost '{"1": 1, "8": 1.2, "16": 1.5}'`).
+It is an estimate; wall-clock numbers come from `paraspec bench`.
 
     python -m paraspec.tools.replay make copy out.jsonl --n 40      # needs the bundled tokenizer
-    python -m paraspec.tools.replay run out.jsonl --mode tree --decoding-length 16 --cost fp32
+    python -m paraspec.tools.replay run out.jsonl --mode tree --decoding-length 16
 """
 from __future__ import annotations
 
@@ -31,20 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-import numpy as np
-
-from ..decoding.proposer import Proposer
-
-# t(k) / t(1) over k query tokens, k = 1, 2, 4, 8, 16, 32 (cumulative max of the measurements)
-COSTS = {
-    "bf16": ([1, 2, 4, 8, 16, 32], [1.0, 1.0, 1.0, 1.0, 1.17, 1.71]),
-    "fp32": ([1, 2, 4, 8, 16, 32], [1.0, 1.19, 1.19, 1.23, 1.66, 2.51]),
-}
-
-
-def forward_cost(k: int, table: str = "bf16") -> float:
-    xs, ys = COSTS[table]
-    return float(np.interp(k, xs, ys))
+from ..decoding.policy import CostModel
+from ..decoding.proposer import Proposer, StepContext
 
 
 @dataclass
@@ -92,15 +80,18 @@ class ReplayReport:
 
 
 def replay(drafter: Proposer, records: Iterable[Record], max_nodes: int = 15,
-           cost_table: str = "bf16") -> ReplayReport:
+           cost: CostModel | None = None) -> ReplayReport:
+    """Replay the records through `drafter` (one request each, in order), its drafts priced and
+    its steps costed by `cost` (default: policy's default curve)."""
     rep = ReplayReport()
+    ctx = StepContext(cost=cost or CostModel())
     clock = time.thread_time        # CPU time: other load on the machine does not inflate it
     for i, rec in enumerate(records):
         if not rec.output:
             continue
         rid = f"replay-{i}"
         t = clock()
-        drafter.begin(rid, rec.prompt)
+        drafter.begin(rid, rec.prompt, None, ctx)
         rep.begin_s += clock() - t
         rep.prompt_tokens += len(rec.prompt)
         rep.requests += 1
@@ -109,16 +100,9 @@ def replay(drafter: Proposer, records: Iterable[Record], max_nodes: int = 15,
         pos = 1
         while pos < len(out):
             t = clock()
-            draft = drafter.propose(rid, context, max_nodes).draft
+            draft = drafter.propose(rid, context, max_nodes, ctx).draft
             rep.draft_s += clock() - t
-            children = draft.children()
-            row, n_acc = 0, 0
-            while pos + n_acc < len(out):
-                child = children[row].get(out[pos + n_acc])
-                if child is None:
-                    break
-                n_acc += 1
-                row = child + 1
+            n_acc = draft.follow(out[pos:-1])       # greedy: a draft token is accepted iff it is next
             committed = out[pos:pos + n_acc + 1]
             t = clock()
             drafter.observe(rid, committed)
@@ -129,7 +113,7 @@ def replay(drafter: Proposer, records: Iterable[Record], max_nodes: int = 15,
             rep.tokens += len(committed)
             rep.drafted += len(draft)
             rep.accepted += n_acc
-            rep.cost += forward_cost(1 + len(draft), cost_table)
+            rep.cost += ctx.cost(1 + len(draft))
         drafter.end(rid)
     return rep
 
@@ -258,8 +242,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.add_argument("--mode", choices=["tree", "chain"], default="tree")
     run.add_argument("--decoding-length", type=int, default=16)
     run.add_argument("--dynamic", action="store_true")
-    run.add_argument("--cost", choices=sorted(COSTS), default="bf16",
-                     help="forward cost curve, told to the drafter and used for the speedup")
+    run.add_argument("--cost", default=None, help="forward cost curve t(k)/t(1) as JSON {k: cost} "
+                     "(default: policy's), told to the drafter and used for the speedup")
     run.add_argument("--budget", type=int, default=None, help="max draft nodes a step (default "
                      "decoding_length - 1)")
     run.add_argument("--eos", type=int, nargs="*", default=[2])
@@ -270,10 +254,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     params = MemoryDecodingParams(decoding_length=args.decoding_length, dynamic_algo=args.dynamic,
                                   mode=args.mode)
+    cost = CostModel({int(k): float(v) for k, v in json.loads(args.cost).items()}) if args.cost else None
     for path in args.records:
         drafter = MemoryDrafter(params, eos_token_ids=args.eos)
-        drafter.set_forward_cost(dict(zip(*COSTS[args.cost])))
-        rep = replay(drafter, read_records(path), args.budget or params.max_draft, args.cost)
+        rep = replay(drafter, read_records(path), args.budget or params.max_draft, cost)
         print(json.dumps({"records": path, "mode": args.mode, **rep.summary()}))
 
 

@@ -1,0 +1,103 @@
+"""Drafters built from plugin configs, and what an engine's drafters share and outlive.
+
+`PluginConfig` is a validated MindIE plugin_params (config.parse_plugin_params builds it): frozen,
+so the config itself is the key of everything cached per configuration. `DrafterRegistry` is
+owned by one engine and holds
+  * the token trie, memory_decoding's memory: one per engine, shared by every memory drafter
+    (default or per request) so that what any request wrote, all draft from;
+  * the arm statistics of each configuration (whether a lookahead window pays is learnt across
+    all of that configuration's requests, and outlives a drafter evicted from the cache);
+  * the drafters built per configuration (a request's plugin override reuses the one built for
+    the same config, with its measured acceptance).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .policy import ArmStats
+from .proposer import Proposer
+from .trie import TokenTrie
+
+MAX_CACHED_DRAFTERS = 16     # per-configuration drafters kept built (oldest evicted first)
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    plugin_type: str     # "memory_decoding" | "lookahead" | "hybrid"
+    params: Any          # that algorithm's params: a frozen dataclass (hashable)
+
+
+def build_drafter(plugin: PluginConfig, eos_token_ids: Iterable[int], trie: TokenTrie | None = None,
+                  arms: ArmStats | None = None) -> Proposer:
+    """A new drafter for `plugin`. Memory drafters draft from `trie` (a new one if None); drafters
+    with arms record into `arms` (new ones if None)."""
+    eos = frozenset(int(t) for t in eos_token_ids)
+    p = plugin.params
+    if plugin.plugin_type == "memory_decoding":
+        from .memory import MemoryDrafter
+        return MemoryDrafter(p, eos_token_ids=eos, trie=trie)
+    if plugin.plugin_type == "lookahead":
+        from .lookahead import LookaheadDrafter
+        return LookaheadDrafter(p, eos_token_ids=eos, arms=arms)
+    if plugin.plugin_type == "hybrid":
+        from .hybrid import HybridDrafter
+        return HybridDrafter(p, eos_token_ids=eos, trie=trie, arms=arms)
+    raise ValueError(f"no drafter for plugin_type {plugin.plugin_type!r}")
+
+
+def _memory_params(plugin: PluginConfig):
+    """The memory_decoding params inside a plugin config, or None if it keeps no trie."""
+    if plugin.plugin_type == "memory_decoding":
+        return plugin.params
+    if plugin.plugin_type == "hybrid":
+        return plugin.params.memory
+    return None
+
+
+class DrafterRegistry:
+    def __init__(self, eos_token_ids: Iterable[int], max_cached: int = MAX_CACHED_DRAFTERS):
+        self.eos = frozenset(int(t) for t in eos_token_ids)
+        self.max_cached = max_cached
+        self._trie: TokenTrie | None = None
+        self._arms: dict[PluginConfig, ArmStats] = {}
+        self._drafters: dict[PluginConfig, Proposer] = {}
+
+    @property
+    def has_trie(self) -> bool:
+        return self._trie is not None
+
+    def trie(self, max_nodes: int | None = None, window: int | None = None) -> TokenTrie:
+        """The engine's trie, created on first use with the first memory drafter's node budget
+        and window (or the defaults)."""
+        if self._trie is None:
+            kwargs = {k: v for k, v in (("max_nodes", max_nodes), ("window", window)) if v is not None}
+            self._trie = TokenTrie(**kwargs)
+        return self._trie
+
+    def arm_stats(self, plugin: PluginConfig, n_arms: int = 2) -> ArmStats:
+        if plugin not in self._arms:
+            self._arms[plugin] = ArmStats(n_arms)
+        return self._arms[plugin]
+
+    def drafter(self, plugin: PluginConfig | None) -> Proposer | None:
+        """The engine's drafter for `plugin` (built on first use, then cached); None: plain decoding."""
+        if plugin is None:
+            return None
+        if plugin not in self._drafters:
+            if len(self._drafters) >= self.max_cached:      # its running requests keep their reference
+                self._drafters.pop(next(iter(self._drafters)))
+            mem = _memory_params(plugin)
+            trie = self.trie(mem.max_trie_nodes, mem.window) if mem is not None else None
+            self._drafters[plugin] = build_drafter(plugin, self.eos, trie, self.arm_stats(plugin))
+        return self._drafters[plugin]
+
+    def private(self, plugin: PluginConfig) -> Proposer:
+        """A new drafter with an empty trie of its own (a memory cold start: benchmarks whose
+        systems must not see each other's outputs), recording into the engine's arm statistics
+        (whether a window pays is the machine's property, learnt once per configuration)."""
+        return build_drafter(plugin, self.eos, None, self.arm_stats(plugin))
+
+    def drafters(self) -> list[Proposer]:
+        return list(self._drafters.values())
