@@ -74,13 +74,14 @@ def _generate(args: argparse.Namespace) -> int:
                             stop=args.stop or [], ignore_eos=args.ignore_eos)
     llm = LLM(model=args.model, dtype=args.dtype, plugin_params=plugin_params_from_args(args),
               quantization=args.quantization, speculation_gamma=args.speculation_gamma, num_threads=args.threads)
-    if args.trie_file and llm.drafter is not None and hasattr(llm.drafter, "trie") and os.path.exists(args.trie_file):
+    keeps_memory = llm.drafter is not None and llm.drafter.trie is not None
+    if args.trie_file and keeps_memory and os.path.exists(args.trie_file):
         llm.load_memory(args.trie_file)
     if args.chat:
         out = llm.chat([{"role": "user", "content": prompt}], params)[0]
     else:
         out = llm.generate(prompt, params)[0]
-    if args.trie_file and llm.drafter is not None and hasattr(llm.drafter, "trie"):
+    if args.trie_file and keeps_memory:
         llm.save_memory(args.trie_file)
     if args.json:
         print(json.dumps({"text": out.text, "token_ids": out.token_ids, "finish_reason": out.finish_reason,
