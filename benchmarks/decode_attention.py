@@ -29,7 +29,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from paraspec import LLM
-    from paraspec.bench.systems import BenchTask, ParaspecSystem, RunParams
+    from paraspec.bench.base import BenchTask, RunParams
+    from paraspec.bench.paraspec_systems import ParaspecSystem
     from paraspec.info import cpu_report
     from paraspec.model import kernels
 

@@ -8,9 +8,10 @@ import time
 import pytest
 
 from paraspec.bench.aggregate import identity_failures, summarize
+from paraspec.bench.base import BenchTask, RunParams
+from paraspec.bench.paraspec_systems import PARASPEC_SYSTEMS, ParaspecSystem
 from paraspec.bench.report import write_report
 from paraspec.bench.run import bench_main
-from paraspec.bench.systems import PARASPEC_SYSTEMS, BenchTask, ParaspecSystem, RunParams
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -23,10 +24,13 @@ def _args(**kw) -> argparse.Namespace:
 
 @pytest.fixture(scope="module")
 def quick_run(tiny_model_dir, tmp_path_factory):
-    """One --quick style run on the tiny model, shared by the checks below."""
+    """One --quick style run on the tiny model, shared by the checks below. llama-cpp-python is made
+    unimportable (None in sys.modules), so the llamacpp peer takes its real skip path."""
     out = tmp_path_factory.mktemp("bench")
-    rc = bench_main(_args(out=str(out), model=str(tiny_model_dir("llama")),
-                          systems="ar,md-tree,md-chain,la,hybrid,aspd"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "llama_cpp", None)
+        rc = bench_main(_args(out=str(out), model=str(tiny_model_dir("llama")),
+                              systems="ar,md-tree,md-chain,la,hybrid,llamacpp"))
     return rc, out, json.loads((out / "results.json").read_text())
 
 
@@ -41,8 +45,11 @@ def test_quick_writes_json_markdown_and_plots(quick_run):
     assert results["config"]["trie_prefilled"] is False
     assert {"cpu", "torch_threads", "torch", "dtype", "git_commit"} <= set(results["environment"])
     # a system that cannot run is listed as skipped, with the reason, never silently dropped
-    assert results["systems"]["aspd"]["status"] == "skipped" and results["systems"]["aspd"]["note"]
-    assert results["systems"]["hybrid"]["status"] in ("ok", "skipped")
+    llamacpp = results["systems"]["llamacpp"]
+    assert (llamacpp["status"], llamacpp["kind"]) == ("skipped", "peer")
+    assert "llama-cpp-python is not installed" in llamacpp["note"]
+    assert "| llamacpp | peer |" in report and "skipped: llama-cpp-python is not installed" in report
+    assert all(results["systems"][s]["status"] == "ok" for s in ("ar", "md-tree", "md-chain", "la", "hybrid"))
 
 
 def test_every_task_is_run_by_every_system_ar_first(quick_run):

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
-from .systems import (ALL_SYSTEMS, GREEDY, PARASPEC_SYSTEMS, SAMPLED, BenchTask, Measurement, RunParams,
-                      SkipSystem, System, SystemContext, SystemInfo, describe_skipped, is_known, make_system)
+from .base import GREEDY, SAMPLED, BenchTask, Measurement, RunParams, SkipSystem, System, SystemInfo
+from .paraspec_systems import PARASPEC_SYSTEMS
+from .systems import ALL_SYSTEMS, SystemContext, describe_skipped, is_known, make_system
 from .tasks import TASK_SETS, Task, load_task_set, quick_tasks
 
 QUICK_SYSTEMS = ("ar", "md-tree", "la")
