@@ -39,7 +39,7 @@ from typing import Any, Hashable, Sequence
 
 from ..errors import ConfigError
 from .proposer import DEFAULT_CONTEXT, Proposal, StepContext
-from .tree import DraftTree
+from .tree import DraftTree, descend
 from .trie import TokenTrie
 
 MAX_DECODING_LENGTH = 16
@@ -123,9 +123,9 @@ class _Walk:
     """A draft being scored against the tokens committed after its root."""
     __slots__ = ("children", "probs", "kappa", "row")
 
-    def __init__(self, draft: DraftTree, probs: list[float], kappa: float) -> None:
+    def __init__(self, draft: DraftTree, kappa: float) -> None:
         self.children = draft.children()
-        self.probs = probs
+        self.probs = draft.probs
         self.kappa = kappa
         self.row = 0                        # query row reached: 0 = the root
 
@@ -210,11 +210,11 @@ class MemoryDrafter:
             first = sum(p for p, par in zip(m.probs, m.parents) if par < 0)
             st.cal.new_draft(first)
             self._shared.new_draft(first)
-            st.walks.append(_Walk(DraftTree(m.tokens, m.parents), m.probs, kappa))
+            st.walks.append(_Walk(m, kappa))
         st.draft_cost = ctx.cost(1 + n)
         if n == 0:
             return Proposal(DraftTree())
-        st.draft = DraftTree(m.tokens[:n], m.parents[:n])
+        st.draft = m.truncated(n)
         return Proposal(st.draft, expected=expected)
 
     def observe(self, request_id: str, committed: Sequence[int],
@@ -255,22 +255,17 @@ class MemoryDrafter:
 
     def _score(self, st: _Request, walk: _Walk, committed: Sequence[int]) -> bool:
         """Advance a walk along committed tokens, counting hits; False once it left the draft."""
-        hit1 = hit2 = exp2 = 0.0
-        alive = True
-        for tok in committed:
-            kids = walk.children[walk.row]
-            if walk.row and kids:           # a continuation trial below an accepted node
-                parent_p = walk.probs[walk.row - 1] * walk.kappa
-                exp2 += sum(walk.probs[c] for c in kids.values()) / parent_p
-            child = kids.get(tok)
-            if child is None:
-                alive = False
-                break
-            if walk.row:
-                hit2 += 1
-            else:
-                hit1 += 1
-            walk.row = child + 1
+        rows = descend(walk.children, walk.row, committed)
+        alive = len(rows) == len(committed)
+        # every row a token was tried from (the failing try included); below an accepted node
+        # a try is a continuation trial, expected to succeed with the kids' share of its p
+        trials = ([walk.row] + rows)[:len(rows) + (not alive)]
+        exp2 = sum(sum(walk.probs[c] for c in walk.children[r].values()) / (walk.probs[r - 1] * walk.kappa)
+                   for r in trials if r and walk.children[r])
+        hit1 = 1.0 if rows and walk.row == 0 else 0.0
+        hit2 = len(rows) - hit1
+        if rows:
+            walk.row = rows[-1]
         for cal in (st.cal, self._shared):
             cal.hit1 += hit1
             cal.hit2 += hit2

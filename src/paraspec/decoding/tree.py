@@ -3,7 +3,8 @@
 A draft is a tree hanging below the root (the last committed token, whose KV is not cached
 yet). Nodes are stored in topological order (a parent before its children); `parents[i]` is
 the index of node i's parent, or -1 when the parent is the root. A chain is the special case
-parents = [-1, 0, 1, ...].
+parents = [-1, 0, 1, ...]. A drafter may state for every node the chance that it is on the
+accepted path (`probs`, empty when it does not say): a node is never likelier than its parent.
 
 Verification flattens `[root] + tokens` into one query: query row 0 is the root, row i + 1 is
 node i. Everything the verifier needs (depths, the ancestor mask, children per node) is
@@ -23,10 +24,13 @@ ROOT = -1
 class DraftTree:
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
+    probs: list[float] = field(default_factory=list)   # per node, or empty: not estimated
 
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.parents):
             raise ValueError("DraftTree: tokens and parents must have the same length")
+        if self.probs and len(self.probs) != len(self.tokens):
+            raise ValueError("DraftTree: probs must be empty or one per node")
         for i, p in enumerate(self.parents):
             if not ROOT <= p < i:
                 raise ValueError(f"DraftTree: node {i} has parent {p}; parents must come first")
@@ -53,7 +57,7 @@ class DraftTree:
     def extended(self, paths: Sequence[Sequence[int]], max_nodes: int) -> "DraftTree":
         """A copy with the nodes of root-to-node `paths` added where missing, in order, until it
         has `max_nodes` nodes: this tree's nodes keep their indices (and their order)."""
-        tree = DraftTree(list(self.tokens), list(self.parents))
+        tree = DraftTree(list(self.tokens), list(self.parents), list(self.probs))
         if len(tree) >= max_nodes:
             return tree
         index = {(p, t): i for i, (t, p) in enumerate(zip(self.tokens, self.parents))}
@@ -61,18 +65,23 @@ class DraftTree:
             parent = ROOT
             for tok in path:
                 node = index.get((parent, tok))
-                if node is None:
-                    node = index[(parent, tok)] = tree.add(tok, parent)
+                if node is None:    # no estimate for an added node: 0 where the others have one
+                    node = index[(parent, tok)] = tree.add(tok, parent, 0.0 if self.probs else None)
                     if len(tree) >= max_nodes:
                         return tree
                 parent = node
         return tree
 
-    def add(self, token: int, parent: int = ROOT) -> int:
+    def add(self, token: int, parent: int = ROOT, prob: float | None = None) -> int:
+        """Append a node (with its probability where the tree has them); returns its index."""
         if not ROOT <= parent < len(self.tokens):
             raise ValueError(f"DraftTree.add: parent {parent} does not exist")
+        if self.tokens and (prob is not None) != bool(self.probs):
+            raise ValueError("DraftTree.add: give a probability exactly when the tree has them")
         self.tokens.append(int(token))
         self.parents.append(int(parent))
+        if prob is not None:
+            self.probs.append(float(prob))
         return len(self.tokens) - 1
 
     def __len__(self) -> int:
@@ -99,15 +108,7 @@ class DraftTree:
     def follow(self, tokens: Sequence[int]) -> int:
         """How many of `tokens` a walk from the root down this tree goes through: the draft
         tokens verification accepts when the model's choices are `tokens`."""
-        children = self.children()
-        row, n = 0, 0
-        for tok in tokens:
-            child = children[row].get(int(tok))
-            if child is None:
-                break
-            n += 1
-            row = child + 1
-        return n
+        return len(descend(self.children(), 0, tokens))
 
     def ancestor_mask(self) -> np.ndarray:
         """[n+1, n+1] bool over query rows: row r sees the root, its ancestors and itself."""
@@ -130,4 +131,18 @@ class DraftTree:
 
     def truncated(self, max_nodes: int) -> "DraftTree":
         """The first `max_nodes` nodes (still a valid tree: parents come first)."""
-        return DraftTree(self.tokens[:max_nodes], self.parents[:max_nodes])
+        return DraftTree(self.tokens[:max_nodes], self.parents[:max_nodes], self.probs[:max_nodes])
+
+
+def descend(children: list[dict[int, int]], row: int, tokens: Sequence[int]) -> list[int]:
+    """The tree walk along tokens: from query row `row` (0 = the root), follow the child that
+    carries each next token while there is one; returns the rows reached, one per token followed.
+    (children: DraftTree.children(). acceptance.walk is the same walk with tokens drawn as it goes.)"""
+    rows = []
+    for tok in tokens:
+        child = children[row].get(int(tok))
+        if child is None:
+            break
+        row = child + 1
+        rows.append(row)
+    return rows

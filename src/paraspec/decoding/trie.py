@@ -6,6 +6,9 @@ anchor). Counts live on nodes and come in two kinds:
   * output counts (key OUTPUT): shared by every request and persistent: the cross-request memory;
   * prompt counts (key = a unique request id): seen only by that request, dropped by release().
 
+This module is the store (nodes, insertion, release, prune); drafting from it is trie_match.py,
+saving and loading trie_file.py.
+
 Layout: a struct of arrays indexed by node id. The hot counters are Python lists (bumping a list
 item is ~2.5x faster than an array or numpy scalar). Children: None for a leaf, the child's id for
 a single child (9 nodes in 10: a one-entry dict would cost 224 bytes), a dict token -> id for more.
@@ -19,9 +22,6 @@ Invariants that make freeing cheap and safe (check_invariants() asserts them):
 """
 from __future__ import annotations
 
-import heapq
-import json
-import os
 from array import array
 from collections import Counter
 from dataclasses import dataclass
@@ -29,31 +29,13 @@ from typing import Hashable, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import ParaspecError
+from .trie_file import SUPER_ROOT, TrieFile, TrieFileError  # noqa: F401  (TrieFileError: re-exported)
+from .trie_match import OUTPUT, TrieMatch
 
-SUPER_ROOT = 0
-FALLBACK_PRIOR = 0.5        # the 1-token match knows less context than the 2-token one
-SMOOTHING = 1.0             # pseudo-count at the match: a continuation seen once is not certain
-BIG_FANOUT = 48             # above this many children, rank only cached candidates (see _ranked)
-TOP_K = 16                  # candidates kept per big node by output count (>= the largest draft)
 _LOW_WATER = 0.75           # prune() shrinks to this fraction of max_nodes: amortises its O(n) cost
 _CHUNK = 1024               # positions inserted between two budget checks
 _PROMPT_SHARE = 0.5         # live prompts may pin at most this fraction of max_nodes
 _FREE = -2                  # parent of a freed node id
-_FILE_FORMAT = "paraspec-token-trie"
-_FILE_VERSION = 1
-
-
-class _OutputKey:
-    def __repr__(self) -> str:
-        return "OUTPUT"
-
-
-OUTPUT = _OutputKey()       # the key of the shared output memory (never a request id)
-
-
-class TrieFileError(ParaspecError):
-    """A saved trie file is missing, corrupt or from an incompatible version."""
 
 
 @dataclass
@@ -66,18 +48,6 @@ class TrieStats:
     window: int
 
 
-@dataclass
-class Match:
-    """A draft below the root: node i is tokens[i], child of parents[i] (-1 = the root);
-    probs[i] estimates the chance that node i is on the accepted path (from the trie counts)."""
-    tokens: list[int]
-    parents: list[int]
-    probs: list[float]
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-
 class _Stream:
     """Incremental output insertion: one open path per recent position, so a token is searchable
     as soon as it is committed (MindIE and PIA wait for a full window of later tokens)."""
@@ -88,7 +58,7 @@ class _Stream:
         self.epoch = epoch
 
 
-class TokenTrie:
+class TokenTrie(TrieMatch, TrieFile):
     def __init__(self, max_nodes: int = 1 << 20, window: int = 18) -> None:
         if max_nodes < 1:
             raise ValueError(f"TokenTrie: max_nodes={max_nodes} must be >= 1")
@@ -416,244 +386,3 @@ class TokenTrie:
             if node < 0 or (self._out[node] <= 0 and node not in pc):
                 return -1
         return node
-
-    def match(self, context: Sequence[int], key: Hashable = OUTPUT, max_nodes: int = 15,
-              tree: bool = True, prompt_weight: float = 1.0, continuation: float = 1.0,
-              max_depth: int | None = None) -> Match:
-        """Draft continuations of `context` below the root context[-1], parents first.
-
-        Looks up the last 2 tokens and the last token alone: both subtrees compete for the
-        budget, the 1-token one discounted by FALLBACK_PRIOR (it knows less context), and a
-        continuation found in both is drafted once. A node scores prompt_weight * prompt count
-        + output count; its probability is its parent's times its share of the parent's score
-        (plus SMOOTHING at the match), times `continuation` below the first level (a caller's
-        correction of the trie's conditional estimates), never above its parent's.
-        tree=True: the max_nodes most probable nodes, best first,
-        so every prefix of the result is the best tree of its size. tree=False: one chain, the
-        best child at each level (MindIE).
-        """
-        res = Match([], [], [])
-        if max_nodes <= 0 or not context:
-            return res
-        depth_cap = max_depth or self.window
-        pc = self._prompts.get(key, {})
-        sources = []
-        if len(context) >= 2:
-            m2 = self.lookup(context[-2:], key)
-            if m2 >= 0:
-                sources.append((m2, 1.0))
-        m1 = self.lookup(context[-1:], key)
-        if m1 >= 0:
-            sources.append((m1, FALLBACK_PRIOR))
-        if tree:
-            self._grow_tree(sources, key, pc, max_nodes, prompt_weight, continuation, depth_cap, res)
-            return res
-        for src, prior in sources:
-            chain = self._grow_chain(src, prior, key, pc, max_nodes, prompt_weight, continuation,
-                                     depth_cap)
-            if sum(chain.probs) > sum(res.probs):
-                res = chain
-        return res
-
-    def _grow_chain(self, node: int, prior: float, key: Hashable, pc: dict[int, int],
-                    max_nodes: int, w: float, kappa: float, depth_cap: int) -> Match:
-        chain = Match([], [], [])
-        p, denom = prior, w * pc.get(node, 0) + self._out[node] + SMOOTHING
-        while len(chain.tokens) < min(max_nodes, depth_cap):
-            best = self._ranked(node, key, pc, w, 1)
-            if not best:
-                break
-            s, tok, node = best[0]
-            p = min(p, p * s / denom * (kappa if chain.tokens else 1.0))
-            chain.parents.append(len(chain.tokens) - 1)
-            chain.tokens.append(tok)
-            chain.probs.append(p)
-            denom = s
-        return chain
-
-    def _grow_tree(self, sources: list[tuple[int, float]], key: Hashable, pc: dict[int, int],
-                   max_nodes: int, w: float, kappa: float, depth_cap: int, res: Match) -> None:
-        """Best-first growth by probability; a heap entry is a trie node waiting to become a
-        child of draft node `dparent`."""
-        tokens, parents, probs = res.tokens, res.parents, res.probs
-        kids, out, tok_of = self._kids, self._out, self._tok
-        index: dict[tuple[int, int], int] = {}     # (draft parent, token) -> draft node
-        heap: list[tuple[float, int, int, int, int, int, float]] = []
-        seq = 0
-
-        def push(node: int, p_node: float, denom: float, dparent: int, depth: int) -> None:
-            nonlocal seq
-            if depth > depth_cap:
-                return
-            scale = p_node / denom * (kappa if dparent >= 0 else 1.0)
-            for s, t, c in self._ranked(node, key, pc, w, max_nodes - len(tokens)):
-                seq += 1
-                p = scale * s
-                heapq.heappush(heap, (-(p if p < p_node else p_node), seq, c, t, dparent, depth, s))
-
-        def add(dparent: int, tok: int, p: float) -> int:
-            at = index.get((dparent, tok))
-            if at is None:                  # else the other source drafted it already
-                at = len(tokens)
-                tokens.append(tok)
-                parents.append(dparent)
-                probs.append(p)
-                index[(dparent, tok)] = at
-            return at
-
-        for src, prior in sources:
-            push(src, prior, w * pc.get(src, 0) + out[src] + SMOOTHING, -1, 1)
-        while heap and len(tokens) < max_nodes:
-            neg_p, _, node, tok, dparent, depth, s = heapq.heappop(heap)
-            p = -neg_p
-            at = add(dparent, tok, p)
-            # follow a lone child while it is still the best candidate: copied text is long
-            # unary chains, and this spares them the heap
-            while len(tokens) < max_nodes and depth < depth_cap:
-                c = kids[node]
-                if c.__class__ is not int:
-                    break
-                s_c = w * pc.get(c, 0) + out[c]
-                p_c = p * kappa * s_c / s
-                p_c = p_c if p_c < p else p
-                if s_c <= 0 or (heap and p_c < -heap[0][0]):
-                    break
-                node, s, p, depth = c, s_c, p_c, depth + 1
-                at = add(at, tok_of[c], p)
-            push(node, p, s, at, depth + 1)
-
-    def _ranked(self, node: int, key: Hashable, pc: dict[int, int], w: float,
-                room: int) -> list[tuple[float, int, int]]:
-        """(score, token, child) of the best children `key` can see, at most `room` of them;
-        on a tie the older child wins (it was inserted first: measured better for chains).
-
-        A big node (anchors of common tokens get thousands of children) is not scanned: its
-        candidates are the TOP_K children by output count, cached until the node's own count
-        (an upper bound on what its children gained) grows by a quarter, plus this request's
-        prompt children, found once per request (a prompt does not change after insert)."""
-        k = self._kids[node]
-        out = self._out
-        if k is None:
-            return []
-        if k.__class__ is int:
-            s = w * pc.get(k, 0) + out[k]
-            return [(s, self._tok[k], k)] if s > 0 else []
-        if len(k) <= BIG_FANOUT:
-            cand: Iterable[tuple[int, int]] = k.items()
-        else:
-            top = self._top.get(node)
-            if top is None or out[node] > top[0] * 1.25 + 4:
-                best = heapq.nlargest(TOP_K, ((out[c], t, c) for t, c in k.items() if out[c]))
-                top = self._top[node] = (out[node], [(t, c) for _, t, c in best])
-            cand = [(t, c) for t, c in top[1] if k.get(t) == c]    # ids may have been reused
-            if pc:
-                mine = self._prompt_kids.setdefault(key, {})
-                in_prompt = mine.get(node)
-                if in_prompt is None:
-                    in_prompt = mine[node] = [(t, c) for t, c in k.items() if c in pc]
-                cand = dict(cand + in_prompt).items()
-        scored = [(w * pc.get(c, 0) + out[c], t, c) for t, c in cand]
-        if len(scored) > room:              # nlargest is stable: the older child wins a tie
-            scored = heapq.nlargest(room, scored, key=_score_of)
-        return [x for x in scored if x[0] > 0]
-
-    # ---------------------------------------------------------------- persistence
-    def _output_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Nodes with output counts, breadth first: (parent index, token, count), where index 0
-        is the super-root and node i of the arrays is index i + 1."""
-        parents, toks, counts = [], [], []
-        frontier = [(SUPER_ROOT, 0)]
-        while frontier:
-            nxt = []
-            for node, idx in frontier:
-                for t, c in self._items(node):
-                    if self._out[c] > 0:
-                        parents.append(idx)
-                        toks.append(t)
-                        counts.append(self._out[c])
-                        nxt.append((c, len(toks)))
-            frontier = nxt
-        return (np.asarray(parents, dtype=np.int32), np.asarray(toks, dtype=np.int32),
-                np.asarray(counts, dtype=np.int64))
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the shared output memory (prompt counts belong to live requests: not saved).
-        The file is replaced atomically, so a crash never leaves half a trie."""
-        parent, token, count = self._output_arrays()
-        meta = json.dumps({"format": _FILE_FORMAT, "version": _FILE_VERSION, "window": self.window})
-        tmp = f"{os.fspath(path)}.tmp"
-        with open(tmp, "wb") as f:
-            np.savez_compressed(f, meta=np.array(meta), parent=parent, token=token, count=count)
-        os.replace(tmp, path)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, max_nodes: int | None = None) -> "TokenTrie":
-        """Read a file written by save(). max_nodes defaults to max(2**20, the file's nodes)."""
-        parent, token, count, window = _read_trie_file(path)
-        trie = cls(max_nodes or max(1 << 20, len(token)), window)
-        trie._add_output_arrays(parent, token, count)
-        return trie
-
-    def merge(self, other: "TokenTrie") -> None:
-        """Add another trie's output memory to this one (e.g. memory saved by another server)."""
-        self._add_output_arrays(*other._output_arrays())
-
-    def merge_file(self, path: str | os.PathLike) -> None:
-        """Add the memory saved in a file to this trie, in place (a trie shared by drafters
-        keeps its identity). Paths deeper than this trie's window are cut."""
-        parent, token, count, _ = _read_trie_file(path)
-        self._add_output_arrays(parent, token, count)
-
-    def _add_output_arrays(self, parent: np.ndarray, token: np.ndarray, count: np.ndarray) -> None:
-        """Add counts along the given paths (a merge keeps counts non-increasing down a path)."""
-        self._make_room(min(len(token), self.max_nodes))
-        ids = [SUPER_ROOT] * (len(token) + 1)
-        out, depth = self._out, self._depth
-        for i, (p, t, c) in enumerate(zip(parent.tolist(), token.tolist(), count.tolist()), 1):
-            at = ids[p]
-            if at < 0 or depth[at] >= self.window:
-                ids[i] = -1                 # beyond the window or the budget: the subtree too
-                continue
-            node = self._child(at, t)
-            if node < 0:
-                node = self._alloc(at, t)
-            ids[i] = node
-            if node >= 0:
-                out[node] += c
-
-
-def _score_of(entry: tuple[float, int, int]) -> float:
-    return entry[0]
-
-
-def _read_trie_file(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    def fail(why: str) -> TrieFileError:
-        return TrieFileError(f"trie file {os.fspath(path)!r} {why}; delete it, or save the "
-                             "memory again, to start from a valid file")
-
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            parent, token, count = z["parent"], z["token"], z["count"]
-    except FileNotFoundError:
-        raise TrieFileError(f"trie file {os.fspath(path)!r} does not exist; check the path, "
-                            "or save a trie there first") from None
-    except Exception as e:  # zip, npz, key and json errors all mean the same to the user
-        raise fail(f"cannot be read ({type(e).__name__}: {e})") from None
-    if not isinstance(meta, dict) or meta.get("format") != _FILE_FORMAT:
-        raise fail("is not a paraspec token trie")
-    if meta.get("version") != _FILE_VERSION:
-        raise fail(f"has version {meta.get('version')!r}, this paraspec reads version {_FILE_VERSION}")
-    window = meta.get("window")
-    if not isinstance(window, int) or not 2 <= window <= 255:
-        raise fail(f"has an invalid window {window!r}")
-    n = len(token)
-    if token.ndim != 1 or parent.shape != (n,) or count.shape != (n,):
-        raise fail("has arrays of mismatched shapes")
-    if not (np.issubdtype(parent.dtype, np.integer) and np.issubdtype(token.dtype, np.integer)
-            and np.issubdtype(count.dtype, np.integer)):
-        raise fail("has non-integer arrays")
-    if n and (np.any(parent < 0) or np.any(parent > np.arange(n)) or np.any(token < 0)
-              or np.any(count <= 0)):
-        raise fail("has out-of-order parents, negative tokens or non-positive counts")
-    return parent, token, count, window

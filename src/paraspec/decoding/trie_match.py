@@ -1,0 +1,186 @@
+"""Drafting from the token trie: the most probable continuations of a context, as a DraftTree
+whose nodes carry their estimated chance of being accepted (a mixin of TokenTrie, trie.py).
+
+A node scores prompt_weight * prompt count + output count; its probability is its parent's times
+its share of the parent's score (plus SMOOTHING at the match), never above its parent's. Two
+matches compete: the last 2 tokens, and the last token alone (it knows less context:
+FALLBACK_PRIOR).
+"""
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING, Hashable, Iterable, Sequence
+
+from .tree import DraftTree
+
+if TYPE_CHECKING:
+    from array import array
+
+FALLBACK_PRIOR = 0.5        # the 1-token match knows less context than the 2-token one
+SMOOTHING = 1.0             # pseudo-count at the match: a continuation seen once is not certain
+BIG_FANOUT = 48             # above this many children, rank only cached candidates (see _ranked)
+TOP_K = 16                  # candidates kept per big node by output count (>= the largest draft)
+
+
+class _OutputKey:
+    def __repr__(self) -> str:
+        return "OUTPUT"
+
+
+OUTPUT = _OutputKey()       # the key of the shared output memory (never a request id)
+
+
+class TrieMatch:
+    """match() and what it needs; the node arrays are TokenTrie's."""
+
+    _tok: array
+    _kids: list
+    _out: list[int]
+    _prompts: dict
+    _top: dict
+    _prompt_kids: dict
+    window: int
+
+    def match(self, context: Sequence[int], key: Hashable = OUTPUT, max_nodes: int = 15,
+              tree: bool = True, prompt_weight: float = 1.0, continuation: float = 1.0,
+              max_depth: int | None = None) -> DraftTree:
+        """Draft continuations of `context` below the root context[-1], parents first.
+
+        Looks up the last 2 tokens and the last token alone: both subtrees compete for the
+        budget, the 1-token one discounted by FALLBACK_PRIOR (it knows less context), and a
+        continuation found in both is drafted once. A node scores prompt_weight * prompt count
+        + output count; its probability is its parent's times its share of the parent's score
+        (plus SMOOTHING at the match), times `continuation` below the first level (a caller's
+        correction of the trie's conditional estimates), never above its parent's.
+        tree=True: the max_nodes most probable nodes, best first,
+        so every prefix of the result is the best tree of its size. tree=False: one chain, the
+        best child at each level (MindIE).
+        """
+        res = DraftTree()
+        if max_nodes <= 0 or not context:
+            return res
+        depth_cap = max_depth or self.window
+        pc = self._prompts.get(key, {})
+        sources = []
+        if len(context) >= 2:
+            m2 = self.lookup(context[-2:], key)
+            if m2 >= 0:
+                sources.append((m2, 1.0))
+        m1 = self.lookup(context[-1:], key)
+        if m1 >= 0:
+            sources.append((m1, FALLBACK_PRIOR))
+        if tree:
+            self._grow_tree(sources, key, pc, max_nodes, prompt_weight, continuation, depth_cap, res)
+            return res
+        for src, prior in sources:
+            chain = self._grow_chain(src, prior, key, pc, max_nodes, prompt_weight, continuation,
+                                     depth_cap)
+            if sum(chain.probs) > sum(res.probs):
+                res = chain
+        return res
+
+    def _grow_chain(self, node: int, prior: float, key: Hashable, pc: dict[int, int],
+                    max_nodes: int, w: float, kappa: float, depth_cap: int) -> DraftTree:
+        chain = DraftTree()
+        p, denom = prior, w * pc.get(node, 0) + self._out[node] + SMOOTHING
+        while len(chain.tokens) < min(max_nodes, depth_cap):
+            best = self._ranked(node, key, pc, w, 1)
+            if not best:
+                break
+            s, tok, node = best[0]
+            p = min(p, p * s / denom * (kappa if chain.tokens else 1.0))
+            chain.parents.append(len(chain.tokens) - 1)
+            chain.tokens.append(tok)
+            chain.probs.append(p)
+            denom = s
+        return chain
+
+    def _grow_tree(self, sources: list[tuple[int, float]], key: Hashable, pc: dict[int, int],
+                   max_nodes: int, w: float, kappa: float, depth_cap: int, res: DraftTree) -> None:
+        """Best-first growth by probability; a heap entry is a trie node waiting to become a
+        child of draft node `dparent`."""
+        tokens, parents, probs = res.tokens, res.parents, res.probs
+        kids, out, tok_of = self._kids, self._out, self._tok
+        index: dict[tuple[int, int], int] = {}     # (draft parent, token) -> draft node
+        heap: list[tuple[float, int, int, int, int, int, float]] = []
+        seq = 0
+
+        def push(node: int, p_node: float, denom: float, dparent: int, depth: int) -> None:
+            nonlocal seq
+            if depth > depth_cap:
+                return
+            scale = p_node / denom * (kappa if dparent >= 0 else 1.0)
+            for s, t, c in self._ranked(node, key, pc, w, max_nodes - len(tokens)):
+                seq += 1
+                p = scale * s
+                heapq.heappush(heap, (-(p if p < p_node else p_node), seq, c, t, dparent, depth, s))
+
+        def add(dparent: int, tok: int, p: float) -> int:
+            at = index.get((dparent, tok))
+            if at is None:                  # else the other source drafted it already
+                at = len(tokens)
+                tokens.append(tok)
+                parents.append(dparent)
+                probs.append(p)
+                index[(dparent, tok)] = at
+            return at
+
+        for src, prior in sources:
+            push(src, prior, w * pc.get(src, 0) + out[src] + SMOOTHING, -1, 1)
+        while heap and len(tokens) < max_nodes:
+            neg_p, _, node, tok, dparent, depth, s = heapq.heappop(heap)
+            p = -neg_p
+            at = add(dparent, tok, p)
+            # follow a lone child while it is still the best candidate: copied text is long
+            # unary chains, and this spares them the heap
+            while len(tokens) < max_nodes and depth < depth_cap:
+                c = kids[node]
+                if c.__class__ is not int:
+                    break
+                s_c = w * pc.get(c, 0) + out[c]
+                p_c = p * kappa * s_c / s
+                p_c = p_c if p_c < p else p
+                if s_c <= 0 or (heap and p_c < -heap[0][0]):
+                    break
+                node, s, p, depth = c, s_c, p_c, depth + 1
+                at = add(at, tok_of[c], p)
+            push(node, p, s, at, depth + 1)
+
+    def _ranked(self, node: int, key: Hashable, pc: dict[int, int], w: float,
+                room: int) -> list[tuple[float, int, int]]:
+        """(score, token, child) of the best children `key` can see, at most `room` of them;
+        on a tie the older child wins (it was inserted first: measured better for chains).
+
+        A big node (anchors of common tokens get thousands of children) is not scanned: its
+        candidates are the TOP_K children by output count, cached until the node's own count
+        (an upper bound on what its children gained) grows by a quarter, plus this request's
+        prompt children, found once per request (a prompt does not change after insert)."""
+        k = self._kids[node]
+        out = self._out
+        if k is None:
+            return []
+        if k.__class__ is int:
+            s = w * pc.get(k, 0) + out[k]
+            return [(s, self._tok[k], k)] if s > 0 else []
+        if len(k) <= BIG_FANOUT:
+            cand: Iterable[tuple[int, int]] = k.items()
+        else:
+            top = self._top.get(node)
+            if top is None or out[node] > top[0] * 1.25 + 4:
+                best = heapq.nlargest(TOP_K, ((out[c], t, c) for t, c in k.items() if out[c]))
+                top = self._top[node] = (out[node], [(t, c) for _, t, c in best])
+            cand = [(t, c) for t, c in top[1] if k.get(t) == c]    # ids may have been reused
+            if pc:
+                mine = self._prompt_kids.setdefault(key, {})
+                in_prompt = mine.get(node)
+                if in_prompt is None:
+                    in_prompt = mine[node] = [(t, c) for t, c in k.items() if c in pc]
+                cand = dict(cand + in_prompt).items()
+        scored = [(w * pc.get(c, 0) + out[c], t, c) for t, c in cand]
+        if len(scored) > room:              # nlargest is stable: the older child wins a tie
+            scored = heapq.nlargest(room, scored, key=_score_of)
+        return [x for x in scored if x[0] > 0]
+
+
+def _score_of(entry: tuple[float, int, int]) -> float:
+    return entry[0]
