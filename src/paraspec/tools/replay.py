@@ -6,8 +6,11 @@ proposes, the longest matching draft path plus one bonus token is committed, and
 observes it. The prefill's token is committed before the first step without an `observe` call
 (the drafter must pick it up from the context).
 
-Records are JSON lines {"prompt": [ids], "output": [ids]}, replayed in order through ONE drafter,
-so the shared output memory carries over between requests as it would in a server.
+Records are JSON lines {"prompt": [ids], "output": [ids], "group": name?}, replayed in order; each
+group (a bench task set) through ONE new drafter, so the shared output memory carries over between
+the group's requests as it would in a server, and starts empty for the next group as in the bench.
+`record` writes the greedy outputs of the bench's task sets with the bundled model: what parallel
+decoding reproduces token for token, so drafting can be tuned offline against them.
 
 Drafting time is the CPU time of this thread (the drafter is single-threaded Python, so on a
 quiet machine it equals wall time). Modelled speedup = plain time / (sum of forward costs +
@@ -16,7 +19,8 @@ or the one `paraspec info` measured on a machine (`--cost '{"1": 1, "8": 1.2, "1
 It is an estimate; wall-clock numbers come from `paraspec bench`.
 
     python -m paraspec.tools.replay make copy out.jsonl --n 40      # needs the bundled tokenizer
-    python -m paraspec.tools.replay run out.jsonl --mode tree --decoding-length 16
+    python -m paraspec.tools.replay record bench.jsonl --n 10      # bench tasks, greedy, bundled model
+    python -m paraspec.tools.replay run bench.jsonl --plugin '{"plugin_type": "hybrid"}' 
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ from ..decoding.proposer import Proposer, StepContext
 class Record:
     prompt: list[int]
     output: list[int]
+    group: str = ""             # records of one group share a drafter (a bench task set)
 
 
 @dataclass
@@ -226,6 +231,38 @@ def _bundled_tokenizer() -> tuple[Callable[[str], list[int]], int]:
     return (lambda s: tok.encode(s, add_special_tokens=False)), tok.eos_token_id
 
 
+def record_bench(task_sets: Sequence[str], n: int, seed: int = 0, max_new_tokens: int | None = None) -> list[Record]:
+    """Greedy outputs of the bench's tasks with the bundled model in its default numerics."""
+    from .. import LLM, SamplingParams
+    from ..bench.tasks import load_task_set
+
+    llm = LLM()
+    eos = llm.tokenizer.eos_token_ids
+    recs = []
+    for name in task_sets:
+        for t in load_task_set(name, n, seed):
+            ids = llm.tokenizer.encode(t.prompt) if t.prompt is not None else llm.tokenizer.encode_chat(t.messages)
+            cap = min(t.max_new_tokens, max_new_tokens or t.max_new_tokens)
+            out = llm.generate([ids], SamplingParams(temperature=0, max_tokens=cap, stop=list(t.stop)))[0]
+            tokens = [x for x in out.token_ids if x not in eos] + [x for x in out.token_ids if x in eos][:1]
+            recs.append(Record(ids, tokens, name))
+    return recs
+
+
+def replay_groups(plugin: dict | str, records: Sequence[Record], eos: Sequence[int],
+                  cost: CostModel | None = None, max_nodes: int = 64) -> dict[str, ReplayReport]:
+    """replay() per group, each through a new drafter (empty memory) for `plugin` (plugin_params)."""
+    from ..config import parse_plugin_params
+    from ..decoding.registry import DrafterRegistry
+
+    plugin_config = parse_plugin_params(plugin)
+    out = {}
+    for group in dict.fromkeys(r.group for r in records):
+        drafter = DrafterRegistry(eos).private(plugin_config)
+        out[group] = replay(drafter, [r for r in records if r.group == group], max_nodes, cost)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from ..decoding.memory import MemoryDecodingParams, MemoryDrafter
 
@@ -237,8 +274,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     mk.add_argument("out")
     mk.add_argument("--n", type=int, default=40)
     mk.add_argument("--seed", type=int, default=0)
-    run = sub.add_parser("run", help="replay records through memory_decoding")
+    rec = sub.add_parser("record", help="write the bench tasks' greedy outputs (bundled model)")
+    rec.add_argument("out")
+    rec.add_argument("--tasks", default="humaneval,grounded,chat,repeated")
+    rec.add_argument("--n", type=int, default=10)
+    rec.add_argument("--seed", type=int, default=0)
+    rec.add_argument("--max-new-tokens", type=int, default=None)
+    run = sub.add_parser("run", help="replay records through memory_decoding (or --plugin)")
     run.add_argument("records", nargs="+")
+    run.add_argument("--plugin", default=None, help="plugin_params JSON: replay this drafter per group")
     run.add_argument("--mode", choices=["tree", "chain"], default="tree")
     run.add_argument("--decoding-length", type=int, default=16)
     run.add_argument("--dynamic", action="store_true")
@@ -246,15 +290,23 @@ def main(argv: Sequence[str] | None = None) -> None:
                      "(default: policy's), told to the drafter and used for the speedup")
     run.add_argument("--budget", type=int, default=None, help="max draft nodes a step (default "
                      "decoding_length - 1)")
-    run.add_argument("--eos", type=int, nargs="*", default=[2])
+    run.add_argument("--eos", type=int, nargs="*", default=[0, 2], help="stop token ids (default: SmolLM2's)")
     args = ap.parse_args(argv)
     if args.cmd == "make":
         encode, eos = _bundled_tokenizer()
         write_records(args.out, make_workload(args.kind, args.n, encode, args.seed, eos))
         return
+    if args.cmd == "record":
+        write_records(args.out, record_bench(args.tasks.split(","), args.n, args.seed, args.max_new_tokens))
+        return
+    cost = CostModel({int(k): float(v) for k, v in json.loads(args.cost).items()}) if args.cost else None
+    if args.plugin:
+        for path in args.records:
+            for group, rep in replay_groups(args.plugin, read_records(path), args.eos, cost).items():
+                print(json.dumps({"records": path, "group": group, **rep.summary()}))
+        return
     params = MemoryDecodingParams(decoding_length=args.decoding_length, dynamic_algo=args.dynamic,
                                   mode=args.mode)
-    cost = CostModel({int(k): float(v) for k, v in json.loads(args.cost).items()}) if args.cost else None
     for path in args.records:
         drafter = MemoryDrafter(params, eos_token_ids=args.eos)
         rep = replay(drafter, read_records(path), args.budget or params.max_draft, cost)
