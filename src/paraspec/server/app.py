@@ -25,7 +25,9 @@ from .async_engine import AsyncEngine, EngineDeadError, RequestTimeoutError, Ser
 from .config import ServiceConfig, load_config
 from .metrics import ServingMetrics
 from .protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
-from .serving import APIError, OpenAIServingChat, OpenAIServingCompletion, error_for
+from .serving import APIError, error_for
+from .serving_chat import OpenAIServingChat
+from .serving_completion import OpenAIServingCompletion
 
 logger = logging.getLogger("paraspec.server")
 

@@ -1,16 +1,16 @@
-"""Completion and chat handlers: validate a request, submit it to the AsyncEngine, and build either
-the whole OpenAI response or an async generator of server-sent-event chunks.
+"""What the completion and chat handlers share: validation of everything a client can get wrong,
+limits, per-request plugin overrides, submission to the AsyncEngine, logprobs, usage and stats, the
+API errors, and merging several requests' streams (serving_completion.py and serving_chat.py build
+the responses).
 
-Everything a client can get wrong is checked here, before anything reaches the engine, so it comes
-back as HTTP 400 rather than as an error event inside a 200 stream. Each accepted run of tokens
-arrives as one Delta and becomes one SSE chunk: parallel decoding streams in runs.
+Everything a client can get wrong is checked before anything reaches the engine, so it comes back
+as HTTP 400 rather than as an error event inside a 200 stream. Each accepted run of tokens arrives
+as one Delta and becomes one SSE chunk: parallel decoding streams in runs.
 """
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Sequence
 
@@ -23,15 +23,11 @@ from .async_engine import (DEFAULT, AsyncEngine, Delta, EngineDeadError, Request
                            ServerBusyError)
 from .config import ServiceConfig
 from .protocol import (ChatCompletionLogProb, ChatCompletionLogProbs, ChatCompletionLogProbsContent,
-                       ChatCompletionRequest, ChatCompletionResponse, ChatCompletionResponseChoice,
-                       ChatCompletionResponseStreamChoice, ChatCompletionStreamResponse, ChatMessage,
-                       CompletionLogProbs, CompletionRequest, CompletionResponse, CompletionResponseChoice,
-                       CompletionResponseStreamChoice, CompletionStreamResponse, DeltaMessage, ErrorInfo,
-                       ErrorResponse, UsageInfo, random_id)
+                       ChatCompletionRequest, CompletionLogProbs, CompletionRequest, ErrorInfo, ErrorResponse,
+                       UsageInfo)
 
 logger = logging.getLogger("paraspec.server")
 
-OPENAI_DEFAULT_MAX_TOKENS = 16      # completions only; chat defaults to the room left in the context
 MIN_LOGPROB = -9999.0               # JSON has no -inf
 BIG_PROMPT_CHARS = 100_000          # tokenised off the event loop above this
 
@@ -49,7 +45,7 @@ class APIError(Exception):
 
 
 @dataclass
-class _Choice:
+class ChoiceState:
     """One output being assembled (index = prompt index * n + sample index)."""
 
     text: list[str] = field(default_factory=list)
@@ -58,6 +54,14 @@ class _Choice:
     finish_reason: str | None = None
     stats: dict | None = None
     started: bool = False
+
+    def add(self, d: Delta) -> None:
+        self.text.append(d.text)
+        self.token_ids += d.token_ids
+        if d.logprobs:
+            self.logprobs += d.logprobs
+        if d.finish_reason is not None:
+            self.finish_reason, self.stats = d.finish_reason, d.stats
 
 
 class OpenAIServing:
@@ -188,7 +192,7 @@ class OpenAIServing:
             for lp in lps])
 
     @staticmethod
-    def paraspec_stats(plugin: str | None, choices: list[_Choice]) -> dict:
+    def paraspec_stats(plugin: str | None, choices: list[ChoiceState]) -> dict:
         """Per-request decoding stats: totals over the choices, then each choice's own."""
         stats = [c.stats or {} for c in choices]
         steps = sum(s.get("decode_steps", 0) for s in stats)
@@ -200,7 +204,7 @@ class OpenAIServing:
                 "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0, "choices": stats}
 
     @staticmethod
-    def usage(prompt_lens: list[int], choices: list[_Choice]) -> UsageInfo:
+    def usage(prompt_lens: list[int], choices: list[ChoiceState]) -> UsageInfo:
         completion = sum(len(c.token_ids) for c in choices)
         return UsageInfo(prompt_tokens=sum(prompt_lens), completion_tokens=completion,
                          total_tokens=sum(prompt_lens) + completion)
@@ -258,205 +262,5 @@ async def merge_streams(streams: list[RequestStream]) -> AsyncIterator[tuple[int
             t.cancel()
 
 
-def _sse(chunk) -> str:
+def sse(chunk) -> str:
     return f"data: {chunk.model_dump_json()}\n\n"
-
-
-# ====================================================================================== completions
-
-class OpenAIServingCompletion(OpenAIServing):
-    async def create_completion(self, req: CompletionRequest) -> CompletionResponse | AsyncIterator[str]:
-        self.check_common(req)
-        if req.suffix:
-            raise APIError("suffix is not supported; leave it out", param="suffix")
-        if req.best_of is not None and req.best_of != (req.n or 1):
-            raise APIError("best_of is not supported (other than best_of = n); leave it out", param="best_of")
-        if req.echo and req.logprobs is not None:
-            raise APIError("echo with logprobs is not supported (no prompt log-probabilities); drop one",
-                           param="echo")
-        texts, prompts = await self._prompts(req.prompt)
-        params = [req.to_sampling_params(self.max_tokens(req.max_tokens, len(p), OPENAI_DEFAULT_MAX_TOKENS))
-                  for p in prompts]
-        plugin, plugin_name = self.plugin_spec(req)
-        request_id = random_id("cmpl")
-        streams = self.submit(request_id, prompts, params, plugin)
-        n = params[0].n
-        echo = [t if req.echo else "" for t in texts]
-        if req.stream:
-            return self._stream(req, request_id, streams, n, echo, [len(p) for p in prompts], plugin_name)
-        choices = [_Choice() for _ in range(len(prompts) * n)]
-        try:
-            async with contextlib.aclosing(merge_streams(streams)) as deltas:
-                async for pi, d in deltas:
-                    _accumulate(choices[pi * n + d.index], d)
-        finally:
-            for s in streams:
-                s.close()
-        out = []
-        for i, c in enumerate(choices):
-            prefix = echo[i // n]
-            lp = self.completion_logprobs(c.logprobs, 0) if req.logprobs is not None else None
-            out.append(CompletionResponseChoice(index=i, text=prefix + "".join(c.text), logprobs=lp,
-                                                finish_reason=c.finish_reason))
-        return CompletionResponse(id=request_id, model=self.model_name, choices=out,
-                                  usage=self.usage([len(p) for p in prompts], choices),
-                                  paraspec=self.paraspec_stats(plugin_name, choices))
-
-    async def _prompts(self, prompt) -> tuple[list[str], list[list[int]]]:
-        """The prompt field (text, texts, token ids, lists of token ids) -> (texts, checked token ids)."""
-        if isinstance(prompt, str):
-            items: list = [prompt]
-        elif prompt and all(isinstance(t, int) for t in prompt):
-            items = [list(prompt)]
-        else:
-            items = list(prompt)
-        if not items:
-            raise APIError("prompt is empty; send a string, a list of strings or token ids", param="prompt")
-        texts, prompts = [], []
-        for item in items:
-            if isinstance(item, str):
-                texts.append(item)
-                prompts.append(self.check_prompt(await self.encode(item), "prompt"))
-            else:
-                ids = self.check_prompt(list(item), "prompt")
-                texts.append(self.tokenizer.decode(ids))
-                prompts.append(ids)
-        return texts, prompts
-
-    async def _stream(self, req: CompletionRequest, request_id: str, streams: list[RequestStream], n: int,
-                      echo: list[str], prompt_lens: list[int], plugin_name: str | None) -> AsyncIterator[str]:
-        created = int(time.time())
-        choices = [_Choice() for _ in range(len(streams) * n)]
-        offsets = [len(echo[i // n]) for i in range(len(choices))]
-        try:
-            async with contextlib.aclosing(merge_streams(streams)) as deltas:
-                async for pi, d in deltas:
-                    idx = pi * n + d.index
-                    c = choices[idx]
-                    text = d.text if c.started else echo[pi] + d.text
-                    c.started = True
-                    _accumulate(c, d)
-                    if not (text or d.finish_reason or (req.logprobs is not None and d.token_ids)):
-                        continue        # text held back (a multi-byte character or a stop string may follow)
-                    lp = None
-                    if req.logprobs is not None and d.logprobs:
-                        lp = self.completion_logprobs(d.logprobs, offsets[idx])
-                        offsets[idx] += sum(len(t) for t in lp.tokens)
-                    chunk = CompletionStreamResponse(
-                        id=request_id, created=created, model=self.model_name,
-                        choices=[CompletionResponseStreamChoice(index=idx, text=text, logprobs=lp,
-                                                                finish_reason=d.finish_reason)],
-                        paraspec={"index": idx, **d.stats} if d.stats else None)
-                    yield _sse(chunk)
-            if req.stream_options and req.stream_options.include_usage:
-                yield _sse(CompletionStreamResponse(id=request_id, created=created, model=self.model_name,
-                                                    choices=[], usage=self.usage(prompt_lens, choices),
-                                                    paraspec=self.paraspec_stats(plugin_name, choices)))
-        except Exception as e:
-            if error_for(e).type == "internal_server_error":
-                logger.exception("completion stream %s failed", request_id)
-            yield self.error_event(e)
-        finally:
-            for s in streams:
-                s.close()
-        yield "data: [DONE]\n\n"
-
-
-# ====================================================================================== chat
-
-class OpenAIServingChat(OpenAIServing):
-    async def create_chat_completion(self, req: ChatCompletionRequest) -> ChatCompletionResponse | AsyncIterator[str]:
-        self.check_common(req)
-        if req.tools:
-            raise APIError("tools are not supported; leave them out", param="tools")
-        if req.response_format and req.response_format.get("type", "text") != "text":
-            raise APIError("response_format other than {\"type\": \"text\"} is not supported",
-                           param="response_format")
-        if req.top_logprobs is not None and not req.logprobs:
-            raise APIError("top_logprobs needs logprobs=true", param="top_logprobs")
-        prompt = self.check_prompt(await self._render(req), "messages")
-        requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        params = req.to_sampling_params(self.max_tokens(requested, len(prompt), None))
-        plugin, plugin_name = self.plugin_spec(req)
-        request_id = random_id("chatcmpl")
-        streams = self.submit(request_id, [prompt], [params], plugin)
-        if req.stream:
-            return self._stream(req, request_id, streams[0], params.n, len(prompt), plugin_name)
-        choices = [_Choice() for _ in range(params.n)]
-        try:
-            async for d in streams[0]:
-                _accumulate(choices[d.index], d)
-        finally:
-            streams[0].close()
-        out = [ChatCompletionResponseChoice(
-            index=i, message=ChatMessage(role="assistant", content="".join(c.text)),
-            logprobs=self.chat_logprobs(c.logprobs) if req.logprobs else None, finish_reason=c.finish_reason)
-            for i, c in enumerate(choices)]
-        return ChatCompletionResponse(id=request_id, model=self.model_name, choices=out,
-                                      usage=self.usage([len(prompt)], choices),
-                                      paraspec=self.paraspec_stats(plugin_name, choices))
-
-    async def _render(self, req: ChatCompletionRequest) -> list[int]:
-        """messages -> the model's chat template -> token ids."""
-        messages = []
-        for i, m in enumerate(req.messages):
-            content = m.content
-            if isinstance(content, list):           # content parts: text only
-                texts = []
-                for part in content:
-                    if part.get("type") != "text" or not isinstance(part.get("text"), str):
-                        raise APIError(f"messages[{i}].content: only text parts are supported",
-                                       param=f"messages[{i}].content")
-                    texts.append(part["text"])
-                content = "".join(texts)
-            messages.append({"role": m.role, "content": content or ""})
-        from jinja2 import TemplateError
-        try:
-            if sum(len(m["content"]) for m in messages) > BIG_PROMPT_CHARS:
-                return await asyncio.to_thread(self.tokenizer.encode_chat, messages)
-            return self.tokenizer.encode_chat(messages)
-        except TemplateError as e:
-            raise APIError(f"the chat template could not render the messages: {e}", param="messages") from None
-
-    async def _stream(self, req: ChatCompletionRequest, request_id: str, stream: RequestStream, n: int,
-                      prompt_len: int, plugin_name: str | None) -> AsyncIterator[str]:
-        created = int(time.time())
-        choices = [_Choice() for _ in range(n)]
-
-        def chunk(choices: list[ChatCompletionResponseStreamChoice], **kw) -> str:
-            return _sse(ChatCompletionStreamResponse(id=request_id, created=created, model=self.model_name,
-                                                     choices=choices, **kw))
-
-        try:
-            for i in range(n):                      # the role first, as OpenAI does
-                yield chunk([ChatCompletionResponseStreamChoice(index=i, delta=DeltaMessage(role="assistant",
-                                                                                           content=""))])
-            async for d in stream:
-                _accumulate(choices[d.index], d)
-                if not (d.text or d.finish_reason or (req.logprobs and d.token_ids)):
-                    continue        # text held back (a multi-byte character or a stop string may follow)
-                lp = self.chat_logprobs(d.logprobs) if req.logprobs and d.logprobs else None
-                delta = DeltaMessage(content=d.text or None)
-                yield chunk([ChatCompletionResponseStreamChoice(index=d.index, delta=delta, logprobs=lp,
-                                                                finish_reason=d.finish_reason)],
-                            paraspec={"index": d.index, **d.stats} if d.stats else None)
-            if req.stream_options and req.stream_options.include_usage:
-                yield chunk([], usage=self.usage([prompt_len], choices),
-                            paraspec=self.paraspec_stats(plugin_name, choices))
-        except Exception as e:
-            if error_for(e).type == "internal_server_error":
-                logger.exception("chat stream %s failed", request_id)
-            yield self.error_event(e)
-        finally:
-            stream.close()
-        yield "data: [DONE]\n\n"
-
-
-def _accumulate(c: _Choice, d: Delta) -> None:
-    c.text.append(d.text)
-    c.token_ids += d.token_ids
-    if d.logprobs:
-        c.logprobs += d.logprobs
-    if d.finish_reason is not None:
-        c.finish_reason, c.stats = d.finish_reason, d.stats
-

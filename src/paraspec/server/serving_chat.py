@@ -1,0 +1,105 @@
+"""/v1/chat/completions: validate the request, render the messages with the model's chat template,
+submit, and build the whole response or an async generator of SSE chunks (the role first, then one
+chunk per accepted run of tokens)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import AsyncIterator
+
+from .async_engine import RequestStream
+from .protocol import (ChatCompletionRequest, ChatCompletionResponse, ChatCompletionResponseChoice,
+                       ChatCompletionResponseStreamChoice, ChatCompletionStreamResponse, ChatMessage, DeltaMessage,
+                       random_id)
+from .serving import BIG_PROMPT_CHARS, APIError, ChoiceState, OpenAIServing, error_for, sse
+
+logger = logging.getLogger("paraspec.server")
+
+
+class OpenAIServingChat(OpenAIServing):
+    async def create_chat_completion(self, req: ChatCompletionRequest) -> ChatCompletionResponse | AsyncIterator[str]:
+        self.check_common(req)
+        if req.tools:
+            raise APIError("tools are not supported; leave them out", param="tools")
+        if req.response_format and req.response_format.get("type", "text") != "text":
+            raise APIError("response_format other than {\"type\": \"text\"} is not supported",
+                           param="response_format")
+        if req.top_logprobs is not None and not req.logprobs:
+            raise APIError("top_logprobs needs logprobs=true", param="top_logprobs")
+        prompt = self.check_prompt(await self._render(req), "messages")
+        requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        params = req.to_sampling_params(self.max_tokens(requested, len(prompt), None))
+        plugin, plugin_name = self.plugin_spec(req)
+        request_id = random_id("chatcmpl")
+        streams = self.submit(request_id, [prompt], [params], plugin)
+        if req.stream:
+            return self._stream(req, request_id, streams[0], params.n, len(prompt), plugin_name)
+        choices = [ChoiceState() for _ in range(params.n)]
+        try:
+            async for d in streams[0]:
+                choices[d.index].add(d)
+        finally:
+            streams[0].close()
+        out = [ChatCompletionResponseChoice(
+            index=i, message=ChatMessage(role="assistant", content="".join(c.text)),
+            logprobs=self.chat_logprobs(c.logprobs) if req.logprobs else None, finish_reason=c.finish_reason)
+            for i, c in enumerate(choices)]
+        return ChatCompletionResponse(id=request_id, model=self.model_name, choices=out,
+                                      usage=self.usage([len(prompt)], choices),
+                                      paraspec=self.paraspec_stats(plugin_name, choices))
+
+    async def _render(self, req: ChatCompletionRequest) -> list[int]:
+        """messages -> the model's chat template -> token ids."""
+        messages = []
+        for i, m in enumerate(req.messages):
+            content = m.content
+            if isinstance(content, list):           # content parts: text only
+                texts = []
+                for part in content:
+                    if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                        raise APIError(f"messages[{i}].content: only text parts are supported",
+                                       param=f"messages[{i}].content")
+                    texts.append(part["text"])
+                content = "".join(texts)
+            messages.append({"role": m.role, "content": content or ""})
+        from jinja2 import TemplateError
+        try:
+            if sum(len(m["content"]) for m in messages) > BIG_PROMPT_CHARS:
+                return await asyncio.to_thread(self.tokenizer.encode_chat, messages)
+            return self.tokenizer.encode_chat(messages)
+        except TemplateError as e:
+            raise APIError(f"the chat template could not render the messages: {e}", param="messages") from None
+
+    async def _stream(self, req: ChatCompletionRequest, request_id: str, stream: RequestStream, n: int,
+                      prompt_len: int, plugin_name: str | None) -> AsyncIterator[str]:
+        created = int(time.time())
+        choices = [ChoiceState() for _ in range(n)]
+
+        def chunk(choices: list[ChatCompletionResponseStreamChoice], **kw) -> str:
+            return sse(ChatCompletionStreamResponse(id=request_id, created=created, model=self.model_name,
+                                                    choices=choices, **kw))
+
+        try:
+            for i in range(n):                      # the role first, as OpenAI does
+                yield chunk([ChatCompletionResponseStreamChoice(index=i, delta=DeltaMessage(role="assistant",
+                                                                                           content=""))])
+            async for d in stream:
+                choices[d.index].add(d)
+                if not (d.text or d.finish_reason or (req.logprobs and d.token_ids)):
+                    continue        # text held back (a multi-byte character or a stop string may follow)
+                lp = self.chat_logprobs(d.logprobs) if req.logprobs and d.logprobs else None
+                delta = DeltaMessage(content=d.text or None)
+                yield chunk([ChatCompletionResponseStreamChoice(index=d.index, delta=delta, logprobs=lp,
+                                                                finish_reason=d.finish_reason)],
+                            paraspec={"index": d.index, **d.stats} if d.stats else None)
+            if req.stream_options and req.stream_options.include_usage:
+                yield chunk([], usage=self.usage([prompt_len], choices),
+                            paraspec=self.paraspec_stats(plugin_name, choices))
+        except Exception as e:
+            if error_for(e).type == "internal_server_error":
+                logger.exception("chat stream %s failed", request_id)
+            yield self.error_event(e)
+        finally:
+            stream.close()
+        yield "data: [DONE]\n\n"
