@@ -2,7 +2,7 @@
 
     paraspec bench --quick                      # smoke run: < 60 s on 2 cores (CI)
     paraspec bench --out docs/bench --sweep --serving   # the full run behind the README's numbers
-    python -m paraspec.bench.run ...            # the same, with every flag of add_bench_flags
+    python -m paraspec.bench.run ...            # the same
     python -m paraspec.bench.report docs/bench/results.json   # redo report.md and plots from the JSON
 
 Method (why each rule):
@@ -28,23 +28,18 @@ import dataclasses
 import importlib.util
 import json
 import os
-import platform
 import sys
 import tempfile
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError
-from .base import GREEDY, SAMPLED, BenchTask, Measurement, RunParams, SkipSystem, System, SystemInfo
+from .base import GREEDY, BenchTask, Measurement, RunParams, SkipSystem, System
 from .paraspec_systems import PARASPEC_SYSTEMS
-from .systems import ALL_SYSTEMS, SystemContext, describe_skipped, is_known, make_system
-from .tasks import TASK_SETS, Task, load_task_set, quick_tasks
+from .plan import Plan, Run, add_bench_flags
+from .results import write_results
+from .systems import SystemContext, describe_skipped, make_system
+from .tasks import Task, load_task_set, quick_tasks
 
-QUICK_SYSTEMS = ("ar", "md-tree", "la")
 QUICK_TASKS = {"humaneval": 1, "grounded": 1, "chat": 1, "repeated": 2}   # repeated: a request and its repeat
-QUICK_MAX_NEW_TOKENS = 32
-QUICK_BUDGET_S = 40.0       # --quick starts no new task after this (model load included): CI's 60 s
 FULL_TASKS_PER_SET = 8
 SWEEP_DECODING_LENGTHS = (2, 4, 8, 12, 16)
 SWEEP_LOOKAHEAD = tuple((n, w, g) for n in (3, 4, 5) for w in (3, 5, 7) for g in (3, 5))
@@ -56,82 +51,10 @@ SERVING_REQUESTS = 16
 SERVING_PLUGIN = PARASPEC_SYSTEMS["md-tree"]
 
 
-def add_bench_flags(p: argparse.ArgumentParser) -> None:
-    """Flags beyond cli.py's bench parser (quick, out, tasks, systems, n, max-new-tokens, model args)."""
-    p.add_argument("--repeats", type=int, default=None, help="runs per task and system; medians (default 3, quick 1)")
-    p.add_argument("--modes", default=None, help="greedy,sampled (default both; quick: greedy)")
-    p.add_argument("--sweep", action="store_true", help="also sweep decoding_length and lookahead (N, W, G)")
-    p.add_argument("--serving", action="store_true", help="also speedup vs batch size through `paraspec serve`")
-    p.add_argument("--no-ttft-probe", action="store_true", help="skip the 2k-token TTFT probe")
-    p.add_argument("--memory", default=None, metavar="TRIE",
-                   help="pre-fill every memory system's trie from this file (LLM.save_memory) at each task set")
-
-
-@dataclass
-class Plan:
-    out: Path
-    quick: bool
-    task_sets: list[str]
-    systems: list[str]
-    n: int | None
-    max_new_tokens: int | None
-    repeats: int
-    modes: list[str]
-    sweep: bool
-    serving: bool
-    ttft_probe: bool
-    model: str
-    dtype: str
-    quantization: str | None
-    threads: int | None
-    budget_s: float | None
-    memory_file: str | None = None
-    seed: int = 0
-
-    @classmethod
-    def from_args(cls, a: argparse.Namespace) -> "Plan":
-        quick = bool(getattr(a, "quick", False))
-        get = lambda name, default=None: getattr(a, name, default)  # noqa: E731  (cli.py may lack the newer flags)
-        split = lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None  # noqa: E731
-        sets = split(get("tasks")) or list(TASK_SETS)
-        if bad := [s for s in sets if s not in TASK_SETS]:
-            raise ConfigError(f"unknown task set {bad[0]!r}; choose from {', '.join(TASK_SETS)}")
-        systems = split(get("systems")) or list(QUICK_SYSTEMS if quick else ALL_SYSTEMS)
-        if bad := [s for s in systems if not is_known(s)]:
-            raise ConfigError(f"unknown bench system {bad[0]!r}; choose from {', '.join(ALL_SYSTEMS)}, "
-                              "md-tree-L<n>, md-chain-L<n> or la-N<n>W<w>G<g>")
-        if "ar" in systems:
-            systems.remove("ar")
-        systems.insert(0, "ar")     # the baseline, and it runs first: peers copy its token counts
-        modes = split(get("modes")) or ([GREEDY] if quick else [GREEDY, SAMPLED])
-        if any(m not in (GREEDY, SAMPLED) for m in modes):
-            raise ConfigError(f"--modes takes greedy and/or sampled (comma-separated), got {','.join(modes)}")
-        repeats = get("repeats") or (1 if quick else 3)
-        return cls(out=Path(get("out") or "bench-out"), quick=quick, task_sets=sets, systems=systems, n=get("n"),
-                   max_new_tokens=get("max_new_tokens") or (QUICK_MAX_NEW_TOKENS if quick else None),
-                   repeats=max(1, repeats), modes=modes, sweep=bool(get("sweep")), serving=bool(get("serving")),
-                   ttft_probe=not quick and not get("no_ttft_probe"), model=get("model") or "default",
-                   dtype=get("dtype") or "auto", quantization=get("quantization") or "auto", threads=get("threads"),
-                   budget_s=QUICK_BUDGET_S if quick else None, memory_file=get("memory"))
-
-
-@dataclass
-class Run:
-    """Everything one bench run collects; becomes results.json."""
-    plan: Plan
-    started: float = field(default_factory=time.perf_counter)
-    systems: dict[str, SystemInfo] = field(default_factory=dict)
-    tasks: list[dict] = field(default_factory=list)
-    measurements: list[Measurement] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    serving: dict | None = None
-    forward_cost: dict | None = None
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
-
-    def over_budget(self) -> bool:
-        return self.plan.budget_s is not None and self.elapsed() > self.plan.budget_s
+def add_parser(sub) -> None:
+    b = sub.add_parser("bench", help="benchmark paraspec against its peers")
+    add_bench_flags(b)
+    b.set_defaults(func=bench_main)
 
 
 # --------------------------------------------------------------------------------------------- main
@@ -170,7 +93,7 @@ def bench_main(args: argparse.Namespace) -> int:
         s.close()
     if plan.serving:
         run.serving = _serving(plan, run)
-    return _finish(run)
+    return write_results(run)
 
 
 def _pick(task_set: str, plan: Plan) -> list[Task]:
@@ -323,88 +246,21 @@ def _serving(plan: Plan, run: Run) -> dict | None:
     return out
 
 
-# ------------------------------------------------------------------------------------------- output
-
-def environment(plan: Plan) -> dict:
-    import torch
-    import transformers
-
-    from ..info import cpu_report
-    report = cpu_report()    # CPU features (CPUID), the kernel path and op kernels, default numerics
-    return {"cpu": report["cpu"], "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "cpu_features": report["features"], "kernels": report["kernels"], "ops": report["ops"],
-            "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
-            "platform": platform.platform(), "git_commit": _git_commit(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "dtype": plan.dtype, "quantization": plan.quantization,
-            "model": plan.model,
-            "load_avg_at_end": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None}
-
-
 def _forward_cost(llm, systems: list[System]) -> dict | None:
     """The runner's t(k)/t(1) curve that drafters size their drafts by. It is measured once, when
     the first drafter is built (in prepare, untimed), so this is the curve this run used."""
-    if not hasattr(llm.runner, "forward_cost") or all(s.info.plugin_params is None for s in systems):
+    if all(s.info.plugin_params is None for s in systems):
         return None
     # a staircase (k rows cost what the next multiple of 4 does): its steps say it all
     return {str(k): round(v, 3) for k, v in llm.runner.forward_cost().items() if k == 1 or k % 4 == 0}
 
 
-def _git_commit() -> str | None:
-    """HEAD of the checkout this file is in, "+dirty" with uncommitted changes; None outside a checkout."""
-    import subprocess
-    here = Path(__file__).resolve()
-    root = next((p for p in here.parents if (p / ".git").exists()), None)
-    if root is None:
-        return None
-    try:
-        git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,  # noqa: E731
-                                        timeout=10).stdout.strip()
-        head = git("rev-parse", "HEAD")
-        return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "") if head else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _finish(run: Run) -> int:
-    from .aggregate import identity_failures
-    from .report import write_report
-
-    plan = run.plan
-    plan.out.mkdir(parents=True, exist_ok=True)
-    results = {
-        "schema": 1,
-        "environment": {**environment(plan), "forward_cost": run.forward_cost},
-        "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(plan).items()},
-                   "trie_prefilled": bool(plan.memory_file),
-                   "memory_policy": ("pre-filled from " + plan.memory_file if plan.memory_file else "empty") +
-                                    " at the start of each task set; accumulates the set's earlier tasks (the "
-                                    "system's own outputs); every run of a task starts from the same snapshot, so "
-                                    "repeats never see their own previous answer",
-                   "sampled": {"temperature": 0.8, "top_p": 0.95}},
-        "systems": {k: dataclasses.asdict(v) for k, v in run.systems.items()},
-        "tasks": run.tasks,
-        "measurements": [m.to_dict() for m in run.measurements],
-        "serving": run.serving,
-        "notes": run.notes,
-        "wall_s": round(run.elapsed(), 2),
-    }
-    (plan.out / "results.json").write_text(json.dumps(results, indent=1))
-    files = write_report(results, plan.out)
-    print(f"paraspec bench: {len(run.measurements)} runs in {run.elapsed():.1f} s -> "
-          f"{plan.out / 'results.json'}, {', '.join(str(f) for f in files)}", file=sys.stderr)
-    bad = identity_failures(results)
-    for b in bad:
-        print(f"paraspec bench: LOSSLESSNESS: {b}", file=sys.stderr)
-    return 1 if bad else 0
-
-
 def main(argv: list[str] | None = None) -> int:
-    """`python -m paraspec.bench.run [flags]`: `paraspec bench` plus the flags cli.py may not have yet."""
-    from ..cli import build_parser
-    args, rest = build_parser().parse_known_args(["bench", *(sys.argv[1:] if argv is None else argv)])
-    extra = argparse.ArgumentParser(prog="python -m paraspec.bench.run")
-    add_bench_flags(extra)
-    return bench_main(extra.parse_args(rest, namespace=args))
+    """`python -m paraspec.bench.run [flags]`: the same as `paraspec bench [flags]`."""
+    parser = argparse.ArgumentParser(prog="python -m paraspec.bench.run",
+                                     description="benchmark paraspec against its peers")
+    add_bench_flags(parser)
+    return bench_main(parser.parse_args(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,25 @@
 """OpenAI-compatible HTTP server: `paraspec serve`.
 
-    config.py        MindIE-style config.json -> typed, validated ServiceConfig
-    protocol.py      OpenAI request/response schemas (pydantic); requests -> SamplingParams
-    async_engine.py  the Engine's step loop on one thread, fed from asyncio; abort / timeout / 503
-    serving.py       completion and chat handlers: full responses or SSE chunks, logprobs, stats
-    metrics.py       Prometheus collectors in a per-app registry
-    app.py           FastAPI app, routes, error JSON, serve_main
+    config.py              MindIE-style config.json -> typed, validated ServiceConfig
+    protocol.py            OpenAI request/response schemas (pydantic); requests -> SamplingParams
+    async_engine.py        the Engine's step loop on one thread, fed from asyncio; abort / timeout / 503
+    serving.py             what both endpoints share: validation, limits, plugin overrides, logprobs
+    serving_completion.py  /v1/completions: a full response or SSE chunks
+    serving_chat.py        /v1/chat/completions: a full response or SSE chunks
+    metrics.py             Prometheus collectors in a per-app registry
+    app.py                 FastAPI app, routes, error JSON
+    command.py             `paraspec serve`: flags, config + overrides, the process
 """
-from .app import create_app, serve_main
+from .command import serve_main
 from .config import ServiceConfig, load_config
 
 __all__ = ["ServiceConfig", "create_app", "load_config", "serve_main"]
+
+
+def __getattr__(name: str):
+    # create_app loads FastAPI, torch and the model code: on first use, so that the CLI, which
+    # imports command.py through this package, parses its flags without them
+    if name == "create_app":
+        from .app import create_app
+        return create_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

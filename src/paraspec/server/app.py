@@ -1,15 +1,13 @@
-"""The FastAPI app: thin routes over the serving handlers, health / readiness / metrics, OpenAI-style
-error JSON for everything a client can get wrong, and `serve_main` for `paraspec serve`.
+"""The FastAPI app: thin routes over the serving handlers, health / readiness / metrics, and
+OpenAI-style error JSON for everything a client can get wrong (`paraspec serve` is command.py).
 
-    create_app(llm, config) -> FastAPI      (tests and embedders)
-    serve_main(args) -> exit code           (the CLI: config.json or defaults -> LLM -> uvicorn)
+    create_app(llm, config) -> FastAPI      (tests, embedders and serve_main)
+    build_llm(config) -> LLM                (the model and drafter a config describes)
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import sys
 import warnings
 from contextlib import asynccontextmanager
 from typing import Any, Awaitable
@@ -22,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..api import LLM
 from ..errors import ParaspecError
 from .async_engine import AsyncEngine, EngineDeadError, RequestTimeoutError, ServerBusyError
-from .config import ServiceConfig, load_config
+from .config import ServiceConfig
 from .metrics import ServingMetrics
 from .protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from .serving import APIError, error_for
@@ -32,7 +30,6 @@ from .serving_completion import OpenAIServingCompletion
 logger = logging.getLogger("paraspec.server")
 
 MAX_BODY_BYTES = 16 * 1024 * 1024     # a request body larger than this is refused (HTTP 413)
-SHUTDOWN_GRACE_S = 30                 # on SIGTERM, running requests get this long to finish
 
 router = APIRouter()
 
@@ -236,62 +233,3 @@ def build_llm(config: ServiceConfig, dtype: str = "auto", quantization: str | No
         config.warnings.append(f"BackendConfig.ModelDeployConfig.maxSeqLen={deploy.max_seq_len} is above the "
                                f"model's context of {llm.model.args.max_seq_len}; requests are limited to that")
     return llm
-
-
-def config_from_args(args: argparse.Namespace) -> ServiceConfig:
-    """--config (or the defaults) with the command line's overrides applied."""
-    from ..cli import build_parser, plugin_params_from_args
-
-    # Without a config, memory_decoding is on; `--plugin-params none` turns it off. `--plugin none`
-    # does too once cli.py's --plugin defaults to None (today "none" is also its default, so it
-    # cannot be told from "not given").
-    explicit_none = getattr(args, "plugin", None) == "none" and build_parser().parse_args(["serve"]).plugin is None
-    if getattr(args, "plugin", None) is None:
-        args = argparse.Namespace(**{**vars(args), "plugin": "none"})
-    plugin = plugin_params_from_args(args)
-    plugin_flags = plugin is not None or explicit_none
-    if isinstance(plugin, str) and plugin.strip().lower() in ("none", ""):
-        plugin = None
-    config_path = getattr(args, "config", None)
-    model = getattr(args, "model", None)
-    if config_path is not None and model == "default":
-        model = None                      # the file's modelWeightPath wins over the flag's default
-    return load_config(config_path, host=getattr(args, "host", None), port=getattr(args, "port", None),
-                       model=model, plugin_params=plugin, plugin_flags=plugin_flags,
-                       speculation_gamma=getattr(args, "speculation_gamma", None))
-
-
-def serve_main(args: argparse.Namespace) -> int:
-    """`paraspec serve`: refuses to start (exit code 2, one line on stderr) on an invalid config."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = config_from_args(args)
-        logging.getLogger("paraspec").setLevel(config.log_level)
-        llm = build_llm(config, dtype=getattr(args, "dtype", "auto"),
-                        quantization=getattr(args, "quantization", "auto"), num_threads=getattr(args, "threads", None))
-    except ParaspecError as e:
-        print(f"paraspec: error: {e}", file=sys.stderr)
-        return 2
-    for note in config.warnings:
-        logger.warning("%s", note)
-    import signal
-    import threading
-
-    import uvicorn
-
-    # the engine loop runs on the main thread (torch is ~1.5x faster there than on a second
-    # thread, see AsyncEngine), uvicorn's event loop on another
-    app = create_app(llm, config, engine_thread=False)
-    server = uvicorn.Server(uvicorn.Config(app, host=config.server.ip_address, port=config.server.port,
-                                           log_level=logging.getLevelName(config.log_level).lower(),
-                                           timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
-    http = threading.Thread(target=server.run, name="paraspec-http", daemon=True)
-
-    def stop(*_) -> None:
-        server.should_exit = True
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    http.start()
-    app.state.async_engine.run_in_this_thread(should_stop=lambda: not http.is_alive())
-    http.join()
-    return 0 if server.started else 1

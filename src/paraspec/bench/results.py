@@ -1,0 +1,76 @@
+"""results.json (the run's environment, config, systems, tasks and every measurement), then
+report.md and the plots; a lossless failure is printed and makes the exit code 1."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from .aggregate import identity_failures
+from .plan import Plan, Run
+from .report import write_report
+
+
+def environment(plan: Plan) -> dict:
+    import torch
+    import transformers
+
+    from ..info import cpu_report
+    report = cpu_report()    # CPU features (CPUID), the kernel path and op kernels, default numerics
+    return {"cpu": report["cpu"], "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "cpu_features": report["features"], "kernels": report["kernels"], "ops": report["ops"],
+            "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "git_commit": _git_commit(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "dtype": plan.dtype, "quantization": plan.quantization,
+            "model": plan.model,
+            "load_avg_at_end": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None}
+
+
+def _git_commit() -> str | None:
+    """HEAD of the checkout this file is in, "+dirty" with uncommitted changes; None outside a checkout."""
+    import subprocess
+    here = Path(__file__).resolve()
+    root = next((p for p in here.parents if (p / ".git").exists()), None)
+    if root is None:
+        return None
+    try:
+        git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,  # noqa: E731
+                                        timeout=10).stdout.strip()
+        head = git("rev-parse", "HEAD")
+        return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "") if head else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def write_results(run: Run) -> int:
+    plan = run.plan
+    plan.out.mkdir(parents=True, exist_ok=True)
+    results = {
+        "schema": 1,
+        "environment": {**environment(plan), "forward_cost": run.forward_cost},
+        "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(plan).items()},
+                   "trie_prefilled": bool(plan.memory_file),
+                   "memory_policy": ("pre-filled from " + plan.memory_file if plan.memory_file else "empty") +
+                                    " at the start of each task set; accumulates the set's earlier tasks (the "
+                                    "system's own outputs); every run of a task starts from the same snapshot, so "
+                                    "repeats never see their own previous answer",
+                   "sampled": {"temperature": 0.8, "top_p": 0.95}},
+        "systems": {k: dataclasses.asdict(v) for k, v in run.systems.items()},
+        "tasks": run.tasks,
+        "measurements": [m.to_dict() for m in run.measurements],
+        "serving": run.serving,
+        "notes": run.notes,
+        "wall_s": round(run.elapsed(), 2),
+    }
+    (plan.out / "results.json").write_text(json.dumps(results, indent=1))
+    files = write_report(results, plan.out)
+    print(f"paraspec bench: {len(run.measurements)} runs in {run.elapsed():.1f} s -> "
+          f"{plan.out / 'results.json'}, {', '.join(str(f) for f in files)}", file=sys.stderr)
+    bad = identity_failures(results)
+    for b in bad:
+        print(f"paraspec bench: LOSSLESSNESS: {b}", file=sys.stderr)
+    return 1 if bad else 0

@@ -1,0 +1,73 @@
+"""`paraspec generate`: one prompt from the command line; prints the text (stats on stderr) or one
+JSON object. Loads the model in generate_main, not at import: `paraspec --help` stays quick."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .cli_flags import add_model_args, add_plugin_args, plugin_params_from_args
+from .errors import ParaspecError
+from .sampling.params import SamplingParams
+
+
+def add_parser(sub) -> None:
+    g = sub.add_parser("generate", help="generate text for one prompt")
+    add_model_args(g)
+    add_plugin_args(g)
+    g.add_argument("prompt", nargs="?", default=None, help="the prompt text")
+    g.add_argument("--prompt-file", default=None, help="read the prompt from this file")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--repetition-penalty", type=float, default=1.0)
+    g.add_argument("--presence-penalty", type=float, default=0.0)
+    g.add_argument("--frequency-penalty", type=float, default=0.0)
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+    g.add_argument("--ignore-eos", action="store_true")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    g.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, finish_reason, stats")
+    g.add_argument("--trie-file", default=None, help="memory_decoding: load the trie from / save it to this file")
+    g.set_defaults(func=generate_main)
+
+
+def generate_main(args: argparse.Namespace) -> int:
+    from .api import LLM   # (torch and the model code load here)
+
+    if (args.prompt is None) == (args.prompt_file is None):
+        raise ParaspecError("give a PROMPT or --prompt-file FILE (exactly one)")
+    if args.prompt_file is not None:
+        try:
+            with open(args.prompt_file, encoding="utf-8") as f:
+                prompt = f.read()
+        except OSError as e:
+            raise ParaspecError(f"cannot read --prompt-file {args.prompt_file!r}: {e.strerror}") from None
+    else:
+        prompt = args.prompt
+    params = SamplingParams(max_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                            top_p=args.top_p, seed=args.seed, repetition_penalty=args.repetition_penalty,
+                            presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
+                            stop=args.stop or [], ignore_eos=args.ignore_eos)
+    llm = LLM(model=args.model, dtype=args.dtype, plugin_params=plugin_params_from_args(args),
+              quantization=args.quantization, speculation_gamma=args.speculation_gamma, num_threads=args.threads)
+    keeps_memory = llm.drafter is not None and llm.drafter.trie is not None
+    if args.trie_file and keeps_memory and os.path.exists(args.trie_file):
+        llm.load_memory(args.trie_file)
+    if args.chat:
+        out = llm.chat([{"role": "user", "content": prompt}], params)[0]
+    else:
+        out = llm.generate(prompt, params)[0]
+    if args.trie_file and keeps_memory:
+        llm.save_memory(args.trie_file)
+    if args.json:
+        print(json.dumps({"text": out.text, "token_ids": out.token_ids, "finish_reason": out.finish_reason,
+                          "stats": out.stats}))
+    else:
+        print(out.text)
+        s = out.stats
+        print(f"[{s['generated_tokens']} tokens, {s['tokens_per_s']:.1f} tok/s decode, ttft {s['ttft_s'] * 1e3:.0f} ms, "
+              f"{s['mean_accepted_tokens_per_step']:.2f} tokens/step]", file=sys.stderr)
+    return 0
