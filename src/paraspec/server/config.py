@@ -17,7 +17,6 @@ collected, so one run shows every fix needed; `ServiceConfigError` carries them.
 """
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import json
 import logging
@@ -25,10 +24,10 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..config import PluginConfig, parse_plugin_params
 from ..errors import ConfigError
+from .json_reader import Section
 
 MAX_CONFIG_BYTES = 10 * 1024 * 1024       # MindIE reads files of (0, 10 MB]
 DEFAULT_PLUGIN_PARAMS = '{"plugin_type": "memory_decoding"}'
@@ -204,7 +203,7 @@ def parse_config(raw: dict) -> ServiceConfig:
     """A config.json dict -> ServiceConfig; raises ServiceConfigError with every problem found."""
     problems: list[str] = []
     notes: list[str] = []
-    top = _Section("", raw, problems, notes)
+    top = Section("", raw, problems, notes)
     top.get("Version", str, "1.0.0")
     top.get("EnableDynamicAdjustTimeoutConfig", bool, False)
 
@@ -276,14 +275,14 @@ def _first_model_entry(raw: dict) -> dict | None:
     return models[0] if isinstance(models, list) and isinstance(models[0], dict) else None
 
 
-def _model_config(deploy: "_Section", problems: list[str], notes: list[str]) -> ModelConfig:
+def _model_config(deploy: Section, problems: list[str], notes: list[str]) -> ModelConfig:
     models = deploy.get("ModelConfig", list, [{}])
     if len(models) != 1:
         problems.append(f"{_MODEL_PATH} has {len(models)} entries; paraspec serves one model per process, so "
                         "keep exactly one")
         if not models:
             return ModelConfig()
-    m = _Section(f"{_MODEL_PATH}[0]", models[0], problems, notes)
+    m = Section(f"{_MODEL_PATH}[0]", models[0], problems, notes)
     name = m.get("modelName", str, None)
     weights = m.get("modelWeightPath", str, "default")
     plugin_params = m.get("plugin_params", (str, dict), None)
@@ -361,75 +360,3 @@ def speculation_need(plugin: PluginConfig) -> int:
     """The speculationGamma an algorithm needs: decoding_length (memory_decoding), (N-1)(W+G) (lookahead)."""
     p = plugin.params
     return int(getattr(p, "decoding_length", None) or getattr(p, "query_tokens", 0) or 0)
-
-
-# ------------------------------------------------------------------------------------ reader
-
-_JSON_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
-
-
-class _Section:
-    """Typed reads of one JSON object; each bad value becomes one problem naming the full key path."""
-
-    def __init__(self, path: str, raw: Any, problems: list[str], notes: list[str]):
-        self.path, self.problems, self.notes = path, problems, notes
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, dict):
-            problems.append(f"{path or 'the file'} must be a JSON object, not {_json_name(raw)}")
-            raw = {}
-        self.raw: dict = raw
-        self.used: set[str] = set()
-
-    def key(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def section(self, key: str) -> "_Section":
-        self.used.add(key)
-        return _Section(self.key(key), self.raw.get(key), self.problems, self.notes)
-
-    def get(self, key: str, kind, default, lo: float | None = None, hi: float | None = None,
-            int_as_bool: bool = False):
-        self.used.add(key)
-        if key not in self.raw:
-            return default
-        value = self.raw[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if int_as_bool and type(value) is int and value in (0, 1):   # MindIE files write "truncation": 0
-            value = bool(value)
-        ok = any(_is(value, k) for k in kinds)
-        if not ok:
-            want = " or ".join(_JSON_NAMES[k] for k in kinds)
-            self.problems.append(f"{self.key(key)}={value!r} is {_json_name(value)}; use a JSON {want}"
-                                 + (f" (default {default!r})" if default is not None else ""))
-            return default
-        if lo is not None and not lo <= value <= hi:
-            whole = kind is int
-            rng = f"an integer from {lo} to {hi}" if whole else f"a number from {lo} to {hi}"
-            self.problems.append(f"{self.key(key)}={value!r} is out of range; use {rng}")
-            return default
-        return float(value) if kind is float else value
-
-    def check_unknown(self, mindie_keys: set[str]) -> None:
-        for key in self.raw:
-            if key in self.used or key in mindie_keys:
-                continue
-            close = difflib.get_close_matches(key, sorted(self.used | mindie_keys), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            self.notes.append(f"unknown key {self.key(key)!r} is ignored{hint}")
-
-
-def _is(value: Any, kind: type) -> bool:
-    if kind is bool:
-        return type(value) is bool
-    if kind is int:                       # true/false is not a count
-        return type(value) is int
-    if kind is float:
-        return type(value) in (int, float)
-    return isinstance(value, kind)
-
-
-def _json_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    return "a JSON " + _JSON_NAMES.get(type(value), type(value).__name__)
