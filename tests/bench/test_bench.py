@@ -8,8 +8,6 @@ import time
 import pytest
 
 from paraspec.bench.aggregate import identity_failures, summarize
-from paraspec.bench.base import BenchTask, RunParams
-from paraspec.bench.paraspec_systems import PARASPEC_SYSTEMS, ParaspecSystem
 from paraspec.bench.report import write_report
 from paraspec.bench.run import bench_main
 
@@ -108,21 +106,6 @@ def test_a_lossless_failure_is_reported(quick_run, tmp_path):
     assert len(identity_failures(bad)) == 1
     write_report(bad, tmp_path)
     assert "LOSSLESSNESS FAILURE" in (tmp_path / "report.md").read_text()
-
-
-def test_memory_starts_empty_per_set_and_repeats_never_see_their_own_answer(tiny_model_dir):
-    from paraspec import LLM
-    llm = LLM(str(tiny_model_dir("llama")), dtype="float32")
-    system = ParaspecSystem("md-tree", llm, PARASPEC_SYSTEMS["md-tree"])
-    task = BenchTask("t", "t/0", llm.tokenizer.encode("abcabcabc def abcabc"), 24)
-    system.begin_set("t")
-    system.begin_task()
-    first, second = (system.run(task, RunParams(repeat=r)) for r in (0, 1))
-    assert first.token_ids == second.token_ids and first.forward_passes == second.forward_passes
-    system.end_task()
-    assert system._drafter.trie.n_nodes > 0          # the set keeps the task's output ...
-    system.begin_set("u")
-    assert system._drafter.trie.n_nodes == 0         # ... and the next set starts from nothing
 
 
 def test_unknown_system_is_a_one_line_user_error(capsys):
