@@ -35,3 +35,12 @@ def test_tiny_model_generation_json(tiny_model_dir):
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
     assert len(out["token_ids"]) == out["stats"]["generated_tokens"] <= 5
+
+
+def test_help_lists_every_sub_command_without_loading_torch():
+    code = ("import sys; from paraspec.cli import build_parser; build_parser().format_help(); "
+            "print('torch' in sys.modules, 'fastapi' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.split() == ["False", "False"], run.stderr
+    help_text = _cli("--help").stdout
+    assert "{generate,serve,bench,info}" in help_text
