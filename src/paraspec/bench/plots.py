@@ -13,6 +13,11 @@ def _figure(w: float = 8, h: float = 4.5):
     return Figure(figsize=(w, h), dpi=110, layout="constrained")
 
 
+def _parity(ax) -> None:
+    """The dashed line at 1.0: as fast as AR."""
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+
+
 def plot_speedup(rows: list[Row], path: Path) -> Path | None:
     rs = [r for r in rows if r.suite == "main" and r.mode == "greedy" and r.system != "ar" and r.speedup is not None]
     if not rs:
@@ -29,7 +34,7 @@ def plot_speedup(rows: list[Row], path: Path) -> Path | None:
         ax.bar(xs, [r.speedup for r in rr], width, label=s,
                yerr=[[r.speedup - r.speedup_min for r in rr], [r.speedup_max - r.speedup for r in rr]],
                capsize=2, error_kw={"lw": 0.8})
-    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    _parity(ax)
     ax.set_xticks(range(len(sets)), sets)
     ax.set_ylabel("decode speedup vs paraspec AR (median; bars: min-max task)")
     ax.set_title("Greedy decode speedup per task set")
@@ -69,9 +74,12 @@ def plot_accept_hist(results: dict, path: Path) -> Path | None:
     return path
 
 
+def _sweep_rows(rows: list[Row], prefix: str) -> list[Row]:
+    return [r for r in rows if r.suite == "sweep" and r.system.startswith(prefix) and r.speedup is not None]
+
+
 def plot_sweep_md(rows: list[Row], path: Path) -> Path | None:
-    rs = [r for r in rows if r.suite == "sweep" and r.system.startswith("md-") and r.speedup is not None]
-    if not rs:
+    if not (rs := _sweep_rows(rows, "md-")):
         return None
     fig = _figure(9, 4)
     ax1, ax2 = fig.subplots(1, 2)
@@ -79,11 +87,9 @@ def plot_sweep_md(rows: list[Row], path: Path) -> Path | None:
         pts = sorted((int(r.system.rsplit("L", 1)[1]), r) for r in rs if r.task_set == ts)
         ax1.plot([p for p, _ in pts], [r.speedup for _, r in pts], marker="o", label=ts)
         ax2.plot([p for p, _ in pts], [r.accepted_per_step or 0 for _, r in pts], marker="o", label=ts)
-    ax1.axhline(1.0, color="k", lw=0.8, ls="--")
-    ax1.set_xlabel("decoding_length")
-    ax1.set_ylabel("decode speedup vs AR")
-    ax2.set_xlabel("decoding_length")
-    ax2.set_ylabel("accepted tokens per step")
+    _parity(ax1)
+    ax1.set(xlabel="decoding_length", ylabel="decode speedup vs AR")
+    ax2.set(xlabel="decoding_length", ylabel="accepted tokens per step")
     ax1.legend(fontsize=8)
     fig.suptitle("memory_decoding (tree, static): speedup vs decoding_length")
     fig.savefig(path)
@@ -91,8 +97,7 @@ def plot_sweep_md(rows: list[Row], path: Path) -> Path | None:
 
 
 def plot_sweep_la(rows: list[Row], path: Path) -> Path | None:
-    rs = [r for r in rows if r.suite == "sweep" and r.system.startswith("la-") and r.speedup is not None]
-    if not rs:
+    if not (rs := _sweep_rows(rows, "la-")):
         return None
     names = sorted(dict.fromkeys(r.system for r in rs))
     sets = list(dict.fromkeys(r.task_set for r in rs))
@@ -103,10 +108,9 @@ def plot_sweep_la(rows: list[Row], path: Path) -> Path | None:
     for j, ts in enumerate(sets):
         xs = [i + (j - (len(sets) - 1) / 2) * width for i, n in enumerate(names) if (ts, n) in cell]
         ax.bar(xs, [cell[(ts, n)].speedup for n in names if (ts, n) in cell], width, label=ts)
-    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    _parity(ax)
     ax.set_xticks(range(len(names)), [n[3:] for n in names], rotation=60, fontsize=8)
-    ax.set_xlabel("lookahead N (level), W (window), G (guess set size)")
-    ax.set_ylabel("decode speedup vs AR")
+    ax.set(xlabel="lookahead N (level), W (window), G (guess set size)", ylabel="decode speedup vs AR")
     ax.legend(fontsize=8)
     ax.set_title("lookahead: speedup vs (N, W, G)")
     fig.savefig(path)
@@ -127,7 +131,7 @@ def plot_serving(results: dict, path: Path) -> Path | None:
     sp = [(c, by[("paraspec-md", c)] / by[("paraspec-ar", c)]) for c in cs
           if ("paraspec-md", c) in by and ("paraspec-ar", c) in by]
     ax2.plot([c for c, _ in sp], [v for _, v in sp], marker="o")
-    ax2.axhline(1.0, color="k", lw=0.8, ls="--")
+    _parity(ax2)
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
         ax.set_xticks(cs, [str(c) for c in cs])
