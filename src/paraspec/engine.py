@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from .decoding.acceptance import walk
-from .decoding.policy import CostModel
+from .decoding.cost import CostModel
 from .decoding.proposer import Proposer, StepContext
 from .decoding.registry import DrafterRegistry
 from .decoding.stats import SpecStats

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from drafters import WithContext
 from paraspec.decoding.memory import MemoryDecodingParams, MemoryDrafter
-from paraspec.decoding.policy import CostModel
+from paraspec.decoding.cost import CostModel
 from paraspec.decoding.tree import DraftTree
 from paraspec.decoding.trie import TokenTrie
 from paraspec.errors import ConfigError

@@ -2,53 +2,33 @@
 KDD 2024; MindIE's `memory_decoding` plugin).
 
 Per request: `begin` stores the prompt under the request id (only that request sees it); every
-step `propose` looks up the last 2 committed tokens (falling back to 1) and returns the most
-probable draft tree (or chain) below the root; `observe` appends the committed tokens to the
-shared output memory, which persists across requests, and scores the last draft; `end` drops
-the prompt.
+step `propose` looks up the last 2 committed tokens (falling back to 1) and offers the trie's most
+probable continuations (a tree, or MindIE's single chain), each node with its path's frequency;
+`observe` appends the committed tokens to the shared output memory, which persists across
+requests; `end` drops the prompt. What is worth verifying is the draft policy's call
+(draft_policy.py: calibrated acceptance against the forward cost), as for every drafter.
 
 Budget (MindIE semantics): `decoding_length` counts the query tokens of one step, root included,
-so a draft has at most decoding_length - 1 nodes.
-
-How much to draft. The trie gives each node a probability p of being accepted (its path's
-frequency). Per request we measure how far that estimate is off, in two parts, each a ratio of
-decayed sums (DECAY per scored draft, one pseudo-count): gamma = first tokens accepted / expected,
-and kappa = continuations accepted / expected given the parent was accepted. On novel text a
-branch seen once is often right for a token and rarely for ten (kappa << 1); when the answer
-copies the prompt both are about 1. The trie ranks nodes with kappa applied below the first
-level, and a prefix of n of them (drafts are best-first, so every prefix is a tree) is worth
-    sum(min(1, gamma * p_i), i < n) - (rate + MARGIN - 1) * (cost(1 + n) - 1)
-extra tokens, where cost(k) is the forward cost of k query tokens relative to 1 and rate is the
-request's recent tokens per unit of cost (time is dearer when steps already yield a lot). MARGIN
-covers the winner's curse: drafts get sent right after lucky hits raised gamma, so in the
-marginal regime they pay off ~4x less than estimated; where drafts pay, they pay by far more.
-A new request starts from the drafter-wide gamma and kappa (all requests' evidence, decaying
-10x slower), worth one expected token, so one workload's lesson carries to the next request.
-  * dynamic_algo=false: the whole draft (up to decoding_length - 1) when it is worth > 0, else
-    the best prefix, possibly empty (plain decoding);
+so a draft has at most decoding_length - 1 nodes; while the output copies a long stretch,
+`copy_length` more (the trie's chain followed on from its deepest node).
+  * dynamic_algo=false: the whole draft when the policy values it above 0, else its best prefix;
   * dynamic_algo=true: the best prefix, capped by batch size as MindIE does.
-Drafts are scored whole, also those not (all) sent: such a draft is walked along the tokens
-committed in the next steps, so a request that stopped drafting starts again as soon as the
-memory is right, and a partly sent draft still measures its deep nodes.
 """
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, Hashable, Sequence
 
 from ..errors import ConfigError
+from .draft_policy import DraftPolicy, PolicyStats
 from .proposer import DEFAULT_CONTEXT, Proposal, StepContext
-from .tree import DraftTree, descend
+from .tree import ROOT, DraftTree
 from .trie import TokenTrie
 
 MAX_DECODING_LENGTH = 16
 PROMPT_WEIGHT = 1.0         # a prompt count is worth this many output counts when ranking nodes
-DECAY = 0.9                 # calibration sums keep this much of their past per scored draft
-MAX_WALKS = 4               # drafts being scored at once per request
-MARGIN = 2.0                # at rate 1, a draft must be worth this many times its cost
-SHARED_DECAY = 0.99         # the drafter-wide calibration forgets 10x slower
-RATE_ALPHA = 0.1            # weight of the newest step in EMA(tokens) and EMA(cost)
+COPYING = 2                 # draft_policy.streak_state of a step after 4+ accepted draft tokens
 
 
 @dataclass(frozen=True)
@@ -67,6 +47,11 @@ class MemoryDecodingParams:
     branch_length + 2 tokens. [1, 64]"""
     max_trie_nodes: int = 1 << 20
     """Node budget of the trie (70-100 bytes a node); decay and pruning keep it. >= 1024"""
+    copy_length: int = 32
+    """Draft nodes allowed beyond decoding_length - 1 while the output copies a long stretch (the
+    step before accepted 4+ draft tokens): the trie's chain is followed on past branch_length and
+    the policy verifies the extra nodes only where the cost curve says they pay. Not MindIE's
+    decoding_length, which stays [1, 16]; 0 turns it off. [0, 48]"""
     plugin_type: str = "memory_decoding"
 
     @property
@@ -90,6 +75,9 @@ class MemoryDecodingParams:
         if not 1 <= self.branch_length <= 64:
             raise ConfigError(f"plugin_params.branch_length={self.branch_length} is outside [1, 64]; "
                               "pass a value from 1 to 64 (16 is the default)")
+        if not 0 <= self.copy_length <= 48:
+            raise ConfigError(f"plugin_params.copy_length={self.copy_length} is outside [0, 48]; "
+                              "pass a value from 0 to 48 (0 turns long copy drafts off)")
         if self.max_trie_nodes < 1024:
             raise ConfigError(f"plugin_params.max_trie_nodes={self.max_trie_nodes} is below 1024; "
                               "pass at least 1024 (a node takes 70-100 bytes)")
@@ -119,181 +107,74 @@ class MemoryDecodingParams:
         return cls(**kwargs)
 
 
-class _Walk:
-    """A draft being scored against the tokens committed after its root."""
-    __slots__ = ("children", "probs", "kappa", "row")
+class TrieSource:
+    """memory_decoding's candidates: the trie's most probable continuations of a request's context
+    with their path frequencies, from its prompt and every request's output."""
 
-    def __init__(self, draft: DraftTree, kappa: float) -> None:
-        self.children = draft.children()
-        self.probs = draft.probs
-        self.kappa = kappa
-        self.row = 0                        # query row reached: 0 = the root
-
-
-@dataclass
-class _Calibration:
-    """Decayed sums: first tokens accepted / expected, continuations accepted / expected."""
-    decay: float
-    hit1: float = 0.0
-    exp1: float = 0.0
-    hit2: float = 0.0
-    exp2: float = 0.0
-
-    def new_draft(self, expected_first: float) -> None:
-        d = self.decay
-        self.hit1, self.exp1 = self.hit1 * d, self.exp1 * d + expected_first
-        self.hit2, self.exp2 = self.hit2 * d, self.exp2 * d
-
-    def gamma(self, prior: float) -> float:     # the prior weighs as one expected token
-        return (self.hit1 + prior) / (self.exp1 + 1.0)
-
-    def kappa(self, prior: float) -> float:
-        return (self.hit2 + prior) / (self.exp2 + 1.0)
-
-
-@dataclass
-class _Request:
-    n_tokens: int                   # tokens of this request the drafter has seen: prompt + committed
-    cal: _Calibration = field(default_factory=lambda: _Calibration(DECAY))
-    draft: DraftTree | None = None  # the draft sent this step
-    draft_cost: float = 1.0         # its forward cost (root + draft rows), relative to one row
-    walks: list[_Walk] = field(default_factory=list)
-    tok_ema: float = 1.0            # EMA of tokens committed per step
-    cost_ema: float = 1.0           # EMA of forward cost per step (relative to one token)
-    last_accepted: int = 0
-    finished: bool = False          # a stop token was committed: nothing more enters the memory
-
-
-class MemoryDrafter:
-    """The memory_decoding Proposer. The trie may be shared with (or saved by) the engine."""
-
-    name = "memory_decoding"
-
-    def __init__(self, params: MemoryDecodingParams | None = None,
-                 eos_token_ids: Sequence[int] = (), trie: TokenTrie | None = None) -> None:
-        self.params = (params or MemoryDecodingParams()).validate()
-        self.trie = trie if trie is not None else TokenTrie(self.params.max_trie_nodes,
-                                                            self.params.window)
+    def __init__(self, params: MemoryDecodingParams, eos_token_ids: Sequence[int] = (),
+                 trie: TokenTrie | None = None) -> None:
+        self.params = params
+        self.trie = trie if trie is not None else TokenTrie(params.max_trie_nodes, params.window)
         self.eos = frozenset(int(t) for t in eos_token_ids)
-        self._tree = self.params.mode == "tree"
-        self._requests: dict[Hashable, _Request] = {}
-        self._shared = _Calibration(SHARED_DECAY)   # every request's, the prior of new ones
+        self._seen: dict[Hashable, int] = {}        # tokens of a request in the memory: prompt + output
+        self._finished: set[Hashable] = set()       # a stop token was committed: no more output
 
-    # ---------------------------------------------------------------- Proposer protocol
-    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None,
-              ctx: StepContext = DEFAULT_CONTEXT) -> None:
-        if request_id in self._requests:
-            self.end(request_id)
+    def begin(self, key: Hashable, prompt: Sequence[int]) -> None:
+        if key in self._seen:
+            self.end(key)
         for segment in self._segments(prompt):
-            self.trie.insert(segment, key=request_id)
-        self._requests[request_id] = _Request(n_tokens=len(prompt))
+            self.trie.insert(segment, key=key)
+        self._seen[key] = len(prompt)
 
-    def propose(self, request_id: str, context: Sequence[int], max_nodes: int,
-                ctx: StepContext = DEFAULT_CONTEXT) -> Proposal:
-        st = self._state(request_id)
-        st.draft = None
-        if len(context) > st.n_tokens:      # committed without observe (e.g. the prefill's token)
-            self._remember(request_id, st, context[st.n_tokens:])
-            st.n_tokens = len(context)
-        budget = min(max_nodes, self.params.max_draft, self._batch_cap(ctx.batch_size))
-        if (ctx.batch_size > 4 and not self.params.dynamic_algo
-                and st.last_accepted < self.params.decoding_length / 2):
-            budget = min(budget, max(1, self.params.max_draft // 2))   # MindIE's static rule
+    def candidates(self, key: Hashable, context: Sequence[int], budget: int, copying: bool) -> DraftTree:
+        """Up to `budget` nodes below the root context[-1], best first by the trie's estimate; when
+        `copying`, a chain that reaches branch_length is followed on (re-anchored at its end)."""
+        self.catch_up(key, context)
         if budget <= 0 or not context or context[-1] in self.eos:
-            return Proposal(DraftTree())
-        gamma, kappa = self._calibration(st)
-        m = self.trie.match(context, request_id, budget, self._tree, PROMPT_WEIGHT, kappa,
-                            max_depth=self.params.branch_length)
-        n, expected = self._worth_sending(st, m.probs, gamma, ctx.cost.table)
-        # score the whole draft: always when it is all sent, else one unsent probe at a time
-        if m.tokens and (n == len(m) or not st.walks) and len(st.walks) < MAX_WALKS:
-            first = sum(p for p, par in zip(m.probs, m.parents) if par < 0)
-            st.cal.new_draft(first)
-            self._shared.new_draft(first)
-            st.walks.append(_Walk(m, kappa))
-        st.draft_cost = ctx.cost(1 + n)
-        if n == 0:
-            return Proposal(DraftTree())
-        st.draft = m.truncated(n)
-        return Proposal(st.draft, expected=expected)
+            return DraftTree()
+        p = self.params
+        first = min(budget, p.max_draft)
+        m = self.trie.match(context, key, first, p.mode == "tree", PROMPT_WEIGHT, max_depth=p.branch_length)
+        if copying and p.copy_length and m:
+            self._follow_on(m, key, context, min(budget, first + p.copy_length))
+        return m
 
-    def observe(self, request_id: str, committed: Sequence[int],
-                lookahead_argmax: Sequence[int] | None = None) -> None:
-        st = self._state(request_id)
-        if not committed:
-            return
-        st.last_accepted = st.draft.follow(committed[:-1]) if st.draft else 0   # the bonus is never a draft
-        st.walks = [w for w in st.walks if self._score(st, w, committed)]
-        r = RATE_ALPHA
-        # what this drafter's own draft earned (all of `committed` when it drafts alone; inside
-        # hybrid, tokens other drafters' nodes won must not make its rows look dearer)
-        st.tok_ema = r * (1 + st.last_accepted) + (1 - r) * st.tok_ema
-        st.cost_ema = r * st.draft_cost + (1 - r) * st.cost_ema
-        st.draft, st.draft_cost = None, 1.0
-        self._remember(request_id, st, committed)
-        st.n_tokens += len(committed)
+    def observe(self, key: Hashable, committed: Sequence[int]) -> None:
+        self._remember(key, committed)
+        self._seen[key] = self._seen.get(key, 0) + len(committed)
 
-    def end(self, request_id: str) -> None:
-        self.trie.close(request_id)
-        self.trie.release(request_id)
-        self._requests.pop(request_id, None)
+    def catch_up(self, key: Hashable, context: Sequence[int]) -> None:
+        """Tokens committed without observe (the prefill's token) enter the memory now."""
+        seen = self._seen.get(key)
+        if seen is None:
+            raise KeyError(f"memory_decoding: unknown request {key!r}; call begin() first")
+        if len(context) > seen:
+            self._remember(key, context[seen:])
+            self._seen[key] = len(context)
 
-    # ---------------------------------------------------------------- internals
-    def _batch_cap(self, batch_size: int) -> int:
-        """Shorter drafts when verification stops being free. dynamic_algo follows MindIE's caps
-        (half at batch > 4, 3 at batch > 19); the static mode halves a request's draft at
-        batch > 4 when it accepted less than half of decoding_length last step (in propose)."""
-        full = self.params.max_draft
-        if not self.params.dynamic_algo or batch_size <= 4:
-            return full
-        return max(1, full // 2) if batch_size <= 19 else min(3, full)
+    def end(self, key: Hashable) -> None:
+        self.trie.close(key)
+        self.trie.release(key)
+        self._seen.pop(key, None)
+        self._finished.discard(key)
 
-    def _calibration(self, st: _Request) -> tuple[float, float]:
-        """(gamma, kappa) of a request, its evidence added to the drafter-wide estimate."""
-        shared = self._shared
-        return st.cal.gamma(shared.gamma(1.0)), st.cal.kappa(shared.kappa(1.0))
-
-    def _score(self, st: _Request, walk: _Walk, committed: Sequence[int]) -> bool:
-        """Advance a walk along committed tokens, counting hits; False once it left the draft."""
-        rows = descend(walk.children, walk.row, committed)
-        alive = len(rows) == len(committed)
-        # every row a token was tried from (the failing try included); below an accepted node
-        # a try is a continuation trial, expected to succeed with the kids' share of its p
-        trials = ([walk.row] + rows)[:len(rows) + (not alive)]
-        exp2 = sum(sum(walk.probs[c] for c in walk.children[r].values()) / (walk.probs[r - 1] * walk.kappa)
-                   for r in trials if r and walk.children[r])
-        hit1 = 1.0 if rows and walk.row == 0 else 0.0
-        hit2 = len(rows) - hit1
-        if rows:
-            walk.row = rows[-1]
-        for cal in (st.cal, self._shared):
-            cal.hit1 += hit1
-            cal.hit2 += hit2
-            cal.exp2 += exp2
-        return alive
-
-    def _worth_sending(self, st: _Request, probs: list[float], gamma: float,
-                       cost: list[float]) -> tuple[int, float]:
-        """How many draft nodes to send (see the module docstring), and the draft tokens they
-        are expected to get accepted. cost[k]: a query of k rows (root + k - 1 drafts)."""
-        if not probs:
-            return 0, 0.0
-        price = st.tok_ema / st.cost_ema + MARGIN - 1.0    # tokens a unit of forward cost must buy
-        gain, best_n, best_v, best_gain = 0.0, 0, 0.0, 0.0
-        for i, p in enumerate(probs):
-            gain += min(1.0, gamma * p)
-            v = gain - price * (cost[i + 2] - 1.0)
-            if v > best_v:
-                best_n, best_v, best_gain = i + 1, v, gain
-        if not self.params.dynamic_algo and v > 0:
-            return len(probs), gain
-        return best_n, best_gain
-
-    def _state(self, request_id: Hashable) -> _Request:
-        st = self._requests.get(request_id)
-        if st is None:
-            raise KeyError(f"memory_decoding: unknown request {request_id!r}; call begin() first")
-        return st
+    def _follow_on(self, m: DraftTree, key: Hashable, context: Sequence[int], budget: int) -> None:
+        """Extend m's deepest chain past the trie's window: match again at its end, repeatedly."""
+        depths = m.depths()
+        while len(m) < budget:
+            deepest = max(range(len(m)), key=lambda i: (depths[i], m.probs[i]))
+            if depths[deepest] % self.params.branch_length:
+                return                       # the chain ended before the window did
+            path = [m.tokens[i] for i in m.path_to(deepest)]
+            more = self.trie.match(list(context) + path, key, budget - len(m), False, PROMPT_WEIGHT,
+                                   max_depth=self.params.branch_length)
+            if not more:
+                return
+            base, p0 = deepest, m.probs[deepest]
+            index = {ROOT: base}
+            for i, (tok, par) in enumerate(zip(more.tokens, more.parents)):
+                index[i] = m.add(tok, index[par], min(p0, p0 * more.probs[i]))
+                depths.append(depths[index[par]] + 1 if index[par] != ROOT else 1)
 
     def _segments(self, tokens: Sequence[int]) -> list[list[int]]:
         """Split at stop tokens: a stop token is never an anchor, a draft token or inside a path."""
@@ -309,19 +190,76 @@ class MemoryDrafter:
             segments.append(cur)
         return segments
 
-    def _remember(self, request_id: Hashable, st: _Request, tokens: Sequence[int]) -> None:
+    def _remember(self, key: Hashable, tokens: Sequence[int]) -> None:
         """Append committed tokens to the shared output memory; stop at the first stop token."""
-        if st.finished:
+        if key in self._finished:
             return
         toks = list(tokens)
         for i, t in enumerate(toks):
             if t in self.eos:
-                toks, st.finished = toks[:i], True
+                toks = toks[:i]
+                self._finished.add(key)
                 break
         if toks:
-            self.trie.append(request_id, toks)
-        if st.finished:
-            self.trie.close(request_id)
+            self.trie.append(key, toks)
+        if key in self._finished:
+            self.trie.close(key)
+
+
+class MemoryDrafter:
+    """The memory_decoding Proposer: the trie's candidates, sized by the draft policy."""
+
+    name = "memory_decoding"
+
+    def __init__(self, params: MemoryDecodingParams | None = None, eos_token_ids: Sequence[int] = (),
+                 trie: TokenTrie | None = None, stats: PolicyStats | None = None) -> None:
+        self.params = (params or MemoryDecodingParams()).validate()
+        self.source = TrieSource(self.params, eos_token_ids, trie)
+        self.trie = self.source.trie
+        self.policy = DraftPolicy(1, stats)
+        self._accepted: dict[Hashable, int] = {}    # draft tokens accepted last step
+
+    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None,
+              ctx: StepContext = DEFAULT_CONTEXT) -> None:
+        self.source.begin(request_id, prompt)
+        self.policy.begin(request_id)
+        self._accepted[request_id] = 0
+
+    def propose(self, request_id: str, context: Sequence[int], max_nodes: int,
+                ctx: StepContext = DEFAULT_CONTEXT) -> Proposal:
+        p = self.params
+        budget = min(max_nodes, p.max_draft + p.copy_length, self.batch_cap(ctx.batch_size))
+        self.source.catch_up(request_id, context)
+        last = self._accepted[request_id]
+        if ctx.batch_size > 4 and not p.dynamic_algo and last < p.decoding_length / 2:
+            budget = min(budget, max(1, p.max_draft // 2))   # MindIE's static rule
+        copying = self.policy.state(request_id) == COPYING
+        m = self.source.candidates(request_id, context, budget, copying)
+        limit = budget if copying else min(budget, p.max_draft)
+        draft, expected = self.policy.select(request_id, context, [m], limit, ctx.cost,
+                                             send_all=not p.dynamic_algo)
+        return Proposal(draft, expected=expected)
+
+    def observe(self, request_id: str, committed: Sequence[int],
+                lookahead_argmax: Sequence[int] | None = None) -> None:
+        if not committed:
+            return
+        self._accepted[request_id] = self.policy.observe(request_id, committed)
+        self.source.observe(request_id, committed)
+
+    def end(self, request_id: str) -> None:
+        self.source.end(request_id)
+        self.policy.end(request_id)
+        self._accepted.pop(request_id, None)
+
+    def batch_cap(self, batch_size: int) -> int:
+        """Shorter drafts when verification stops being free. dynamic_algo follows MindIE's caps
+        (half at batch > 4, 3 at batch > 19); the static mode halves a request's draft at
+        batch > 4 when it accepted less than half of decoding_length last step (in propose)."""
+        full = self.params.max_draft + self.params.copy_length
+        if not self.params.dynamic_algo or batch_size <= 4:
+            return full
+        return max(1, self.params.max_draft // 2) if batch_size <= 19 else min(3, self.params.max_draft)
 
 
 def _json_type(t: type) -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
-from .policy import CostModel
+from .cost import CostModel
 from .tree import DraftTree
 
 if TYPE_CHECKING:

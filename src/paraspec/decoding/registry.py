@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .policy import ArmStats
+from .arms import ArmStats
 from .proposer import Proposer
 from .trie import TokenTrie
 

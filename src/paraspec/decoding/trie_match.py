@@ -42,16 +42,14 @@ class TrieMatch:
     window: int
 
     def match(self, context: Sequence[int], key: Hashable = OUTPUT, max_nodes: int = 15,
-              tree: bool = True, prompt_weight: float = 1.0, continuation: float = 1.0,
-              max_depth: int | None = None) -> DraftTree:
+              tree: bool = True, prompt_weight: float = 1.0, max_depth: int | None = None) -> DraftTree:
         """Draft continuations of `context` below the root context[-1], parents first.
 
         Looks up the last 2 tokens and the last token alone: both subtrees compete for the
         budget, the 1-token one discounted by FALLBACK_PRIOR (it knows less context), and a
         continuation found in both is drafted once. A node scores prompt_weight * prompt count
         + output count; its probability is its parent's times its share of the parent's score
-        (plus SMOOTHING at the match), times `continuation` below the first level (a caller's
-        correction of the trie's conditional estimates), never above its parent's.
+        (plus SMOOTHING at the match), never above its parent's.
         tree=True: the max_nodes most probable nodes, best first,
         so every prefix of the result is the best tree of its size. tree=False: one chain, the
         best child at each level (MindIE).
@@ -70,17 +68,16 @@ class TrieMatch:
         if m1 >= 0:
             sources.append((m1, FALLBACK_PRIOR))
         if tree:
-            self._grow_tree(sources, key, pc, max_nodes, prompt_weight, continuation, depth_cap, res)
+            self._grow_tree(sources, key, pc, max_nodes, prompt_weight, depth_cap, res)
             return res
         for src, prior in sources:
-            chain = self._grow_chain(src, prior, key, pc, max_nodes, prompt_weight, continuation,
-                                     depth_cap)
+            chain = self._grow_chain(src, prior, key, pc, max_nodes, prompt_weight, depth_cap)
             if sum(chain.probs) > sum(res.probs):
                 res = chain
         return res
 
     def _grow_chain(self, node: int, prior: float, key: Hashable, pc: dict[int, int],
-                    max_nodes: int, w: float, kappa: float, depth_cap: int) -> DraftTree:
+                    max_nodes: int, w: float, depth_cap: int) -> DraftTree:
         chain = DraftTree()
         p, denom = prior, w * pc.get(node, 0) + self._out[node] + SMOOTHING
         while len(chain.tokens) < min(max_nodes, depth_cap):
@@ -88,7 +85,7 @@ class TrieMatch:
             if not best:
                 break
             s, tok, node = best[0]
-            p = min(p, p * s / denom * (kappa if chain.tokens else 1.0))
+            p = min(p, p * s / denom)
             chain.parents.append(len(chain.tokens) - 1)
             chain.tokens.append(tok)
             chain.probs.append(p)
@@ -96,7 +93,7 @@ class TrieMatch:
         return chain
 
     def _grow_tree(self, sources: list[tuple[int, float]], key: Hashable, pc: dict[int, int],
-                   max_nodes: int, w: float, kappa: float, depth_cap: int, res: DraftTree) -> None:
+                   max_nodes: int, w: float, depth_cap: int, res: DraftTree) -> None:
         """Best-first growth by probability; a heap entry is a trie node waiting to become a
         child of draft node `dparent`."""
         tokens, parents, probs = res.tokens, res.parents, res.probs
@@ -109,7 +106,7 @@ class TrieMatch:
             nonlocal seq
             if depth > depth_cap:
                 return
-            scale = p_node / denom * (kappa if dparent >= 0 else 1.0)
+            scale = p_node / denom
             for s, t, c in self._ranked(node, key, pc, w, max_nodes - len(tokens)):
                 seq += 1
                 p = scale * s
@@ -138,7 +135,7 @@ class TrieMatch:
                 if c.__class__ is not int:
                     break
                 s_c = w * pc.get(c, 0) + out[c]
-                p_c = p * kappa * s_c / s
+                p_c = p * s_c / s
                 p_c = p_c if p_c < p else p
                 if s_c <= 0 or (heap and p_c < -heap[0][0]):
                     break

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from ..decoding.policy import CostModel
+from ..decoding.cost import CostModel
 from ..decoding.proposer import Proposer, StepContext
 
 

@@ -1,0 +1,80 @@
+"""The draft policy: calibration from counterfactual evidence, the merge of sources into one
+best-first tree, and the draft size priced by the cost curve."""
+import pytest
+
+from paraspec.decoding.cost import CostModel
+from paraspec.decoding.draft_policy import DraftPolicy, streak_state
+from paraspec.decoding.tree import DraftTree
+
+FLAT = CostModel({1: 1.0, 64: 1.0})                          # rows are free
+STEEP = CostModel({1: 1.0, 2: 1.3, 4: 1.6, 8: 2.2, 16: 3.4})  # every row costs
+
+
+def tree(paths: list[list[int]], p: float) -> DraftTree:
+    """A tree of the given root-to-leaf paths whose every node the source estimates at p."""
+    t = DraftTree()
+    index = {}
+    for path in paths:
+        parent = -1
+        for tok in path:
+            node = index.get((parent, tok))
+            if node is None:
+                node = index[(parent, tok)] = t.add(tok, parent, p)
+            parent = node
+    return t
+
+
+def test_merge_keeps_one_node_per_path_best_first_with_its_sources():
+    pol = DraftPolicy(2)
+    pol.begin("r")
+    a = tree([[1, 2, 3]], 0.9)
+    b = tree([[1, 2, 7], [5]], 0.5)
+    draft, _ = pol.select("r", [0], [a, b], 64, FLAT)
+    paths = {tuple(draft.tokens[n] for n in draft.path_to(i)) for i in range(len(draft))}
+    assert paths == {(1,), (1, 2), (1, 2, 3), (1, 2, 7), (5,)}
+    assert all(p < i for i, p in enumerate(draft.parents))                  # parents first
+    assert all(draft.probs[i] <= draft.probs[p] for i, p in enumerate(draft.parents) if p >= 0)
+    assert draft.probs == sorted(draft.probs, reverse=True)                  # best first
+    owners = pol._requests["r"].owners
+    assert owners[draft.tokens.index(1)] == 0b11 and owners[draft.tokens.index(5)] == 0b10
+
+
+def test_calibration_learns_from_nodes_that_were_not_sent():
+    """Source 0 claims 0.9 and is always wrong; source 1 claims 0.2 and is always right. Both
+    are scored every step, whatever was verified, and the draft follows the evidence."""
+    pol = DraftPolicy(2)
+    pol.begin("r")
+    ctx = [0]
+    for i in range(30):
+        right = 100 + i
+        liar, honest = tree([[9, 9]], 0.9), tree([[right]], 0.2)
+        pol.select("r", ctx, [liar, honest], 64, STEEP)
+        pol.observe("r", [right, 1])
+        ctx += [right, 1]
+    assert pol.calibrated("r", 0, 1, 0.9) < 0.1
+    assert pol.calibrated("r", 1, 1, 0.2) > 0.7
+    draft, expected = pol.select("r", ctx, [tree([[9, 9]], 0.9), tree([[555]], 0.2)], 64, STEEP)
+    assert draft.tokens[0] == 555 and expected > 0.7
+
+
+def test_the_draft_size_follows_the_cost_curve():
+    pol = DraftPolicy(1)
+    pol.begin("r")
+    t = tree([[1, 2, 3, 4, 5, 6, 7, 8]], 0.3)       # a chain the source is unsure of
+    assert len(pol.select("r", [0], [t], 64, FLAT, score=False)[0]) == 8       # free rows: all
+    assert len(pol.select("r", [0], [t], 64, STEEP, score=False)[0]) == 0      # dear rows: none
+    assert len(pol.select("r", [0], [t], 3, FLAT, score=False)[0]) == 3        # the budget caps
+    # MindIE's static length: the whole tree when it is worth anything at all
+    sure = tree([[1, 2, 3, 4, 5, 6, 7, 8]], 0.99)
+    assert len(pol.select("r", [0], [sure], 64, STEEP, send_all=True, score=False)[0]) == 8
+
+
+def test_streak_state_marks_copying_and_sources_gains():
+    assert [streak_state(a) for a in (0, 1, 3, 4, 15)] == [0, 1, 1, 2, 2]
+    pol = DraftPolicy(2)
+    pol.begin("r")
+    a = tree([[1, 2, 3, 4, 5]], 0.99)
+    draft, _ = pol.select("r", [0], [a, None], 64, FLAT)
+    assert pol.observe("r", [1, 2, 3, 4, 5, 6], sources=(0,)) == 5
+    assert pol.state("r") == 2
+    assert pol.stats.gain[0] > 0.1 and pol.stats.gain[1] == pytest.approx(0.1)   # only 0 ran
