@@ -1,7 +1,7 @@
 """paraspec's own systems in `paraspec bench`: plain autoregressive decoding and each plugin_params.
 
-They share one LLM (one model instance); each owns its drafter, built with `config.build_drafter`,
-so switching systems is switching drafters, as `plugin_params=` per `generate` call does. Unlike
+They share one LLM (one model instance); each owns its drafter, built by the engine's drafter
+registry, so switching systems is switching drafters, as `plugin_params=` per `generate` call does. Unlike
 `LLM.generate(plugin_params=...)`, a memory_decoding system here keeps a trie of its own: with the
 engine's shared trie, one system's output of a task would be in memory when the next system runs
 the same task, and its speedup would be a replay.
@@ -57,10 +57,11 @@ class ParaspecSystem:
         self._after_first = None  # its state after the task's first run
 
     def _new_drafter(self):
-        from ..config import build_drafter
+        if self.plugin is None:
+            return None
         # every memory system gets a trie of its own: one system's answers must not feed another's
-        drafter = build_drafter(self.plugin, self.llm.tokenizer, self.llm.engine, private_memory=True)
-        if self.memory_file and getattr(drafter, "trie", None) is not None:
+        drafter = self.llm.engine.drafters.private(self.plugin)
+        if self.memory_file and drafter.trie is not None:
             drafter.trie.merge_file(self.memory_file)
         return drafter
 

@@ -196,8 +196,9 @@ def create_app(llm: LLM, config: ServiceConfig | None = None, engine_thread: boo
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         await engine.start()
+        drafter = llm.engine.default_drafter
         logger.info("serving %r (plugin: %s, maxBatchSize %d; %s%s, CPU kernels %s)", name,
-                    getattr(llm.engine.default_drafter, "name", None) or "none", llm.engine.max_batch_size,
+                    drafter.name if drafter is not None else "none", llm.engine.max_batch_size,
                     llm.config.dtype, f" + {llm.config.quantization}" if llm.config.quantization else "",
                     llm.kernels.label)
         try:

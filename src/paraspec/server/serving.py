@@ -128,7 +128,8 @@ class OpenAIServing:
         the server's speculationGamma. Returns (spec for AsyncEngine.add, plugin name for stats)."""
         opts = req.paraspec
         if opts is None or "plugin_params" not in opts.model_fields_set:
-            return DEFAULT, getattr(self.engine.engine.default_drafter, "name", None)
+            drafter = self.engine.engine.default_drafter
+            return DEFAULT, drafter.name if drafter is not None else None
         value = opts.plugin_params
         if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")) or value == {}:
             return None, None
