@@ -42,7 +42,7 @@ FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "am
 LINEARS = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536), "lm_head": (49152, 576)}
 ROWS = (1, 2, 4, 8, 16, 32, 128)
 ATT_ROWS = (1, 4, 8, 16)
-ATT_KEYS = (300, 1000)
+ATT_KEYS = (300, 1000, 2000)
 HEADS, KV_HEADS, HEAD_DIM, LAYERS = 9, 3, 64, 30
 
 
@@ -211,7 +211,7 @@ def bench_attention(mods: dict, reps: int) -> None:
     for keys in ATT_KEYS:
         cache = KVCache(args, keys + 16)
         cache.k.normal_()
-        cache.v[..., :HEAD_DIM].normal_()
+        cache.v.normal_()
         for n in ATT_ROWS:
             cache.length = keys - n        # the new rows' keys end at `keys`
             q = torch.randn(n, HEADS, HEAD_DIM)

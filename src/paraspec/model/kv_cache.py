@@ -1,8 +1,8 @@
 """Per-sequence KV cache: preallocated, written by slot, compacted on commit.
 
 Layout (all layers in one tensor):
-    k: [n_layers, n_kv_heads, capacity, head_dim]       fp32
-    v: [n_layers, n_kv_heads, capacity, head_dim + 1]   fp64; the last column is 1
+    k: [n_layers, n_kv_heads, capacity, head_dim]   fp32
+    v: [n_layers, n_kv_heads, capacity, head_dim]   fp32
 
 Slots [0, length) hold committed tokens. A forward over q new tokens (root + draft) writes their
 K/V at slots [length, length + q) without moving `length`; `commit(keep)` then keeps the chosen
@@ -13,10 +13,12 @@ new tokens and drops the rest. Worked example, length = 10, draft tree = root r,
 
 A chain draft whose accepted nodes are its first k tokens needs no copy at all.
 
-Why fp32 / fp64 and the extra column of ones: attention must give a row the same result whatever
-the number of query rows or the gaps a tree mask leaves between its keys (see
-transformer.attention): its one sum over keys runs in fp64, and the ones column makes the
-softmax denominator come out of the same matmul as the numerator.
+Both in fp32, the dtype the forward computes them in. Attention must give a row the same result
+whatever the number of query rows or the gaps a tree mask leaves between its keys (see
+transformer.attention): its one sum over keys, softmax weights times V, runs in fp64 on V widened
+as it is read (exact: csrc/attention.h widens in registers, the torch path widens the slice it
+reads and appends the ones column that gives the denominator from the same matmul). Storing V
+as fp32 halves its bytes: one decode step reads every layer's K and V once.
 """
 from __future__ import annotations
 
@@ -39,16 +41,13 @@ class KVCache:
         self.capacity = round_up(max(capacity, 1), KEY_BUCKET)
         shape = (args.n_layers, args.n_kv_heads, self.capacity)
         self.k, self.v = self._alloc(shape, args.head_dim)
+        self._v64: torch.Tensor | None = None   # v_with_ones's scratch
         self.length = 0
 
     @staticmethod
     def _alloc(shape: tuple[int, ...], head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-        # zeros, not empty: masked slots are multiplied by 0 in attention, and 0 * NaN would leak.
-        # The ones column is set for every slot up front; masked slots ignore it.
-        k = torch.zeros(*shape, head_dim)
-        v = torch.zeros(*shape, head_dim + 1, dtype=torch.float64)
-        v[..., head_dim] = 1.0
-        return k, v
+        # zeros, not empty: masked slots are multiplied by 0 in attention, and 0 * NaN would leak
+        return torch.zeros(*shape, head_dim), torch.zeros(*shape, head_dim)
 
     def reserve(self, needed: int) -> None:
         """Grow (copying) so that `needed` slots fit; rarely used, capacity is sized up front."""
@@ -65,7 +64,7 @@ class KVCache:
         q = k.shape[0]
         end = self.length + q
         self.k[layer, :, self.length:end] = k.transpose(0, 1)
-        self.v[layer, :, self.length:end, :-1] = v.transpose(0, 1)
+        self.v[layer, :, self.length:end] = v.transpose(0, 1)
 
     def commit(self, keep: Sequence[int]) -> None:
         """Keep new tokens `keep` (indices into the last forward's new tokens, ascending) as the
@@ -84,5 +83,17 @@ class KVCache:
             raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
         self.length = length
 
+    def v_with_ones(self, layer: int, keys: int) -> torch.Tensor:
+        """[V | 1] of slots [0, keys) of one layer in fp64, [n_kv_heads, keys, head_dim + 1], for the
+        torch attention path: V widened exactly, and a ones column that makes the softmax
+        denominator come out of the same matmul as the numerator. A view of a scratch buffer that
+        the next call overwrites (kept, with its ones, so that a step allocates nothing)."""
+        n_kv, cap, hd = self.v.shape[1:]
+        if self._v64 is None or self._v64.shape[1] != cap:
+            self._v64 = torch.ones(n_kv, cap, hd + 1, dtype=torch.float64)
+        out = self._v64[:, :keys]
+        out[..., :hd] = self.v[layer, :, :keys]
+        return out
+
     def nbytes(self) -> int:
-        return self.k.numel() * 4 + self.v.numel() * 8
+        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()

@@ -175,7 +175,7 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     - query rows are padded to a ROW_MULTIPLE multiple (see the module docstring);
     - scores and exp are per element; the max is exact in any order;
     - the only sum over keys, exp(scores - max) @ [V | 1] (numerator and softmax denominator
-      in one matmul), accumulates in fp64 from a fp64 V cache. A tree's gaps move keys across
+      in one matmul), accumulates in fp64 on V widened from fp32. A tree's gaps move keys across
       the matmul's internal K-blocks, which regroups the sum; in fp64 that changes it by ~1e-16
       relative, far below one fp32 rounding step, so the rounded result keeps its bits (a flip
       needs the sum within 1e-16 of a rounding boundary: ~1e-9 per element). In fp32 the
@@ -193,7 +193,7 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     if rows > n_q:
         q = torch.cat([q, q.new_zeros(rows - n_q, n_heads, head_dim)])
     k = cache.k[layer, :, :keys]                                   # [kv_heads, keys, head_dim]
-    v = cache.v[layer, :, :keys]                                   # [kv_heads, keys, head_dim + 1]
+    v = cache.v_with_ones(layer, keys)                             # [kv_heads, keys, head_dim + 1] fp64
     # query heads sharing a kv head are consecutive, so they stack into one matmul per kv head
     qg = q.permute(1, 0, 2).reshape(n_kv, group * rows, head_dim)
     scores = torch.baddbmm(bias, qg, k.transpose(1, 2), alpha=scale)    # [kv_heads, g*rows, keys]
@@ -220,7 +220,7 @@ def prompt_attention(q: torch.Tensor, cache: KVCache, layer: int, scale: float) 
     n_kv = cache.k.shape[1]
     group = n_heads // n_kv
     k = cache.k[layer, :, :end]                                    # [kv_heads, end, head_dim]
-    v = cache.v[layer, :, :end, :head_dim].float()
+    v = cache.v[layer, :, :end]                                    # [kv_heads, end, head_dim]
     visible = torch.ones(n, end, dtype=torch.bool).tril_(start)    # row i sees keys <= start + i
     bias = torch.zeros(n, end).masked_fill_(~visible, float("-inf")).repeat(group, 1)
     qg = q.permute(1, 0, 2).reshape(n_kv, group * n, head_dim)

@@ -37,7 +37,7 @@ INSTEAD = {"avx512": "AVX-512 CPUs run _kernels_avx2 or the torch paths instead"
 # -fopenmp: at::parallel_for compiles to `omp parallel`; libgomp.so.1 resolves to the copy torch
 # already loaded (same soname), so there is one thread pool. -ffp-contract=off: no FMA in the
 # W8A8 epilogue, which keeps it bit-identical to quant.py's torch path. No -m flags: see above.
-CFLAGS = ["-O3", "-g0", "-fopenmp", "-ffp-contract=off", "--param=sra-max-scalarization-size-Ospeed=4096",
+CFLAGS = ["-O3", "-g0", "-fopenmp", "-ffp-contract=off",
           "-Wno-uninitialized", "-Wno-maybe-uninitialized"]  # GCC 12 false positives in its own intrinsics
 
 

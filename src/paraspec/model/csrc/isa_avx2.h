@@ -114,6 +114,9 @@ inline void store_bytes(uint8_t* p, I16 a, int64_t n) {  // low byte of each lan
 inline D8 zero_d() { return {_mm256_setzero_pd(), _mm256_setzero_pd()}; }
 inline D8 set1(double x) { return {_mm256_set1_pd(x), _mm256_set1_pd(x)}; }
 inline D8 load(const double* p) { return {_mm256_loadu_pd(p), _mm256_loadu_pd(p + 4)}; }
+inline D8 load_wide(const float* p) {  // 8 fp32 -> fp64 (exact)
+  return {_mm256_cvtps_pd(_mm_loadu_ps(p)), _mm256_cvtps_pd(_mm_loadu_ps(p + 4))};
+}
 inline void store(double* p, D8 a) { _mm256_storeu_pd(p, a.lo); _mm256_storeu_pd(p + 4, a.hi); }
 inline D8 fmadd(D8 a, D8 b, D8 c) { return {_mm256_fmadd_pd(a.lo, b.lo, c.lo), _mm256_fmadd_pd(a.hi, b.hi, c.hi)}; }
 inline double lane0(D8 a) { return _mm256_cvtsd_f64(a.lo); }

@@ -96,6 +96,7 @@ inline void store_bytes(uint8_t* p, I16 a, int64_t n) {  // low byte of each lan
 inline D8 zero_d() { return {_mm512_setzero_pd()}; }
 inline D8 set1(double x) { return {_mm512_set1_pd(x)}; }
 inline D8 load(const double* p) { return {_mm512_loadu_pd(p)}; }
+inline D8 load_wide(const float* p) { return {_mm512_cvtps_pd(_mm256_loadu_ps(p))}; }  // 8 fp32 -> fp64 (exact)
 inline void store(double* p, D8 a) { _mm512_storeu_pd(p, a.v); }
 inline D8 fmadd(D8 a, D8 b, D8 c) { return {_mm512_fmadd_pd(a.v, b.v, c.v)}; }
 inline D8 add(D8 a, D8 b) { return {_mm512_add_pd(a.v, b.v)}; }

@@ -92,7 +92,7 @@ std::vector<std::string> variant_names() {
   return names;
 }
 
-// q [n_q, n_heads, hd] fp32; k [n_kv, cap, hd] fp32 and v [n_kv, cap, hd + 1] fp64 (one layer);
+// q [n_q, n_heads, hd] fp32; k and v [n_kv, cap, hd] fp32 (one layer);
 // the new rows' keys sit at slots [start, start + n_q); visible [n_q, n_q] bool (row i sees new
 // key j), or an empty tensor for a causal chain. Returns [n_q, n_heads * hd] fp32.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t start,
@@ -100,10 +100,10 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   require_cpu();
   TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.is_contiguous(), "q: [n_q, heads, hd] fp32");
   TORCH_CHECK(k.dim() == 3 && k.scalar_type() == at::kFloat && k.is_contiguous(), "k: [kv, cap, hd] fp32");
-  TORCH_CHECK(v.dim() == 3 && v.scalar_type() == at::kDouble && v.is_contiguous(), "v: [kv, cap, hd+1] fp64");
+  TORCH_CHECK(v.dim() == 3 && v.scalar_type() == at::kFloat && v.is_contiguous(), "v: [kv, cap, hd] fp32");
   const int64_t n_q = q.size(0), n_heads = q.size(1), hd = q.size(2);
   const int64_t n_kv = k.size(0), cap = k.size(1);
-  TORCH_CHECK(k.size(2) == hd && v.size(2) == hd + 1 && v.size(1) == cap && v.size(0) == n_kv && n_kv > 0 &&
+  TORCH_CHECK(k.size(2) == hd && v.size(2) == hd && v.size(1) == cap && v.size(0) == n_kv && n_kv > 0 &&
               n_heads % n_kv == 0, "shapes");
   TORCH_CHECK(start >= 0 && start + n_q <= cap, "the new rows must fit in the cache");
   const bool causal = visible.numel() == 0;
@@ -123,7 +123,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   auto out = at::empty({n_q, n_heads * hd}, q.options());
   const float* qp = q.data_ptr<float>();
   const float* kp = k.data_ptr<float>();
-  const double* vp = v.data_ptr<double>();
+  const float* vp = v.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const float sc = static_cast<float>(scale);
   // Work items: (row block, kv head). A block walks the committed keys once for all its rows,
@@ -143,6 +143,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     std::vector<float> s(rows * group * ld);
     std::vector<double> e(rows * group * ld);
     std::vector<double> sum(rows * group * (hd + 1));
+    std::vector<double> vw(isa::v_scratch(hd));
     std::vector<isa::Keys> keys(rows);
     for (int64_t w = begin; w < end; ++w) {
       const int64_t i0 = w / n_kv * rows, kv = w % n_kv, nr = std::min(rows, n_q - i0);
@@ -150,7 +151,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         keys[r] = {start, extra[i0 + r].data(), static_cast<int64_t>(extra[i0 + r].size())};
       const int64_t h0 = kv * group;
       isa::attend_block(qp + (i0 * n_heads + h0) * hd, n_heads * hd, nr, group, kp + kv * cap * hd,
-                        vp + kv * cap * (hd + 1), hd, keys.data(), sc, s.data(), e.data(), ld, sum.data(),
+                        vp + kv * cap * hd, hd, keys.data(), sc, s.data(), e.data(), ld, sum.data(), vw.data(),
                         op + (i0 * n_heads + h0) * hd, n_heads * hd);
     }
   });
@@ -281,10 +282,10 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 5;  // bumped when a signature changes: the Python side ignores a stale build
+  m.attr("VERSION") = 6;  // bumped when a signature changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
-  m.def("attention", &attention, "decode / draft-verify attention (row-invariant, fp64 sum of V)",
+  m.def("attention", &attention, "decode / draft-verify attention (row-invariant, fp64 sum of V widened from fp32)",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("start"), py::arg("visible"), py::arg("scale"));
   m.def("w8a8_linear", &w8a8_linear, "per-row W8A8 linear", py::arg("x"), py::arg("packed"),
         py::arg("comp"), py::arg("w_scale"), py::arg("bias"), py::arg("n"), py::arg("passes"),
