@@ -144,6 +144,12 @@ class Engine:
             self._cost = CostModel(self.runner.forward_cost())
         return self._cost
 
+    def _bucket_room(self, cache: KVCache) -> int:
+        """Draft rows the attention allows here: the torch path's fixed key chunks must not be
+        straddled by the root and its drafts (its exactness rests on that); the compiled
+        attention is exact wherever the rows fall."""
+        return MAX_DRAFT_NODES if self.runner.model.kernels.attention is not None else max_draft_rows(cache)
+
     def _context(self, batch_size: int) -> StepContext:
         return StepContext(batch_size, self.cost, self.steps)
 
@@ -197,7 +203,7 @@ class Engine:
             t0 = time.perf_counter()
             remaining = seq.max_tokens - len(seq.output)
             room = seq.cache.capacity - seq.cache.length - 1
-            budget = max(0, min(MAX_DRAFT_NODES, remaining - 1, room, max_draft_rows(seq.cache),
+            budget = max(0, min(MAX_DRAFT_NODES, remaining - 1, room, self._bucket_room(seq.cache),
                                 self.runner.max_seq_len - 1 - seq.cache.length - 1))
             proposal = None
             if seq.drafter is not None and budget > 0:
