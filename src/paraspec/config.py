@@ -73,11 +73,3 @@ def _params_class(kind: str):
         return LookaheadParams
     from .decoding.hybrid import HybridParams
     return HybridParams
-
-
-def build_drafter(plugin: PluginConfig | None, tokenizer, engine, private_memory: bool = False):
-    """The engine's drafter for a plugin config (decoding/registry.py), or with private_memory a
-    new one with an empty trie of its own. (Kept for callers not yet moved to the registry.)"""
-    if plugin is None:
-        return None
-    return engine.drafters.private(plugin) if private_memory else engine.drafters.drafter(plugin)

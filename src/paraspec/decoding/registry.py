@@ -28,6 +28,17 @@ class PluginConfig:
     plugin_type: str     # "memory_decoding" | "lookahead" | "hybrid"
     params: Any          # that algorithm's params: a frozen dataclass (hashable)
 
+    @property
+    def speculation_need(self) -> int:
+        """The speculationGamma the algorithm needs: its decoding_length (memory_decoding,
+        hybrid), (N-1)(W+G) query tokens (lookahead)."""
+        return self.params.query_tokens if self.plugin_type == "lookahead" else self.params.decoding_length
+
+    @property
+    def dynamic_algo(self) -> bool:
+        """memory_decoding's dynamic_algo (MindIE's flag; the server checks maxIterTimes for it)."""
+        return self.plugin_type == "memory_decoding" and self.params.dynamic_algo
+
 
 def build_drafter(plugin: PluginConfig, eos_token_ids: Iterable[int], trie: TokenTrie | None = None,
                   arms: ArmStats | None = None) -> Proposer:

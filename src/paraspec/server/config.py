@@ -331,7 +331,7 @@ def _check_plugin(deploy: ModelDeployConfig, schedule: ScheduleConfig, problems:
         else:
             problems.append(f"{where}: {msg}")
         return
-    if model.plugin is None or not getattr(model.plugin.params, "dynamic_algo", False):
+    if model.plugin is None or not model.plugin.dynamic_algo:
         return
     gamma = deploy.speculation_gamma if deploy.speculation_gamma is not None else speculation_need(model.plugin)
     max_output = deploy.max_seq_len - deploy.max_input_token_len
@@ -358,5 +358,4 @@ def _breaks_only_gamma(plugin_params: str | dict, speculation_gamma: int | None)
 
 def speculation_need(plugin: PluginConfig) -> int:
     """The speculationGamma an algorithm needs: decoding_length (memory_decoding), (N-1)(W+G) (lookahead)."""
-    p = plugin.params
-    return int(getattr(p, "decoding_length", None) or getattr(p, "query_tokens", 0) or 0)
+    return plugin.speculation_need
