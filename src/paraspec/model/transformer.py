@@ -65,7 +65,7 @@ class Linear:
         self.bias = bias
         self.out_features, self.in_features = weight.shape
         module = (kernels or cpu_kernels.default()).module
-        self.kernel = getattr(module, "linear", None)
+        self.kernel = None if module is None else module.linear
         self.bias32 = None if bias is None else bias.float().contiguous()
         self.packed = None
         # oneDNN's packed copy: for bf16 prompts, and for every decode row without kernels
