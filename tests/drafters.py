@@ -4,7 +4,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from paraspec.decoding.policy import CostModel
+from paraspec.decoding.cost import CostModel
 from paraspec.decoding.proposer import DEFAULT_CONTEXT, Proposal, StepContext
 from paraspec.decoding.tree import DraftTree
 
