@@ -1,0 +1,24 @@
+"""paraspec info: the CPU's features, the kernel of each op, the default numerics, t(k)/t(1)."""
+import json
+
+from paraspec import cli
+from paraspec.model import kernels
+
+
+def test_json_report_names_features_kernels_and_default_numerics(capsys):
+    assert cli.main(["info", "--no-cost", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["kernels"] == kernels.default().label
+    assert set(r["features"]) <= set(kernels.SHOWN)
+    assert {"decode/verify attention", "decode/verify linear", "w8a8 linear", "prompt linear"} <= set(r["ops"])
+    n = kernels.default_numerics()
+    assert (r["default_numerics"]["dtype"], r["default_numerics"]["quantization"]) == (n.dtype, n.quantization)
+    assert set(r["not_running"]) | {k.name for k in kernels.runnable()} >= set(kernels.ISAS)
+
+
+def test_text_report_with_the_cost_curve_of_a_model(tiny_model_dir, capsys):
+    assert cli.main(["info", "--model", str(tiny_model_dir("llama"))]) == 0
+    out = capsys.readouterr().out
+    assert "features" in out and "kernels" in out and "default" in out
+    curve = next(line for line in out.splitlines() if line.startswith("t(k)/t(1)"))
+    assert "1:1.00" in curve and "16:" in curve
