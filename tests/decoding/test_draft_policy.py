@@ -66,7 +66,7 @@ def test_the_draft_size_follows_the_cost_curve():
     assert len(pol.select("r", [0], [t], 3, FLAT, score=False)[0]) == 3        # the budget caps
     # MindIE's static length: the whole tree when it is worth anything at all
     sure = tree([[1, 2, 3, 4, 5, 6, 7, 8]], 0.99)
-    assert len(pol.select("r", [0], [sure], 64, STEEP, send_all=True, score=False)[0]) == 8
+    assert len(pol.select("r", [0], [sure], 64, STEEP, send_all=8, score=False)[0]) == 8
 
 
 def test_streak_state_marks_copying_and_sources_gains():

@@ -109,12 +109,27 @@ def test_speculation_gamma_must_cover_decoding_length():
        st.booleans())
 def test_every_draft_is_a_valid_tree_within_budget(prompt, output, decoding_length, max_nodes,
                                                    mode, dynamic):
-    d = drafter(decoding_length=decoding_length, mode=mode, dynamic_algo=dynamic)
+    d = drafter(decoding_length=decoding_length, mode=mode, dynamic_algo=dynamic, copy_length=0)
     for draft in generate(d, "r", prompt, output, max_nodes):
         assert len(draft) <= min(max_nodes, decoding_length - 1)   # root + drafts <= decoding_length
         assert all(-1 <= p < i for i, p in enumerate(draft.parents))
         assert mode == "tree" or draft.is_chain()
         assert EOS not in draft.tokens
+
+
+@pytest.mark.parametrize("mode", ["tree", "chain"])
+def test_long_copies_draft_past_decoding_length_where_rows_are_free(mode):
+    """While the output copies a long span of the prompt, the chain goes on past branch_length
+    and, on a flat cost curve, past decoding_length - 1 (up to copy_length more); with
+    copy_length=0 it never does."""
+    rng = random.Random(1)
+    span = [rng.randrange(100, 5000) for _ in range(120)]
+    prompt = [rng.randrange(100, 5000) for _ in range(30)] + span
+    longest = {}
+    for copy_length in (0, 32):
+        d = drafter(mode=mode, copy_length=copy_length)
+        longest[copy_length] = max(len(x) for x in generate(d, "r", prompt, span[:100], 64))
+    assert longest[0] <= 15 < longest[32] <= 15 + 32
 
 
 @pytest.mark.parametrize("mode", ["tree", "chain"])

@@ -3,13 +3,17 @@
 Drafters are sources of candidates: a DraftTree per source whose nodes carry the source's own
 estimate of their chance to be accepted (the trie: its path frequencies; the n-gram pool: a prior
 by depth and rank). The policy
-  1. calibrates each node: p = the measured acceptance of nodes like it (same source, depth band,
-     band of the source's own estimate, and whether the step before accepted 0, 1-3 or 4+ draft
-     tokens: copying comes in stretches), learnt counterfactually: every candidate node of a step,
-     sent or not, is scored once the tokens after its root are committed (a node is accepted iff
-     its path is what was committed). A request's table starts from the drafter-wide one and
-     learns faster. A band with little evidence leans on its depth's rate over all bands, and
-     that on the source's own estimate (PRIOR_NODES pseudo-nodes each);
+  1. calibrates each node: the source's conditional estimate q (the node's own estimate over
+     its parent's: the chance the text goes on into it, given it reached the parent) times a
+     factor measured for nodes like it: same source, depth band and band of q, and whether the
+     step before accepted 0, 1-3 or 4+ draft tokens (copying comes in stretches). A node's p is
+     its parent's times the calibrated q (at most 1). Measured counterfactually: every candidate
+     tree of a step, sent or not, is walked along the tokens committed after its root; each
+     child of a node the walk reaches was a chance for the text to go on (expected: its q; a
+     hit if the text went into it). A factor is hits over expected, leaning on its depth's factor
+     over all bands where evidence is thin, the request's on the drafter-wide one (all
+     requests, forgotten more slowly), and that on the source's own estimate (PRIOR_TRIALS
+     pseudo-trials each);
   2. merges the sources into one tree (a node several propose keeps its highest p; a node is
      never likelier than its parent), best first, so every prefix is a tree;
   3. sends the prefix of n nodes with the most expected tokens net of their cost,
@@ -34,9 +38,9 @@ from .cost import CostModel
 from .tree import ROOT, DraftTree, descend
 
 DEPTH_EDGES = (2, 3, 5, 9, 17, 33)                  # depth bands: 1, 2, 3-4, 5-8, 9-16, 17-32, 33+
-P_EDGES = (0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 0.95)   # bands of a source's own estimate
+Q_EDGES = (0.1, 0.2, 0.3, 0.45, 0.65, 0.85)         # bands of a source's conditional estimate
 STREAK_EDGES = (1, 4)                               # draft tokens accepted last step: 0, 1-3, 4+
-PRIOR_NODES = 1.0           # a prior weighs as this many scored nodes
+PRIOR_TRIALS = 1.0          # the source's own estimate weighs as this many expected continuations
 DECAY, SHARED_DECAY = 0.9, 0.995   # per scored step: a request's table, the drafter-wide one
 MARGIN = 2.0                # at rate 1, a draft must be worth this many times its cost
 RATE_ALPHA = 0.1            # weight of the newest step in EMA(tokens) and EMA(cost)
@@ -48,18 +52,16 @@ def _band(edges: Sequence[float], x: float) -> int:
     return bisect_right(edges, x)
 
 
+_DEPTH_BAND = [bisect_right(DEPTH_EDGES, d) for d in range(257)]   # hot loops index this
+
+
 def streak_state(accepted: int) -> int:
     return _band(STREAK_EDGES, accepted)
 
 
-def _calibrate(hits: np.ndarray, nodes: np.ndarray, d_hits: np.ndarray, d_nodes: np.ndarray,
-               depth: int, own: float) -> float:
-    """A node's acceptance: its band's rate, shrunk to its depth's rate over all bands, shrunk to
-    the source's own estimate (hits/nodes: [depth band, p band] of one state and source)."""
-    d = _band(DEPTH_EDGES, depth)
-    b = _band(P_EDGES, own)
-    rate_d = (d_hits[d] + PRIOR_NODES * own) / (d_nodes[d] + PRIOR_NODES)
-    return float((hits[d, b] + PRIOR_NODES * rate_d) / (nodes[d, b] + PRIOR_NODES))
+def _conditional(tree: DraftTree, own: Sequence[float]) -> list[float]:
+    """Each node's estimate given its parent is accepted: its own over its parent's."""
+    return [o if par == ROOT else (o / own[par] if own[par] > 0 else 0.0) for o, par in zip(own, tree.parents)]
 
 
 class PolicyStats:
@@ -67,9 +69,9 @@ class PolicyStats:
     source's gain. Shared by the policy's requests (a new request starts from it)."""
 
     def __init__(self, n_sources: int):
-        shape = (len(STREAK_EDGES) + 1, n_sources, len(DEPTH_EDGES) + 1, len(P_EDGES) + 1)
-        self.hits = np.zeros(shape)
-        self.nodes = np.zeros(shape)
+        shape = (len(STREAK_EDGES) + 1, n_sources, len(DEPTH_EDGES) + 1, len(Q_EDGES) + 1)
+        self.hits = np.zeros(shape)             # continuations accepted
+        self.nodes = np.zeros(shape)            # continuations expected (sum of estimates)
         self.gain = [0.1] * n_sources   # optimistic: a source is measured before it can sit out
 
 
@@ -78,6 +80,7 @@ class _Pending:
     start: int                       # context length at the step (the truth starts there)
     state: int
     trees: list[DraftTree | None]    # per source, with the sources' own estimates
+    conds: list[list[float]]         # per source, each node's conditional estimate
     depth: int                       # deepest node: the truth needed to score them all
 
 
@@ -94,6 +97,7 @@ class _Request:
     step_cost: float = 1.0
     tail: list[int] = field(default_factory=list)     # committed tokens from tail_start on
     tail_start: int = -1
+    factors: list | None = None      # [state][source][depth band][q band], from the tables
 
 
 class DraftPolicy:
@@ -103,7 +107,7 @@ class DraftPolicy:
         self._requests: dict[str, _Request] = {}
 
     def begin(self, key: str) -> None:
-        self._requests[key] = _Request(self.stats.hits.copy(), self.stats.nodes.copy())
+        self._requests[key] = _Request(np.zeros_like(self.stats.hits), np.zeros_like(self.stats.nodes))
 
     def end(self, key: str) -> None:
         self._requests.pop(key, None)
@@ -114,20 +118,20 @@ class DraftPolicy:
         return self._requests[key].state
 
     def select(self, key: str, context: Sequence[int], candidates: Sequence[DraftTree | None], budget: int,
-               cost: CostModel, extra_rows: int = 0, send_all: bool = False,
+               cost: CostModel, extra_rows: int = 0, send_all: int = 0,
                score: bool = True) -> tuple[DraftTree, float]:
         """The draft to verify (best first, at most `budget` nodes) and its expected accepted
         tokens. candidates[s]: source s's tree with its own estimates (None: nothing).
-        send_all: the whole merged tree when its value is positive (MindIE's static length).
-        score=False: the candidates are not kept for calibration (a second look at a step)."""
+        send_all: at least the first send_all nodes when together their value is positive
+        (MindIE's static draft length). score=False: the candidates are not kept for
+        calibration (a second look at a step)."""
         st = self._requests[key]
         self._sync(st, context)
-        depth = max((max(t.depths()) for t in candidates if t), default=0)
+        tree, owners, conds, depth = self._merge(st, candidates)
         if score and depth:
             if len(st.pending) >= MAX_PENDING:
                 st.pending.pop(0)
-            st.pending.append(_Pending(len(context), st.state, list(candidates), depth))
-        tree, owners = self._merge(st, candidates)
+            st.pending.append(_Pending(len(context), st.state, list(candidates), conds, depth))
         n, expected = self._size(st, tree.probs, budget, cost, extra_rows, send_all)
         st.sent, st.owners = tree.truncated(n), owners[:n]
         st.step_cost = cost(1 + n + extra_rows)
@@ -159,33 +163,51 @@ class DraftPolicy:
         st.sent, st.owners = None, []
 
     def calibrated(self, key: str, source: int, depth: int, own: float) -> float:
-        """p of a node of `source` at `depth` whose source estimated `own`, for this request now."""
+        """The chance of a node of `source` at `depth` whose source estimated its continuation at
+        `own`, given its parent is accepted, for this request now."""
         st = self._requests[key]
-        return _calibrate(st.hits[st.state, source], st.nodes[st.state, source],
-                          st.hits[st.state, source].sum(-1), st.nodes[st.state, source].sum(-1), depth, own)
+        f = self._factors(st)[st.state][source][_band(DEPTH_EDGES, depth)][_band(Q_EDGES, own)]
+        return min(1.0, own * f)
+
+    def _factors(self, st: _Request) -> list:
+        """Calibration factors, recomputed after the tables change (see the module docstring)."""
+        if st.factors is None:
+            k, sh, se = PRIOR_TRIALS, self.stats.hits, self.stats.nodes
+            shared_d = (sh.sum(-1) + k) / (se.sum(-1) + k)                        # [state, src, depth]
+            shared = (sh + k * shared_d[..., None]) / (se + k)                    # ... x q band
+            own_d = (st.hits.sum(-1) + k * shared_d) / (st.nodes.sum(-1) + k)
+            st.factors = ((st.hits + k * own_d[..., None] * shared / shared_d[..., None]) /
+                          (st.nodes + k)).tolist()
+        return st.factors
 
     # ------------------------------------------------------------------------ internals
-    def _merge(self, st: _Request, candidates: Sequence[DraftTree | None]) -> tuple[DraftTree, list[int]]:
-        """The sources' trees as one, calibrated, best first; and per node its sources (bitmask)."""
+    def _merge(self, st: _Request, candidates: Sequence[DraftTree | None]
+               ) -> tuple[DraftTree, list[int], list[list[float]], int]:
+        """The sources' trees as one, calibrated, best first; per node its sources (bitmask);
+        per source its nodes' conditional estimates; the deepest node's depth."""
         index: dict[tuple[int, int], int] = {}      # (merged parent, token) -> merged node
         tokens: list[int] = []
         parents: list[int] = []
         probs: list[float] = []
         owners: list[int] = []
         depths: list[int] = []
+        conds: list[list[float]] = []
+        depth_band, q_edges = _DEPTH_BAND, Q_EDGES
         for s, tree in enumerate(candidates):
             if not tree:
+                conds.append([])
                 continue
-            hits, nodes = st.hits[st.state, s], st.nodes[st.state, s]        # [depth band, p band]
-            d_hits, d_nodes = hits.sum(-1), nodes.sum(-1)                    # [depth band]
+            factor = self._factors(st)[st.state][s]
             own = tree.probs or [1.0] * len(tree)
+            cond = _conditional(tree, own)
+            conds.append(cond)
             here: list[int] = []                    # source node -> merged node
             for i, (tok, par) in enumerate(zip(tree.tokens, tree.parents)):
                 mp = ROOT if par == ROOT else here[par]
                 d = 1 if mp == ROOT else depths[mp] + 1
-                p = _calibrate(hits, nodes, d_hits, d_nodes, d, own[i])
-                if mp != ROOT and p > probs[mp]:
-                    p = probs[mp]
+                c = cond[i]
+                q = c * factor[depth_band[d] if d < 257 else -1][bisect_right(q_edges, c)]
+                p = (1.0 if mp == ROOT else probs[mp]) * (q if q < 1.0 else 1.0)
                 at = index.get((mp, tok))
                 if at is None:
                     at = index[(mp, tok)] = len(tokens)
@@ -200,19 +222,21 @@ class DraftPolicy:
                         probs[at] = float(p)
                 here.append(at)
         if not tokens:
-            return DraftTree(), []
+            return DraftTree(), [], conds, 0
         # best first, a parent before its children (p never grows down a path; on a tie the
         # shallower node goes first)
         order = sorted(range(len(tokens)), key=lambda i: (-probs[i], depths[i], i))
-        new = {old: k for k, old in enumerate(order)}
+        new = [0] * len(order)
+        for k, old in enumerate(order):
+            new[old] = k
         tree = DraftTree([tokens[i] for i in order],
                          [ROOT if parents[i] == ROOT else new[parents[i]] for i in order],
                          [probs[i] for i in order])
-        return tree, [owners[i] for i in order]
+        return tree, [owners[i] for i in order], conds, max(depths)
 
     @staticmethod
     def _size(st: _Request, probs: list[float], budget: int, cost: CostModel, extra_rows: int,
-              send_all: bool) -> tuple[int, float]:
+              send_all: int) -> tuple[int, float]:
         """How many of the best-first nodes to send, and their expected accepted tokens."""
         n_max = min(len(probs), budget)
         if n_max <= 0:
@@ -222,15 +246,13 @@ class DraftPolicy:
         base = table[1 + extra_rows] if 1 + extra_rows < len(table) else cost(1 + extra_rows)
         gain = best_v = best_gain = 0.0
         best_n = 0
-        v = 0.0
+        whole = min(send_all, n_max)
         for i in range(n_max):
             gain += probs[i]
             rows = 2 + i + extra_rows
             v = gain - price * ((table[rows] if rows < len(table) else cost(rows)) - base)
-            if v > best_v:
-                best_n, best_v, best_gain = i + 1, v, gain
-        if send_all and v > 0:
-            return n_max, gain
+            if v > best_v or (i + 1 == whole and v > 0 and best_n < whole):
+                best_n, best_v, best_gain = i + 1, max(v, best_v), gain
         return best_n, best_gain
 
     @staticmethod
@@ -270,15 +292,26 @@ class DraftPolicy:
             for s, tree in enumerate(pend.trees):
                 if not tree:
                     continue
-                on_path = set(r - 1 for r in descend(tree.children(), 0, truth))
-                own = tree.probs or [1.0] * len(tree)
-                for i, d in enumerate(tree.depths()):
-                    b = (pend.state, s, _band(DEPTH_EDGES, d), _band(P_EDGES, own[i]))
-                    hit = 1.0 if i in on_path else 0.0
-                    st.hits[b] += hit
-                    st.nodes[b] += 1.0
-                    shared.hits[b] += hit
-                    shared.nodes[b] += 1.0
+                children = tree.children()
+                cond = pend.conds[s]
+                rows = descend(children, 0, truth)
+                alive = len(rows) == len(truth)
+                # every row a token was tried from (the failing try included) is a trial of its
+                # children: expected to go on with the sum of their conditional estimates
+                for depth, (r, nxt) in enumerate(zip([0] + rows, rows + [None]), start=1):
+                    if nxt is None and alive:
+                        break
+                    d = _DEPTH_BAND[depth] if depth < 257 else -1
+                    for c in children[r].values():
+                        b = (pend.state, s, d, bisect_right(Q_EDGES, cond[c]))
+                        hit = 1.0 if c + 1 == nxt else 0.0
+                        st.hits[b] += hit
+                        st.nodes[b] += cond[c]
+                        shared.hits[b] += hit
+                        shared.nodes[b] += cond[c]
+                    if nxt is None:
+                        break
+        st.factors = None
 
     @staticmethod
     def _fell_off(pend: _Pending, truth: Sequence[int]) -> bool:

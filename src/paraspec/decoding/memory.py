@@ -29,6 +29,8 @@ from .trie import TokenTrie
 MAX_DECODING_LENGTH = 16
 PROMPT_WEIGHT = 1.0         # a prompt count is worth this many output counts when ranking nodes
 COPYING = 2                 # draft_policy.streak_state of a step after 4+ accepted draft tokens
+CANDIDATES = 2              # trie nodes offered per node the budget allows ...
+MAX_CANDIDATES = 64         # ... at most
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,8 @@ class TrieSource:
         if budget <= 0 or not context or context[-1] in self.eos:
             return DraftTree()
         p = self.params
-        first = min(budget, p.max_draft)
+        # more candidates than can be sent: the policy, not the trie's ranking, picks among them
+        first = min(CANDIDATES * (budget if copying else min(budget, p.max_draft)), MAX_CANDIDATES)
         m = self.trie.match(context, key, first, p.mode == "tree", PROMPT_WEIGHT, max_depth=p.branch_length)
         if copying and p.copy_length and m:
             self._follow_on(m, key, context, min(budget, first + p.copy_length))
@@ -237,7 +240,7 @@ class MemoryDrafter:
         m = self.source.candidates(request_id, context, budget, copying)
         limit = budget if copying else min(budget, p.max_draft)
         draft, expected = self.policy.select(request_id, context, [m], limit, ctx.cost,
-                                             send_all=not p.dynamic_algo)
+                                             send_all=0 if p.dynamic_algo else p.max_draft)
         return Proposal(draft, expected=expected)
 
     def observe(self, request_id: str, committed: Sequence[int],
