@@ -121,6 +121,7 @@ def bench_dense(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, sh
     print("\n## Dense linear (fp32 x), median us per call\n")
     print("csrc `linear` per module and weight dtype; onednn: torch's packed matmul (bf16 with x "
           "converted to bf16); F.linear: torch's default (MKL sgemm for fp32)\n")
+    table: dict[tuple[str, int], dict[str, float]] = {}
     for name, (n, k) in shapes.items():
         w32 = torch.randn(n, k) * 0.05
         c32 = max(1, footprint // (n * k * 4))
@@ -151,7 +152,17 @@ def bench_dense(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, sh
         for m_rows in rows:
             x = torch.randn(m_rows, k)
             res = timed({c: (lambda f=f: f(x)) for c, f in cands.items()}, reps)
+            table[name, m_rows] = res
             print(f"| {m_rows} | " + " | ".join(f"{res[c]:.0f}" for c in cols) + " |", flush=True)
+        print()
+    layer = ("qkv", "o", "gate_up", "down")
+    if all(s in shapes for s in layer):   # a decoder layer's four linears, times the model's layers
+        print(f"### the {LAYERS}-layer stack ({' + '.join(layer)}, x {LAYERS}; no LM head), ms per forward\n")
+        print("| rows | " + " | ".join(cols) + " |")
+        print("|---" * (len(cols) + 1) + "|")
+        for m_rows in rows:
+            ms = {c: LAYERS * sum(table[s, m_rows][c] for s in layer) / 1000 for c in cols}
+            print(f"| {m_rows} | " + " | ".join(f"{ms[c]:.1f}" for c in cols) + " |")
         print()
 
 

@@ -248,7 +248,8 @@ def test_module_api(isa):
 
 # ------------------------------------------------------------------------- fp32 / bf16 linear
 
-LINEAR_SHAPES = [(67, 45), (96, 64), (13, 16), (50, 7), (960, 576), (131, 300)]   # (N, K): N % 6, K % 16 varied
+# (N, K): N % 6 and K % 16 varied; K > 768 is walked in segments when rows share a weight block
+LINEAR_SHAPES = [(67, 45), (96, 64), (13, 16), (50, 7), (960, 576), (131, 300), (37, 1000)]
 
 
 def _linear_inputs(n: int, k: int, m: int, dtype: torch.dtype, seed: int):
@@ -296,7 +297,7 @@ def test_linear_matches_float64_reference(isa, dtype, n, k):
 
 @pytest.mark.parametrize("isa", per_isa())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("n,k", [(67, 45), (96, 64), (960, 576)])
+@pytest.mark.parametrize("n,k", [(67, 45), (96, 64), (960, 576), (37, 1000)])
 def test_linear_row_invariance(isa, dtype, n, k):
     """A row's bits do not depend on the other rows, its place among them (other row tiles),
     the thread count, or whether x is a view with a longer row stride."""
@@ -326,7 +327,7 @@ def test_linear_isas_agree():
     weights, bias, fused norm, every row tile and the narrow channel blocks)."""
     if len(RUNNABLE) < 2:
         pytest.skip("needs both modules runnable here")
-    for n, k in ((67, 45), (131, 300), (960, 576), (50, 7)):
+    for n, k in ((67, 45), (131, 300), (960, 576), (50, 7), (37, 1000)):
         for dtype in (torch.float32, torch.bfloat16):
             x, w, bias, norm = _linear_inputs(n, k, 37, dtype, seed=n)
             for b, g in ((bias, norm), (None, None)):

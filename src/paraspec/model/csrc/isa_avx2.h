@@ -21,6 +21,7 @@ struct D8 { __m256d lo, hi; };
 constexpr int kVPairs = 2, kVAcc = 4;
 // the dense linear's register tile: kLinRows rows x kLinCols channels of accumulators
 constexpr int kLinRows = 2, kLinCols = 3;
+constexpr int64_t kLinSeg = 768;  // most floats of K per segment when several row tiles share a block
 
 inline __m256i lanes_below(int64_t n) {  // int32 lanes i < n all ones
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::max<int64_t>(n, 0))),

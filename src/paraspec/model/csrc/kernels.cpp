@@ -268,11 +268,13 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<
   constexpr int64_t C = isa::kLinCols;
   at::parallel_for(0, (N + C - 1) / C, 1, [&](int64_t b0, int64_t b1) {
     const int64_t n0 = b0 * C, n1 = std::min(b1 * C, N);
+    std::vector<float> acc(isa::linear_acc_floats(M) + 16);  // the row tiles' accumulators
+    float* ap = acc.data() + (-reinterpret_cast<uintptr_t>(acc.data()) / 4 & 15);  // 64-byte aligned
     if (bf16) {
       std::vector<float> wf(M > isa::kLinRows ? C * K : 0);  // a block's weights widened, for row tiles after the first
-      isa::linear_channels(xp, ldx, M, static_cast<const uint16_t*>(wp), K, bp, yp, N, n0, n1, wf.data());
+      isa::linear_channels(xp, ldx, M, static_cast<const uint16_t*>(wp), K, bp, yp, N, n0, n1, ap, wf.data());
     } else {
-      isa::linear_channels(xp, ldx, M, static_cast<const float*>(wp), K, bp, yp, N, n0, n1, nullptr);
+      isa::linear_channels(xp, ldx, M, static_cast<const float*>(wp), K, bp, yp, N, n0, n1, ap, nullptr);
     }
   });
   return y;

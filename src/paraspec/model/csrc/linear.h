@@ -11,16 +11,26 @@
 //   ss (16 lanes) = 0;  for k0: ss = ss + x[m, k0:k0+16] * x[m, k0:k0+16]   (mul, then add)
 //   r = 1 / sqrt(hsum(ss) / K + eps)      (fp32: sqrtss, then a division)
 //   x'[m, k] = (x[m, k] * r) * g[k]
-// Which rows or channels share a register tile, where a tile's sums are reduced (sum8, the same
-// additions as hsum), the thread that runs a channel: none of it changes a single operation of
-// the sequence above, so a row's outputs are the same bits alone or among any rows, at any place,
-// on any thread count, in either module (two ymm per vector on AVX2, one zmm on AVX-512).
+// hsum's additions pair lanes (j, j + 8), then (j, j + 4), (j, j + 2), (j, j + 1) of what is left.
+// The instructions a row's output sees, AVX-512: per whole chunk one vfmadd231ps (x chunk from
+// vmovups; weights from vmovups, or for bf16 vpmovzxwd + vpslld, direct or into the block's
+// widened copy: the same fp32 values), the partial chunk with zero-masked loads and one FMA, then
+// sum16's vshuff32x4 / vshufps / vaddps tree (the pairing above) and one vaddss for the bias.
+// AVX2: the same per lane, each 16-lane vector two ymm (bf16 widened by vpshufb), sum8's tree.
+// Which rows or channels share a register tile, where a tile's sums are reduced (sum16 does 16 at
+// once), the thread that runs a channel: none of it changes a single operation of the sequence
+// above, so a row's outputs are the same bits alone or among any rows, at any place, on any
+// thread count, in either module.
 //
 // Speed: decoding is memory-bound on the weights, so each weight row leaves memory once per call
-// for all the rows: a block of C channels (C rows of W, one contiguous range) is read by the first
-// register tile of R rows while the next block is prefetched, then stays in L1/L2 for the other
-// row tiles. A tile holds R x C accumulators in registers; each x chunk is loaded once per tile
-// and used for the C channels, each weight chunk once and used for the R rows.
+// for all the rows: a block of kLinCols channels (rows of W, one contiguous range) is run in
+// register tiles of up to kLinRows rows (R x C accumulators; each x chunk loaded once per tile
+// and used for the C channels, each weight chunk once and used for the R rows), each tile
+// prefetching its share of the next block, spread over its steps, so the weights stream at the
+// pace they are used. bf16 blocks with more than one row tile are widened once into an fp32 copy
+// in L1 that the tiles read (widening costs about what the FMAs it feeds cost, per row tile
+// otherwise), and K > kLinSeg is walked in segments that keep the tiles' x and weights in L1.
+// Threads take contiguous ranges of blocks.
 namespace isa {
 
 // The phases of a tile are separate functions that pass the R x C accumulators through memory
@@ -28,19 +38,17 @@ namespace isa {
 // with an array, or with the sums in the same function, GCC 12 keeps the accumulators in a
 // stack array as well and stores every one of them on every step of the loop.
 
-// acc = the sums over the whole 16-float chunks of K, for R <= 8 rows x + r * ldx and C <= 8
-// channels w + c * K. Meanwhile the cache lines [pf, pf + pf_bytes) are prefetched, spread
-// evenly over the chunks (a share of the next channel block: the weights stream from memory
-// at the pace the block's row tiles use them). SAVE: also store the widened weights (bf16) to
-// wf (C rows of K floats) for the block's other row tiles, which then read fp32 from L1 instead
-// of widening again.
-template <int R, int C, typename W, bool SAVE>
-__attribute__((noinline)) void linear_main(const float* x, int64_t ldx, const W* w, int64_t K, const char* pf,
-                                           int64_t pf_bytes, float* acc, float* wf) {
+// acc (+)= the sums over the whole 16-float chunks k in [k0, k1) (from 0 when init, else
+// continuing acc's), for R <= 8 rows x + r * ldx and C <= 8 channels w + c * K. Meanwhile the
+// cache lines [pf, pf + pf_bytes) are prefetched, spread evenly over the chunks (a share of the
+// next channel block: the weights stream from memory at the pace the block's row tiles use them).
+template <int R, int C, typename W>
+__attribute__((noinline)) void linear_main(const float* x, int64_t ldx, const W* w, int64_t K, int64_t k0,
+                                           int64_t k1, bool init, const char* pf, int64_t pf_bytes, float* acc) {
   static_assert(R >= 1 && R <= 8 && C >= 1 && C <= 8, "tile");
-  const int64_t chunks = K / 16;
+  const int64_t chunks = (k1 - k0) / 16;
   int64_t due = 0;  // prefetch bytes owed, in units of 1 / chunks of a byte
-#define PS_A1(r, c) F16 a##r##c = zero();
+#define PS_A1(r, c) F16 a##r##c = R > r && C > c && !init ? load(acc + (r * C + c) * 16) : zero();
 #define PS_A(r) PS_A1(r, 0) PS_A1(r, 1) PS_A1(r, 2) PS_A1(r, 3) PS_A1(r, 4) PS_A1(r, 5) PS_A1(r, 6) PS_A1(r, 7)
   PS_A(0) PS_A(1) PS_A(2) PS_A(3) PS_A(4) PS_A(5) PS_A(6) PS_A(7)
 #define PS_X(r) const F16 x##r = R > r ? load(x + r * ldx + k) : zero();
@@ -48,10 +56,9 @@ __attribute__((noinline)) void linear_main(const float* x, int64_t ldx, const W*
 #define PS_COL(c)                                                                                          \
   if constexpr (C > c) {                                                                                   \
     const F16 wv = load(w + c * K + k);                                                                    \
-    if constexpr (SAVE) store(wf + c * K + k, wv);                                                         \
     PS_FMA(0, c) PS_FMA(1, c) PS_FMA(2, c) PS_FMA(3, c) PS_FMA(4, c) PS_FMA(5, c) PS_FMA(6, c) PS_FMA(7, c) \
   }
-  for (int64_t k = 0; k + 16 <= K; k += 16) {
+  for (int64_t k = k0; k < k1; k += 16) {
     for (due += pf_bytes; due > 0; due -= 64 * chunks, pf += 64) _mm_prefetch(pf, _MM_HINT_T0);
     PS_X(0) PS_X(1) PS_X(2) PS_X(3) PS_X(4) PS_X(5) PS_X(6) PS_X(7)
     PS_COL(0) PS_COL(1) PS_COL(2) PS_COL(3) PS_COL(4) PS_COL(5) PS_COL(6) PS_COL(7)
@@ -95,61 +102,93 @@ void linear_sums(const float* acc, const float* bias, float* y, int64_t ldy) {
     for (int c = 0; c < C; ++c) y[r * ldy + c] = bias ? s[r * C + c] + bias[c] : s[r * C + c];
 }
 
-// R rows (x + r * ldx) times C channels -> y[r * ldy + c]: the whole chunks from wm (the weights,
-// or a block's widened copy in wf), the partial one from w (the weights, C rows of K).
-template <int R, int C, typename WM, typename W, bool SAVE>
-void linear_tile(const float* x, int64_t ldx, const WM* wm, const W* w, int64_t K, const float* bias, float* y,
-                 int64_t ldy, const char* pf, int64_t pf_bytes, float* wf) {
-  alignas(64) float acc[R * C * 16];
-  linear_main<R, C, WM, SAVE>(x, ldx, wm, K, pf, pf_bytes, acc, wf);
+// One register tile's share of a block: chunks [k0, k1) of R rows x C channels, accumulators in
+// acc (R * C * 16 floats; from zero when init), the whole chunks from wm (the weights, or the
+// block's widened copy), prefetching [pf, pf + pf_bytes); with `last`, the partial chunk from w
+// (the weights, C rows of K) and the sums y[r * ldy + c] = hsum(acc) (+ bias[c]).
+template <int R, int C, typename WM, typename W>
+void linear_tile(const float* x, int64_t ldx, const WM* wm, const W* w, int64_t K, int64_t k0, int64_t k1,
+                 bool init, bool last, const float* bias, float* y, int64_t ldy, const char* pf, int64_t pf_bytes,
+                 float* acc) {
+  linear_main<R, C, WM>(x, ldx, wm, K, k0, k1, init, pf, pf_bytes, acc);
+  if (!last) return;
   if (K % 16) linear_tail<R, C, W>(x, ldx, w, K, acc);
   linear_sums<R, C>(acc, bias, y, ldy);
 }
 
 // linear_tile<r, ...> for a run-time r in [1, kLinRows].
 template <int C, typename WM, typename W, int R = kLinRows>
-void linear_tile_r(int64_t r, const float* x, int64_t ldx, const WM* wm, const W* w, int64_t K, const float* bias,
-                   float* y, int64_t ldy, const char* pf, int64_t pf_bytes) {
+void linear_tile_r(int64_t r, const float* x, int64_t ldx, const WM* wm, const W* w, int64_t K, int64_t k0,
+                   int64_t k1, bool init, bool last, const float* bias, float* y, int64_t ldy, const char* pf,
+                   int64_t pf_bytes, float* acc) {
   if constexpr (R > 1)
-    if (r < R) return linear_tile_r<C, WM, W, R - 1>(r, x, ldx, wm, w, K, bias, y, ldy, pf, pf_bytes);
-  linear_tile<R, C, WM, W, false>(x, ldx, wm, w, K, bias, y, ldy, pf, pf_bytes, nullptr);
+    if (r < R)
+      return linear_tile_r<C, WM, W, R - 1>(r, x, ldx, wm, w, K, k0, k1, init, last, bias, y, ldy, pf, pf_bytes,
+                                            acc);
+  linear_tile<R, C, WM, W>(x, ldx, wm, w, K, k0, k1, init, last, bias, y, ldy, pf, pf_bytes, acc);
+}
+
+// wf[c * K + k] = w[c * K + k] widened, for C rows and the whole chunks k in [k0, k1)
+template <int C>
+__attribute__((noinline)) void linear_widen(const uint16_t* w, int64_t K, int64_t k0, int64_t k1, float* wf) {
+  for (int c = 0; c < C; ++c)
+    for (int64_t k = k0; k < k1; k += 16) store(wf + c * K + k, load(w + c * K + k));
 }
 
 // One block of C channels (w: C rows of K) for all M rows, in row tiles of kLinRows, each tile
-// prefetching its share of the next block (next, C * K weights). bf16 weights with more than one
-// tile: the first tile widens them once into wf (C * K floats) and the others read that.
+// prefetching its share of the next block (next, C * K weights). With more than one tile, K is
+// walked in segments of kLinSeg floats, every tile over a segment before the next one (the
+// segment's x rows and weights stay in L1; each tile's accumulators wait in acc, tiles * kLinRows
+// * C * 16 floats), and bf16 weights are widened once per segment into wf (C * K floats) for all
+// the tiles. (Widening in the first tile's loop, storing as it goes, was 2-4x slower on some
+// alignments of x: stores and loads 4 KB apart.) A lane's FMAs run in k order either way:
+// segments only pause them.
 template <int C, typename W>
 void linear_block(const float* x, int64_t ldx, int64_t M, const W* w, int64_t K, const float* bias, float* y,
-                  int64_t ldy, const char* next, float* wf) {
+                  int64_t ldy, const char* next, float* acc, float* wf) {
   constexpr int R = kLinRows;
-  const int64_t bytes = C * K * static_cast<int64_t>(sizeof(W)), tiles = (M + R - 1) / R;
-  if (tiles == 1) return linear_tile_r<C, W, W>(M, x, ldx, w, w, K, bias, y, ldy, next, bytes);
-  const int64_t share = (bytes / tiles + 63) / 64 * 64;  // whole lines (the last tile takes what is left)
+  const int64_t bytes = C * K * static_cast<int64_t>(sizeof(W)), tiles = (M + R - 1) / R, whole = K / 16 * 16;
+  if (tiles == 1)
+    return linear_tile_r<C, W, W>(M, x, ldx, w, w, K, 0, whole, true, true, bias, y, ldy, next, bytes, acc);
+  const int64_t segs = std::max<int64_t>(1, (whole + kLinSeg - 1) / kLinSeg);  // of equal length in chunks
+  const int64_t seg = (whole / 16 + segs - 1) / segs * 16;
+  const int64_t share = (bytes / (tiles * segs) + 63) / 64 * 64;  // whole lines per tile and segment
   constexpr bool widen = !std::is_same<W, float>::value;
-  linear_tile<R, C, W, W, widen>(x, ldx, w, w, K, bias, y, ldy, next, share, wf);
-  for (int64_t m = R; m < M; m += R) {
-    const int64_t r = std::min<int64_t>(R, M - m), done = m / R * share;
-    const int64_t pf_bytes = std::max<int64_t>(0, m + R < M ? std::min(share, bytes - done) : bytes - done);
-    if constexpr (widen)
-      linear_tile_r<C, float, W>(r, x + m * ldx, ldx, wf, w, K, bias, y + m * ldy, ldy, next + done, pf_bytes);
-    else
-      linear_tile_r<C, W, W>(r, x + m * ldx, ldx, w, w, K, bias, y + m * ldy, ldy, next + done, pf_bytes);
+  int64_t done = 0;  // bytes of the next block prefetched
+  for (int64_t s = 0; s < segs; ++s) {
+    const int64_t k0 = s * seg, k1 = std::min(k0 + seg, whole);
+    const bool init = s == 0, last = s + 1 == segs;
+    if constexpr (widen) linear_widen<C>(w, K, k0, k1, wf);
+    for (int64_t m = 0; m < M; m += R) {
+      const int64_t r = std::min<int64_t>(R, M - m);
+      const int64_t pf_bytes = last && m + R >= M ? bytes - done : std::min(share, bytes - done);
+      float* at = acc + m / R * (R * C * 16);
+      if constexpr (widen)
+        linear_tile_r<C, float, W>(r, x + m * ldx, ldx, wf, w, K, k0, k1, init, last, bias, y + m * ldy, ldy,
+                                   next + done, pf_bytes, at);
+      else
+        linear_tile_r<C, W, W>(r, x + m * ldx, ldx, w, w, K, k0, k1, init, last, bias, y + m * ldy, ldy, next + done,
+                               pf_bytes, at);
+      done += pf_bytes;
+    }
   }
 }
 
 // Channels [n0, n1) for all M rows (one thread's share: a contiguous weight range): blocks of
-// kLinCols channels (the last, narrower one channel at a time). wf: kLinCols * K floats of scratch.
+// kLinCols channels (the last, narrower one channel at a time). Scratch: acc
+// linear_acc_floats(M), wf kLinCols * K floats.
+inline int64_t linear_acc_floats(int64_t M) { return (M + kLinRows - 1) / kLinRows * kLinRows * kLinCols * 16; }
 template <typename W>
 void linear_channels(const float* x, int64_t ldx, int64_t M, const W* w, int64_t K, const float* bias, float* y,
-                     int64_t N, int64_t n0, int64_t n1, float* wf) {
+                     int64_t N, int64_t n0, int64_t n1, float* acc, float* wf) {
   constexpr int C = kLinCols;
   for (int64_t n = n0; n < n1;) {
     const int64_t c = n1 - n >= C ? C : 1;
     const W* wn = w + n * K;
     const char* next = reinterpret_cast<const char*>(wn + c * K);
     const float* b = bias ? bias + n : nullptr;
-    if (c == C) linear_block<C, W>(x, ldx, M, wn, K, b, y + n, N, next, wf);
-    else linear_block<1, W>(x, ldx, M, wn, K, b, y + n, N, next, wf);
+    if (c == C) linear_block<C, W>(x, ldx, M, wn, K, b, y + n, N, next, acc, wf);
+    else linear_block<1, W>(x, ldx, M, wn, K, b, y + n, N, next, acc, wf);
     n += c;
   }
 }
