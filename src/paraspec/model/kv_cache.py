@@ -96,4 +96,5 @@ class KVCache:
         return out
 
     def nbytes(self) -> int:
-        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
+        scratch = 0 if self._v64 is None else self._v64.numel() * self._v64.element_size()
+        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size() + scratch

@@ -59,7 +59,7 @@ __attribute__((noinline)) void linear_main(const float* x, int64_t ldx, const W*
     PS_FMA(0, c) PS_FMA(1, c) PS_FMA(2, c) PS_FMA(3, c) PS_FMA(4, c) PS_FMA(5, c) PS_FMA(6, c) PS_FMA(7, c) \
   }
   for (int64_t k = k0; k < k1; k += 16) {
-    for (due += pf_bytes; due > 0; due -= 64 * chunks, pf += 64) _mm_prefetch(pf, _MM_HINT_T0);
+    for (due += pf_bytes; due > 0; due -= 64 * chunks, pf += 64) _mm_prefetch(pf, _MM_HINT_T1);  // to L2 (T0: same or slower)
     PS_X(0) PS_X(1) PS_X(2) PS_X(3) PS_X(4) PS_X(5) PS_X(6) PS_X(7)
     PS_COL(0) PS_COL(1) PS_COL(2) PS_COL(3) PS_COL(4) PS_COL(5) PS_COL(6) PS_COL(7)
   }
