@@ -4,6 +4,7 @@ measured on it (what the drafters size their drafts by). The bench report record
 
     paraspec info                    # text; loads the default model to measure the cost curve
     paraspec info --json --no-cost   # machine-readable, without loading a model
+    paraspec info --numerics         # also time one decode step in fp32, bf16 and w8a8 here
 """
 from __future__ import annotations
 
@@ -85,6 +86,37 @@ def measure_cost(model: str, kernels: Kernels) -> dict:
             "t_k_over_t_1": {str(k): round(v, 3) for k, v in curve.items() if k in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)}}
 
 
+def measure_numerics(model: str, kernels: Kernels, reps: int = 9) -> dict:
+    """Median ms of a 1-row and an 8-row decode forward at a 256-token context, per numerics:
+    what default_numerics' choice rests on, on this machine."""
+    import statistics
+    import time
+
+    import torch
+
+    from .model.loader import load_model
+    from .model.transformer import SeqInput, Transformer
+    out = {}
+    loaded = load_model(model, torch.float32)
+    for name, dtype, quant in (("float32", torch.float32, None), ("bfloat16", torch.bfloat16, None),
+                               ("w8a8", torch.bfloat16, "w8a8")):
+        weights = loaded.weights if quant or dtype == torch.float32 else \
+            {k: v.to(dtype) if v.dim() == 2 else v for k, v in loaded.weights.items()}
+        m = Transformer(loaded.args, weights, dtype, quantization=quant, kernels=kernels)
+        cache = m.new_cache(320)
+        m.forward(torch.zeros(256, dtype=torch.long), torch.arange(256), [SeqInput(cache, 256)], prompt=True)
+        cache.commit(range(256))
+        times = {1: [], 8: []}
+        for _ in range(reps):
+            for k in times:
+                t0 = time.perf_counter()
+                m.forward(torch.zeros(k, dtype=torch.long), torch.arange(256, 256 + k), [SeqInput(cache, k)],
+                          torch.arange(k))
+                times[k].append((time.perf_counter() - t0) * 1e3)
+        out[name] = {f"ms_{k}_rows": round(statistics.median(v), 2) for k, v in times.items()}
+    return out
+
+
 def format_report(r: dict) -> str:
     from .model.kernels import ENV
     lines = [f"CPU          {r['cpu']} ({r['machine']}, {r['cores']} cores; torch {r['torch']}, "
@@ -95,6 +127,8 @@ def format_report(r: dict) -> str:
     lines += [f"  {op:24} {how}" for op, how in r["ops"].items()]
     n = r["default_numerics"]
     lines.append(f"default      {n['dtype']}{' + ' + n['quantization'] if n['quantization'] else ''}   ({n['why']})")
+    for name, t in r.get("numerics", {}).items():
+        lines.append(f"{name:12} 1 row {t['ms_1_rows']:.1f} ms, 8 rows {t['ms_8_rows']:.1f} ms a decode step")
     if "forward_cost" in r:
         c = r["forward_cost"]
         curve = "  ".join(f"{k}:{v:.2f}" for k, v in c["t_k_over_t_1"].items())
@@ -108,6 +142,7 @@ def add_parser(sub) -> None:
     p.add_argument("--model", default="default", help="model to measure the cost curve t(k)/t(1) on")
     p.add_argument("--no-cost", action="store_true", help="skip the cost curve (no model is loaded)")
     p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--numerics", action="store_true", help="time a decode step in fp32, bf16 and w8a8")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.set_defaults(func=info_main)
 
@@ -120,6 +155,8 @@ def info_main(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     kernels = cpu_kernels.default()
     report = cpu_report(kernels)
+    if args.numerics:
+        report["numerics"] = measure_numerics(args.model, kernels)
     if not args.no_cost:
         report["forward_cost"] = measure_cost(args.model, kernels)
     print(json.dumps(report) if args.json else format_report(report))

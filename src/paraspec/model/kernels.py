@@ -209,30 +209,21 @@ class Numerics:
     why: str = ""
 
 
-def native_bf16() -> bool:
-    """bf16 arithmetic in hardware (AVX512-BF16 or AMX): bf16 weights halve the bytes per token
-    at no compute cost, which is what this memory-bound decoding needs."""
-    return bool(cpu_features() & {"avx512_bf16", "amx_bf16", "bf16"})
-
-
 def default_numerics(kernels: Kernels | None = None) -> Numerics:
     """The fastest exact numerics on this CPU that stay within the W8A8 quality gate (perplexity
-    within 2% of bf16; measured +0.25% on the bundled model, benchmarks/int8_kernels.py --model).
+    within 2% of bf16; +0.25% on the bundled model, benchmarks/int8_kernels.py --model).
 
-    - native bf16 (AVX512-BF16 / AMX): bf16, the weights as trained or as close as the file holds;
-    - otherwise, with compiled W8A8 kernels: w8a8 (int8 weights stream half of bf16's bytes, and
-      bf16 matmuls without hardware support convert every weight; on an AVX2 EPYC bf16 decoded at
-      18.7 tok/s, fp32 at 12.2, the memory bound for int8 being ~60);
-    - otherwise (torch paths, e.g. ARM64 without our kernels): bf16, half of fp32's bytes.
+    Decoding 1-16 rows is bound by the bytes of weights a step streams, and the compiled linears
+    (csrc) read bf16 weights by widening them to fp32, with or without hardware bf16: so where
+    a compiled W8A8 kernel runs, int8 weights (half of bf16's bytes) are the fastest on every
+    x86 CPU we have measured (`paraspec info --numerics` times them on this one). Without
+    compiled kernels (ARM64, pre-AVX2), bf16: half of fp32's bytes, through torch.
     """
     kernels = kernels or default()
-    if native_bf16():
-        return Numerics("bfloat16", None, "this CPU has native bf16 (" +
-                        " ".join(sorted(cpu_features() & {"avx512_bf16", "amx_bf16", "bf16"})) + ")")
     if kernels.module is not None:
-        return Numerics("bfloat16", "w8a8", f"no native bf16; the {kernels.label} W8A8 kernel streams "
-                                            "int8 weights (half of bf16's bytes)")
-    return Numerics("bfloat16", None, "no compiled kernels and no native bf16: bf16 halves fp32's bytes")
+        return Numerics("bfloat16", "w8a8", f"the {kernels.label} W8A8 kernel streams int8 weights, half "
+                                            "of bf16's bytes")
+    return Numerics("bfloat16", None, "no compiled kernels: bf16 through torch, half of fp32's bytes")
 
 
 def resolve_numerics(dtype: str | None, quantization: str | None, kernels: Kernels | None = None) -> Numerics:
