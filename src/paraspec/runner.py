@@ -31,15 +31,14 @@ class ModelRunner:
         over a scratch cache. Drafters use it to decide how many draft tokens are worth verifying.
 
         The forward pads its rows to a multiple of ROW_MULTIPLE, so the true curve is a staircase:
-        5 rows cost what 8 do (measured: 1.16-1.3x one row, not the 1.03x a line from 4 to 8
-        would say). Every k gets the cost of its padded size, so a drafter sees that a 4th draft
-        node buys a whole step up and that the 5th to 7th then come free."""
+        5 rows cost what 8 do, not what a line from 4 to 8 would say. Every k gets the cost of
+        its padded size, so a drafter sees that a 4th draft node buys a whole step up and that
+        the 5th to 7th then come free (docs/design-notes.md)."""
         if self._cost is None:
             cache = self.new_cache(context + max(sizes) + 1)
             self.prefill(cache, [0] * context)
-            # shapes interleaved, a new order each round, and the median kept: timing one shape
-            # back to back (best of 3) said 8 rows cost 1.12x one row, but mixed with others,
-            # as in decoding, they cost 1.21-1.26x (16 rows: 1.43x vs 1.72-1.83x)
+            # shapes interleaved, a new order each round, and the median kept: one shape timed
+            # back to back looks cheaper than the same shape mixed with others, as in decoding
             times: dict[int, list[float]] = {k: [] for k in sizes}
             order = list(sizes)
             for _ in range(rounds):

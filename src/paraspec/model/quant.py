@@ -11,9 +11,9 @@ exactly in int32 whatever the kernel's blocking, and the float epilogue is eleme
     q_1, sx_1: the same for the residual x - q_0 * sx_0 (only with residual=True)
 
 Why the residual pass (default on): one int8 step per token loses too much on small models whose
-activations carry outlier channels (SmolLM2-135M: perplexity +3 to +4.5% with one pass, +0.2%
-with two; weights alone cost +0.2%). The second pass doubles the int8 rows but not the weight
-bytes, and decoding is bound by the weight stream; residual=False is the plain W8A8.
+activations carry outlier channels (perplexities in docs/design-notes.md). The second pass
+doubles the int8 rows but not the weight bytes, and decoding is bound by the weight stream;
+residual=False is the plain W8A8.
 
 Kernels: csrc/w8a8.h, one call per linear, built per ISA (kernels.py picks the module this CPU
 can run: AVX512-VNNI, AVX-VNNI or AVX2 vpmaddubsw inner loops over one packed layout); "int_mm",
@@ -122,7 +122,7 @@ class Int8Linear:
     def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, prompt: bool = False) -> torch.Tensor:
         """self(rms_norm(x, norm_weight, eps)) with the norm fused into the activation quantisation:
         per-row quantisation is invariant to a per-row factor, so 1/rms(x) just scales the row's
-        scale. Saves the forward one op (~8 us here) per call."""
+        scale. Saves the forward one op per call."""
         if norm_weight.dtype != torch.float32:
             norm_weight = norm_weight.float()
         return self._run(x, norm_weight, eps)

@@ -5,20 +5,18 @@ per sequence, a boolean mask among its new tokens (a causal chain or a draft tre
 token sees its sequence's whole committed KV cache plus the new tokens the mask allows. Logits
 come back only for the rows asked for.
 
-Numerics: weights in bf16 (default) or fp32; the residual stream, norms, RoPE and attention in
-fp32. Row invariance is a design goal: a token's logits must not depend on how many other
-tokens share the forward, so that verifying a draft in one pass gives exactly what one-token
-autoregressive steps give, in bf16 and fp32. Measured on this CPU (torch 2.13, 1 or 2
-threads, oneDNN bf16 and MKL fp32): a matmul whose row count M is a multiple of 4 gives each
-row bit-identical results whatever M and the row's place in it; other M take GEMV or tail
-kernels that sum in another order. So every matmul here runs on a multiple of ROW_MULTIPLE
-rows (the forward pads its tokens once; Linear pads what is left), and attention is written
-so that its reductions do not depend on the number of query rows or on masked gaps: by
-csrc/attention.cpp where a build for this CPU runs (kernels.py; each row alone over its visible
-keys), else by the torch `attention` below (fp64 sums over fixed key chunks).
+Numerics: weights in bf16 or fp32 (or int8, quant.py); the residual stream, norms, RoPE and
+attention in fp32. Row invariance is the design goal: a token's logits must not depend on how
+many other tokens share the forward, so that verifying a draft in one pass gives exactly what
+one-token autoregressive steps give. Where compiled kernels run (kernels.py), every decode
+linear and the attention are invariant by construction (csrc: each output one fixed sequence of
+operations). Without them, the forward leans on measured behaviour: matmuls through oneDNN's
+prepacked kernels on a multiple of ROW_MULTIPLE rows (the forward pads its tokens once; Linear
+pads what is left), and the torch `attention` below (fp64 sums over fixed key chunks);
+docs/design-notes.md has the measurements.
 A prompt (prefill, forward(prompt=True)) needs none of that: every decoding mode, AR included,
-starts from the same prefill, so its attention takes a plain fp32 path, about 2x faster on a
-1k-token prompt (prompt_attention).
+starts from the same prefill, so prompts take torch's fastest matmuls and a plain fp32
+attention (prompt_attention).
 """
 from __future__ import annotations
 
@@ -210,7 +208,7 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
 def prompt_attention(q: torch.Tensor, cache: KVCache, layer: int, scale: float) -> torch.Tensor:
     """Causal attention of a prompt chunk q [n, n_heads, head_dim] (fp32) over the cache's
     committed keys and its own, in plain fp32 (softmax, then one matmul): on a 1k-token prompt
-    about 3x faster than `attention`, whose fp64 sum over key chunks exists for row invariance.
+    much faster than `attention`, whose fp64 sum over key chunks exists for row invariance.
     A prompt does not need that: every decoding mode, AR included, starts from the same prefill,
     so greedy parallel decoding stays identical to greedy AR. (F.scaled_dot_product_attention
     was slower here, on 2 cores.) Returns [n, n_heads * head_dim]."""
