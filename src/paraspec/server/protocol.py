@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
@@ -128,38 +128,39 @@ class CompletionLogProbs(OpenAIBaseModel):
     top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
 
 
-class CompletionResponseChoice(OpenAIBaseModel):
+class _Choice(OpenAIBaseModel):
     index: int
-    text: str
-    logprobs: CompletionLogProbs | None = None
     finish_reason: str | None = None
 
 
-class CompletionResponse(OpenAIBaseModel):
+ChoiceT = TypeVar("ChoiceT", bound=_Choice)
+
+
+class _Response(OpenAIBaseModel, Generic[ChoiceT]):
+    """What every response and stream chunk carries (``paraspec``: this engine's extension)."""
     id: str
-    object: Literal["text_completion"] = "text_completion"
     created: int = Field(default_factory=lambda: int(time.time()))
     model: str
-    choices: list[CompletionResponseChoice]
-    usage: UsageInfo
-    paraspec: dict[str, Any] | None = None
-
-
-class CompletionResponseStreamChoice(OpenAIBaseModel):
-    index: int
-    text: str
-    logprobs: CompletionLogProbs | None = None
-    finish_reason: str | None = None
-
-
-class CompletionStreamResponse(OpenAIBaseModel):
-    id: str
-    object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
-    choices: list[CompletionResponseStreamChoice]
+    choices: list[ChoiceT]
     usage: UsageInfo | None = None
     paraspec: dict[str, Any] | None = None
+
+
+class CompletionResponseChoice(_Choice):
+    text: str
+    logprobs: CompletionLogProbs | None = None
+
+
+CompletionResponseStreamChoice = CompletionResponseChoice
+
+
+class CompletionResponse(_Response[CompletionResponseChoice]):
+    object: Literal["text_completion"] = "text_completion"
+    usage: UsageInfo
+
+
+class CompletionStreamResponse(_Response[CompletionResponseStreamChoice]):
+    object: Literal["text_completion"] = "text_completion"
 
 
 # ------------------------------------------------------------------------------------ chat
@@ -203,21 +204,14 @@ class ChatCompletionLogProbs(OpenAIBaseModel):
     content: list[ChatCompletionLogProbsContent] | None = None
 
 
-class ChatCompletionResponseChoice(OpenAIBaseModel):
-    index: int
+class ChatCompletionResponseChoice(_Choice):
     message: ChatMessage
     logprobs: ChatCompletionLogProbs | None = None
-    finish_reason: str | None = None
 
 
-class ChatCompletionResponse(OpenAIBaseModel):
-    id: str
+class ChatCompletionResponse(_Response[ChatCompletionResponseChoice]):
     object: Literal["chat.completion"] = "chat.completion"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    choices: list[ChatCompletionResponseChoice]
     usage: UsageInfo
-    paraspec: dict[str, Any] | None = None
 
 
 class DeltaMessage(OpenAIBaseModel):
@@ -230,18 +224,10 @@ class DeltaMessage(OpenAIBaseModel):
         return {k: v for k, v in handler(self).items() if v is not None}
 
 
-class ChatCompletionResponseStreamChoice(OpenAIBaseModel):
-    index: int
+class ChatCompletionResponseStreamChoice(_Choice):
     delta: DeltaMessage
     logprobs: ChatCompletionLogProbs | None = None
-    finish_reason: str | None = None
 
 
-class ChatCompletionStreamResponse(OpenAIBaseModel):
-    id: str
+class ChatCompletionStreamResponse(_Response[ChatCompletionResponseStreamChoice]):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
-    choices: list[ChatCompletionResponseStreamChoice]
-    usage: UsageInfo | None = None
-    paraspec: dict[str, Any] | None = None

@@ -139,7 +139,8 @@ struct Ymm8x4 {  // loads and stores shared by both ymm steps
   static Acc load_w(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 };
 
-struct Avx2 : Ymm8x4 {
+namespace avx2 {
+struct Op : Ymm8x4 {
   static constexpr int kRows = 2;    // 8 accumulators + weights + 2 x 2 activation forms
   static constexpr int kOffset = 0;  // activations stored as s8
   struct X { __m256i mag, sgn; };
@@ -153,8 +154,6 @@ struct Avx2 : Ymm8x4 {
   }
 };
 
-namespace avx2 {
-using Op = Avx2;
 #include "w8a8_loop.h"
 }  // namespace avx2
 
@@ -169,15 +168,14 @@ using Op = Avx2;
 #pragma GCC target("avx2,fma,avxvnni")
 namespace isa {
 
-struct AvxVnni : Ymm8x4 {
+namespace avxvnni {
+struct Op : Ymm8x4 {
   static constexpr int kRows = 3;  // 12 accumulators + weight + activation
   static constexpr int kOffset = 128;
   static Acc prep(int32_t x4) { return _mm256_set1_epi32(x4); }
   static Acc mac(Acc acc, Acc x, Acc w) { return _mm256_dpbusd_avx_epi32(acc, x, w); }
 };
 
-namespace avxvnni {
-using Op = AvxVnni;
 #include "w8a8_loop.h"
 }  // namespace avxvnni
 

@@ -105,21 +105,19 @@ inline void store_float(float* p, D8 a) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(a.
 
 // W8A8 inner step (w8a8_loop.h): vpdpbusd, u8 activations (q + 128) times s8 weights, 4
 // products summed into each int32 lane; a 32-channel panel step is 2 registers.
-struct Vnni512 {
+namespace vnni512 {
+struct Op {
   using Acc = __m512i;
   static constexpr int kVecs = 2;    // accumulators per sub-row
   static constexpr int kRows = 8;    // sub-rows per register tile: 16 accumulators + 2 weights
   static constexpr int kOffset = 128;
+  static Acc prep(int32_t x4) { return _mm512_set1_epi32(x4); }
+  static Acc mac(Acc acc, Acc x, Acc w) { return _mm512_dpbusd_epi32(acc, x, w); }
   static Acc load_acc(const int32_t* p) { return _mm512_loadu_si512(p); }
   static void store_acc(int32_t* p, Acc a) { _mm512_storeu_si512(p, a); }
   static Acc zero_acc() { return _mm512_setzero_si512(); }
   static Acc load_w(const int8_t* p) { return _mm512_loadu_si512(p); }
-  static Acc prep(int32_t x4) { return _mm512_set1_epi32(x4); }
-  static Acc mac(Acc acc, Acc x, Acc w) { return _mm512_dpbusd_epi32(acc, x, w); }
 };
-
-namespace vnni512 {
-using Op = Vnni512;
 #include "w8a8_loop.h"
 }  // namespace vnni512
 
