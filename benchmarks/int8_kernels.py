@@ -12,7 +12,7 @@ load average is printed). "row-inv": a row's output is bit-identical alone and a
 
 Not in the table: torch.ops.onednn.qlinear_pointwise (int8 x int8, per-tensor x scale) took
 ~12 ms for one 960x576 call here (a reference path on this CPU), and torchao 0.18's PyPI wheel
-has no CPU int8 kernels (its CPU W8A8 is torch._int_mm plus Python ops, i.e. the _int_mm row).
+has no CPU int8 kernels (its CPU W8A8 is torch._int_mm plus Python ops, exact only with VNNI, see quant.int_dot).
 """
 from __future__ import annotations
 
@@ -63,8 +63,8 @@ class FbgemmDynamic:
 def candidates() -> dict[str, Callable[[torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]]:
     """name -> maker(fp32 weight [N, K]) -> linear(x [M, K] fp32)."""
     c = {"bf16 Linear": lambda w: Linear(w.bfloat16())}
-    for k in kernels.runnable():        # every compiled W8A8 inner loop this CPU runs, then torch._int_mm
-        name = k.label if k.module is not None else "_int_mm"
+    for k in kernels.runnable():        # every compiled W8A8 inner loop this CPU runs, then the torch path
+        name = k.label if k.module is not None else "int_dot"
         c[f"w8a8 {name} +residual"] = lambda w, k=k: Int8Linear.from_float(w, kernels=k)
         c[f"w8a8 {name} 1 pass"] = lambda w, k=k: Int8Linear.from_float(w, kernels=k, residual=False)
     c["w8a8 fbgemm per-row"] = FbgemmRowwise

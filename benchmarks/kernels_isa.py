@@ -11,7 +11,7 @@ fp32 matmul.
 
 W8A8 linears of SmolLM2-135M's shapes (qkv, o, gate_up, down, LM head) for 1-128 rows (two
 activation passes, fp32 activations in, as the forward calls them): each W8A8 inner loop of each
-module this CPU runs (vnni512, avxvnni, avx2), quant.py's torch._int_mm path, and the bf16 oneDNN
+module this CPU runs (vnni512, avxvnni, avx2), quant.py's torch path (int_dot), and the bf16 oneDNN
 Linear of transformer.py. Decode attention of one layer (9 heads, 3 kv heads, head size 64) at
 300 and 1000 keys for 1-16 rows: each module against transformer.attention.
 
@@ -177,7 +177,7 @@ def bench_linears(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, 
         w = torch.randn(n, k) * 0.05
         qweight, scale = quantize_weight(w)
         copies = max(1, footprint // (n * k))
-        ref = Int8Linear(qweight, scale, None, kernels=TORCH)  # quant.py's torch._int_mm path
+        ref = Int8Linear(qweight, scale, None, kernels=TORCH)  # quant.py's torch path (int_dot)
         if mods:  # quant.py's packing for the compiled kernels (one layout for every ISA)
             lin = Int8Linear(qweight, scale, None, kernels=Kernels(*next(iter(mods.items()))))
             packs = [lin.packed] + [lin.packed.clone() for _ in range(copies - 1)]
@@ -186,7 +186,7 @@ def bench_linears(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, 
         for c in int_mms[1:]:
             c.weight_t = ref.weight_t.clone()
         bf16s = [Linear(w.bfloat16()) for _ in range(max(1, copies // 2))]
-        cols = [f"{isa}:{v}" for isa, m in mods.items() for v in m.w8a8_variants()] + ["int_mm", "bf16"]
+        cols = [f"{isa}:{v}" for isa, m in mods.items() for v in m.w8a8_variants()] + ["int_dot", "bf16"]
         print(f"### {name} (N={n}, K={k}), {copies} weight copies\n")
         print("| rows | " + " | ".join(cols) + " |")
         print("|---" * (len(cols) + 1) + "|")
@@ -198,7 +198,7 @@ def bench_linears(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, 
                     nxt = rotating(packs)
                     cands[f"{isa}:{v}"] = (lambda m=m, v=v, nxt=nxt: m.w8a8_linear(x, nxt(), comp, sc, None, n, 2, variant=v))
             nxt_i, nxt_b = rotating(int_mms), rotating(bf16s)
-            cands["int_mm"] = lambda: nxt_i()(x)
+            cands["int_dot"] = lambda: nxt_i()(x)
             cands["bf16"] = lambda: nxt_b()(x)
             res = timed(cands, reps)
             print(f"| {m_rows} | " + " | ".join(f"{res[c]:.0f}" for c in cols) + " |", flush=True)

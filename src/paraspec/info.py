@@ -68,7 +68,7 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
         "ops": {
             "decode/verify attention": f"csrc attention, {k.name}" if compiled else "torch (fp64 sums over key chunks)",
             "prompt attention": "torch fp32 (prefill needs no row invariance)",
-            "w8a8 linear": f"csrc w8a8, {k.label}" if compiled else "torch._int_mm",
+            "w8a8 linear": f"csrc w8a8, {k.label}" if compiled else "torch (quant.int_dot: exact fp32 matmuls)",
             "decode/verify linear": f"csrc linear, {k.name} (fp32 and bf16 weights)" if compiled else
             f"torch, rows padded to 4: bf16 {_torch_linear('bfloat16')}, fp32 {_torch_linear('float32')}",
             "prompt linear": f"torch: bf16 {_torch_linear('bfloat16')}, fp32 F.linear",

@@ -1,5 +1,5 @@
 """The compiled CPU kernels (csrc/, one module per ISA), called directly: attention against the
-torch reference and its row invariance, W8A8 against quant.py's torch._int_mm path bit for bit,
+torch reference and its row invariance, W8A8 against quant.py's torch path (int_dot) bit for bit,
 the fp32/bf16 linear against a float64 reference and its row invariance, the ISAs against each
 other, and import safety on a CPU without AVX-512 (under qemu).
 
@@ -157,9 +157,9 @@ def pack(qweight: torch.Tensor, scale: torch.Tensor, mod: ModuleType) -> tuple[t
     return lin.packed, lin.comp, lin.scale
 
 
-def int_mm_linear(qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
+def torch_linear(qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
                   residual: bool) -> quant.Int8Linear:
-    """quant.py's torch path (torch._int_mm)."""
+    """quant.py's torch path (int_dot)."""
     return quant.Int8Linear(qweight, scale, bias, kernels=TORCH, residual=residual)
 
 
@@ -180,13 +180,13 @@ def _x(m: int, k: int, seed: int, dtype: torch.dtype) -> torch.Tensor:
 
 @pytest.mark.parametrize("isa,variant", per_variant())
 @pytest.mark.parametrize("n,k", [(67, 45), (96, 64), (960, 576)])
-def test_w8a8_bits_equal_int_mm_path(isa, variant, n, k):
+def test_w8a8_bits_equal_torch_path(isa, variant, n, k):
     mod = RUNNABLE[isa]
     qweight, scale, bias = _weights(n, k, seed=n)
     packed, comp, sc = pack(qweight, scale, mod)
     for residual in (False, True):
         for b in (bias, None):
-            ref = int_mm_linear(qweight, scale, b, residual)
+            ref = torch_linear(qweight, scale, b, residual)
             for dtype in (torch.float32, torch.bfloat16):
                 for m in (1, 5, 16):
                     x = _x(m, k, seed=m, dtype=dtype)
@@ -203,7 +203,7 @@ def test_w8a8_fused_norm_and_row_invariance(isa, variant):
     qweight, scale, bias = _weights(n, k, seed=1)
     packed, comp, sc = pack(qweight, scale, mod)
     gamma = torch.rand(k, generator=torch.Generator().manual_seed(2)) + 0.5
-    ref = int_mm_linear(qweight, scale, bias, True)
+    ref = torch_linear(qweight, scale, bias, True)
     x = _x(16, k, seed=3, dtype=torch.float32)
     run = lambda x, norm: mod.w8a8_linear(x, packed, comp, sc, bias, n, 2, norm, 1e-5, variant=variant)  # noqa: E731
     torch.testing.assert_close(run(x, gamma), ref.norm_linear(x, gamma, 1e-5), rtol=1e-5, atol=1e-5)

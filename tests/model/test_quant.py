@@ -10,7 +10,7 @@ from paraspec.model.loader import load_model
 from paraspec.model.quant import Int8Linear, q8_0_to_int8, quantize_rows, quantize_weight
 from paraspec.model.transformer import SeqInput, Transformer
 
-KERNELS = per_variant()       # every W8A8 inner loop this CPU runs, and torch._int_mm
+KERNELS = per_variant()       # every W8A8 inner loop this CPU runs, and the torch path (int_dot)
 RESIDUAL = [True, False]
 
 
@@ -55,7 +55,7 @@ def test_output_independent_of_thread_count_and_prefill_blocking(kernel):
 @pytest.mark.parametrize("residual", RESIDUAL)
 def test_every_kernel_gives_the_torch_fallbacks_bits(residual):
     """Exact int32 sums and one op-for-op epilogue: every W8A8 path this CPU runs (AVX512-VNNI,
-    AVX-VNNI, AVX2, torch._int_mm) gives the same bits, so an AVX2 machine's w8a8 output is an
+    AVX-VNNI, AVX2, torch int_dot) gives the same bits, so an AVX2 machine's w8a8 output is an
     AVX-512 machine's."""
     w, b = torch.randn(200, 136), torch.randn(200)
     ref = Int8Linear.from_float(w, b, kernels=cpu_kernels.TORCH, residual=residual)
@@ -203,6 +203,20 @@ def test_q8_0_linear_matches_dequantised_weights(kernel):
     assert torch.equal(fused(x), lin(x))                         # row blocks concatenate as is (qkv)
 
 
+@pytest.mark.parametrize("k", [64, 1024, 1536])
+def test_int_dot_is_exact_at_full_scale(k):
+    """The torch path's int8 dot products equal exact integer arithmetic with every value at
+    +-127 (where int16 pair sums saturate: torch._int_mm on CPUs without VNNI got this wrong by
+    up to 1e5) and over more than one K_CHUNK."""
+    from paraspec.model.quant import int_dot
+    g = torch.Generator().manual_seed(k)
+    q = (torch.randint(0, 2, (5, k), generator=g) * 254 - 127).to(torch.int8)
+    w = torch.randint(-127, 128, (k, 40), generator=g, dtype=torch.int8)
+    w[:, 0] = 127                                   # a column of extreme sums
+    want = q.double() @ w.double()
+    assert torch.equal(int_dot(q, w.float()), want.float())    # int32 -> fp32, as the kernels do
+
+
 def test_q8_0_rejects_ragged_rows():
     with pytest.raises(ValueError, match="divisible"):
         q8_0_to_int8(np.zeros((2, 34), np.uint8), (2, 33))
@@ -210,8 +224,8 @@ def test_q8_0_rejects_ragged_rows():
 
 # --------------------------------------------------------------------------- model level
 
-def test_torch_kernels_run_int_mm():
-    assert Int8Linear.from_float(torch.randn(8, 8), kernels=cpu_kernels.TORCH).kernel == "int_mm"
+def test_torch_kernels_run_int_dot():
+    assert Int8Linear.from_float(torch.randn(8, 8), kernels=cpu_kernels.TORCH).kernel == "int_dot"
 
 
 def _w8a8_model(path, kernels) -> Transformer:

@@ -7,7 +7,7 @@ extension modules, and a module is imported only when this CPU has every feature
 
     avx512  paraspec.model._kernels_avx512   AVX-512F/BW/VL + AVX512-VNNI + FMA
     avx2    paraspec.model._kernels_avx2     AVX2 + FMA (W8A8 with AVX-VNNI where the CPU has it)
-    torch   no compiled code                 torch attention (fp64 sums), torch._int_mm W8A8
+    torch   no compiled code                 torch attention (fp64 sums), quant.int_dot W8A8
 
 Every path is row-invariant, so parallel decoding is exact on each; they differ in speed and in
 the low bits (a path is compared with itself). The best runnable path is used unless

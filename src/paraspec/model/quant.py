@@ -16,9 +16,12 @@ doubles the int8 rows but not the weight bytes, and decoding is bound by the wei
 residual=False is the plain W8A8.
 
 Kernels: csrc/w8a8.h, one call per linear, built per ISA (kernels.py picks the module this CPU
-can run: AVX512-VNNI, AVX-VNNI or AVX2 vpmaddubsw inner loops over one packed layout); "int_mm",
-pure torch (torch._int_mm, ~10 ops a call), where no compiled kernel runs. They all give the same
-bits (except with norm_linear's fused norm, whose sum of squares runs in another order).
+can run: AVX512-VNNI, AVX-VNNI or AVX2 vpmaddubsw inner loops over one packed layout); "int_dot",
+pure torch, where no compiled kernel runs: the int8 dot products in fp32 matmuls over chunks of
+at most K_CHUNK features, where every product and partial sum is an integer below 2^24 and so
+exact in any summation order (torch._int_mm is not an option: on CPUs without VNNI its oneDNN
+kernel saturates vpmaddubsw's int16 pairs). They all give the same bits (except with
+norm_linear's fused norm, whose sum of squares runs in another order).
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from .kernels import Kernels, default as default_kernels
 
 PANEL = 32  # output channels per packed panel (csrc/w8a8.h)
 Q8_0_BLOCK = 32  # GGUF Q8_0: 32 int8 + one fp16 scale (34 bytes) per block
+K_CHUNK = 1024   # 127 * 127 * 1024 < 2^24: a chunk's int8 dot products are exact in fp32
 
 
 def quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,14 +88,14 @@ class Int8Linear:
     prompt is accepted and ignored: the result is row-invariant for any number of rows, and the
     same kernel serves prompts (so the forward's padding to 4 rows is not needed here either).
     kernels: the compiled kernels to run (default: the process's, kernels.default()); with none,
-    torch._int_mm. residual: the second activation pass.
+    exact fp32 matmuls (int_dot). residual: the second activation pass.
     """
 
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
                  kernels: Kernels | None = None, residual: bool = True):
         self.out_features, self.in_features = n, k = qweight.shape
         self.kernels = kernels or default_kernels()
-        self.kernel = self.kernels.label if self.kernels.module is not None else "int_mm"
+        self.kernel = self.kernels.label if self.kernels.module is not None else "int_dot"
         self.passes = 2 if residual else 1
         self.bias = None if bias is None else bias.float().contiguous()
         if self.kernels.module is not None:
@@ -103,7 +107,7 @@ class Int8Linear:
             self.comp = (q.sum(1, dtype=torch.int32) * 128).contiguous()
             self.scale = torch.nn.functional.pad(scale.float(), (0, n_pad)).contiguous()
         else:
-            self.weight_t = qweight.t().contiguous()  # [K, N], the layout _int_mm wants
+            self.weight_t = qweight.t().float().contiguous()  # [K, N] int8 values, for int_dot
             self.scale = scale.float().contiguous()
 
     @classmethod
@@ -142,12 +146,12 @@ class Int8Linear:
             x = x * norm
         q, sx = quantize_rows(x)
         if self.passes == 1:
-            y = torch._int_mm(q, self.weight_t).float() * (sx if r is None else sx * r)
+            y = int_dot(q, self.weight_t) * (sx if r is None else sx * r)
         else:
             q1, sx1 = quantize_rows(x - q.float() * sx)
             if r is not None:
                 sx, sx1 = sx * r, sx1 * r
-            acc = torch._int_mm(torch.cat([q, q1]), self.weight_t).float()
+            acc = int_dot(torch.cat([q, q1]), self.weight_t)
             m = x.shape[0]
             y = acc[:m] * sx + acc[m:] * sx1
         y = y * self.scale
@@ -161,3 +165,14 @@ class Int8Linear:
         else:
             q = self.weight_t[:, index].t()
         return q.float() * self.scale[index, None]
+
+
+def int_dot(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """q [M, K] int8 times w [K, N] (fp32 holding int8 values): the exact int32 sums, as fp32
+    (what the kernels' int32 accumulators give before the epilogue), on any CPU and BLAS."""
+    qf = q.float()
+    acc = None
+    for k0 in range(0, w.shape[0], K_CHUNK):
+        part = (qf[:, k0:k0 + K_CHUNK] @ w[k0:k0 + K_CHUNK]).to(torch.int32)
+        acc = part if acc is None else acc + part
+    return acc.float()

@@ -171,7 +171,10 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     bits whether it is the single token of an autoregressive step or one node of a draft tree,
     whose ancestors sit in slots with masked siblings between them. So:
     - query rows are padded to a ROW_MULTIPLE multiple (see the module docstring);
-    - scores and exp are per element; the max is exact in any order;
+    - scores are q . k in fp64 (each product of fp32 values exact) rounded to fp32: a BLAS may
+      sum head_dim in an order that depends on the row count (MKL's sgemm did, capped at AVX2),
+      and in fp64 that regrouping stays below one fp32 rounding step (as for V below); exp is
+      per element; the max is exact in any order;
     - the only sum over keys, exp(scores - max) @ [V | 1] (numerator and softmax denominator
       in one matmul), accumulates in fp64 on V widened from fp32. A tree's gaps move keys across
       the matmul's internal K-blocks, which regroups the sum; in fp64 that changes it by ~1e-16
@@ -194,7 +197,7 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     v = cache.v_with_ones(layer, keys)                             # [kv_heads, keys, head_dim + 1] fp64
     # query heads sharing a kv head are consecutive, so they stack into one matmul per kv head
     qg = q.permute(1, 0, 2).reshape(n_kv, group * rows, head_dim)
-    scores = torch.baddbmm(bias, qg, k.transpose(1, 2), alpha=scale)    # [kv_heads, g*rows, keys]
+    scores = torch.baddbmm(bias.double(), qg.double(), k.double().transpose(1, 2), alpha=scale).float()  # [kv, g*rows, keys]
     scores = scores.sub_(scores.amax(-1, keepdim=True)).exp_()
     # P @ [V | 1] per KEY_BUCKET chunk of keys, then summed over chunks: a longer key axis only
     # adds chunks of exact zeros, so the sum does not depend on how far the keys were padded

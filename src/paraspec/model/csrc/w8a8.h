@@ -12,7 +12,7 @@
 // Stored activations: q + offset as bytes. vpdpbusd multiplies u8 by s8, so the VNNI variants
 // store q + 128 (in [1, 255]) and subtract the excess 128 * sum_k W[n, k] (`comp`) from their
 // sums; the AVX2 variant stores q as s8 and sums the true products. Both leave the exact
-// q @ Wq.T, so every variant (and quant.py's torch._int_mm path) gives the same bits.
+// q @ Wq.T, so every variant (and quant.py's torch path, int_dot) gives the same bits.
 //
 // Weight layout (packed by quant.py): [Np/32][Kp/4][32][4] int8, i.e. panels of 32 output
 // channels, each a single contiguous stream of 128 bytes per 4 input features. N is padded to
