@@ -39,3 +39,14 @@ def test_llamacpp_needs_a_gguf(tiny_model_dir):
     pytest.importorskip("llama_cpp")
     with pytest.raises(SkipSystem, match="llama.cpp needs a .gguf model"):
         LlamaCppSystem("llamacpp", str(tiny_model_dir("llama")), 1, None)
+
+
+def test_llamacpp_built_for_another_cpu_is_a_skip_not_a_crash(monkeypatch):
+    """A llama-cpp-python compiled with another CPU's instructions dies with SIGILL at its first
+    forward (seen when a .venv moved between machines): the probe child dies, the bench skips."""
+    from paraspec.bench import peers
+    monkeypatch.setattr(peers, "LLAMACPP_PROBE", "import os, signal; os.kill(os.getpid(), signal.SIGILL)")
+    reason = peers.llamacpp_probe("model.gguf")
+    assert "crashed on this CPU (SIGILL)" in reason and "make peers" in reason
+    monkeypatch.setattr(peers, "LLAMACPP_PROBE", "raise SystemExit('cannot read model.gguf')")
+    assert peers.llamacpp_probe("model.gguf") == "llama-cpp-python cannot run the model: cannot read model.gguf"

@@ -4,6 +4,9 @@ stopping earlier only at EOS, so decode tokens/s are over the same work.
 """
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from typing import Any, Callable
 
@@ -119,6 +122,26 @@ class TransformersSystem(_PeerBase):
     def close(self) -> None: ...
 
 
+# llama-cpp-python compiles llama.cpp for the CPU it was installed on (GGML_NATIVE): moved to a
+# CPU without those instructions, its first forward dies with SIGILL, which takes the whole bench
+# with it. So a child process runs one first.
+LLAMACPP_PROBE = ("import sys; from llama_cpp import Llama; "
+                  "Llama(model_path=sys.argv[1], n_ctx=64, n_threads=1, verbose=False)('Hi', max_tokens=2)")
+
+
+def llamacpp_probe(path: str) -> str | None:
+    """Why llama-cpp-python cannot decode `path` on this CPU, or None when it can."""
+    r = subprocess.run([sys.executable, "-c", LLAMACPP_PROBE, path], capture_output=True, text=True, timeout=600)
+    if r.returncode < 0:
+        name = signal.Signals(-r.returncode).name
+        return (f"llama-cpp-python crashed on this CPU ({name}): it was built for another one; "
+                "rebuild it here with `make peers`")
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["exit status %d" % r.returncode])[-1]
+        return f"llama-cpp-python cannot run the model: {last}"
+    return None
+
+
 class LlamaCppSystem(_PeerBase):
     """llama.cpp through llama-cpp-python on the same GGUF: plain, or with its prompt-lookup draft
     model (LlamaPromptLookupDecoding). Greedy is temp=0; its forward passes are not counted."""
@@ -132,6 +155,9 @@ class LlamaCppSystem(_PeerBase):
         self.path = resolve_model_path(model)
         if self.path.suffix != ".gguf":
             raise SkipSystem(f"llama.cpp needs a .gguf model, got {self.path}")
+        reason = llamacpp_probe(str(self.path))
+        if reason:
+            raise SkipSystem(reason)
         what = f"prompt lookup ({prompt_lookup} tokens)" if prompt_lookup else "plain"
         self.info = SystemInfo(name, "peer", f"llama-cpp-python {llama_cpp.__version__}, {what}")
         self.threads, self.prompt_lookup, self.llm = threads, prompt_lookup, None
