@@ -47,6 +47,6 @@ def test_llamacpp_built_for_another_cpu_is_a_skip_not_a_crash(monkeypatch):
     from paraspec.bench import peers
     monkeypatch.setattr(peers, "LLAMACPP_PROBE", "import os, signal; os.kill(os.getpid(), signal.SIGILL)")
     reason = peers.llamacpp_probe("model.gguf")
-    assert "crashed on this CPU (SIGILL)" in reason and "make peers" in reason
+    assert "died on this CPU (SIGILL)" in reason and "make peers" in reason
     monkeypatch.setattr(peers, "LLAMACPP_PROBE", "raise SystemExit('cannot read model.gguf')")
     assert peers.llamacpp_probe("model.gguf") == "llama-cpp-python cannot run the model: cannot read model.gguf"

@@ -88,3 +88,24 @@ def test_greedy_with_penalty_uses_context():
     assert s.draw(logits) == 1          # token 0 was in the prompt: 3/3 = 1 < 2
     s.append(1)
     assert s.draw(logits) == 0          # now both seen: 1.0 vs 0.667
+
+
+def test_top_p_below_fp32s_range_keeps_the_top_token():
+    """top_p=1e-46 is a valid float but 0 in fp32: the filter still keeps the most likely token
+    (it emptied the vocabulary and raised IndexError in the engine's step)."""
+    logits = torch.tensor([0.5, 3.0, -1.0, 2.0])
+    probs, ids = filtered_probs(logits, 1.0, 0, 1e-46, 0.0)
+    assert ids.tolist() == [1] and probs.tolist() == [1.0]
+    sampler = RequestSampler(SamplingParams(temperature=1.0, top_p=1e-46), [0], 4, seed=3)
+    assert sampler.draw(logits) == 1
+
+
+@pytest.mark.parametrize("t", [1e-40, 1e-20, 9e-6])
+def test_temperatures_below_eps_are_greedy_not_nan(t):
+    """logits / 1e-40 overflows fp32 (inf, NaN probabilities: garbage text); such temperatures
+    sample the argmax, as the tempered distribution does."""
+    params = SamplingParams(temperature=t)
+    assert params.greedy
+    logits = torch.tensor([0.5, 3.0, -1.0, 2.0])
+    assert RequestSampler(params, [0], 4, seed=1).draw(logits) == 1
+    assert not SamplingParams(temperature=1e-4).greedy

@@ -123,10 +123,12 @@ class TransformersSystem(_PeerBase):
 
 
 # llama-cpp-python compiles llama.cpp for the CPU it was installed on (GGML_NATIVE): moved to a
-# CPU without those instructions, its first forward dies with SIGILL, which takes the whole bench
-# with it. So a child process runs one first.
+# CPU without those instructions its forward dies with SIGILL, and so did a native build on a VM
+# whose CPUID lists AMX (ggml's AMX matmul, seen on an Intel Xeon VM, 2026-12-01), which takes
+# the whole bench with it. So a child process decodes a short prompt first (several tokens: a
+# one-token prompt does not reach the batched matmuls).
 LLAMACPP_PROBE = ("import sys; from llama_cpp import Llama; "
-                  "Llama(model_path=sys.argv[1], n_ctx=64, n_threads=1, verbose=False)('Hi', max_tokens=2)")
+                  "Llama(model_path=sys.argv[1], n_ctx=256, n_threads=2, verbose=False)('Hi there. ' * 16, max_tokens=2)")
 
 
 def llamacpp_probe(path: str) -> str | None:
@@ -134,8 +136,9 @@ def llamacpp_probe(path: str) -> str | None:
     r = subprocess.run([sys.executable, "-c", LLAMACPP_PROBE, path], capture_output=True, text=True, timeout=600)
     if r.returncode < 0:
         name = signal.Signals(-r.returncode).name
-        return (f"llama-cpp-python crashed on this CPU ({name}): it was built for another one; "
-                "rebuild it here with `make peers`")
+        return (f"llama-cpp-python died on this CPU ({name}): its build uses instructions this CPU "
+                "does not run; rebuild it here with `make peers` (on a VM with AMX in CPUID, with "
+                "CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX512=ON -DGGML_AMX_INT8=OFF')")
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["exit status %d" % r.returncode])[-1]
         return f"llama-cpp-python cannot run the model: {last}"

@@ -6,12 +6,14 @@ from dataclasses import dataclass, field
 from ..errors import SamplingParamsError
 
 
+SAMPLING_EPS = 1e-5   # temperatures below it sample greedily
+
 @dataclass
 class SamplingParams:
     """Generation settings of one request (vLLM field names and defaults).
 
-    temperature 0 means greedy. Penalties follow the usual semantics: repetition_penalty
-    (HF / MindIE) divides positive and multiplies negative logits of every token already in the
+    temperature 0 (or below SAMPLING_EPS) means greedy. Penalties follow the usual semantics:
+    repetition_penalty (HF / MindIE) divides positive and multiplies negative logits of every token already in the
     prompt or output; presence/frequency penalties (OpenAI) subtract from tokens of the output.
     """
 
@@ -43,7 +45,9 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        # below SAMPLING_EPS the tempered distribution is the argmax's (as in vLLM), and
+        # logits / temperature would overflow fp32 toward 1e-38 (inf, then NaN probabilities)
+        return self.temperature < SAMPLING_EPS
 
     @property
     def uses_penalties(self) -> bool:

@@ -32,6 +32,7 @@ def filtered_probs(logits: torch.Tensor, temperature: float, top_k: int, top_p: 
         probs = torch.softmax(x, -1)
         # keep the smallest prefix whose mass reaches top_p (the first token always stays)
         keep = (probs.cumsum(-1) - probs) < top_p
+        keep[0] = True        # also when top_p rounds to 0 in fp32 (1e-46): a filter never empties
         x = x[keep]
         ids = ids[keep]
     probs = torch.softmax(x, -1)
