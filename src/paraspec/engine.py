@@ -10,6 +10,7 @@ One decode step, for all running sequences together:
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -21,14 +22,16 @@ from .decoding.cost import CostModel
 from .decoding.proposer import Proposer, StepContext
 from .decoding.registry import DrafterRegistry
 from .decoding.stats import SpecStats
-from .decoding.verify import build_query
-from .errors import RequestError
+from .decoding.verify import Query, build_query
+from .errors import ParaspecError, RequestError
 from .model.kv_cache import KVCache
 from .model.transformer import max_draft_rows
 from .model.tokenizer import IncrementalDetokenizer, Tokenizer
 from .runner import ModelRunner
 from .sampling.params import SamplingParams
 from .sampling.sampler import RequestSampler
+
+logger = logging.getLogger("paraspec.engine")
 
 MAX_DRAFT_NODES = 64  # hard cap on draft nodes a drafter may add per sequence and step
 MAX_QUERY_ROWS = 320  # KV slots reserved for one step's query (drafts + a lookahead window)
@@ -81,6 +84,7 @@ class SequenceUpdate:
     new_text: str
     new_logprobs: list[TokenLogprob] | None
     finished: bool
+    error: Exception | None = None    # the sequence failed (finish_reason "error"); the others went on
 
 
 class Engine:
@@ -179,6 +183,15 @@ class Engine:
         else:
             logits = self.runner.prefill(seq.cache, seq.prompt)
             self._twin_logits = {seq.request_id: logits} if seq.params.n > 1 else {}
+        try:
+            update = self._first_token(seq, logits)
+        except Exception as e:   # this sequence's drafter, sampler or detokenizer: it alone fails
+            return [self._fail(seq, e)]
+        if not seq.finished:     # else EOS or max_tokens on the very first token
+            self.running.append(seq)
+        return [update]
+
+    def _first_token(self, seq: SequenceState, logits: torch.Tensor) -> SequenceUpdate:
         if seq.drafter is not None:
             t0 = time.perf_counter()
             seq.drafter.begin(seq.key, seq.prompt, seq.sampler.seed, self._context(len(self.running) + 1))
@@ -186,70 +199,95 @@ class Engine:
         token = seq.sampler.draw(logits)
         seq.sampler.append(token)
         seq.first_token_time = time.perf_counter()
-        self.running.append(seq)
         lp = self._logprobs(logits.unsqueeze(0), [0], [token], seq.params.logprobs)
-        update = self._emit(seq, [token], lp)
-        if seq.finished:  # EOS or max_tokens on the very first token
-            self.running.remove(seq)
-        return [update]
+        return self._emit(seq, [token], lp)
 
     def _decode(self) -> list[SequenceUpdate]:
-        batch = self.running
         # batch-aware drafting: parallel decoding pays off at low concurrency (MindIE shrinks drafts)
-        ctx = self._context(len(batch)) if any(s.drafter is not None for s in batch) else None
+        ctx = self._context(len(self.running)) if any(s.drafter is not None for s in self.running) else None
         self.steps += 1
-        queries, draft_times = [], []
-        for seq in batch:
+        updates: list[SequenceUpdate] = []
+        batch, queries, draft_times = [], [], []
+        for seq in self.running:
             t0 = time.perf_counter()
-            remaining = seq.max_tokens - len(seq.output)
-            room = seq.cache.capacity - seq.cache.length - 1
-            budget = max(0, min(MAX_DRAFT_NODES, remaining - 1, room, self._bucket_room(seq.cache),
-                                self.runner.max_seq_len - 1 - seq.cache.length - 1))
-            proposal = None
-            if seq.drafter is not None and budget > 0:
-                proposal = seq.drafter.propose(seq.key, seq.tokens, budget, ctx)
-                if len(proposal.draft) > budget:
-                    proposal.draft = proposal.draft.truncated(budget)
-            queries.append(build_query(seq.tokens[-1], seq.cache.length, proposal))
+            try:
+                queries.append(self._query(seq, ctx))
+            except Exception as e:   # its drafter failed: the sequence ends, the step goes on
+                updates.append(self._fail(seq, e))
+                continue
+            batch.append(seq)
             draft_times.append(time.perf_counter() - t0)
 
+        # rows of other sequences never change a sequence's logits (row invariance), so the
+        # batch without a failed sequence gives the others the bits they would have had
         t0 = time.perf_counter()
-        logits_per_seq = self.runner.verify([s.cache for s in batch], queries)
+        logits_per_seq = self.runner.verify([s.cache for s in batch], queries) if batch else []
         forward_s = time.perf_counter() - t0
 
-        updates = []
         for seq, q, logits, draft_s in zip(batch, queries, logits_per_seq, draft_times):
-            t1 = time.perf_counter()
-            sampler = seq.sampler
-            argmax = logits.argmax(-1).tolist() if (sampler.argmax_suffices or q.lookahead_rows) else None
-            if sampler.argmax_suffices:
-                draw: Callable[[int], int] = argmax.__getitem__
-            else:
-                def draw(row: int, _s=sampler, _l=logits) -> int:
-                    # one draw per visited node, with the node's own context (penalties)
-                    t = _s.draw(_l[row])
-                    _s.append(t)
-                    return t
-            acc = walk(q.children, draw, seq.max_tokens - len(seq.output), self._stop_check(seq))
-            if sampler.argmax_suffices:
-                for t in acc.tokens:
-                    sampler.append(t)
-            seq.cache.commit([0] + [n + 1 for n in acc.nodes])
-            accept_s = time.perf_counter() - t1
-            t2 = time.perf_counter()
-            if seq.drafter is not None:
-                la_argmax = [argmax[q.n_draft + 1 + i] for i in range(len(q.lookahead_rows))] \
-                    if q.lookahead_rows else None
-                seq.drafter.observe(seq.key, acc.tokens, la_argmax)
-            draft_s += time.perf_counter() - t2
-            seq.stats.observe_step(q.n_draft, len(acc.tokens), draft_s, forward_s + accept_s)
-            lp = None
-            if seq.params.logprobs is not None:
-                rows = [0] + [n + 1 for n in acc.nodes]
-                lp = self._logprobs(logits, rows[: len(acc.tokens)], acc.tokens, seq.params.logprobs)
-            updates.append(self._emit(seq, acc.tokens, lp))
+            try:
+                updates.append(self._accept(seq, q, logits, draft_s, forward_s))
+            except Exception as e:   # its sampler, drafter or detokenizer failed: it alone ends
+                updates.append(self._fail(seq, e))
         self.running = [s for s in self.running if not s.finished]
         return updates
+
+    def _query(self, seq: SequenceState, ctx: StepContext | None) -> Query:
+        """The sequence's rows for this step: its last token (the root) and its draft tree."""
+        remaining = seq.max_tokens - len(seq.output)
+        room = seq.cache.capacity - seq.cache.length - 1
+        budget = max(0, min(MAX_DRAFT_NODES, remaining - 1, room, self._bucket_room(seq.cache),
+                            self.runner.max_seq_len - 1 - seq.cache.length - 1))
+        proposal = None
+        if seq.drafter is not None and budget > 0:
+            proposal = seq.drafter.propose(seq.key, seq.tokens, budget, ctx)
+            if len(proposal.draft) > budget:
+                proposal.draft = proposal.draft.truncated(budget)
+        return build_query(seq.tokens[-1], seq.cache.length, proposal)
+
+    def _accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, draft_s: float,
+                forward_s: float) -> SequenceUpdate:
+        """Walk the verified tree (the longest run the sampler agrees with), commit its KV, emit."""
+        t1 = time.perf_counter()
+        sampler = seq.sampler
+        argmax = logits.argmax(-1).tolist() if (sampler.argmax_suffices or q.lookahead_rows) else None
+        if sampler.argmax_suffices:
+            draw: Callable[[int], int] = argmax.__getitem__
+        else:
+            def draw(row: int, _s=sampler, _l=logits) -> int:
+                # one draw per visited node, with the node's own context (penalties)
+                t = _s.draw(_l[row])
+                _s.append(t)
+                return t
+        acc = walk(q.children, draw, seq.max_tokens - len(seq.output), self._stop_check(seq))
+        if sampler.argmax_suffices:
+            for t in acc.tokens:
+                sampler.append(t)
+        seq.cache.commit([0] + [n + 1 for n in acc.nodes])
+        accept_s = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        if seq.drafter is not None:
+            la_argmax = [argmax[q.n_draft + 1 + i] for i in range(len(q.lookahead_rows))] \
+                if q.lookahead_rows else None
+            seq.drafter.observe(seq.key, acc.tokens, la_argmax)
+        draft_s += time.perf_counter() - t2
+        seq.stats.observe_step(q.n_draft, len(acc.tokens), draft_s, forward_s + accept_s)
+        lp = None
+        if seq.params.logprobs is not None:
+            rows = [0] + [n + 1 for n in acc.nodes]
+            lp = self._logprobs(logits, rows[: len(acc.tokens)], acc.tokens, seq.params.logprobs)
+        return self._emit(seq, acc.tokens, lp)
+
+    def _fail(self, seq: SequenceState, error: Exception) -> SequenceUpdate:
+        """End one sequence on its own error: KV freed, drafter state ended where it still can."""
+        if not isinstance(error, ParaspecError):
+            logger.error("sequence %s failed: %s: %s", seq.key, type(error).__name__, error,
+                         exc_info=(type(error), error, error.__traceback__))
+        try:
+            self._finish(seq, "error")
+        except Exception:        # the drafter failing again in end(): drop its state with the sequence
+            seq.finish_reason, seq.finish_time, seq.cache = "error", time.perf_counter(), None
+        return SequenceUpdate(seq, [], "", None, True, error)
 
     # ------------------------------------------------------------------------------- helpers
 
@@ -340,8 +378,13 @@ class Engine:
         seq.cache = None  # frees the KV
 
     def run_until_done(self, on_update: Callable[[SequenceUpdate], None] | None = None) -> None:
+        """Step until every sequence is done; a sequence's error aborts the rest and is raised."""
         while self.has_work():
             for u in self.step():
+                if u.error is not None:
+                    for request_id in {s.request_id for s in self.waiting + self.running}:
+                        self.abort(request_id)
+                    raise u.error
                 if on_update is not None:
                     on_update(u)
 

@@ -318,6 +318,9 @@ class AsyncEngine:
             self.metrics.decode_steps.inc()
         for u in updates:
             seq = u.seq
+            if u.error is not None:      # this sequence alone failed: its request ends with the error
+                out.append((seq.request_id, u.error))
+                continue
             rec = self._records.get(seq.request_id)
             stats = sequence_stats(seq) if u.finished else None
             if self.metrics:
