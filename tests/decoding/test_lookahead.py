@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from paraspec.decoding import lookahead as la
+from paraspec.decoding import unknown_keys
 from paraspec.decoding.lookahead import LookaheadDrafter, LookaheadParams, window_layout
 from paraspec.decoding.lookahead_source import PRIOR_FIRST
 from drafters import WithContext
@@ -134,6 +135,7 @@ def test_speculation_gamma_must_cover_the_query():
 
 
 def test_from_dict_warns_on_unknown_keys_and_rejects_wrong_types():
+    unknown_keys.forget()
     with pytest.warns(UserWarning, match="unknown key.*windw"):
         p = LookaheadParams.from_dict({"level": 5, "windw": 3})
     assert p == LookaheadParams(level=5)

@@ -11,6 +11,7 @@ from paraspec.config import parse_plugin_params
 from hypothesis import given, settings, strategies as st
 
 from drafters import WithContext
+from paraspec.decoding import unknown_keys
 from paraspec.decoding.memory import MemoryDecodingParams, MemoryDrafter
 from paraspec.decoding.cost import CostModel
 from paraspec.decoding.tree import DraftTree
@@ -79,6 +80,7 @@ def test_wrong_types_are_rejected(bad):
 
 
 def test_unknown_keys_warn_and_are_ignored():
+    unknown_keys.forget()
     with pytest.warns(UserWarning, match="unknown key 'maxIterTimes'"):
         p = MemoryDecodingParams.from_dict({"maxIterTimes": 4096, "decoding_length": 8})
     assert p.decoding_length == 8
@@ -263,3 +265,16 @@ def test_replay_report_is_json_ready():
     d = drafter()
     summary = replay(d, records("copy", 1), 15, d.cost).summary()
     assert json.loads(json.dumps(summary))["tokens_per_step"] > 1
+
+
+def test_unknown_key_warnings_are_bounded(recwarn):
+    """A fresh huge key per request (1 MiB names) warns once per name, truncated, and stops
+    remembering names past MAX_NAMES: the log and the warnings registry stay bounded."""
+    unknown_keys.forget()
+    for i in range(unknown_keys.MAX_NAMES + 50):
+        MemoryDecodingParams.from_dict({f"k{i}" + "x" * 100_000: 1})
+    MemoryDecodingParams.from_dict({"k0" + "x" * 100_000: 1})            # the same name again
+    texts = [str(w.message) for w in recwarn if "unknown key" in str(w.message)]
+    assert len(texts) == unknown_keys.MAX_NAMES
+    assert max(map(len, texts)) < 400
+    unknown_keys.forget()

@@ -298,6 +298,8 @@ BAD = [
     ("/v1/completions", {"prompt": "x", "paraspec": {"plugin_params": "{oops"}}, None, "paraspec.plugin_params"),
     ("/v1/completions", {"prompt": "x", "paraspec": {"plugin_params": '{"plugin_type": "memory_decoding,la"}'}},
      None, "paraspec.plugin_params"),
+    ("/v1/completions", b'{"prompt": "a\\ud800b"}', None, None),                          # lone surrogate
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}', None, None),
     ("/v1/chat/completions", {"messages": []}, None, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, None,
      "top_logprobs"),

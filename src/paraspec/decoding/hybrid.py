@@ -21,13 +21,13 @@ rows the forward pads anyway are filled with the next best candidates, for nothi
 """
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..errors import ConfigError
 from .arms import ArmSelector, ArmStats
+from .unknown_keys import warn_unknown_keys
 from .cost import CostModel, window_prior
 from .draft_policy import DraftPolicy, PolicyStats
 from .lookahead import LookaheadParams
@@ -80,8 +80,7 @@ class HybridParams:
         dynamic_algo, mode, ...) and lookahead keys (level, window, guess_set_size)."""
         unknown = sorted(set(d) - _MEMORY_KEYS - _LOOKAHEAD_KEYS - {"plugin_type"})
         if unknown:
-            warnings.warn(f"plugin_params: unknown key(s) {', '.join(unknown)} for hybrid are ignored",
-                          stacklevel=2)
+            warn_unknown_keys("hybrid", unknown, _MEMORY_KEYS | _LOOKAHEAD_KEYS | {"plugin_type"})
         # the trie's part sizes its drafts (dynamic_algo) unless told otherwise: a fixed-length
         # draft pays its rows even where the chooser would rather take lookahead's cheap one
         memory = MemoryDecodingParams.from_dict({"dynamic_algo": True} | {k: v for k, v in d.items() if k in _MEMORY_KEYS})

@@ -67,13 +67,13 @@ docs/design-notes.md).
 """
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 from ..errors import ConfigError
 from .arms import ArmSelector, ArmStats
+from .unknown_keys import warn_unknown_keys
 from .cost import window_prior
 from .draft_policy import DraftPolicy, PolicyStats
 from .lookahead_source import PoolSource, WindowLayout, pool_tree, window_layout  # noqa: F401  (re-exported)
@@ -121,8 +121,7 @@ class LookaheadParams:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            warnings.warn(f"lookahead: ignoring unknown key(s) {', '.join(map(str, unknown))}; "
-                          f"known keys are {', '.join(sorted(known))}", stacklevel=2)
+            warn_unknown_keys("lookahead", unknown, known)
         return cls(**{k: v for k, v in d.items() if k in known}).validate()
 
 

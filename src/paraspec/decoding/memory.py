@@ -16,12 +16,12 @@ so a draft has at most decoding_length - 1 nodes; while the output copies a long
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, fields
 from typing import Any, Hashable, Sequence
 
 from ..errors import ConfigError
 from .draft_policy import DraftPolicy, PolicyStats
+from .unknown_keys import warn_unknown_keys
 from .proposer import DEFAULT_CONTEXT, Proposal, StepContext
 from .tree import ROOT, DraftTree
 from .trie import TokenTrie
@@ -95,10 +95,9 @@ class MemoryDecodingParams:
         """Typed fields from a plugin_params dict; unknown keys warn (MindIE configs carry others)."""
         defaults = {f.name: f.default for f in fields(cls)}
         kwargs: dict[str, Any] = {}
+        warn_unknown_keys("memory_decoding", [k for k in d if k not in defaults], defaults)
         for key, value in d.items():
             if key not in defaults:
-                warnings.warn(f"plugin_params: unknown key {key!r} for memory_decoding is ignored "
-                              f"(known: {', '.join(sorted(defaults))})", stacklevel=2)
                 continue
             want = type(defaults[key])
             # `type is`, not isinstance: true/false is not a length, and 0/1 is not a boolean

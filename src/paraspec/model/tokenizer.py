@@ -91,6 +91,13 @@ class Tokenizer:
     # ------------------------------------------------------------------------------------ text
 
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:   # a lone surrogate ("\ud800"): not text the model can read
+                raise RequestError(f"the text holds an invalid Unicode character {text[e.start]!r} at "
+                                   f"offset {e.start} (a lone surrogate); send valid UTF-16 pairs or "
+                                   "drop it") from None
         ids = self.backend.encode(text, add_special_tokens=False).ids
         if (self.add_bos if add_bos is None else add_bos) and self.bos_token_id is not None:
             ids = [self.bos_token_id] + ids
