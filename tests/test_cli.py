@@ -20,6 +20,7 @@ def _cli(*args, timeout=120):
     (["generate", "--plugin-params", '{"plugin_type": "magic"}', "hi"], "plugin_type"),
     (["generate", "--decoding-length", "4", "hi"], "--plugin"),
     (["generate", "--quantization", "int3", "hi"], "quantization"),
+    (["generate", "--threads", "-1", "hi"], "num_threads=-1 is invalid"),
 ])
 def test_user_errors_exit_2_with_one_line(args, needle):
     run = _cli(*args)

@@ -81,7 +81,10 @@ class LLM:
         self.config = EngineConfig(dtype=dtype, quantization=quantization, max_batch_size=max_batch_size,
                                    speculation_gamma=speculation_gamma,
                                    plugin=parse_plugin_params(plugin_params, speculation_gamma))
-        if num_threads:
+        if num_threads is not None:
+            if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+                raise ConfigError(f"num_threads={num_threads!r} is invalid: use a positive integer "
+                                  "(--threads; default: all cores)", param="num_threads")
             torch.set_num_threads(num_threads)
         # w8a8 quantises from fp32 weights; the rest of the model stays in `dtype`
         loaded = load_model(model, torch.float32 if quantization else DTYPES[dtype])

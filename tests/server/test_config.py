@@ -130,6 +130,19 @@ def test_not_json_names_line_and_column(tmp_path):
         load_config(write(tmp_path, "[1, 2]"))
 
 
+def test_deep_nesting_is_one_line(tmp_path):
+    with pytest.raises(ServiceConfigError, match="nests its JSON deeper"):
+        load_config(write(tmp_path, '{"ServerConfig": ' + "[" * 100_000 + "]" * 100_000 + "}"))
+
+
+@pytest.mark.parametrize("text", ["{}", '{"ServerConfig": {"port": 1025}}', '{"BackendConfig": {"ModelDeployConfig": {}}}'])
+def test_a_config_without_a_model_is_refused_unless_one_is_passed(tmp_path, text):
+    path = write(tmp_path, text)
+    with pytest.raises(ServiceConfigError, match=r"has no BackendConfig.ModelDeployConfig.ModelConfig.*--model"):
+        load_config(path)
+    assert load_config(path, model="default").model_deploy.model.model_weight_path == "default"
+
+
 def test_size_limits(tmp_path):
     with pytest.raises(ServiceConfigError, match="10 MB"):
         load_config(write(tmp_path, b" " * (MAX_CONFIG_BYTES + 1)))

@@ -151,6 +151,9 @@ def load_config(path: str | os.PathLike | None = None, *, host: str | None = Non
             {"modelWeightPath": "default", "plugin_params": DEFAULT_PLUGIN_PARAMS}]}}}
     else:
         raw = read_config_file(path)
+        if model is None and not _has_model_entry(raw):   # never serve a default model by accident
+            raise ServiceConfigError([f"config file {str(path)!r} has no {_MODEL_PATH}; add one entry such as "
+                                      '[{"modelName": "smollm2", "modelWeightPath": "default"}], or pass --model'])
     server = raw.setdefault("ServerConfig", {}) if isinstance(raw.get("ServerConfig", {}), dict) else None
     if server is not None:
         if host is not None:
@@ -193,6 +196,9 @@ def read_config_file(path: str | os.PathLike) -> dict:
     except json.JSONDecodeError as e:
         raise ServiceConfigError([f"config file {str(p)!r} is not valid JSON: {e.msg} at line {e.lineno}, "
                                   f"column {e.colno}; fix the syntax there"]) from None
+    except RecursionError:
+        raise ServiceConfigError([f"config file {str(p)!r} nests its JSON deeper than any config needs; "
+                                  "use the layout of examples/config.json"]) from None
     if not isinstance(raw, dict):
         raise ServiceConfigError([f"config file {str(p)!r} must hold a JSON object with ServerConfig and "
                                   "BackendConfig, not a JSON " + type(raw).__name__])
@@ -259,6 +265,12 @@ def parse_config(raw: dict) -> ServiceConfig:
 # ------------------------------------------------------------------------------------ checks
 
 _MODEL_PATH = "BackendConfig.ModelDeployConfig.ModelConfig"
+
+
+def _has_model_entry(raw: dict) -> bool:
+    deploy = (raw.get("BackendConfig") or {}).get("ModelDeployConfig") if isinstance(raw.get("BackendConfig"), dict) \
+        else None
+    return isinstance(deploy, dict) and "ModelConfig" in deploy
 
 
 def _first_model_entry(raw: dict) -> dict | None:
