@@ -300,6 +300,11 @@ BAD = [
      None, "paraspec.plugin_params"),
     ("/v1/completions", b'{"prompt": "a\\ud800b"}', None, None),                          # lone surrogate
     ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}', None, None),
+    ("/v1/completions", {"prompt": "x", "max_tokens": "4"}, None, "max_tokens"),            # strict types
+    ("/v1/completions", {"prompt": "x", "max_tokens": True}, None, "max_tokens"),
+    ("/v1/completions", {"prompt": "x", "stream": "yes"}, None, "stream"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "temperature": "0"}, None,
+     "temperature"),
     ("/v1/chat/completions", {"messages": []}, None, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, None,
      "top_logprobs"),

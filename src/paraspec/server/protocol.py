@@ -26,6 +26,11 @@ class OpenAIBaseModel(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class _StrictRequest(OpenAIBaseModel):
+    # a string is not a number and "yes" is not true: "max_tokens": "4" is a 400 naming the field
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
 # ------------------------------------------------------------------------------------ shared
 
 class ErrorInfo(OpenAIBaseModel):
@@ -68,7 +73,7 @@ class ModelList(OpenAIBaseModel):
     data: list[ModelCard] = Field(default_factory=list)
 
 
-class _GenerationRequest(OpenAIBaseModel):
+class _GenerationRequest(_StrictRequest):
     """Fields both endpoints share, OpenAI's first, then vLLM's and paraspec's extras."""
 
     model: str | None = None
@@ -165,7 +170,7 @@ class CompletionStreamResponse(_Response[CompletionResponseStreamChoice]):
 
 # ------------------------------------------------------------------------------------ chat
 
-class ChatMessageParam(OpenAIBaseModel):
+class ChatMessageParam(_StrictRequest):
     role: str
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
