@@ -450,3 +450,13 @@ def test_default_serve_with_bundled_model():
     assert r.choices[0].message.content == ref.text
     assert r.model_extra["paraspec"]["plugin"] == "memory_decoding"
     json.dumps(r.model_extra["paraspec"])
+
+
+def test_api_docs_are_off_unless_asked_for(server, model_dir):
+    """/docs and /openapi.json map the API for anyone who can reach the port: off by default."""
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        assert server.http.get(path).status_code == 404, path
+    llm = LLM(str(model_dir), dtype="float32")
+    with LiveServer(create_app(llm, _config(model_dir), docs=True)) as s:
+        assert s.http.get("/openapi.json").json()["info"]["title"] == "paraspec"
+        assert s.http.get("/docs").status_code == 200

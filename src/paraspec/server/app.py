@@ -184,9 +184,11 @@ class BodySizeLimit:
 
 # ------------------------------------------------------------------------------------ app
 
-def create_app(llm: LLM, config: ServiceConfig | None = None, engine_thread: bool = True) -> FastAPI:
+def create_app(llm: LLM, config: ServiceConfig | None = None, engine_thread: bool = True,
+               docs: bool = False) -> FastAPI:
     """An app serving `llm` under `config`. The engine loop runs on a thread of its own, or, with
-    engine_thread=False, wherever the caller runs app.state.async_engine.run_in_this_thread()."""
+    engine_thread=False, wherever the caller runs app.state.async_engine.run_in_this_thread().
+    docs: serve /docs, /redoc and /openapi.json (off by default: they map the API for anyone)."""
     config = config or ServiceConfig()
     name = config.model_deploy.model.model_name or llm.model_name
     metrics = ServingMetrics(name)
@@ -207,7 +209,7 @@ def create_app(llm: LLM, config: ServiceConfig | None = None, engine_thread: boo
             await engine.shutdown()
 
     app = FastAPI(title="paraspec", description="OpenAI-compatible API with lossless parallel decoding",
-                  lifespan=lifespan)
+                  lifespan=lifespan, **({} if docs else dict(docs_url=None, redoc_url=None, openapi_url=None)))
     shared = dict(model_name=name, vocab_size=llm.model.args.vocab_size, model_max_len=llm.model.args.max_seq_len)
     app.state.async_engine = engine
     app.state.metrics = metrics

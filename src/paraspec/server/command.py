@@ -21,6 +21,7 @@ def add_parser(sub) -> None:
     s.add_argument("--config", default=None, help="MindIE-style config.json")
     s.add_argument("--host", default=None)
     s.add_argument("--port", type=int, default=None)
+    s.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json (off by default)")
     add_model_args(s)
     add_plugin_args(s, default_plugin=None)
     s.set_defaults(func=serve_main)
@@ -62,7 +63,7 @@ def serve_main(args: argparse.Namespace) -> int:
 
     # the engine loop runs on the main thread (torch is ~1.5x faster there than on a second
     # thread, see AsyncEngine), uvicorn's event loop on another
-    app = create_app(llm, config, engine_thread=False)
+    app = create_app(llm, config, engine_thread=False, docs=args.docs)
     server = uvicorn.Server(uvicorn.Config(app, host=config.server.ip_address, port=config.server.port,
                                            log_level=logging.getLevelName(config.log_level).lower(),
                                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
