@@ -268,8 +268,8 @@ _MODEL_PATH = "BackendConfig.ModelDeployConfig.ModelConfig"
 
 
 def _has_model_entry(raw: dict) -> bool:
-    deploy = (raw.get("BackendConfig") or {}).get("ModelDeployConfig") if isinstance(raw.get("BackendConfig"), dict) \
-        else None
+    backend = raw.get("BackendConfig")
+    deploy = backend.get("ModelDeployConfig") if isinstance(backend, dict) else None
     return isinstance(deploy, dict) and "ModelConfig" in deploy
 
 
