@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 
 import httpx
 import openai
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from drafters import RandomTreeDrafter
+from live_server import LiveServer
 from paraspec import LLM, SamplingParams
 from paraspec.server import create_app, load_config
 
@@ -27,43 +26,6 @@ SLOW_STEP_S = 0.1
 PROMPTS = ["hello world", "def f(x):\n    return", "The quick brown fox", "aaaa bbbb aaaa bbbb", "1, 2, 3, 4,",
            "Once upon a time", "import numpy as np\n", "<html><body>", "SELECT * FROM", "x = [1, 2, 3]\ny =",
            "Dear Sir or Madam,", "fn main() {", "To be or not", "for i in range(", "# Title\n\n", "a b c d e"]
-
-
-class LiveServer:
-    """uvicorn serving `app` on 127.0.0.1 (a free port) in a background thread."""
-
-    def __init__(self, app):
-        self.app = app
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> "LiveServer":
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.http = httpx.Client(base_url=self.url, timeout=30)
-        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.http.close()
-        self.server.should_exit = True
-        self.thread.join(30)
-
-    @property
-    def engine(self):
-        return self.app.state.async_engine
-
-    def wait_idle(self, timeout: float = 10.0) -> None:
-        """Until no request is held and the engine has nothing left (aborts are processed)."""
-        deadline = time.monotonic() + timeout
-        while self.engine.num_in_flight or self.engine.engine.has_work():
-            assert time.monotonic() < deadline, "requests still held"
-            time.sleep(0.01)
 
 
 class RecordingDrafter(RandomTreeDrafter):

@@ -23,6 +23,7 @@ from .async_engine import AsyncEngine, EngineDeadError, RequestTimeoutError, Ser
 from .config import ServiceConfig
 from .metrics import ServingMetrics
 from .protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
+from .security import AccessGuard, default_allowed_hosts
 from .serving import APIError, error_for
 from .serving_chat import OpenAIServingChat
 from .serving_completion import OpenAIServingCompletion
@@ -219,6 +220,9 @@ def create_app(llm: LLM, config: ServiceConfig | None = None, engine_thread: boo
     app.include_router(router)
     _add_exception_handlers(app)
     app.add_middleware(BodySizeLimit)
+    server = config.server
+    hosts = server.allowed_hosts if server.allowed_hosts is not None else default_allowed_hosts(server.ip_address)
+    app.add_middleware(AccessGuard, api_key=server.api_key, allowed_hosts=hosts, metrics_open=server.metrics_open)
     return app
 
 

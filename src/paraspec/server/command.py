@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from ..cli_flags import add_model_args, add_plugin_args, plugin_params_from_args
 from ..errors import ParaspecError
 from .config import ServiceConfig, load_config
+from .security import API_KEY_ENV
 
 logger = logging.getLogger("paraspec.server")
 
@@ -22,6 +24,14 @@ def add_parser(sub) -> None:
     s.add_argument("--host", default=None)
     s.add_argument("--port", type=int, default=None)
     s.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json (off by default)")
+    s.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' on /v1/* and /metrics (also ${API_KEY_ENV} or "
+                        "ServerConfig.apiKey; the flag wins, then the variable)")
+    s.add_argument("--allowed-hosts", default=None,
+                   help="comma-separated Host names to answer ('*' for any; default: the bind address, localhost, "
+                        "127.0.0.1, ::1)")
+    s.add_argument("--metrics-open", action="store_true", default=None,
+                   help="serve /metrics without the API key")
     add_model_args(s)
     add_plugin_args(s, default_plugin=None)
     s.set_defaults(func=serve_main)
@@ -36,10 +46,13 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
     if isinstance(plugin, str) and plugin.strip().lower() in ("none", ""):
         plugin = None
     model = args.model
+    api_key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
+    hosts = [h.strip() for h in args.allowed_hosts.split(",")] if args.allowed_hosts is not None else None
     if args.config is not None and model == "default":
         model = None                      # the file's modelWeightPath wins over the flag's default
     return load_config(args.config, host=args.host, port=args.port, model=model, plugin_params=plugin,
-                       plugin_flags=plugin_flags, speculation_gamma=args.speculation_gamma)
+                       plugin_flags=plugin_flags, speculation_gamma=args.speculation_gamma, api_key=api_key,
+                       allowed_hosts=hosts, metrics_open=args.metrics_open)
 
 
 def serve_main(args: argparse.Namespace) -> int:

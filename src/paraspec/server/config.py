@@ -82,6 +82,14 @@ class ServerConfig:
     """tokenTimeout: seconds a request may wait for its next tokens before it is cancelled (HTTP 504)."""
     e2e_timeout: float = 600.0
     """e2eTimeout: seconds a whole request may take before it is cancelled (HTTP 504)."""
+    api_key: str | None = None
+    """apiKey: clients must send `Authorization: Bearer <apiKey>` on /v1/* and /metrics (None: no key).
+    --api-key and $PARASPEC_API_KEY override it."""
+    allowed_hosts: list[str] | None = None
+    """allowedHosts: Host header names the server answers to ("*": any); default the bind address,
+    localhost, 127.0.0.1 and ::1 (any when bound to 0.0.0.0)."""
+    metrics_open: bool = False
+    """metricsOpen: serve /metrics without the API key (for a scraper without secrets)."""
 
 
 @dataclass
@@ -138,11 +146,13 @@ class ServiceConfig:
 
 def load_config(path: str | os.PathLike | None = None, *, host: str | None = None, port: int | None = None,
                 model: str | None = None, plugin_params: str | dict | None = None, plugin_flags: bool = False,
-                speculation_gamma: int | None = None) -> ServiceConfig:
+                speculation_gamma: int | None = None, api_key: str | None = None,
+                allowed_hosts: list[str] | None = None, metrics_open: bool | None = None) -> ServiceConfig:
     """Read and validate config.json (or the defaults when `path` is None), with command-line overrides.
 
-    host/port/model/speculation_gamma override ServerConfig.ipAddress/port, ModelConfig[0].modelWeightPath
-    and ModelDeployConfig.speculationGamma; with plugin_flags=True, `plugin_params` (None = plain
+    host/port/model/speculation_gamma/api_key/allowed_hosts/metrics_open override
+    ServerConfig.ipAddress/port, ModelConfig[0].modelWeightPath, ModelDeployConfig.speculationGamma
+    and ServerConfig.apiKey/allowedHosts/metricsOpen; with plugin_flags=True, `plugin_params` (None = plain
     decoding) replaces ModelConfig[0].plugin_params. Without a file, memory_decoding is on unless
     plugin flags say otherwise. Raises ServiceConfigError listing every problem.
     """
@@ -160,6 +170,9 @@ def load_config(path: str | os.PathLike | None = None, *, host: str | None = Non
             server["ipAddress"] = host
         if port is not None:
             server["port"] = port
+        for key, value in (("apiKey", api_key), ("allowedHosts", allowed_hosts), ("metricsOpen", metrics_open)):
+            if value is not None:
+                server[key] = value
     entry = _first_model_entry(raw)
     deploy = raw["BackendConfig"].get("ModelDeployConfig") if isinstance(raw["BackendConfig"], dict) else None
     if speculation_gamma is not None and isinstance(deploy, dict):
@@ -229,8 +242,12 @@ def parse_config(raw: dict) -> ServiceConfig:
         allow_all_zero_ip_listening=s.get("allowAllZeroIpListening", bool, False),
         max_link_num=s.get("maxLinkNum", int, 1000, 1, 100_000),
         token_timeout=s.get("tokenTimeout", float, 600.0, 0.001, 86_400),
-        e2e_timeout=s.get("e2eTimeout", float, 600.0, 0.001, 86_400))
+        e2e_timeout=s.get("e2eTimeout", float, 600.0, 0.001, 86_400),
+        api_key=s.get("apiKey", str, None),
+        allowed_hosts=s.get("allowedHosts", list, None),
+        metrics_open=s.get("metricsOpen", bool, False))
     _check_address(server, problems)
+    _check_access(server, problems)
     if s.get("httpsEnabled", bool, False):
         notes.append("ServerConfig.httpsEnabled=true is not supported: paraspec serves plain HTTP; terminate "
                      "TLS at the load balancer or a reverse proxy")
@@ -320,6 +337,19 @@ def _check_address(server: ServerConfig, problems: list[str]) -> None:
     if addr.is_unspecified and not server.allow_all_zero_ip_listening:
         problems.append(f"ServerConfig.ipAddress={host!r} listens on every interface; set "
                         "ServerConfig.allowAllZeroIpListening to true to allow it, or bind one address")
+
+
+def _check_access(server: ServerConfig, problems: list[str]) -> None:
+    if server.api_key is not None and (not server.api_key.strip() or server.api_key != server.api_key.strip()
+                                       or not server.api_key.isprintable() or not server.api_key.isascii()):
+        problems.append("ServerConfig.apiKey must be printable ASCII without spaces at either end (it travels "
+                        "in an HTTP header); leave it out for no key")
+        server.api_key = None
+    hosts = server.allowed_hosts
+    if hosts is not None and (not hosts or not all(isinstance(h, str) and h.strip() for h in hosts)):
+        problems.append("ServerConfig.allowedHosts must be a non-empty list of host names such as "
+                        '["localhost", "api.example.com"], or ["*"] for any')
+        server.allowed_hosts = None
 
 
 def _check_plugin(deploy: ModelDeployConfig, schedule: ScheduleConfig, problems: list[str],
