@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
 from ..errors import ModelLoadError, RequestError
 
+GIL_FREE_CHARS = 4096    # longer texts are tokenized with the GIL released (a server's event loop runs on)
 GGUF_TOKEN_CONTROL = 3
 GGUF_TOKEN_USER_DEFINED = 4
 
@@ -98,10 +100,23 @@ class Tokenizer:
                 raise RequestError(f"the text holds an invalid Unicode character {text[e.start]!r} at "
                                    f"offset {e.start} (a lone surrogate); send valid UTF-16 pairs or "
                                    "drop it") from None
-        ids = self.backend.encode(text, add_special_tokens=False).ids
+        if len(text) > GIL_FREE_CHARS:   # the batch call tokenizes without the GIL (same ids)
+            ids = self.backend.encode_batch([text], add_special_tokens=False)[0].ids
+        else:
+            ids = self.backend.encode(text, add_special_tokens=False).ids
         if (self.add_bos if add_bos is None else add_bos) and self.bos_token_id is not None:
             ids = [self.bos_token_id] + ids
         return ids
+
+    @cached_property
+    def max_token_chars(self) -> int:
+        """The most characters one token can stand for (the longest vocabulary string: a byte-level
+        token's string has one character per byte, and a text character is at least one byte)."""
+        return max(1, max(map(len, self.backend.get_vocab(with_added_tokens=True)), default=1))
+
+    def min_tokens(self, chars: int) -> int:
+        """A lower bound on the tokens of any text of `chars` characters, known without tokenizing."""
+        return -(-chars // self.max_token_chars)
 
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special)
@@ -125,9 +140,13 @@ class Tokenizer:
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
         text = self.apply_chat_template(messages)
+        return self.encode(text, add_bos=self.chat_add_bos(text))
+
+    def chat_add_bos(self, rendered: str) -> bool:
+        """Whether a rendered chat gets a BOS: templates that write the BOS string themselves must
+        not get a second one."""
         bos = self.special_tokens.get("bos_token")
-        # templates that write the BOS string themselves must not get a second one
-        return self.encode(text, add_bos=self.add_bos and not (bos and text.startswith(bos)))
+        return self.add_bos and not (bos and rendered.startswith(bos))
 
 
 class IncrementalDetokenizer:

@@ -29,7 +29,7 @@ from .protocol import (ChatCompletionLogProb, ChatCompletionLogProbs, ChatComple
 logger = logging.getLogger("paraspec.server")
 
 MIN_LOGPROB = -9999.0               # JSON has no -inf
-BIG_PROMPT_CHARS = 100_000          # tokenised off the event loop above this
+BIG_PROMPT_CHARS = 20_000           # tokenised off the event loop above this
 
 
 class APIError(Exception):
@@ -140,10 +140,25 @@ class OpenAIServing:
                            f"{self.config.model_deploy.speculation_gamma})", param="paraspec.plugin_params") from None
         return plugin, plugin.plugin_type
 
-    async def encode(self, text: str) -> list[int]:
-        if len(text) > BIG_PROMPT_CHARS:
-            return await asyncio.to_thread(self.tokenizer.encode, text)
-        return self.tokenizer.encode(text)
+    def fit_text(self, text: str, param: str) -> str:
+        """Refuse, before tokenizing, a text that cannot fit in maxInputTokenLen whatever its tokens
+        (a 15 MB prompt costs milliseconds, not seconds and a GB); with truncation, keep only a tail
+        long enough for the last maxInputTokenLen tokens."""
+        least = self.tokenizer.min_tokens(len(text))
+        if least <= self.max_input_len:
+            return text
+        if self.config.model_deploy.truncation:
+            # twice the characters the kept tokens can span: the cut's own tokens are dropped anyway
+            return text[-2 * self.max_input_len * self.tokenizer.max_token_chars:]
+        raise APIError(f"the prompt has {len(text)} characters, so at least {least} tokens, more than this "
+                       f"server's limit of {self.max_input_len} (maxInputTokenLen); shorten it", param=param,
+                       code="context_length_exceeded")
+
+    async def encode(self, text: str, param: str = "prompt", add_bos: bool | None = None) -> list[int]:
+        text = self.fit_text(text, param)
+        if len(text) > BIG_PROMPT_CHARS:    # the tokenizer releases the GIL: the event loop runs on
+            return await asyncio.to_thread(self.tokenizer.encode, text, add_bos)
+        return self.tokenizer.encode(text, add_bos)
 
     # ---------------------------------------------------------------- engine
 

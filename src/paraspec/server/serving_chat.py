@@ -64,12 +64,15 @@ class OpenAIServingChat(OpenAIServing):
                 content = "".join(texts)
             messages.append({"role": m.role, "content": content or ""})
         from jinja2 import TemplateError
+        self.fit_text("".join(m["content"] for m in messages), "messages")     # before any templating
         try:
             if sum(len(m["content"]) for m in messages) > BIG_PROMPT_CHARS:
-                return await asyncio.to_thread(self.tokenizer.encode_chat, messages)
-            return self.tokenizer.encode_chat(messages)
+                text = await asyncio.to_thread(self.tokenizer.apply_chat_template, messages)
+            else:
+                text = self.tokenizer.apply_chat_template(messages)
         except TemplateError as e:
             raise APIError(f"the chat template could not render the messages: {e}", param="messages") from None
+        return await self.encode(text, "messages", add_bos=self.tokenizer.chat_add_bos(text))
 
     async def _stream(self, req: ChatCompletionRequest, request_id: str, stream: RequestStream, n: int,
                       prompt_len: int, plugin_name: str | None) -> AsyncIterator[str]:
