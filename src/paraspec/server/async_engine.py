@@ -190,6 +190,11 @@ class AsyncEngine:
             else:
                 await asyncio.to_thread(self._stopped.wait, 30)
 
+    def stop_loop(self) -> None:
+        """End the loop thread after its current step (idempotent; from any thread)."""
+        self._accepting = False
+        self._commands.put(_Stop())
+
     @property
     def is_running(self) -> bool:
         if not self.own_thread:

@@ -4,13 +4,15 @@ FastAPI, torch and the model load in serve_main, not at import: `paraspec --help
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
+import socket
 import sys
 
 from ..cli_flags import add_model_args, add_plugin_args, plugin_params_from_args
 from ..errors import ParaspecError
-from .config import ServiceConfig, load_config
+from .config import ServerConfig, ServiceConfig, load_config
 from .security import API_KEY_ENV
 
 logger = logging.getLogger("paraspec.server")
@@ -56,17 +58,27 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
 
 
 def serve_main(args: argparse.Namespace) -> int:
-    """`paraspec serve`: refuses to start (exit code 2, one line on stderr) on an invalid config."""
-    from .app import build_llm, create_app   # (FastAPI, torch and the model code load here)
-
+    """`paraspec serve`: refuses to start (exit code 2, one line on stderr) on an invalid config or
+    an address it cannot listen on, both found before the model loads."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = config_from_args(args)
+        sock = bind_socket(config.server)
+    except ParaspecError as e:
+        print(f"paraspec: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        from .app import build_llm, create_app   # (FastAPI, torch and the model code load here)
+
         logging.getLogger("paraspec").setLevel(config.log_level)
         llm = build_llm(config, dtype=args.dtype, quantization=args.quantization, num_threads=args.threads)
     except ParaspecError as e:
         print(f"paraspec: error: {e}", file=sys.stderr)
+        sock.close()
         return 2
+    except KeyboardInterrupt:
+        print("paraspec: interrupted while loading the model", file=sys.stderr)
+        return 130
     for note in config.warnings:
         logger.warning("%s", note)
     import signal
@@ -77,16 +89,50 @@ def serve_main(args: argparse.Namespace) -> int:
     # the engine loop runs on the main thread (torch is ~1.5x faster there than on a second
     # thread, see AsyncEngine), uvicorn's event loop on another
     app = create_app(llm, config, engine_thread=False, docs=args.docs)
-    server = uvicorn.Server(uvicorn.Config(app, host=config.server.ip_address, port=config.server.port,
-                                           log_level=logging.getLevelName(config.log_level).lower(),
+    engine = app.state.async_engine
+    server = uvicorn.Server(uvicorn.Config(app, log_level=logging.getLevelName(config.log_level).lower(),
                                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
-    http = threading.Thread(target=server.run, name="paraspec-http", daemon=True)
+
+    def serve_http() -> None:
+        try:
+            server.run(sockets=[sock])
+        finally:
+            # uvicorn skips the app's shutdown when told to exit during its startup: the engine
+            # loop must end whenever the HTTP side does, or the process never exits
+            engine.stop_loop()
 
     def stop(*_) -> None:
+        if server.should_exit:       # a second signal: stop waiting for running requests
+            server.force_exit = True
         server.should_exit = True
+
+    http = threading.Thread(target=serve_http, name="paraspec-http", daemon=True)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     http.start()
-    app.state.async_engine.run_in_this_thread(should_stop=lambda: not http.is_alive())
+    engine.run_in_this_thread(should_stop=lambda: not http.is_alive())
     http.join()
     return 0 if server.started else 1
+
+
+def bind_socket(server: ServerConfig) -> socket.socket:
+    """The listening address, bound before the model loads: a port in use or an address of another
+    machine is a one-line error in a second, not after the load."""
+    host, port = server.ip_address, server.port
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as uvicorn does: restart over TIME_WAIT
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(addr)
+    except OSError as e:
+        hint = {errno.EADDRINUSE: "another process is listening there; stop it or choose another --port "
+                                  "(ServerConfig.port)",
+                errno.EADDRNOTAVAIL: "it is not an address of this machine; use one of its own addresses "
+                                     "(ServerConfig.ipAddress / --host)",
+                errno.EACCES: "this user may not bind it; choose a port from 1024 up"}.get(e.errno, "check "
+                                                                                             "--host and --port")
+        raise ParaspecError(f"cannot listen on {host}:{port}: {e.strerror or e}; {hint}") from None
+    sock.set_inheritable(True)
+    return sock
