@@ -28,6 +28,7 @@ from .model.kv_cache import KVCache
 from .model.transformer import max_draft_rows
 from .model.tokenizer import IncrementalDetokenizer, Tokenizer
 from .runner import ModelRunner
+from .scheduler import fair_pick
 from .sampling.params import SamplingParams
 from .sampling.sampler import RequestSampler
 
@@ -50,6 +51,7 @@ class SequenceState:
 
     key: str                     # unique: request id + sample index
     request_id: str
+    group: str                   # the client request it belongs to (fair scheduling); default request_id
     index: int
     prompt: list[int]
     params: SamplingParams
@@ -69,6 +71,7 @@ class SequenceState:
     detok: IncrementalDetokenizer | None = None
     stop_scan_from: int = 0      # text offset where the next stop-string search starts
     sent_chars: int = 0          # text already handed out as deltas
+    drafting: bool = False       # its drafter has begun it (and must end it)
 
     @property
     def finished(self) -> bool:
@@ -95,7 +98,9 @@ class Engine:
         self.max_batch_size = max_batch_size
         self.default_drafter = default_drafter
         self.waiting: list[SequenceState] = []
+        self.prefilling: SequenceState | None = None     # admitted, its prompt going in chunk by chunk
         self.running: list[SequenceState] = []
+        self._prefill_turn = True    # a prefill chunk and a decode step take turns while both have work
         self._ids = itertools.count()
         self._twin_logits: dict[str, torch.Tensor] = {}  # prompt logits kept for n > 1 siblings
         self.drafters = DrafterRegistry(tokenizer.eos_token_ids)   # the trie, arm stats, built drafters
@@ -105,7 +110,9 @@ class Engine:
     # ------------------------------------------------------------------------------ requests
 
     def add_request(self, prompt: list[int], params: SamplingParams, request_id: str | None = None,
-                    drafter: Proposer | None | str = "default") -> list[SequenceState]:
+                    drafter: Proposer | None | str = "default", group: str | None = None) -> list[SequenceState]:
+        """Queue a request (n sequences). `group` names the client request it is part of (a request
+        with several prompts is several engine requests): the scheduler shares the batch by group."""
         if not prompt:
             raise RequestError("the prompt is empty; send at least one token of text")
         ctx = self.runner.max_seq_len
@@ -124,7 +131,8 @@ class Engine:
         for i in range(params.n):
             seed = None if params.seed is None else params.seed + i * 0x9E3779B1
             seqs.append(SequenceState(
-                key=request_id if params.n == 1 else f"{request_id}-{i}", request_id=request_id, index=i,
+                key=request_id if params.n == 1 else f"{request_id}-{i}", request_id=request_id,
+                group=group or request_id, index=i,
                 prompt=list(prompt), params=params,
                 sampler=RequestSampler(params, prompt, vocab, seed), drafter=drafter,
                 max_tokens=max_tokens, arrival=now, tokens=list(prompt),
@@ -133,12 +141,25 @@ class Engine:
         self.waiting.extend(seqs)
         return seqs
 
+    def sequences(self) -> list[SequenceState]:
+        """Every unfinished sequence: waiting, prefilling and running."""
+        return self.waiting + ([self.prefilling] if self.prefilling is not None else []) + self.running
+
     def abort(self, request_id: str) -> None:
         """Cancel a request: free its KV and drafter state now."""
-        for seq in [s for s in self.waiting + self.running if s.request_id == request_id]:
-            self._finish(seq, "abort")
+        try:
+            for seq in [s for s in self.sequences() if s.request_id == request_id]:
+                self._finish(seq, "abort")
+        finally:     # a drafter failing in end() must not keep the request's sequences
+            self.drop(request_id)
+
+    def drop(self, request_id: str) -> None:
+        """Forget a request's sequences (no drafter calls)."""
         self.waiting = [s for s in self.waiting if s.request_id != request_id]
         self.running = [s for s in self.running if s.request_id != request_id]
+        if self.prefilling is not None and self.prefilling.request_id == request_id:
+            self.prefilling = None
+        self._twin_logits.pop(request_id, None)
 
     @property
     def cost(self) -> CostModel:
@@ -158,31 +179,53 @@ class Engine:
         return StepContext(batch_size, self.cost, self.steps)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.prefilling is not None)
 
     # ---------------------------------------------------------------------------------- step
 
     def step(self) -> list[SequenceUpdate]:
-        """Admit and prefill waiting sequences while there is room, else run one decode step."""
-        if self.waiting and len(self.running) < self.max_batch_size:
-            return self._prefill(self.waiting.pop(0))
-        if self.running:
-            return self._decode()
-        return []
+        """One unit of work: a prefill chunk or a decode step of the running batch, taking turns
+        while both have work (scheduler.py); a sibling sample's prefill is a copy, done at once."""
+        if self.prefilling is None and self.waiting and len(self.running) < self.max_batch_size:
+            seq = self.waiting.pop(fair_pick(self.waiting, self.running))
+            logits = self._from_twin(seq)
+            if logits is not None:
+                return self._started(seq, logits)
+            self.prefilling = seq
+        if self.prefilling is not None and (self._prefill_turn or not self.running):
+            self._prefill_turn = False
+            return self._prefill_chunk(self.prefilling)
+        self._prefill_turn = True
+        return self._decode() if self.running else []
 
-    def _prefill(self, seq: SequenceState) -> list[SequenceUpdate]:
-        # sibling samples (n > 1) share the prompt's KV: prefill once, copy the cache
-        twin = next((s for s in self.running if s.request_id == seq.request_id and s.cache is not None), None)
-        reserve = len(seq.prompt) + seq.max_tokens + MAX_QUERY_ROWS
-        seq.cache = self.runner.new_cache(reserve)
-        if twin is not None and twin.cache.length == len(seq.prompt):
-            seq.cache.k[:, :, : twin.cache.length] = twin.cache.k[:, :, : twin.cache.length]
-            seq.cache.v[:, :, : twin.cache.length] = twin.cache.v[:, :, : twin.cache.length]
-            seq.cache.length = twin.cache.length
-            logits = self._twin_logits[seq.request_id]
-        else:
-            logits = self.runner.prefill(seq.cache, seq.prompt)
-            self._twin_logits = {seq.request_id: logits} if seq.params.n > 1 else {}
+    def _prefill_chunk(self, seq: SequenceState) -> list[SequenceUpdate]:
+        if seq.cache is None:
+            seq.cache = self.runner.new_cache(len(seq.prompt) + seq.max_tokens + MAX_QUERY_ROWS)
+        logits = self.runner.prefill_next(seq.cache, seq.prompt)
+        if logits is None:
+            return []                 # more chunks to go
+        self.prefilling = None
+        if seq.params.n > 1 and any(s.request_id == seq.request_id for s in self.waiting):
+            self._twin_logits[seq.request_id] = logits
+        return self._started(seq, logits)
+
+    def _from_twin(self, seq: SequenceState) -> torch.Tensor | None:
+        """Sibling samples (n > 1) share the prompt's KV: copy a prefilled sibling's cache."""
+        logits = self._twin_logits.get(seq.request_id)
+        twin = next((s for s in self.running if s.request_id == seq.request_id and s.cache is not None
+                     and s.cache.length == len(seq.prompt)), None)
+        if not any(s.request_id == seq.request_id for s in self.waiting):
+            self._twin_logits.pop(seq.request_id, None)      # the last sibling: no one else needs them
+        if logits is None or twin is None:
+            return None
+        seq.cache = self.runner.new_cache(len(seq.prompt) + seq.max_tokens + MAX_QUERY_ROWS)
+        n = twin.cache.length
+        seq.cache.k[:, :, :n] = twin.cache.k[:, :, :n]
+        seq.cache.v[:, :, :n] = twin.cache.v[:, :, :n]
+        seq.cache.length = n
+        return logits
+
+    def _started(self, seq: SequenceState, logits: torch.Tensor) -> list[SequenceUpdate]:
         try:
             update = self._first_token(seq, logits)
         except Exception as e:   # this sequence's drafter, sampler or detokenizer: it alone fails
@@ -194,6 +237,7 @@ class Engine:
     def _first_token(self, seq: SequenceState, logits: torch.Tensor) -> SequenceUpdate:
         if seq.drafter is not None:
             t0 = time.perf_counter()
+            seq.drafting = True      # (set first: a begin that fails half way is ended too)
             seq.drafter.begin(seq.key, seq.prompt, seq.sampler.seed, self._context(len(self.running) + 1))
             seq.stats.draft_s += time.perf_counter() - t0
         token = seq.sampler.draw(logits)
@@ -371,7 +415,8 @@ class Engine:
             return
         seq.finish_reason = reason
         seq.finish_time = time.perf_counter()
-        if seq.drafter is not None and seq.cache is not None:
+        if seq.drafting:
+            seq.drafting = False
             t0 = time.perf_counter()
             seq.drafter.end(seq.key)
             seq.stats.draft_s += time.perf_counter() - t0
@@ -382,7 +427,7 @@ class Engine:
         while self.has_work():
             for u in self.step():
                 if u.error is not None:
-                    for request_id in {s.request_id for s in self.waiting + self.running}:
+                    for request_id in {s.request_id for s in self.sequences()}:
                         self.abort(request_id)
                     raise u.error
                 if on_update is not None:

@@ -64,16 +64,22 @@ class ModelRunner:
         return self.model.new_cache(min(capacity, self.max_seq_len))
 
     def prefill(self, cache: KVCache, tokens: list[int]) -> torch.Tensor:
-        """Fill the cache with `tokens` (in chunks, to bound attention memory) and return the
-        logits [vocab] of the last one."""
-        logits = None
-        for start in range(0, len(tokens), self.prefill_chunk):
-            chunk = tokens[start:start + self.prefill_chunk]
-            pos = torch.arange(cache.length, cache.length + len(chunk))
-            last = torch.tensor([len(chunk) - 1])
-            logits = self.model.forward(torch.tensor(chunk), pos, [SeqInput(cache, len(chunk))], last, prompt=True)
-            cache.commit(range(len(chunk)))
-        return logits[0]
+        """Fill the cache with `tokens` and return the logits [vocab] of the last one."""
+        while (logits := self.prefill_next(cache, tokens)) is None:
+            pass
+        return logits
+
+    def prefill_next(self, cache: KVCache, tokens: list[int]) -> torch.Tensor | None:
+        """Prefill the next chunk of `tokens` (the cache holds tokens[:cache.length]); the logits [vocab] of the
+        last token once the chunk holding it is done, else None. Chunks start at multiples of
+        prefill_chunk: whether they run back to back or between decode steps, the bits are the same."""
+        start = cache.length
+        chunk = tokens[start:start + self.prefill_chunk]
+        pos = torch.arange(start, start + len(chunk))
+        last = torch.tensor([len(chunk) - 1])
+        logits = self.model.forward(torch.tensor(chunk), pos, [SeqInput(cache, len(chunk))], last, prompt=True)
+        cache.commit(range(len(chunk)))
+        return logits[0] if cache.length >= len(tokens) else None
 
     def verify(self, caches: list[KVCache], queries: list[Query]) -> list[torch.Tensor]:
         """One forward over all queries; returns per query the logits of its `logits_rows`."""

@@ -341,6 +341,16 @@ def test_queue_full_is_503(slow_server):
     slow_server.wait_idle()                                 # closing the stream cancelled it
 
 
+def test_requests_are_admitted_by_sequences(slow_server):
+    """maxLinkNum counts sequences (prompts x n): one that can never fit is 400, not 503."""
+    slow_server.wait_idle()
+    for body in ({"prompt": "x", "max_tokens": 2, "n": 2}, {"prompt": ["x", "y"], "max_tokens": 2}):
+        r = slow_server.http.post("/v1/completions", json=body)
+        assert r.status_code == 400 and "maxLinkNum" in r.json()["error"]["message"], r.text
+    assert slow_server.http.post("/v1/completions", json={"prompt": "x", "max_tokens": 2}).status_code == 200
+    slow_server.wait_idle()
+
+
 def test_timeout_is_504_and_frees_the_request(slow_server):
     slow_server.wait_idle()
     t0 = time.monotonic()

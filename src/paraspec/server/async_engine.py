@@ -64,6 +64,7 @@ class _Add:
     params: SamplingParams
     drafter: Any                               # DEFAULT, None (plain decoding) or a PluginConfig
     submitted: float
+    group: str | None = None                   # the client request (fair scheduling)
 
 
 @dataclass
@@ -145,6 +146,7 @@ class AsyncEngine:
         self.metrics = metrics
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._streams: dict[str, RequestStream] = {}      # event-loop side only
+        self._sequences = 0                               # sum of the streams' n
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._accepting = False
@@ -209,34 +211,48 @@ class AsyncEngine:
     def num_in_flight(self) -> int:
         return len(self._streams)
 
+    @property
+    def num_sequences(self) -> int:
+        """Sequences held (a request of n samples holds n)."""
+        return self._sequences
+
     # ---------------------------------------------------------------- requests (event loop)
 
-    def check_capacity(self, k: int) -> None:
-        """Raise unless k more requests fit (call it before adding a group of requests)."""
+    def check_capacity(self, sequences: int) -> None:
+        """Raise unless `sequences` more (prompts x n, of one client request) fit: ServerBusyError
+        while others hold the room, RequestError (HTTP 400) when they could never fit."""
         if not self.is_ready:
             raise EngineDeadError("the server is not ready (starting up or shutting down); retry shortly")
-        if len(self._streams) + k > self.max_in_flight:
+        if sequences > self.max_in_flight:
+            raise RequestError(f"this request asks for {sequences} sequences (prompts x n), more than this server "
+                               f"ever holds ({self.max_in_flight}, ServerConfig.maxLinkNum); split it")
+        if self.num_sequences + sequences > self.max_in_flight:
             if self.metrics:
-                self.metrics.requests.labels("rejected").inc(k)
-            raise ServerBusyError(f"the server is at capacity ({self.max_in_flight} requests, ServerConfig."
-                                  "maxLinkNum); retry later")
+                self.metrics.requests.labels("rejected").inc()
+            raise ServerBusyError(f"the server is at capacity ({self.num_sequences} of {self.max_in_flight} sequences "
+                                  "held, ServerConfig.maxLinkNum); retry later")
 
     def add(self, prompt: list[int], params: SamplingParams, request_id: str,
-            drafter: str | PluginConfig | None = DEFAULT) -> RequestStream:
-        """Queue a request for the loop thread; its deltas arrive on the returned stream."""
-        self.check_capacity(1)
+            drafter: str | PluginConfig | None = DEFAULT, group: str | None = None,
+            checked: bool = False) -> RequestStream:
+        """Queue a request for the loop thread; its deltas arrive on the returned stream.
+        `group`: the client request it belongs to; `checked`: check_capacity covered it already."""
+        if not checked:
+            self.check_capacity(params.n)
         if request_id in self._streams:
             raise RequestError(f"request id {request_id!r} is already in use")
         stream = RequestStream(self, request_id, params.n, self.token_timeout, self.e2e_timeout)
         self._streams[request_id] = stream
+        self._sequences += stream.n
         if self.metrics:
             self.metrics.in_flight.set(len(self._streams))
-        self._commands.put(_Add(request_id, prompt, params, drafter, time.perf_counter()))
+        self._commands.put(_Add(request_id, prompt, params, drafter, time.perf_counter(), group))
         return stream
 
     def _release(self, stream: RequestStream, outcome: str) -> None:
         if self._streams.get(stream.request_id) is stream:
             del self._streams[stream.request_id]
+            self._sequences -= stream.n
         if not stream.done:
             self._commands.put(_Abort(stream.request_id))
         if self.metrics:
@@ -272,7 +288,7 @@ class AsyncEngine:
                 self._publish()
             except Exception as e:  # a bug, not a user error: fail what is in flight, keep serving
                 logger.exception("engine step failed; failing the requests in flight")
-                out += [(s.request_id, e) for s in engine.waiting + engine.running]
+                out += [(s.request_id, e) for s in engine.sequences()]
                 self._abort_all()
             if out:
                 self._post(out)
@@ -300,7 +316,7 @@ class AsyncEngine:
     def _handle_add(self, c: _Add, out: list) -> None:
         try:
             drafter = self._drafter(c.drafter)
-            self.engine.add_request(c.prompt, c.params, c.request_id, drafter)
+            self.engine.add_request(c.prompt, c.params, c.request_id, drafter, c.group)
         except Exception as e:      # ParaspecError: the client's (HTTP 400); anything else: a bug (500)
             if not isinstance(e, ParaspecError):
                 logger.exception("could not add request %s", c.request_id)
@@ -342,7 +358,7 @@ class AsyncEngine:
         return out
 
     def _siblings(self, request_id: str):
-        return [s for s in self.engine.waiting + self.engine.running if s.request_id == request_id]
+        return [s for s in self.engine.sequences() if s.request_id == request_id]
 
     def _end_request(self, request_id: str) -> None:
         rec = self._records.pop(request_id, None)
@@ -354,18 +370,18 @@ class AsyncEngine:
             self.engine.abort(request_id)
         except Exception:           # a drafter failing in end(): drop the request's sequences anyway
             logger.exception("abort of %s failed; dropping its sequences", request_id)
-            self.engine.waiting = [s for s in self.engine.waiting if s.request_id != request_id]
-            self.engine.running = [s for s in self.engine.running if s.request_id != request_id]
+            self.engine.drop(request_id)
         self._end_request(request_id)
 
     def _abort_all(self) -> None:
-        for request_id in {s.request_id for s in self.engine.waiting + self.engine.running}:
+        for request_id in {s.request_id for s in self.engine.sequences()}:
             self._abort(request_id)
 
     def _publish(self) -> None:
         if not self.metrics:
             return
-        self.metrics.queue_length.set(len(self.engine.waiting) + self._commands.qsize())
+        self.metrics.queue_length.set(len(self.engine.waiting) + (self.engine.prefilling is not None)
+                                      + self._commands.qsize())
         self.metrics.running.set(len(self.engine.running))
         # memory drafters share the engine's trie
         if self.engine.drafters.has_trie:

@@ -164,12 +164,12 @@ class OpenAIServing:
 
     def submit(self, request_id: str, prompts: list[list[int]], params: list[SamplingParams],
                plugin: str | PluginConfig | None) -> list[RequestStream]:
-        self.engine.check_capacity(len(prompts))
+        self.engine.check_capacity(sum(sp.n for sp in params))
         ids = [request_id] if len(prompts) == 1 else [f"{request_id}-{i}" for i in range(len(prompts))]
         streams: list[RequestStream] = []
         try:
             for rid, p, sp in zip(ids, prompts, params):
-                streams.append(self.engine.add(p, sp, rid, plugin))
+                streams.append(self.engine.add(p, sp, rid, plugin, group=request_id, checked=True))
         except BaseException:
             for s in streams:
                 s.close()
