@@ -7,7 +7,7 @@ from typing import Sequence as Seq
 
 import torch
 
-from .config import EngineConfig, parse_plugin_params
+from .config import DEFAULT_PREFILL_CHUNK, EngineConfig, parse_plugin_params
 from .decoding.stats import sequence_stats
 from .engine import Engine, TokenLogprob
 from .errors import ConfigError, RequestError
@@ -68,18 +68,21 @@ class LLM:
         '{"plugin_type":"memory_decoding","decoding_length":16,"dynamic_algo":true}'.
     kernels: the compiled CPU kernels ("auto", "avx512", "avx2", "torch"; default: $PARASPEC_KERNELS
         or the best this CPU runs).
+    prefill_chunk: prompt tokens per prefill forward; a long prompt's chunks take turns with the
+        running requests' decode steps (smaller: steadier streaming, a little slower prefill).
     """
 
     def __init__(self, model: str | None = "default", dtype: str = "auto", plugin_params: str | dict | None = None,
                  quantization: str | None = "auto", max_batch_size: int = 8, speculation_gamma: int | None = None,
-                 num_threads: int | None = None, kernels: str | None = None):
+                 num_threads: int | None = None, kernels: str | None = None,
+                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
         if dtype not in DTYPES and dtype != "auto":
             raise ConfigError(f"dtype={dtype!r} is not supported; use 'auto', 'bfloat16' or 'float32'")
         self.kernels = cpu_kernels.default() if kernels is None else cpu_kernels.choose(kernels)
         self.numerics = cpu_kernels.resolve_numerics(dtype, quantization, self.kernels)
         dtype, quantization = self.numerics.dtype, self.numerics.quantization
         self.config = EngineConfig(dtype=dtype, quantization=quantization, max_batch_size=max_batch_size,
-                                   speculation_gamma=speculation_gamma,
+                                   speculation_gamma=speculation_gamma, prefill_chunk=prefill_chunk,
                                    plugin=parse_plugin_params(plugin_params, speculation_gamma))
         if num_threads is not None:
             if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
@@ -92,7 +95,7 @@ class LLM:
         self.tokenizer = Tokenizer.from_source(loaded.tokenizer_source)
         self.model = Transformer(loaded.args, loaded.weights, DTYPES[dtype], quantization=quantization,
                                  kernels=self.kernels)
-        self.runner = ModelRunner(self.model)
+        self.runner = ModelRunner(self.model, self.config.prefill_chunk)
         self.engine = Engine(self.runner, self.tokenizer, max_batch_size)
         self.drafter = self.engine.drafters.drafter(self.config.plugin)
         self.engine.default_drafter = self.drafter

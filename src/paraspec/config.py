@@ -17,6 +17,7 @@ from .errors import ConfigError
 PLUGIN_ALIASES = {"memory_decoding": "memory_decoding", "la": "lookahead", "lookahead": "lookahead",
                   "hybrid": "hybrid"}
 QUANTIZATIONS = ("w8a8",)
+DEFAULT_PREFILL_CHUNK = 256      # ~1/8 of a 2k prompt's prefill between two decode steps
 
 
 @dataclass
@@ -26,6 +27,7 @@ class EngineConfig:
     max_batch_size: int = 8
     speculation_gamma: int | None = None   # MindIE speculationGamma: max draft tokens per step
     plugin: PluginConfig | None = None
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK   # prompt tokens per prefill forward (see scheduler.py)
 
     def __post_init__(self) -> None:
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
@@ -33,6 +35,10 @@ class EngineConfig:
                               "(chosen for this CPU)")
         if not isinstance(self.max_batch_size, int) or not 1 <= self.max_batch_size <= 256:
             raise ConfigError(f"max_batch_size={self.max_batch_size!r} is invalid; use an integer from 1 to 256")
+        if isinstance(self.prefill_chunk, bool) or not isinstance(self.prefill_chunk, int) or \
+                not 16 <= self.prefill_chunk <= 8192:
+            raise ConfigError(f"prefill_chunk={self.prefill_chunk!r} is invalid; use an integer from 16 to 8192",
+                              param="prefill_chunk")
 
 
 def parse_plugin_params(value: str | dict | None, speculation_gamma: int | None = None) -> PluginConfig | None:

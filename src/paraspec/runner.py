@@ -18,7 +18,7 @@ from .model.transformer import ROW_MULTIPLE, SeqInput, Transformer
 
 
 class ModelRunner:
-    def __init__(self, model: Transformer, prefill_chunk: int = 512):
+    def __init__(self, model: Transformer, prefill_chunk: int = 256):
         self.model = model
         self.prefill_chunk = prefill_chunk
         self._cost: dict[int, float] | None = None

@@ -198,9 +198,10 @@ def test_missing_weights():
 def test_ranges_and_types_each_one_problem():
     raw = edited(**{"BackendConfig.ScheduleConfig.maxBatchSize": 0, "ServerConfig.port": "1025",
                     "ServerConfig.maxLinkNum": True, "BackendConfig.ModelDeployConfig.maxInputTokenLen": 4000,
-                    "LogConfig.logLevel": "Loud"})
+                    "LogConfig.logLevel": "Loud", "BackendConfig.ScheduleConfig.prefillChunkSize": 8})
     found = problems(raw)
-    assert len(found) == 5
+    assert len(found) == 6
+    assert any("prefillChunkSize=8 is out of range; use an integer from 16 to 8192" in p for p in found)
     assert any("maxBatchSize=0 is out of range; use an integer from 1 to 256" in p for p in found)
     assert any("ServerConfig.port='1025' is a JSON string; use a JSON integer" in p for p in found)
     assert any("ServerConfig.maxLinkNum=True is a JSON boolean" in p for p in found)

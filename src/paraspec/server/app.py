@@ -235,7 +235,8 @@ def build_llm(config: ServiceConfig, dtype: str = "auto", quantization: str | No
         llm = LLM(deploy.model.model_weight_path, dtype=dtype,
                   plugin_params=deploy.model.plugin_params if config.plugin is not None else None,
                   quantization=quantization, max_batch_size=config.schedule.max_batch_size,
-                  speculation_gamma=deploy.speculation_gamma, num_threads=num_threads)
+                  speculation_gamma=deploy.speculation_gamma, num_threads=num_threads,
+                  prefill_chunk=config.schedule.prefill_chunk_size)
     if deploy.max_seq_len > llm.model.args.max_seq_len:
         config.warnings.append(f"BackendConfig.ModelDeployConfig.maxSeqLen={deploy.max_seq_len} is above the "
                                f"model's context of {llm.model.args.max_seq_len}; requests are limited to that")

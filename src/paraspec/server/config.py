@@ -25,7 +25,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import PluginConfig, parse_plugin_params
+from ..config import DEFAULT_PREFILL_CHUNK, PluginConfig, parse_plugin_params
 from ..errors import ConfigError
 from .json_reader import Section
 
@@ -124,6 +124,9 @@ class ScheduleConfig:
     """maxBatchSize: sequences decoded together in one forward; the rest wait in the queue. [1, 256]"""
     max_iter_times: int = 512
     """maxIterTimes: most tokens one request may generate (its max_tokens is capped here)."""
+    prefill_chunk_size: int = DEFAULT_PREFILL_CHUNK
+    """prefillChunkSize: prompt tokens per prefill forward; a long prompt's chunks take turns with the
+    running requests' decode steps, so their streams never stall for a whole prefill. [16, 8192]"""
 
 
 @dataclass
@@ -268,7 +271,8 @@ def parse_config(raw: dict) -> ServiceConfig:
 
     sc = backend.section("ScheduleConfig")
     schedule = ScheduleConfig(max_batch_size=sc.get("maxBatchSize", int, 8, 1, 256),
-                              max_iter_times=sc.get("maxIterTimes", int, 512, 1, 1 << 20))
+                              max_iter_times=sc.get("maxIterTimes", int, 512, 1, 1 << 20),
+                              prefill_chunk_size=sc.get("prefillChunkSize", int, DEFAULT_PREFILL_CHUNK, 16, 8192))
     sc.check_unknown(_MINDIE_SCHEDULE)
     backend.check_unknown(_MINDIE_BACKEND)
     top.check_unknown(_MINDIE_TOP)
