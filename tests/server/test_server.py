@@ -292,6 +292,20 @@ def test_bad_input_is_400_with_openai_error(server, path, body, code, param):
         assert err["param"] == param
 
 
+@pytest.mark.parametrize("body, content_type, says", [
+    (b'{"prompt": "x",', "application/json", "not valid JSON"),
+    (b'[1, 2]', "application/json", "the request body is an array"),
+    (b'null', "application/json; charset=utf-8", "the request body is null"),
+    (b'{"prompt": "x"}', "text/plain", "sent as 'text/plain'"),
+    (b'{"prompt": "x"}', None, "sent without a Content-Type"),
+    (b'{"prompt": "a\\ud800b", "max_tokens": 2}', "application/json", "lone surrogate")])
+def test_parse_errors_say_what_is_wrong(server, body, content_type, says):
+    headers = {"content-type": content_type} if content_type else {}
+    r = server.http.post("/v1/completions", content=body, headers=headers)
+    assert r.status_code == 400 and says in r.json()["error"]["message"], r.text
+    assert r.json()["error"]["type"] == "invalid_request_error"
+
+
 def test_http_errors_and_body_limit(server):
     r = server.http.get("/v1/nothing")
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"

@@ -126,8 +126,8 @@ def _add_exception_handlers(app: FastAPI) -> None:
         app.add_exception_handler(kind, _mapped)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
-        return _error(_validation_error(e))
+    async def _invalid(raw: Request, e: RequestValidationError) -> JSONResponse:
+        return _error(_validation_error(e, raw.headers.get("content-type")))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -140,7 +140,7 @@ def _add_exception_handlers(app: FastAPI) -> None:
         return _error(error_for(e))
 
 
-def _validation_error(e: RequestValidationError) -> APIError:
+def _validation_error(e: RequestValidationError, content_type: str | None) -> APIError:
     errors = e.errors()
     first = errors[0] if errors else {}
     if first.get("type") == "json_invalid":
@@ -148,6 +148,16 @@ def _validation_error(e: RequestValidationError) -> APIError:
         return APIError(f"the request body is not valid JSON ({detail}); send a JSON object", code="invalid_json")
     if first.get("loc") == ("body",) and first.get("type") == "missing":
         return APIError("the request body is missing; send a JSON object")
+    if first.get("loc") == ("body",):
+        media = (content_type or "").split(";")[0].strip().lower()
+        if media != "application/json" and not media.endswith("+json"):
+            sent = f"as {media!r}" if media else "without a Content-Type"
+            return APIError(f"the request body was sent {sent}; send a JSON object with the header "
+                            "'Content-Type: application/json'", code="invalid_content_type")
+        kind = {list: "an array", str: "a string", type(None): "null", bool: "a boolean", int: "a number",
+                float: "a number"}.get(type(first.get("input")), "not an object")
+        return APIError(f"the request body is {kind}; send a JSON object such as "
+                        '{"model": "...", "prompt": "..."}', code="invalid_json")
     parts, param = [], None
     for err in errors[:5]:
         loc = ".".join(str(x) for x in err.get("loc", ())[1:]) or "body"

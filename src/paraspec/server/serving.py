@@ -156,9 +156,12 @@ class OpenAIServing:
 
     async def encode(self, text: str, param: str = "prompt", add_bos: bool | None = None) -> list[int]:
         text = self.fit_text(text, param)
-        if len(text) > BIG_PROMPT_CHARS:    # the tokenizer releases the GIL: the event loop runs on
-            return await asyncio.to_thread(self.tokenizer.encode, text, add_bos)
-        return self.tokenizer.encode(text, add_bos)
+        try:
+            if len(text) > BIG_PROMPT_CHARS:    # the tokenizer releases the GIL: the event loop runs on
+                return await asyncio.to_thread(self.tokenizer.encode, text, add_bos)
+            return self.tokenizer.encode(text, add_bos)
+        except ParaspecError as e:              # e.g. a lone surrogate: name the field
+            raise APIError(str(e), param=param) from None
 
     # ---------------------------------------------------------------- engine
 
