@@ -184,17 +184,20 @@ class Engine:
     # ---------------------------------------------------------------------------------- step
 
     def step(self) -> list[SequenceUpdate]:
-        """One unit of work: a prefill chunk or a decode step of the running batch, taking turns
-        while both have work (scheduler.py); a sibling sample's prefill is a copy, done at once."""
+        """One unit of work: a prefill chunk or a decode step of the running batch (scheduler.py);
+        a sibling sample's prefill is a copy, done at once."""
         if self.prefilling is None and self.waiting and len(self.running) < self.max_batch_size:
             seq = self.waiting.pop(fair_pick(self.waiting, self.running))
             logits = self._from_twin(seq)
             if logits is not None:
                 return self._started(seq, logits)
             self.prefilling = seq
-        if self.prefilling is not None and (self._prefill_turn or not self.running):
+        # a prompt's first chunk goes at once (short prompts are one chunk: admitted back to back,
+        # as fast as before chunking); its further chunks take turns with the decode steps
+        seq = self.prefilling
+        if seq is not None and (seq.cache is None or self._prefill_turn or not self.running):
             self._prefill_turn = False
-            return self._prefill_chunk(self.prefilling)
+            return self._prefill_chunk(seq)
         self._prefill_turn = True
         return self._decode() if self.running else []
 

@@ -6,9 +6,10 @@ one of those prefills. Instead the next admitted sequence belongs to the request
 sequences in the batch (ties: the earliest), so every waiting request gets a slot as soon as one
 frees, and a large request is spread over the batch rather than owning it.
 
-Chunked prefill: a long prompt is prefilled one chunk per step, alternating with the decode steps
-of the running sequences, so their inter-token latency is bounded by a chunk's forward instead of
-the whole prompt's. The chunks are fixed by the prompt alone (positions 0, C, 2C, ...), never by the
+Chunked prefill: a long prompt is prefilled one chunk per step; its first chunk runs as soon as it
+is admitted, the next ones alternate with the decode steps of the running sequences, so their
+inter-token latency is bounded by a chunk's forward instead of the whole prompt's. (Prompts of one
+chunk are thus admitted back to back, as before: a short prefill costs about a decode step.) The chunks are fixed by the prompt alone (positions 0, C, 2C, ...), never by the
 load, so a request's tokens are the same however it was scheduled.
 """
 from __future__ import annotations
