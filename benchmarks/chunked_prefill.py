@@ -10,6 +10,8 @@ Each system is a fresh `paraspec serve` process (same model, numerics and config
     completion with a `--long-tokens`-token prompt (new text each time) arrives every `--long-every` s.
     Inter-token latency = the gap between two content chunks of a short stream (TTFT excluded);
     with prefillChunkSize 8192 a 2k prompt is one forward, as before chunked prefill.
+  * Head-of-line phase: one completion request of 100 prompts x n=4 (16 tokens each), and 2 s later
+    a 4-token chat request: the small request's latency, and alone for reference.
   * Throughput phase: `--requests` short greedy chat requests at each concurrency, no long prompts.
 Greedy texts of the short requests must be identical across systems (the schedule never changes tokens).
 """
@@ -105,6 +107,23 @@ async def itl_phase(url: str, args) -> dict:
             "texts": texts}
 
 
+async def head_of_line(url: str) -> dict:
+    small = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0}
+    big = {"prompt": [f"Item {i}: a short line of text about number {i}." for i in range(100)], "n": 4,
+           "max_tokens": 16, "temperature": 0.8, "seed": 1}
+    async with httpx.AsyncClient(timeout=None) as client:
+        t0 = time.perf_counter()
+        (await client.post(url + "/v1/chat/completions", json=small)).raise_for_status()
+        alone = time.perf_counter() - t0
+        big_task = asyncio.create_task(client.post(url + "/v1/completions", json=big))
+        await asyncio.sleep(2.0)
+        t0 = time.perf_counter()
+        (await client.post(url + "/v1/chat/completions", json=small)).raise_for_status()
+        behind = time.perf_counter() - t0
+        (await big_task).raise_for_status()
+    return {"small_alone_s": round(alone, 3), "small_behind_big_s": round(behind, 3)}
+
+
 def systems(args) -> list[tuple[str, dict, list[str]]]:
     """(name, environment, extra config) per system."""
     here = str(Path(__file__).resolve().parents[1] / "src")
@@ -161,7 +180,8 @@ def main() -> int:
         os.environ.update(env)
         try:
             with serving.ServerProcess(cmd, port) as server:
-                r = {"itl": asyncio.run(itl_phase(server.url, args)), "throughput": {}}
+                r = {"itl": asyncio.run(itl_phase(server.url, args)), "throughput": {},
+                     "head_of_line": asyncio.run(head_of_line(server.url))}
                 for c in levels:
                     run = asyncio.run(serving.run_load(server.url, short_requests, c))
                     r["throughput"][c] = {"tokens_per_s": run["tokens_per_s"], "texts": run["texts"]}
@@ -174,7 +194,8 @@ def main() -> int:
         results["systems"][name] = r
         itl = r["itl"]["itl_ms"]
         print(f"{name:24s} ITL p50 {itl['p50']} ms p99 {itl['p99']} ms max {itl['max']} ms; "
-              f"long latency {r['itl']['long_latency_s']} s; tok/s "
+              f"long latency {r['itl']['long_latency_s']} s; small request behind a 400-sequence one "
+              f"{r['head_of_line']['small_behind_big_s']} s (alone {r['head_of_line']['small_alone_s']} s); tok/s "
               + " ".join(f"c{c}={r['throughput'][c]['tokens_per_s']}" for c in levels), file=sys.stderr)
     report(results, levels)
     if args.out:
@@ -186,12 +207,13 @@ def report(results: dict, levels: list[int]) -> None:
     runs = results["systems"]
     print(f"\nmodel {results['model']}; {results['machine']}")
     print("\n| system | ITL p50 ms | ITL p90 ms | ITL p99 ms | ITL max ms | long prompt latency s | short TTFT p90 s | "
-          + " | ".join(f"tok/s c={c}" for c in levels) + " |")
-    print("|---" * (7 + len(levels)) + "|")
+          "4-token request behind 100x4 s (alone) | " + " | ".join(f"tok/s c={c}" for c in levels) + " |")
+    print("|---" * (8 + len(levels)) + "|")
     for name, r in runs.items():
         i = r["itl"]
         print(f"| {name} | {i['itl_ms']['p50']} | {i['itl_ms']['p90']} | {i['itl_ms']['p99']} | {i['itl_ms']['max']} "
-              f"| {i['long_latency_s']} | {i['short_ttft_p90_s']} | "
+              f"| {i['long_latency_s']} | {i['short_ttft_p90_s']} | {r['head_of_line']['small_behind_big_s']} "
+              f"({r['head_of_line']['small_alone_s']}) | "
               + " | ".join(str(r["throughput"][c]["tokens_per_s"]) for c in levels) + " |")
     names = list(runs)
     ref = runs[names[0]]
