@@ -4,14 +4,18 @@ whose coloured step spans spell exactly the API's text for the same request.
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
+import tomllib
+from pathlib import Path
 
 import pytest
 
 import chromium
 from paraspec import LLM
 from paraspec.server import create_app
+from paraspec.server.playground import ASSETS as SERVED
 # the live uvicorn helper and the tiny server config are test_server.py's (same folder, on sys.path)
 from test_server import LiveServer, _config
 
@@ -36,6 +40,16 @@ def test_page_is_served_without_a_key_and_fetches_nothing_from_outside(server):
         assert not re.search(r"(https?:)?//[\w.-]+\.\w+/", r.text), f"{path} names another origin"
     page = server.http.get("/").text
     assert 'src="playground.js"' in page and 'href="playground.css"' in page
+
+
+def test_the_page_ships_as_package_data():
+    """Every file of the page is served and matched by pyproject's package-data (else a wheel lacks it)."""
+    root = Path(__file__).parents[2]
+    folder = root / "src/paraspec/server/playground"
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    files = sorted(p.name for p in folder.iterdir())
+    assert files == sorted(SERVED)
+    assert all(any(fnmatch.fnmatch(f"playground/{f}", g) for g in globs["paraspec.server"]) for f in files)
 
 
 def _set_up(browser, mode: str, prompt: str, max_tokens: int, plugin: str) -> None:
