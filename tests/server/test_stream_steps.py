@@ -91,6 +91,29 @@ def test_steps_trace_a_known_draft(server, reference):
         assert text[start:own] == tok.decode(run[:-1]) and text[own:end] == tok.decode(run[-1:])
 
 
+def test_steps_follow_text_held_back_for_a_stop_string(server, reference):
+    """A stop string holds text back across steps and cuts the last run: the steps still tile the
+    text the client gets, each riding on the chunk that sends (the end of) its text."""
+    _, _, ref_text = reference
+    # steps end after characters 1, 5, 9, ... (one token, then 1 + DEPTH a step); this stop string
+    # starts inside step 1 and ends inside step 2, so step 1's text is held back, then cut
+    stop = ref_text[2:6]
+    assert ref_text.index(stop) == 2
+    chunks = list(server.client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0, stream=True, stop=[stop],
+        extra_body={"ignore_eos": True, **STEPS_ON}))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == ref_text[:ref_text.index(stop)]
+    at, sent = 0, 0
+    for c in chunks:
+        sent += len(c.choices[0].text) if c.choices else 0
+        for s in (c.model_extra.get("paraspec") or {}).get("steps", []):
+            start, own, end = s["text"]
+            assert start == at and start <= own <= end <= sent
+            at = end
+    assert at == len(text) == sent == 2
+
+
 def test_steps_on_chat_chunks_and_on_the_last_chunk_with_stats(server):
     messages = [{"role": "user", "content": "hi"}]
     chunks = list(server.client.chat.completions.create(model=MODEL, messages=messages, max_tokens=12,

@@ -55,10 +55,12 @@ class ChoiceState:
     stats: dict | None = None
     started: bool = False
     steps: list[dict] = field(default_factory=list)     # traced steps not yet sent (stream_steps)
+    chars: int = 0               # code points of generated text handed out so far
 
     def add(self, d: Delta, trace: bool = False) -> None:
         """trace: keep the step for the stream's `paraspec.steps` (stream_steps)."""
         self.text.append(d.text)
+        self.chars += len(d.text)
         self.token_ids += d.token_ids
         if d.logprobs:
             self.logprobs += d.logprobs
@@ -228,12 +230,21 @@ class OpenAIServing:
     @staticmethod
     def chunk_extension(c: ChoiceState, d: Delta, index: int, trace: bool) -> dict | None:
         """A stream chunk's `paraspec` field: the sample's statistics on its last chunk, and with
-        paraspec.stream_steps the steps traced since the last chunk (a step whose text is held back
-        rides on the chunk that sends it). None keeps the chunk as plain OpenAI sends it."""
+        paraspec.stream_steps the steps whose text has been sent with this chunk or before (text
+        held back for a stop string keeps its steps back too; the last chunk sends the rest, cut
+        to the text the stop string left). None keeps the chunk as plain OpenAI sends it."""
         ext = {"index": index, **d.stats} if d.stats else None
         if trace and c.steps:
-            ext = (ext or {"index": index}) | {"steps": c.steps}
-            c.steps = []
+            final = d.finish_reason is not None
+            ready = 0
+            while ready < len(c.steps) and (final or c.steps[ready]["text"][2] <= c.chars):
+                ready += 1
+            if ready:
+                steps, c.steps = c.steps[:ready], c.steps[ready:]
+                if final:
+                    for s in steps:
+                        s["text"] = [min(x, c.chars) for x in s["text"]]
+                ext = (ext or {"index": index}) | {"steps": steps}
         return ext
 
     @staticmethod
