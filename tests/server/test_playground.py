@@ -10,14 +10,15 @@ import re
 import tomllib
 from pathlib import Path
 
+import httpx
 import pytest
 
 import chromium
 from paraspec import LLM
 from paraspec.server import create_app
 from paraspec.server.playground import ASSETS as SERVED
-# the live uvicorn helper and the tiny server config are test_server.py's (same folder, on sys.path)
-from test_server import LiveServer, _config
+from live_server import LiveServer
+from test_server import _config                 # the tiny server's config (same folder, on sys.path)
 
 ASSETS = {"/": "text/html", "/playground.js": "text/javascript", "/playground.css": "text/css"}
 API_KEY = "sk-playground-test"
@@ -26,14 +27,17 @@ SPANS_TEXT = "[...document.querySelectorAll('#pane-{} .text .run')].map(e => e.t
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir):
+    """A server with an API key (`paraspec serve --api-key`): the page must ask for it."""
     model_dir = tiny_model_dir("llama", n_layers=2, hidden=64)
-    with LiveServer(create_app(LLM(str(model_dir), dtype="float32"), _config(model_dir))) as s:
+    app = create_app(LLM(str(model_dir), dtype="float32"), _config(model_dir, api_key=API_KEY))
+    with LiveServer(app, api_key=API_KEY) as s:
         yield s
 
 
 def test_page_is_served_without_a_key_and_fetches_nothing_from_outside(server):
+    assert httpx.get(server.url + "/v1/models").status_code == 401
     for path, kind in ASSETS.items():
-        r = server.http.get(path)
+        r = httpx.get(server.url + path)         # no key
         assert r.status_code == 200 and r.headers["content-type"].startswith(kind), path
         assert "default-src 'none'" in r.headers["content-security-policy"]
         assert "connect-src 'self'" in r.headers["content-security-policy"]
@@ -87,12 +91,17 @@ def test_a_prompt_run_in_the_browser_draws_the_apis_text_in_step_spans(server, t
     profile.mkdir()
     with chromium.Chromium(profile) as browser:
         browser.open(server.url + "/")
-        browser.wait_for("document.body?.dataset.state === 'ready' && document.getElementById('model').textContent"
-                         " === 'tiny'")
-        # a key typed into the page is kept and sent as a Bearer token (for `paraspec serve --api-key`)
+        # without the key the page loads and says what it needs
+        error = browser.wait_for("document.body?.dataset.state === 'ready' && document.getElementById('model')"
+                                 ".textContent === '?' && document.getElementById('error').textContent")
+        assert "API key" in error
+        assert browser.wait_for("document.getElementById('metrics-status').textContent") == "API key needed"
+        # a key typed into the page is kept and sent as a Bearer token
         browser.evaluate(f"const k = document.getElementById('api-key'); k.value = '{API_KEY}'; "
                          "k.dispatchEvent(new Event('change'))")
         assert browser.evaluate("localStorage.getItem('paraspec.apiKey')") == API_KEY
+        browser.wait_for("document.getElementById('model').textContent === 'tiny'")
+        assert browser.evaluate("document.getElementById('error').hidden")
 
         for mode, prompt, plugin in [("chat", "hi there", "lookahead"),
                                      ("completion", "x = [1, 2, 3]\ny =", "memory_decoding")]:
@@ -133,4 +142,6 @@ def test_a_prompt_run_in_the_browser_draws_the_apis_text_in_step_spans(server, t
         assert all(r["url"].startswith(server.url) for r in sent), [r["url"] for r in sent]
         posts = [r for r in sent if r["method"] == "POST"]
         assert len(posts) == 3 and all(r["headers"].get("Authorization") == f"Bearer {API_KEY}" for r in posts)
-        assert browser.problems() == []
+        # no script error, no CSP violation: only the 401s the page got before it had the key
+        problems = browser.problems()
+        assert problems and all("status of 401" in p for p in problems), problems

@@ -12,8 +12,8 @@ import pytest
 from drafters import OracleDrafter
 from paraspec import LLM, SamplingParams
 from paraspec.server import create_app
-# the live uvicorn helper and the tiny server config are test_server.py's (same folder, on sys.path)
-from test_server import MODEL, LiveServer, _config
+from live_server import LiveServer
+from test_server import MODEL, _config          # the tiny server's config (same folder, on sys.path)
 
 PROMPT = "x = [1, 2, 3]\ny ="          # greedy: 20 ASCII characters from this tiny model
 MAX_TOKENS = 20

@@ -48,11 +48,11 @@ function requestFor(kind) {
 }
 
 async function errorText(response) {
+  if (response.status === 401) return "this server needs an API key: enter it in the API key field at the top right";
   try {
     const body = await response.json();
     if (body.error && body.error.message) return body.error.message;
   } catch (_) { /* not JSON */ }
-  if (response.status === 401) return "the server wants an API key: enter it at the top right";
   return `${response.status} ${response.statusText}`;
 }
 
