@@ -13,7 +13,7 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -75,8 +75,7 @@ class SequenceState:
         return self.finish_reason is not None
 
 
-@dataclass(frozen=True)
-class StepTrace:
+class StepTrace(NamedTuple):     # a tuple: built once per sequence and step, 3x cheaper than a dataclass
     """How one step's run of tokens came about, for viewers of the decoding (the playground).
 
     A decode step emits its accepted draft tokens first and the model's own (bonus) token last;
