@@ -103,7 +103,7 @@ def test_a_prompt_run_in_the_browser_draws_the_apis_text_in_step_spans(server, t
         browser.wait_for("document.getElementById('model').textContent === 'tiny'")
         assert browser.evaluate("document.getElementById('error').hidden")
 
-        for mode, prompt, plugin in [("chat", "hi there", "lookahead"),
+        for mode, prompt, plugin in [("chat", "hi there", "lookahead"), ("chat", "hello", "hybrid"),
                                      ("completion", "x = [1, 2, 3]\ny =", "memory_decoding")]:
             _set_up(browser, mode, prompt, 48, plugin)
             _run(browser, "run")
@@ -141,7 +141,7 @@ def test_a_prompt_run_in_the_browser_draws_the_apis_text_in_step_spans(server, t
         sent = [e["params"]["request"] for e in browser.events if e["method"] == "Network.requestWillBeSent"]
         assert all(r["url"].startswith(server.url) for r in sent), [r["url"] for r in sent]
         posts = [r for r in sent if r["method"] == "POST"]
-        assert len(posts) == 3 and all(r["headers"].get("Authorization") == f"Bearer {API_KEY}" for r in posts)
+        assert len(posts) == 4 and all(r["headers"].get("Authorization") == f"Bearer {API_KEY}" for r in posts)
         # no script error, no CSP violation: only the 401s the page got before it had the key
         problems = browser.problems()
         assert problems and all("status of 401" in p for p in problems), problems
