@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PROMPT ?= Here is a Python function:\n\ndef mean(xs):\n    return sum(xs) / len(xs)\n\nRewrite it with type hints and a docstring, keeping the same logic.
 
-.PHONY: install demo test test-fast bench bench-quick peers clean
+.PHONY: install demo test test-fast test-browser bench bench-quick peers clean
 
 $(STAMP): pyproject.toml Makefile $(wildcard src/paraspec/model/csrc/*.cpp src/paraspec/model/csrc/*.h src/paraspec/model/csrc/build.py)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +30,11 @@ test: install
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
+
+# the playground page in headless Chromium (Debian's package; `make test` skips that test without it)
+test-browser: install
+	test -x /usr/bin/chromium || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
+	$(PY) -m pytest -q -rs tests/server/test_playground.py
 
 bench-quick: install
 	$(VENV)/bin/paraspec bench --quick

@@ -13,7 +13,7 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -78,6 +78,22 @@ class SequenceState:
         return self.finish_reason is not None
 
 
+class StepTrace(NamedTuple):     # a tuple: built once per sequence and step, 3x cheaper than a dataclass
+    """How one step's run of tokens came about, for viewers of the decoding (the playground).
+
+    A decode step emits its accepted draft tokens first and the model's own (bonus) token last;
+    the prefill step emits one token of the model's own. Text offsets are code points into the
+    sequence's generated text: [text_from, own_from) is the accepted drafts' text, [own_from,
+    text_to) the own token's (a token whose bytes end mid-character shows up in a later step)."""
+
+    step: int               # the sequence's decode step (0: the first token, from the prefill)
+    drafted: int            # draft tokens this step's forward verified
+    accepted: int           # of those accepted: the run's first `accepted` tokens
+    text_from: int
+    own_from: int
+    text_to: int
+
+
 @dataclass
 class SequenceUpdate:
     """What one engine step produced for one sequence (streaming deltas)."""
@@ -88,6 +104,7 @@ class SequenceUpdate:
     new_logprobs: list[TokenLogprob] | None
     finished: bool
     error: Exception | None = None    # the sequence failed (finish_reason "error"); the others went on
+    trace: StepTrace | None = None
 
 
 class Engine:
@@ -323,7 +340,7 @@ class Engine:
         if seq.params.logprobs is not None:
             rows = [0] + [n + 1 for n in acc.nodes]
             lp = self._logprobs(logits, rows[: len(acc.tokens)], acc.tokens, seq.params.logprobs)
-        return self._emit(seq, acc.tokens, lp)
+        return self._emit(seq, acc.tokens, lp, q.n_draft, len(acc.nodes))
 
     def _fail(self, seq: SequenceState, error: Exception) -> SequenceUpdate:
         """End one sequence on its own error: KV freed, drafter state ended where it still can."""
@@ -361,14 +378,19 @@ class Engine:
             out = [TokenLogprob(t, c) for t, c in zip(tokens, chosen)]
         return out
 
-    def _emit(self, seq: SequenceState, tokens: list[int], logprobs: list[TokenLogprob] | None) -> SequenceUpdate:
+    def _emit(self, seq: SequenceState, tokens: list[int], logprobs: list[TokenLogprob] | None,
+              drafted: int = 0, accepted: int = 0) -> SequenceUpdate:
         """Append a run of tokens one at a time: a stop token or stop string may end inside an
         accepted run, and the tokens after it must not count, exactly as autoregressive
-        decoding would have stopped there."""
+        decoding would have stopped there. drafted / accepted: this step's draft (for the trace)."""
         stop_strs = seq.params.stop
         is_stop_token = self._stop_check(seq)
         new_ids: list[int] = []
+        text_from = own_from = len(seq.text)
+        last = len(tokens) - 1
         for i, tok in enumerate(tokens):
+            if i == last:           # the own token's text starts here (unless the run stops early)
+                own_from = len(seq.text)
             seq.output.append(tok)
             seq.tokens.append(tok)
             new_ids.append(tok)
@@ -399,7 +421,12 @@ class Engine:
         new_text = seq.text[seq.sent_chars:limit] if limit > seq.sent_chars else ""
         seq.sent_chars = max(seq.sent_chars, limit)
         new_lp = seq.logprobs[-len(new_ids):] if logprobs is not None and new_ids else None
-        return SequenceUpdate(seq, new_ids, new_text, new_lp, seq.finished)
+        end = len(seq.text)
+        if len(new_ids) <= last:    # stopped before the own token: the run is all drafts
+            own_from = end
+        trace = StepTrace(seq.stats.decode_steps, drafted, min(accepted, len(new_ids)), min(text_from, end),
+                          min(own_from, end), end)
+        return SequenceUpdate(seq, new_ids, new_text, new_lp, seq.finished, trace=trace)
 
     @staticmethod
     def _find_stop(seq: SequenceState) -> tuple[int, str] | None:

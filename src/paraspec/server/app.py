@@ -22,6 +22,7 @@ from ..errors import ParaspecError
 from .async_engine import AsyncEngine, EngineDeadError, RequestTimeoutError, ServerBusyError
 from .config import ServiceConfig
 from .metrics import ServingMetrics
+from .playground import router as playground_router
 from .protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from .security import AccessGuard, default_allowed_hosts
 from .serving import APIError, error_for
@@ -228,6 +229,7 @@ def create_app(llm: LLM, config: ServiceConfig | None = None, engine_thread: boo
     app.state.serving_chat = OpenAIServingChat(engine, llm.tokenizer, config, **shared)
     app.state.model_card = ModelCard(id=name, max_model_len=app.state.serving_chat.max_seq_len)
     app.include_router(router)
+    app.include_router(playground_router)
     _add_exception_handlers(app)
     app.add_middleware(BodySizeLimit)
     server = config.server

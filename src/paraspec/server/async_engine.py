@@ -23,7 +23,7 @@ from typing import Any
 
 from ..decoding.registry import PluginConfig
 from ..decoding.stats import sequence_stats
-from ..engine import Engine, SequenceUpdate, TokenLogprob
+from ..engine import Engine, SequenceUpdate, StepTrace, TokenLogprob
 from ..errors import ParaspecError, RequestError
 from ..sampling.params import SamplingParams
 from .metrics import ServingMetrics
@@ -55,6 +55,7 @@ class Delta:
     logprobs: list[TokenLogprob] | None
     finish_reason: str | None = None           # set on the sample's last delta
     stats: dict[str, Any] | None = None        # sequence_stats(), on the sample's last delta
+    trace: StepTrace | None = None             # the step's draft and text offsets (opt-in stream field)
 
 
 @dataclass
@@ -352,7 +353,7 @@ class AsyncEngine:
                     self.metrics.prompt_tokens.inc(len(seq.prompt))
             out.append((seq.request_id, Delta(seq.index, list(u.new_token_ids), u.new_text,
                                               list(u.new_logprobs) if u.new_logprobs else None,
-                                              seq.finish_reason if u.finished else None, stats)))
+                                              seq.finish_reason if u.finished else None, stats, u.trace)))
             if u.finished and all(s.finished for s in self._siblings(seq.request_id)):
                 self._end_request(seq.request_id)
         return out

@@ -2,8 +2,9 @@
 
 Requests know how to become engine parameters (`to_sampling_params`); nothing here calls the engine.
 Extras beyond the OpenAI spec: vLLM's sampling fields (top_k, min_p, repetition_penalty,
-stop_token_ids, ignore_eos, ...) and `paraspec: {"plugin_params": ...}`, a per-request choice of
-parallel decoding. Responses carry `paraspec`: the request's decoding statistics.
+stop_token_ids, ignore_eos, ...) and `paraspec: {"plugin_params": ..., "stream_steps": ...}`, a
+per-request choice of parallel decoding and an opt-in trace of its steps on stream chunks.
+Responses carry `paraspec`: the request's decoding statistics (serving.py: step_entry).
 Ranges are checked once, by SamplingParams; pydantic only checks JSON types.
 """
 from __future__ import annotations
@@ -58,6 +59,10 @@ class ParaspecOptions(OpenAIBaseModel):
     plugin_params: str | dict | None = Field(
         None, description="MindIE plugin_params for this request only (JSON string or object); "
                           "null, \"\", \"none\" or {} = plain decoding. Checked against speculationGamma.")
+    stream_steps: bool = Field(
+        False, strict=True,
+        description="with stream=true: each chunk's `paraspec.steps` lists the decode steps whose text it "
+                    "carries (step, tokens, drafted, accepted, text offsets); off, chunks are plain OpenAI")
 
 
 class ModelCard(OpenAIBaseModel):

@@ -54,14 +54,20 @@ class ChoiceState:
     finish_reason: str | None = None
     stats: dict | None = None
     started: bool = False
+    steps: list[dict] = field(default_factory=list)     # traced steps not yet sent (stream_steps)
+    chars: int = 0               # code points of generated text handed out so far
 
-    def add(self, d: Delta) -> None:
+    def add(self, d: Delta, trace: bool = False) -> None:
+        """trace: keep the step for the stream's `paraspec.steps` (stream_steps)."""
         self.text.append(d.text)
+        self.chars += len(d.text)
         self.token_ids += d.token_ids
         if d.logprobs:
             self.logprobs += d.logprobs
         if d.finish_reason is not None:
             self.finish_reason, self.stats = d.finish_reason, d.stats
+        if trace and d.trace is not None:
+            self.steps.append(step_entry(d))
 
 
 class OpenAIServing:
@@ -122,6 +128,8 @@ class OpenAIServing:
             raise APIError("logit_bias is not supported; leave it out", param="logit_bias")
         if req.stream_options is not None and not req.stream:
             raise APIError("stream_options is only allowed with stream=true", param="stream_options")
+        if req.paraspec is not None and req.paraspec.stream_steps and not req.stream:
+            raise APIError("paraspec.stream_steps is only allowed with stream=true", param="paraspec.stream_steps")
 
     def plugin_spec(self, req: CompletionRequest | ChatCompletionRequest) -> tuple[Any, str | None]:
         """The drafter for this request: the server's, or `paraspec.plugin_params` validated against
@@ -223,6 +231,26 @@ class OpenAIServing:
                 "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0, "choices": stats}
 
     @staticmethod
+    def chunk_extension(c: ChoiceState, d: Delta, index: int, trace: bool) -> dict | None:
+        """A stream chunk's `paraspec` field: the sample's statistics on its last chunk, and with
+        paraspec.stream_steps the steps whose text has been sent with this chunk or before (text
+        held back for a stop string keeps its steps back too; the last chunk sends the rest, cut
+        to the text the stop string left). None keeps the chunk as plain OpenAI sends it."""
+        ext = {"index": index, **d.stats} if d.stats else None
+        if trace and c.steps:
+            final = d.finish_reason is not None
+            ready = 0
+            while ready < len(c.steps) and (final or c.steps[ready]["text"][2] <= c.chars):
+                ready += 1
+            if ready:
+                steps, c.steps = c.steps[:ready], c.steps[ready:]
+                if final:
+                    for s in steps:
+                        s["text"] = [min(x, c.chars) for x in s["text"]]
+                ext = (ext or {"index": index}) | {"steps": steps}
+        return ext
+
+    @staticmethod
     def usage(prompt_lens: list[int], choices: list[ChoiceState]) -> UsageInfo:
         completion = sum(len(c.token_ids) for c in choices)
         return UsageInfo(prompt_tokens=sum(prompt_lens), completion_tokens=completion,
@@ -279,6 +307,15 @@ async def merge_streams(streams: list[RequestStream]) -> AsyncIterator[tuple[int
     finally:
         for t in tasks:
             t.cancel()
+
+
+def step_entry(d: Delta) -> dict:
+    """One traced step as the stream sends it. text: [from, own, to], code-point offsets into the
+    sample's generated text (echo excluded): [from, own) is the accepted draft tokens' text, [own, to)
+    the model's own token's; the run is `accepted` draft tokens, then the model's own."""
+    t = d.trace
+    return {"step": t.step, "tokens": len(d.token_ids), "drafted": t.drafted, "accepted": t.accepted,
+            "text": [t.text_from, t.own_from, t.text_to]}
 
 
 def sse(chunk) -> str:

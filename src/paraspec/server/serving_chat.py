@@ -78,6 +78,7 @@ class OpenAIServingChat(OpenAIServing):
                       prompt_len: int, plugin_name: str | None) -> AsyncIterator[str]:
         created = int(time.time())
         choices = [ChoiceState() for _ in range(n)]
+        trace = bool(req.paraspec and req.paraspec.stream_steps)
 
         def chunk(choices: list[ChatCompletionResponseStreamChoice], **kw) -> str:
             return sse(ChatCompletionStreamResponse(id=request_id, created=created, model=self.model_name,
@@ -88,14 +89,15 @@ class OpenAIServingChat(OpenAIServing):
                 yield chunk([ChatCompletionResponseStreamChoice(index=i, delta=DeltaMessage(role="assistant",
                                                                                            content=""))])
             async for d in stream:
-                choices[d.index].add(d)
+                c = choices[d.index]
+                c.add(d, trace)
                 if not (d.text or d.finish_reason or (req.logprobs and d.token_ids)):
                     continue        # text held back (a multi-byte character or a stop string may follow)
                 lp = self.chat_logprobs(d.logprobs) if req.logprobs and d.logprobs else None
                 delta = DeltaMessage(content=d.text or None)
                 yield chunk([ChatCompletionResponseStreamChoice(index=d.index, delta=delta, logprobs=lp,
                                                                 finish_reason=d.finish_reason)],
-                            paraspec={"index": d.index, **d.stats} if d.stats else None)
+                            paraspec=self.chunk_extension(c, d, d.index, trace))
             if req.stream_options and req.stream_options.include_usage:
                 yield chunk([], usage=self.usage([prompt_len], choices),
                             paraspec=self.paraspec_stats(plugin_name, choices))

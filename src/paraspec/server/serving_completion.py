@@ -81,6 +81,7 @@ class OpenAIServingCompletion(OpenAIServing):
         created = int(time.time())
         choices = [ChoiceState() for _ in range(len(streams) * n)]
         offsets = [len(echo[i // n]) for i in range(len(choices))]
+        trace = bool(req.paraspec and req.paraspec.stream_steps)
         try:
             async with contextlib.aclosing(merge_streams(streams)) as deltas:
                 async for pi, d in deltas:
@@ -88,7 +89,7 @@ class OpenAIServingCompletion(OpenAIServing):
                     c = choices[idx]
                     text = d.text if c.started else echo[pi] + d.text
                     c.started = True
-                    c.add(d)
+                    c.add(d, trace)
                     if not (text or d.finish_reason or (req.logprobs is not None and d.token_ids)):
                         continue        # text held back (a multi-byte character or a stop string may follow)
                     lp = None
@@ -99,7 +100,7 @@ class OpenAIServingCompletion(OpenAIServing):
                         id=request_id, created=created, model=self.model_name,
                         choices=[CompletionResponseStreamChoice(index=idx, text=text, logprobs=lp,
                                                                 finish_reason=d.finish_reason)],
-                        paraspec={"index": idx, **d.stats} if d.stats else None)
+                        paraspec=self.chunk_extension(c, d, idx, trace))
                     yield sse(chunk)
             if req.stream_options and req.stream_options.include_usage:
                 yield sse(CompletionStreamResponse(id=request_id, created=created, model=self.model_name,
