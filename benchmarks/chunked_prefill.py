@@ -10,7 +10,7 @@ Each system is a fresh `paraspec serve` process (same model, numerics and config
     completion with a `--long-tokens`-token prompt (new text each time) arrives every `--long-every` s.
     Inter-token latency = the gap between two content chunks of a short stream (TTFT excluded);
     with prefillChunkSize 8192 a 2k prompt is one forward, as before chunked prefill.
-  * Head-of-line phase: one completion request of 100 prompts x n=4 (16 tokens each), and 2 s later
+  * Head-of-line phase: one completion request of 100 prompts x n=4 (8 tokens each), and 2 s later
     a 4-token chat request: the small request's latency, and alone for reference.
   * Throughput phase: `--requests` short greedy chat requests at each concurrency, no long prompts.
 Greedy texts of the short requests must be identical across systems (the schedule never changes tokens).
@@ -110,7 +110,7 @@ async def itl_phase(url: str, args) -> dict:
 async def head_of_line(url: str) -> dict:
     small = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0}
     big = {"prompt": [f"Item {i}: a short line of text about number {i}." for i in range(100)], "n": 4,
-           "max_tokens": 16, "temperature": 0.8, "seed": 1}
+           "max_tokens": 8, "temperature": 0.8, "seed": 1}
     async with httpx.AsyncClient(timeout=None) as client:
         t0 = time.perf_counter()
         (await client.post(url + "/v1/chat/completions", json=small)).raise_for_status()
