@@ -13,7 +13,7 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 
@@ -27,6 +27,7 @@ from .errors import ParaspecError, RequestError
 from .model.kv_cache import KVCache
 from .model.transformer import max_draft_rows
 from .model.tokenizer import IncrementalDetokenizer, Tokenizer
+from .outputs import StepTrace, TokenLogprob, find_stop, token_logprobs
 from .runner import ModelRunner
 from .scheduler import fair_pick
 from .sampling.params import SamplingParams
@@ -36,13 +37,6 @@ logger = logging.getLogger("paraspec.engine")
 
 MAX_DRAFT_NODES = 64  # hard cap on draft nodes a drafter may add per sequence and step
 MAX_QUERY_ROWS = 320  # KV slots reserved for one step's query (drafts + a lookahead window)
-
-
-@dataclass
-class TokenLogprob:
-    token_id: int
-    logprob: float
-    top: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -76,22 +70,6 @@ class SequenceState:
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
-
-
-class StepTrace(NamedTuple):     # a tuple: built once per sequence and step, 3x cheaper than a dataclass
-    """How one step's run of tokens came about, for viewers of the decoding (the playground).
-
-    A decode step emits its accepted draft tokens first and the model's own (bonus) token last;
-    the prefill step emits one token of the model's own. Text offsets are code points into the
-    sequence's generated text: [text_from, own_from) is the accepted drafts' text, [own_from,
-    text_to) the own token's (a token whose bytes end mid-character shows up in a later step)."""
-
-    step: int               # the sequence's decode step (0: the first token, from the prefill)
-    drafted: int            # draft tokens this step's forward verified
-    accepted: int           # of those accepted: the run's first `accepted` tokens
-    text_from: int
-    own_from: int
-    text_to: int
 
 
 @dataclass
@@ -263,7 +241,7 @@ class Engine:
         token = seq.sampler.draw(logits)
         seq.sampler.append(token)
         seq.first_token_time = time.perf_counter()
-        lp = self._logprobs(logits.unsqueeze(0), [0], [token], seq.params.logprobs)
+        lp = token_logprobs(logits.unsqueeze(0), [0], [token], seq.params.logprobs)
         return self._emit(seq, [token], lp)
 
     def _decode(self) -> list[SequenceUpdate]:
@@ -339,7 +317,7 @@ class Engine:
         lp = None
         if seq.params.logprobs is not None:
             rows = [0] + [n + 1 for n in acc.nodes]
-            lp = self._logprobs(logits, rows[: len(acc.tokens)], acc.tokens, seq.params.logprobs)
+            lp = token_logprobs(logits, rows[: len(acc.tokens)], acc.tokens, seq.params.logprobs)
         return self._emit(seq, acc.tokens, lp, q.n_draft, len(acc.nodes))
 
     def _fail(self, seq: SequenceState, error: Exception) -> SequenceUpdate:
@@ -360,23 +338,6 @@ class Engine:
         if not seq.params.ignore_eos:
             stops |= self.tokenizer.eos_token_ids
         return stops.__contains__
-
-    @staticmethod
-    def _logprobs(logits: torch.Tensor, rows: list[int], tokens: list[int], top: int | None) -> list[TokenLogprob] | None:
-        """Log-probabilities of the model's distribution (before sampling filters) at each
-        emitted token: drafts accepted in a verification pass get them from that pass."""
-        if top is None:
-            return None
-        lsm = torch.log_softmax(logits[rows].float(), -1)
-        chosen = lsm[torch.arange(len(rows)), torch.tensor(tokens)].tolist()
-        out = []
-        if top > 0:
-            vals, ids = lsm.topk(top, -1)
-            for i, t in enumerate(tokens):
-                out.append(TokenLogprob(t, chosen[i], list(zip(ids[i].tolist(), vals[i].tolist()))))
-        else:
-            out = [TokenLogprob(t, c) for t, c in zip(tokens, chosen)]
-        return out
 
     def _emit(self, seq: SequenceState, tokens: list[int], logprobs: list[TokenLogprob] | None,
               drafted: int = 0, accepted: int = 0) -> SequenceUpdate:
@@ -400,7 +361,7 @@ class Engine:
                 seq.finish_reason = "stop"
                 break
             seq.text += seq.detok.push([tok])
-            if stop_strs and (hit := self._find_stop(seq)) is not None:
+            if stop_strs and (hit := find_stop(seq.text, seq.params.stop, seq)) is not None:
                 cut, matched = hit
                 seq.text = seq.text[: cut + (len(matched) if seq.params.include_stop_str_in_output else 0)]
                 seq.finish_reason = "stop"
@@ -427,18 +388,6 @@ class Engine:
         trace = StepTrace(seq.stats.decode_steps, drafted, min(accepted, len(new_ids)), min(text_from, end),
                           min(own_from, end), end)
         return SequenceUpdate(seq, new_ids, new_text, new_lp, seq.finished, trace=trace)
-
-    @staticmethod
-    def _find_stop(seq: SequenceState) -> tuple[int, str] | None:
-        best = None
-        longest = max(len(s) for s in seq.params.stop)
-        start = max(0, seq.stop_scan_from - longest)
-        for s in seq.params.stop:
-            i = seq.text.find(s, start)
-            if i >= 0 and (best is None or i < best[0]):
-                best = (i, s)
-        seq.stop_scan_from = len(seq.text)
-        return best
 
     def _finish(self, seq: SequenceState, reason: str) -> None:
         if seq.finish_time is not None:
