@@ -9,7 +9,8 @@ import torch
 
 from .config import DEFAULT_PREFILL_CHUNK, EngineConfig, parse_plugin_params
 from .decoding.stats import sequence_stats
-from .engine import Engine, TokenLogprob
+from .engine import Engine
+from .outputs import TokenLogprob
 from .errors import ConfigError, RequestError
 from .model import kernels as cpu_kernels
 from .model.loader import load_model

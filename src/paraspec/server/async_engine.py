@@ -23,7 +23,8 @@ from typing import Any
 
 from ..decoding.registry import PluginConfig
 from ..decoding.stats import sequence_stats
-from ..engine import Engine, SequenceUpdate, StepTrace, TokenLogprob
+from ..engine import Engine, SequenceUpdate
+from ..outputs import StepTrace, TokenLogprob
 from ..errors import ParaspecError, RequestError
 from ..sampling.params import SamplingParams
 from .metrics import ServingMetrics

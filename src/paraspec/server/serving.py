@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Sequence
 
 from ..config import PluginConfig, parse_plugin_params
-from ..engine import TokenLogprob
+from ..outputs import TokenLogprob
 from ..errors import ParaspecError
 from ..model.tokenizer import Tokenizer
 from ..sampling.params import SamplingParams
