@@ -51,7 +51,7 @@ def _steps(engine):
         updates = engine.step()
         prefilled = None
         if engine.steps == decodes:
-            prefilled = engine.prefilling.request_id if engine.prefilling is not None else updates[0].seq.request_id
+            prefilled = engine.prefilling[0].request_id if engine.prefilling else updates[0].seq.request_id
         log.append((prefilled, sorted({u.seq.request_id for u in updates})))
         for u in updates:
             assert u.error is None
@@ -114,10 +114,27 @@ def test_a_small_request_is_not_starved_by_a_large_one(llm):
     assert tokens["B"] == _alone(llm, tok.encode("hi"), small)
 
 
+def test_a_short_prompt_overtakes_a_long_prefill(llm):
+    """A prompt that arrives while a long one is mid-prefill is prefilled first (fewest tokens
+    left), so its first token does not wait for the whole long prompt."""
+    tok = llm.tokenizer
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    long, short = tok.encode("word " * 150), tok.encode("hi")
+    engine = llm.engine
+    engine.add_request(long, params, "long")
+    engine.step()                                    # long's first chunk
+    engine.add_request(short, params, "short")
+    log, tokens = _steps(engine)
+    first_short = next(i for i, (_, got) in enumerate(log) if "short" in got)
+    first_long = next(i for i, (_, got) in enumerate(log) if "long" in got)
+    assert first_short < first_long
+    assert tokens["short"] == _alone(llm, short, params) and tokens["long"] == _alone(llm, long, params)
+
+
 def test_abort_while_prefilling_frees_it(llm):
     engine = llm.engine
     engine.add_request(llm.tokenizer.encode("word " * 100), SamplingParams(max_tokens=4), "gone")
     engine.step()
-    assert engine.prefilling is not None and engine.prefilling.cache is not None
+    assert engine.prefilling and engine.prefilling[0].cache is not None
     engine.abort("gone")
-    assert engine.prefilling is None and not engine.has_work()
+    assert not engine.prefilling and not engine.has_work()

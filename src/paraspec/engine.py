@@ -93,7 +93,7 @@ class Engine:
         self.max_batch_size = max_batch_size
         self.default_drafter = default_drafter
         self.waiting: list[SequenceState] = []
-        self.prefilling: SequenceState | None = None     # admitted, its prompt going in chunk by chunk
+        self.prefilling: list[SequenceState] = []        # admitted, their prompts going in chunk by chunk
         self.running: list[SequenceState] = []
         self._prefill_turn = True    # a prefill chunk and a decode step take turns while both have work
         self._ids = itertools.count()
@@ -138,7 +138,7 @@ class Engine:
 
     def sequences(self) -> list[SequenceState]:
         """Every unfinished sequence: waiting, prefilling and running."""
-        return self.waiting + ([self.prefilling] if self.prefilling is not None else []) + self.running
+        return self.waiting + self.prefilling + self.running
 
     def abort(self, request_id: str) -> None:
         """Cancel a request: free its KV and drafter state now."""
@@ -152,8 +152,7 @@ class Engine:
         """Forget a request's sequences (no drafter calls)."""
         self.waiting = [s for s in self.waiting if s.request_id != request_id]
         self.running = [s for s in self.running if s.request_id != request_id]
-        if self.prefilling is not None and self.prefilling.request_id == request_id:
-            self.prefilling = None
+        self.prefilling = [s for s in self.prefilling if s.request_id != request_id]
         self._twin_logits.pop(request_id, None)
 
     @property
@@ -174,27 +173,39 @@ class Engine:
         return StepContext(batch_size, self.cost, self.steps)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self.prefilling is not None)
+        return bool(self.waiting or self.running or self.prefilling)
 
     # ---------------------------------------------------------------------------------- step
 
     def step(self) -> list[SequenceUpdate]:
         """One unit of work: a prefill chunk or a decode step of the running batch (scheduler.py);
         a sibling sample's prefill is a copy, done at once."""
-        if self.prefilling is None and self.waiting and len(self.running) < self.max_batch_size:
-            seq = self.waiting.pop(fair_pick(self.waiting, self.running))
-            logits = self._from_twin(seq)
-            if logits is not None:
-                return self._started(seq, logits)
-            self.prefilling = seq
-        # a prompt's first chunk goes at once (short prompts are one chunk: admitted back to back,
-        # as fast as before chunking); its further chunks take turns with the decode steps
-        seq = self.prefilling
+        seq = self._admit()
+        if seq is not None and (logits := self._from_twin(seq)) is not None:
+            return self._started(seq, logits)
+        if seq is not None:
+            self.prefilling.append(seq)
+        # the prompt with the fewest tokens left goes first; a prompt's first chunk runs at once
+        # (short prompts are one chunk: admitted back to back, as before chunking), further
+        # chunks take turns with the decode steps
+        seq = min(self.prefilling, key=lambda s: len(s.prompt) - (s.cache.length if s.cache else 0), default=None)
         if seq is not None and (seq.cache is None or self._prefill_turn or not self.running):
             self._prefill_turn = False
             return self._prefill_chunk(seq)
         self._prefill_turn = True
         return self._decode() if self.running else []
+
+    def _admit(self) -> SequenceState | None:
+        """The next waiting sequence, if the batch has room (fair_pick); a sibling sample waits
+        while its twin prefills, to copy its KV rather than prefill again."""
+        if not self.waiting or len(self.running) + len(self.prefilling) >= self.max_batch_size:
+            return None
+        busy = {s.request_id for s in self.prefilling}
+        ready = [i for i, s in enumerate(self.waiting) if s.request_id not in busy]
+        if not ready:
+            return None
+        pick = fair_pick([self.waiting[i] for i in ready], self.running + self.prefilling)
+        return self.waiting.pop(ready[pick])
 
     def _prefill_chunk(self, seq: SequenceState) -> list[SequenceUpdate]:
         if seq.cache is None:
@@ -202,7 +213,7 @@ class Engine:
         logits = self.runner.prefill_next(seq.cache, seq.prompt)
         if logits is None:
             return []                 # more chunks to go
-        self.prefilling = None
+        self.prefilling.remove(seq)
         if seq.params.n > 1 and any(s.request_id == seq.request_id for s in self.waiting):
             self._twin_logits[seq.request_id] = logits
         return self._started(seq, logits)

@@ -9,7 +9,9 @@ frees, and a large request is spread over the batch rather than owning it.
 Chunked prefill: a long prompt is prefilled one chunk per step; its first chunk runs as soon as it
 is admitted, the next ones alternate with the decode steps of the running sequences, so their
 inter-token latency is bounded by a chunk's forward instead of the whole prompt's. (Prompts of one
-chunk are thus admitted back to back, as before: a short prefill costs about a decode step.) The chunks are fixed by the prompt alone (positions 0, C, 2C, ...), never by the
+chunk are thus admitted back to back, as before: a short prefill costs about a decode step.)
+Several prompts may be mid-prefill at once; the one with the fewest tokens left goes first, so a
+short request arriving during a long prefill gets its first token without waiting for it. The chunks are fixed by the prompt alone (positions 0, C, 2C, ...), never by the
 load, so a request's tokens are the same however it was scheduled.
 """
 from __future__ import annotations

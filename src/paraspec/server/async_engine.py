@@ -382,7 +382,7 @@ class AsyncEngine:
     def _publish(self) -> None:
         if not self.metrics:
             return
-        self.metrics.queue_length.set(len(self.engine.waiting) + (self.engine.prefilling is not None)
+        self.metrics.queue_length.set(len(self.engine.waiting) + len(self.engine.prefilling)
                                       + self._commands.qsize())
         self.metrics.running.set(len(self.engine.running))
         # memory drafters share the engine's trie
