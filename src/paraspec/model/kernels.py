@@ -34,9 +34,9 @@ logger = logging.getLogger("paraspec.kernels")
 ENV = "PARASPEC_KERNELS"
 ISAS = ("avx512", "avx2")                       # best first
 PATHS = (*ISAS, "torch")
-VERSION = 6                                     # csrc modules' VERSION this code calls
+VERSION = 7                                     # csrc modules' VERSION this code calls
 REQUIRES = {"avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "fma"}),   # as csrc's
-            "avx2": frozenset({"avx2", "fma"})}                                                  # cpu_supported()
+            "avx2": frozenset({"avx2", "fma", "f16c"})}                                                  # cpu_supported()
 SHOWN = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
          "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "asimd", "asimddp", "sve", "bf16")
 
@@ -76,9 +76,9 @@ def cpu_features() -> frozenset[str]:
         except Exception:  # a private helper that changed: no opinion
             return None
     if is_x86():
-        if not npf:  # no numpy opinion: torch's alone (it has no separate FMA bit; AVX2 CPUs all have FMA)
+        if not npf:  # no numpy opinion: torch's alone (it has no separate FMA bit; AVX2 CPUs all have FMA and F16C)
             if torch_says("_is_avx2_supported"):
-                feats |= {"avx2", "fma"}
+                feats |= {"avx2", "fma", "f16c"}
             if torch_says("_is_avx512_supported"):
                 feats |= {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
             if torch_says("_is_vnni_supported"):
@@ -86,7 +86,7 @@ def cpu_features() -> frozenset[str]:
             if torch_says("_is_avx512_bf16_supported"):
                 feats.add("avx512_bf16")
         if torch_says("_is_avx2_supported") is False:
-            feats -= {"avx2", "fma"}
+            feats -= {"avx2", "fma", "f16c"}
         if torch_says("_is_avx512_supported") is False:
             feats = {f for f in feats if not f.startswith("avx512")}
         if torch_says("_is_amx_tile_supported"):
