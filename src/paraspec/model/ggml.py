@@ -57,7 +57,7 @@ def concat(parts: list[GGUFWeight]) -> GGUFWeight | None:
 def unpack(w: GGUFWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(q [N, K] int8: Q4 nibbles 0..15 or Q8_0 values, d [N, B] fp32, m [N, B] fp32 or None)."""
     n, k = w.shape
-    raw = torch.from_numpy(np.ascontiguousarray(w.raw)).view(n, k // BLOCK, BLOCK_BYTES[w.kind])
+    raw = torch.from_numpy(np.require(w.raw, requirements=["C", "W"])).view(n, k // BLOCK, BLOCK_BYTES[w.kind])
     d = raw[..., :2].contiguous().view(torch.float16).squeeze(-1).float()
     if w.kind == "Q8_0":
         return raw[..., 2:].contiguous().view(torch.int8).reshape(n, k), d, None
