@@ -62,40 +62,16 @@ void gguf_quantize_rows(const T* x, int64_t ldx, int64_t M, int64_t K, const flo
   }
 }
 
-// acc[r][0:32] += t for `rows` rows of one block (the float step of the header's formulas).
-// iacc: the rows' integer sums from gguf_loop.h; VNNI Q8_0 sums carry q8_offset * xs extra.
-inline void gguf_epilogue(int fmt, int q8_offset, const int32_t* iacc, int64_t rows, const uint8_t* rec,
-                          const float* dx, const int32_t* xs, int64_t B, float* acc) {
-  const uint16_t* d = reinterpret_cast<const uint16_t*>(rec);
-  for (int h = 0; h < 2; ++h) {
-    const F16 dw = load_half(d + 16 * h);
-    const F16 mw = fmt == kQ4_1 ? load_half(d + 32 + 16 * h) : zero();
-    for (int64_t r = 0; r < rows; ++r) {
-      I16 s = load(iacc + 32 * r + 16 * h);
-      const int32_t c = fmt == kQ4_0 ? 8 : fmt == kQ8_0 ? q8_offset : 0;
-      if (c) s = sub(s, set1(static_cast<int32_t>(c * xs[r * B])));
-      const float sx = dx[r * B];
-      F16 t = mul(to_float(s), mul(dw, set1(sx)));
-      if (fmt == kQ4_1) t = add(t, mul(mw, set1(sx * static_cast<float>(xs[r * B]))));
-      float* a = acc + 32 * r + 16 * h;
-      store(a, add(load(a), t));
-    }
-  }
-}
-
 constexpr int64_t kGgufRowBlock = 64;  // rows per pass over the weights (their float sums in L1)
 constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB) every row tile runs while in L1
 
 // Panels [p0, p1) for rows [0, M): one thread's contiguous share of the weights. A single row
 // tile walks each panel once; with more, each chunk of blocks is run by every tile while it sits
-// in L1, so the weights leave DRAM once per call. acc: 32 * min(M, kGgufRowBlock) floats,
-// iacc: 32 * loop.rows int32 of scratch.
+// in L1, so the weights leave DRAM once per call. acc: 32 * min(M, kGgufRowBlock) floats.
 inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, const int8_t* xq,
                         const float* dx, const int32_t* xs, int64_t M, int64_t K, const uint8_t* wp,
-                        const float* bias, float* y, int64_t N, float* acc, int32_t* iacc) {
-  const int64_t B = K / 32, K4 = K / 4, rec = gguf_record_bytes(fmt), sb = gguf_scale_bytes(fmt);
-  const int64_t R = loop.rows;
-  const GgufFn* fn = fmt == kQ8_0 ? loop.q8 : loop.q4;
+                        const float* bias, float* y, int64_t N, float* acc) {
+  const int64_t B = K / 32, K4 = K / 4, rec = gguf_record_bytes(fmt), R = loop.rows;
   const int32_t* xw = reinterpret_cast<const int32_t*>(xq);  // 4 features as one dword
   for (int64_t r0 = 0; r0 < M; r0 += kGgufRowBlock) {
     const int64_t r1 = std::min(r0 + kGgufRowBlock, M);
@@ -103,21 +79,10 @@ inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, c
     for (int64_t p = p0; p < p1; ++p) {
       const uint8_t* panel = wp + p * B * rec;
       std::memset(acc, 0, sizeof(float) * 32 * (r1 - r0));
-      for (int64_t b0 = 0; b0 < B; b0 += chunk) {
-        const int64_t b1 = std::min(b0 + chunk, B);
-        for (int64_t r = r0; r < r1; r += R) {
-          const int64_t nr = std::min(R, r1 - r);
-          for (int64_t b = b0; b < b1; ++b) {
-            const uint8_t* blk = panel + b * rec;
-            if (r == r0)  // the stream runs on into the next panel: fetch ahead of the first tile
-              for (int64_t o = 0; o < rec; o += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(blk) + o + kPrefetch, _MM_HINT_T0);
-            fn[nr](blk + sb, xw + r * K4 + 8 * b, K4, iacc);
-            gguf_epilogue(fmt, loop.q8_offset, iacc, nr, blk, dx + r * B + b, xs + r * B + b, B,
-                          acc + (r - r0) * 32);
-          }
-        }
-      }
+      for (int64_t b0 = 0; b0 < B; b0 += chunk)
+        for (int64_t r = r0; r < r1; r += R)
+          loop.fn[fmt][std::min(R, r1 - r)](panel, b0, std::min(b0 + chunk, B), xw + r * K4, K4, dx + r * B,
+                                             xs + r * B, B, acc + (r - r0) * 32, r == r0);
       for (int h = 0; h < 2; ++h) {
         const int64_t n = p * 32 + 16 * h;
         if (n >= N) break;

@@ -149,6 +149,17 @@ struct Ymm8x4 {  // loads and stores shared by both ymm steps
   static void store_acc(int32_t* p, Acc a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), a); }
   static Acc zero_acc() { return _mm256_setzero_si256(); }
   static Acc load_w(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  // for the GGUF loop's float step (8 channels per ymm)
+  static Acc sub_i(Acc a, int32_t c) { return _mm256_sub_epi32(a, _mm256_set1_epi32(c)); }
+  using Flt = __m256;
+  static Flt load_f(const float* p) { return _mm256_loadu_ps(p); }
+  static void store_f(float* p, Flt a) { _mm256_storeu_ps(p, a); }
+  static Flt zero_f() { return _mm256_setzero_ps(); }
+  static Flt set1_f(float x) { return _mm256_set1_ps(x); }
+  static Flt half(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static Flt to_float(Acc a) { return _mm256_cvtepi32_ps(a); }
+  static Flt mul_f(Flt a, Flt b) { return _mm256_mul_ps(a, b); }
+  static Flt add_f(Flt a, Flt b) { return _mm256_add_ps(a, b); }
 };
 
 namespace avx2 {
@@ -210,7 +221,7 @@ struct GOp : Ymm8x4 {
 #if __GNUC__ >= 11
 #define PARASPEC_AVXVNNI 1
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,avxvnni")
+#pragma GCC target("avx2,fma,f16c,avxvnni")
 namespace isa {
 
 namespace avxvnni {

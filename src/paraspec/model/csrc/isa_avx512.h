@@ -129,7 +129,7 @@ struct Op {
 struct GOp {
   using Acc = __m512i;
   static constexpr int kVecs = 2;       // accumulators per row (16 channels each)
-  static constexpr int kRows = 8;       // rows per register tile: 16 accumulators + 2 weights
+  static constexpr int kRows = 4;       // rows per register tile: 8 int + 8 float accumulators
   static constexpr int kQ8Offset = 128;
   static void load_q4(const uint8_t* p, Acc& w0, Acc& w1, Acc&, Acc&) {
     const __m512i b = _mm512_loadu_si512(p), lo = _mm512_set1_epi8(0x0F);
@@ -145,8 +145,17 @@ struct GOp {
   static Acc prep8(int32_t x4) { return _mm512_set1_epi32(x4); }
   static Acc mac4(Acc acc, Acc x, Acc w) { return _mm512_dpbusd_epi32(acc, w, x); }
   static Acc mac8(Acc acc, Acc x, Acc w) { return _mm512_dpbusd_epi32(acc, w, x); }
-  static void store_acc(int32_t* p, Acc a) { _mm512_storeu_si512(p, a); }
   static Acc zero_acc() { return _mm512_setzero_si512(); }
+  static Acc sub_i(Acc a, int32_t c) { return _mm512_sub_epi32(a, _mm512_set1_epi32(c)); }
+  using Flt = __m512;
+  static Flt load_f(const float* p) { return _mm512_loadu_ps(p); }
+  static void store_f(float* p, Flt a) { _mm512_storeu_ps(p, a); }
+  static Flt zero_f() { return _mm512_setzero_ps(); }
+  static Flt set1_f(float x) { return _mm512_set1_ps(x); }
+  static Flt half(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static Flt to_float(Acc a) { return _mm512_cvtepi32_ps(a); }
+  static Flt mul_f(Flt a, Flt b) { return _mm512_mul_ps(a, b); }
+  static Flt add_f(Flt a, Flt b) { return _mm512_add_ps(a, b); }
 };
 #include "gguf_loop.h"
 }  // namespace vnni512

@@ -34,14 +34,13 @@ struct W8A8Loop {
   int offset;
   AccFn fn[9];
 };
-// What every copy of gguf_loop.h provides: its tile height, the excess its Q8_0 sums carry
-// (kQ8Offset * xs) and the integer block loops for 1..8 rows, Q4 (nibbles) and Q8_0.
-using GgufFn = void (*)(const uint8_t*, const int32_t*, int64_t, int32_t*);
+// What every copy of gguf_loop.h provides: its tile height and, per format (Q4_0, Q4_1, Q8_0),
+// the loop over a panel's blocks for 1..8 rows.
+using GgufFn = void (*)(const uint8_t*, int64_t, int64_t, const int32_t*, int64_t, const float*, const int32_t*,
+                        int64_t, float*, bool);
 struct GgufLoop {
   int rows;
-  int q8_offset;
-  GgufFn q4[9];
-  GgufFn q8[9];
+  GgufFn fn[3][9];
 };
 constexpr int64_t kPrefetch = 8192;  // bytes ahead in the weight stream
 
@@ -293,8 +292,7 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {  // contiguous weight ranges
     std::vector<float> acc(32 * std::min(M, isa::kGgufRowBlock));
-    std::vector<int32_t> iacc(32 * loop->rows);
-    isa::gguf_panels(*loop, f, p0, p1, xqp, dxp, xsp, M, K, wp, bp, yp, N, acc.data(), iacc.data());
+    isa::gguf_panels(*loop, f, p0, p1, xqp, dxp, xsp, M, K, wp, bp, yp, N, acc.data());
   });
   return y;
 }
