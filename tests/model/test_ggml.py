@@ -48,12 +48,13 @@ def test_dequantize_matches_gguf_package(kind):
 
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("kind", FORMATS)
+@pytest.mark.parametrize("residual", [True, False])
 @pytest.mark.parametrize("n,k", [(70, 96), (259, 64), (32, 160)])   # n not a multiple of 32: padded panels
-def test_kernel_gives_the_torch_references_bits(kernel, kind, n, k):
+def test_kernel_gives_the_torch_references_bits(kernel, kind, residual, n, k):
     w, _ = _weight(kind, n, k)
     bias = torch.randn(n)
-    ref = ggml.GGUFLinear(w, bias, kernels=cpu_kernels.TORCH)
-    lin = ggml.GGUFLinear(w, bias, kernels=kernel)
+    ref = ggml.GGUFLinear(w, bias, kernels=cpu_kernels.TORCH, residual=residual)
+    lin = ggml.GGUFLinear(w, bias, kernels=kernel, residual=residual)
     x = _inputs(21, k)
     y = lin(x)
     assert y.shape == (21, n) and y.dtype == torch.float32
@@ -61,10 +62,11 @@ def test_kernel_gives_the_torch_references_bits(kernel, kind, n, k):
     xb = x.bfloat16()
     assert torch.equal(lin(xb), ref(xb.float()))                   # bf16 rows widen exactly
     # and it is the model the file defines, up to the activations' rounding: half a step
-    # (amax / 127) of each block per weight, plus fp32 rounding
+    # (amax / 127) of each block per weight (with the residual pass, of the residual's step),
+    # plus fp32 rounding
     wd = ggml.dequantize(w)
     exact = x @ wd.T + bias
-    half_step = x.view(21, -1, 32).abs().amax(-1) / 254                      # [M, B]
+    half_step = x.view(21, -1, 32).abs().amax(-1) / (254 * 127 if residual else 254)   # [M, B]
     bound = half_step @ wd.abs().view(n, -1, 32).sum(-1).T                   # [M, N]
     assert ((y - exact).abs() <= bound * 1.001 + 1e-5 * (x.abs() @ wd.abs().T) + 1e-6).all()
 
@@ -173,6 +175,18 @@ def test_gguf_is_the_default_for_gguf_files_with_kernels(tiny_gguf, tiny_model_d
     with pytest.raises(ConfigError, match="not a .gguf file") as e:
         LLM(str(tiny_model_dir("llama")), quantization="gguf")
     assert "\n" not in str(e.value)
+
+
+def test_resolve_numerics_for_gguf_files():
+    fake = cpu_kernels.Kernels("avx2", module=object(), w8a8_variant="avx2")
+    pair = lambda n: (n.dtype, n.quantization)  # noqa: E731
+    assert pair(cpu_kernels.resolve_numerics("auto", "auto", fake, gguf_file=True)) == ("bfloat16", "gguf")
+    assert pair(cpu_kernels.resolve_numerics("auto", "auto", fake)) == ("bfloat16", "w8a8")
+    assert pair(cpu_kernels.resolve_numerics("auto", "auto", cpu_kernels.TORCH, gguf_file=True)) == ("bfloat16", None)
+    assert pair(cpu_kernels.resolve_numerics("float32", "auto", fake, gguf_file=True)) == ("float32", None)
+    assert pair(cpu_kernels.resolve_numerics("auto", "gguf", cpu_kernels.TORCH, gguf_file=True)) == ("bfloat16", "gguf")
+    with pytest.raises(ConfigError, match="not a .gguf file"):
+        cpu_kernels.resolve_numerics("auto", "gguf", fake)
 
 
 def test_file_without_supported_blocks(tiny_gguf, caplog):

@@ -9,7 +9,11 @@ stays exactly AR's. The arithmetic (csrc/gguf.h has it in full):
     Q4_0: t = float(isum - 8 xs) * (d dx)    Q4_1: t = float(isum) * (d dx) + m (dx xs)
     Q8_0: t = float(isum) * (d dx)           y = sum of t over the blocks in order (+ bias)
 
-with isum the exact integer dot product of the block's stored values and q. GGUFLinear runs the
+with isum the exact integer dot product of the block's stored values and q. With residual=True
+(the default) each block's rounding residual x - q * dx is quantised again and run as a second
+sub-row, y = y_0 + y_1 (+ bias): the weights stream once either way, and one int8 step per 32
+values alone loses 3-4 % teacher-forced top-1 agreement on the bundled model (the quality gate,
+benchmarks/gguf_quality_gate.py). GGUFLinear runs the
 compiled kernel of the model's kernels (csrc/gguf.h: AVX-512 VNNI, AVX-VNNI or AVX2) on a repacked
 copy of the same values (pack()), or where none runs, the torch reference below, which does the
 same fp32 operations in the same order: both give the same bits (with a fused RMSNorm, the norm's
@@ -115,14 +119,22 @@ def quantize_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.
     return q.view(m, k), amax * (1 / 127.0), q.sum(-1, dtype=torch.int32)
 
 
+def block_residual(x: torch.Tensor, q: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
+    """What quantize_blocks' rounding lost, x - q * dx (the kernel's second pass quantises it)."""
+    m, k = x.shape
+    return (x.float().view(m, -1, BLOCK) - q.float().view(m, -1, BLOCK) * dx.unsqueeze(-1)).view(m, k)
+
+
 class GGUFLinear:
     """Drop-in for transformer.Linear over a GGUFWeight: __call__(x [M, K], prompt) -> fp32 [M, N].
 
     prompt is accepted and ignored: the result is row-invariant for any number of rows.
     kernels: the compiled kernels to run (default: the process's); with none, the torch reference.
+    residual: the second activation pass (module doc).
     """
 
-    def __init__(self, weight: GGUFWeight, bias: torch.Tensor | None = None, kernels: Kernels | None = None):
+    def __init__(self, weight: GGUFWeight, bias: torch.Tensor | None = None, kernels: Kernels | None = None,
+                 residual: bool = True):
         if weight.kind not in FORMATS:
             raise ValueError(f"no GGUF kernel for {weight.kind}; supported: {', '.join(FORMATS)}")
         self.weight = weight               # kept for weight_rows (a tied embedding's lookups)
@@ -131,6 +143,7 @@ class GGUFLinear:
         self.kernels = kernels or default_kernels()
         self.kernel = self.kernels.label if self.kernels.module is not None else "torch"
         self.bias = None if bias is None else bias.float().contiguous()
+        self.passes = 2 if residual else 1
         if self.kernels.module is not None:
             self.packed = pack(weight)
         else:
@@ -152,7 +165,7 @@ class GGUFLinear:
         if self.kernels.module is not None:
             if x.stride(-1) != 1 or x.dtype not in (torch.float32, torch.bfloat16):
                 x = x.float().contiguous()
-            return self.kernels.module.gguf_linear(x, self.packed, FORMATS[self.kind], self.out_features,
+            return self.kernels.module.gguf_linear(x, self.packed, FORMATS[self.kind], self.out_features, self.passes,
                                                    self.bias, norm, eps, variant=self.kernels.w8a8_variant)
         x = x.float()
         r = None
@@ -160,9 +173,11 @@ class GGUFLinear:
             r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
             x = x * norm
         q, dx, xs = quantize_blocks(x)
-        if r is not None:
-            dx = dx * r
-        return reference_dot(q, dx, xs, self.wq, self.d, self.m, self.kind, self.bias)
+        y = reference_dot(q, dx if r is None else dx * r, xs, self.wq, self.d, self.m, self.kind)
+        if self.passes == 2:
+            q1, dx1, xs1 = quantize_blocks(block_residual(x, q, dx))
+            y = y + reference_dot(q1, dx1 if r is None else dx1 * r, xs1, self.wq, self.d, self.m, self.kind)
+        return y if self.bias is None else y + self.bias
 
     def weight_rows(self, index: torch.Tensor) -> torch.Tensor:
         """Dequantised rows W[index] (fp32): a tied embedding looks its rows up here."""
@@ -170,7 +185,7 @@ class GGUFLinear:
 
 
 def reference_dot(q: torch.Tensor, dx: torch.Tensor, xs: torch.Tensor, wq: torch.Tensor, d: torch.Tensor,
-                  m: torch.Tensor | None, kind: str, bias: torch.Tensor | None = None) -> torch.Tensor:
+                  m: torch.Tensor | None, kind: str) -> torch.Tensor:
     """The kernel's sums in torch: q [M, K] int8, dx / xs [M, B]; wq [B, 32, N] fp32 holding the
     stored integers, d / m [B, N] fp32. Block sums are exact in fp32 (|isum| < 2^24)."""
     rows, nb = dx.shape
@@ -185,4 +200,4 @@ def reference_dot(q: torch.Tensor, dx: torch.Tensor, xs: torch.Tensor, wq: torch
         if m is not None:
             t = t + m[b] * (dx[:, b:b + 1] * xsf[:, b:b + 1])
         acc = acc + t
-    return acc if bias is None else acc + bias
+    return acc

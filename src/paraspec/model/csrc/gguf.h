@@ -12,6 +12,9 @@
 //   Q4_1: t = float(isum) * (d[n, b] * dx) + m[n, b] * (dx * float(xs))
 //   Q8_0: t = float(isum) * (d[n, b] * dx)
 //   acc = acc + t, from acc = 0, over the blocks in order;  y = acc (+ bias)
+// With two passes (the default, ggml.py), the block's rounding residual x - q * dx is quantised
+// again the same way and run as a second sub-row: y = acc_0 + acc_1 (+ bias). The weights are
+// streamed once either way; it removes most of the activation error.
 // Every lane is one channel and every step is the same for each row, so a row's bits do not
 // depend on how many rows a call has, where the row sits, or the thread count.
 //
@@ -27,8 +30,9 @@ enum GgufFormat : int { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2 };
 inline int64_t gguf_scale_bytes(int fmt) { return fmt == kQ4_1 ? 128 : 64; }
 inline int64_t gguf_record_bytes(int fmt) { return gguf_scale_bytes(fmt) + (fmt == kQ8_0 ? 1024 : 512); }
 
-// One 32-block of v -> q (s8), its sum, and the returned scale dx.
-inline float gguf_quantize_block(const float* v, int8_t* q, int32_t* sum) {
+// One 32-block of v -> q (s8), its sum, and the returned scale dx. With `residual`, v becomes
+// what the rounding lost, v - q * dx, for a second pass.
+inline float gguf_quantize_block(float* v, int8_t* q, int32_t* sum, bool residual) {
   const F16 x0 = load(v), x1 = load(v + 16);
   const float a = reduce_max(max(abs(x0), abs(x1)));  // max is exact in any order
   const F16 inv = set1(a > 0.f ? (1.f / a) * 127.f : 0.f);
@@ -36,14 +40,21 @@ inline float gguf_quantize_block(const float* v, int8_t* q, int32_t* sum) {
   store_bytes(reinterpret_cast<uint8_t*>(q), i0, 16);
   store_bytes(reinterpret_cast<uint8_t*>(q) + 16, i1, 16);
   *sum = reduce_add(add(i0, i1));
-  return a * static_cast<float>(1.0 / 127.0);
+  const float scale = a * static_cast<float>(1.0 / 127.0);
+  if (residual) {
+    store(v, sub(x0, mul(to_float(i0), set1(scale))));
+    store(v + 16, sub(x1, mul(to_float(i1), set1(scale))));
+  }
+  return scale;
 }
 
-// Rows [0, M) of x (K a multiple of 32) -> xq [M][K] s8, dx and xs [M][K / 32]. With `norm` the
-// row is RMS-normalised first, as w8a8.h does it: x * gamma is quantised and 1 / rms(x) multiplies
-// each block's scale (block quantisation is invariant to a per-row factor). v: K floats scratch.
+// Row m of x (K a multiple of 32) -> P sub-rows m * P + p of xq [.][K] s8, dx and xs [.][K / 32]:
+// pass 0 quantises x, pass 1 (P = 2) the residual x - q0 * dx0, block by block (as w8a8.h's
+// passes, per block). With `norm` the row is RMS-normalised first, as w8a8.h does it: x * gamma
+// is quantised and 1 / rms(x) multiplies each block's scale (block quantisation is invariant to
+// a per-row factor). v: K floats of scratch.
 template <typename T>
-void gguf_quantize_rows(const T* x, int64_t ldx, int64_t M, int64_t K, const float* norm, float eps,
+void gguf_quantize_rows(const T* x, int64_t ldx, int64_t M, int64_t K, int P, const float* norm, float eps,
                         float* v, int8_t* xq, float* dx, int32_t* xs) {
   const int64_t B = K / 32;
   for (int64_t m = 0; m < M; ++m) {
@@ -57,19 +68,22 @@ void gguf_quantize_rows(const T* x, int64_t ldx, int64_t M, int64_t K, const flo
       store(v + k, f);
     }
     const float r = norm ? 1.f / std::sqrt(hsum(ss) / static_cast<float>(K) + eps) : 1.f;
-    for (int64_t b = 0; b < B; ++b)
-      dx[m * B + b] = gguf_quantize_block(v + 32 * b, xq + m * K + 32 * b, xs + m * B + b) * r;
+    for (int p = 0; p < P; ++p) {
+      const int64_t s = m * P + p;
+      for (int64_t b = 0; b < B; ++b)
+        dx[s * B + b] = gguf_quantize_block(v + 32 * b, xq + s * K + 32 * b, xs + s * B + b, p + 1 < P) * r;
+    }
   }
 }
 
 constexpr int64_t kGgufRowBlock = 64;  // rows per pass over the weights (their float sums in L1)
 constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB) every row tile runs while in L1
 
-// Panels [p0, p1) for rows [0, M): one thread's contiguous share of the weights. A single row
+// Panels [p0, p1) for sub-rows [0, M) (P per output row; kGgufRowBlock is even): one thread's contiguous share of the weights. A single row
 // tile walks each panel once; with more, each chunk of blocks is run by every tile while it sits
 // in L1, so the weights leave DRAM once per call. acc: 32 * min(M, kGgufRowBlock) floats.
 inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, const int8_t* xq,
-                        const float* dx, const int32_t* xs, int64_t M, int64_t K, const uint8_t* wp,
+                        const float* dx, const int32_t* xs, int64_t M, int P, int64_t K, const uint8_t* wp,
                         const float* bias, float* y, int64_t N, float* acc) {
   const int64_t B = K / 32, K4 = K / 4, rec = gguf_record_bytes(fmt), R = loop.rows;
   const int32_t* xw = reinterpret_cast<const int32_t*>(xq);  // 4 features as one dword
@@ -87,10 +101,11 @@ inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, c
         const int64_t n = p * 32 + 16 * h;
         if (n >= N) break;
         const F16 bv = bias ? loadn(bias + n, N - n) : zero();
-        for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t r = r0; r < r1; r += P) {  // y = acc of pass 0 (+ acc of pass 1) (+ bias)
           F16 v = load(acc + (r - r0) * 32 + 16 * h);
+          if (P == 2) v = add(v, load(acc + (r + 1 - r0) * 32 + 16 * h));
           if (bias) v = add(v, bv);
-          storen(y + r * N + n, v, N - n);
+          storen(y + r / P * N + n, v, N - n);
         }
       }
     }

@@ -239,10 +239,11 @@ at::Tensor w8a8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
 }
 
 // x [M, K] fp32 or bf16 (rows contiguous, K a multiple of 32); packed: ggml.py's panel layout
-// of format fmt (0 Q4_0, 1 Q4_1, 2 Q8_0) for N output channels; bias fp32 [N] or None; norm:
+// of format fmt (0 Q4_0, 1 Q4_1, 2 Q8_0) for N output channels; passes 1 (x in int8 blocks) or
+// 2 (plus their int8 residual); bias fp32 [N] or None; norm:
 // RMSNorm weight fp32 [K] to apply to x first (with eps), or None; variant: a w8a8_variants()
 // name (the GGUF loop of the same instructions), "" for the best. Returns fp32 [M, N].
-at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fmt, int64_t N,
+at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fmt, int64_t N, int64_t passes,
                        const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& norm, double eps,
                        const std::string& variant) {
   require_cpu();
@@ -254,6 +255,8 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
     }
   TORCH_CHECK(loop, "gguf_linear: variant '", variant, "' is not one this CPU runs");
   TORCH_CHECK(fmt >= 0 && fmt <= 2, "gguf_linear: fmt must be 0 (Q4_0), 1 (Q4_1) or 2 (Q8_0)");
+  TORCH_CHECK(passes == 1 || passes == 2, "gguf_linear: passes must be 1 or 2");
+  const int P = static_cast<int>(passes);
   TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "x must be 2-D with contiguous rows");
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "x: fp32/bf16");
   const int64_t M = x.size(0), K = x.size(1), B = K / 32, panels = (N + 31) / 32;
@@ -267,9 +270,10 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
                                     norm->numel() == K), "norm: fp32 [K]");
   at::Tensor y = at::empty({M, N}, x.options().dtype(at::kFloat));
   if (M == 0 || N == 0) return y;
-  at::Tensor xq = at::empty({M * K}, x.options().dtype(at::kChar));
-  at::Tensor dx = at::empty({M * B}, x.options().dtype(at::kFloat));
-  at::Tensor xs = at::empty({M * B}, x.options().dtype(at::kInt));
+  const int64_t rows = M * P;  // sub-rows
+  at::Tensor xq = at::empty({rows * K}, x.options().dtype(at::kChar));
+  at::Tensor dx = at::empty({rows * B}, x.options().dtype(at::kFloat));
+  at::Tensor xs = at::empty({rows * B}, x.options().dtype(at::kInt));
   int8_t* xqp = xq.data_ptr<int8_t>();
   float* dxp = dx.data_ptr<float>();
   int32_t* xsp = xs.data_ptr<int32_t>();
@@ -281,18 +285,18 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
     std::vector<float> v(K);
     const float e = static_cast<float>(eps);
     if (bf16)
-      isa::gguf_quantize_rows(static_cast<const uint16_t*>(xp) + m0 * ldx, ldx, m1 - m0, K, g, e, v.data(),
-                              xqp + m0 * K, dxp + m0 * B, xsp + m0 * B);
+      isa::gguf_quantize_rows(static_cast<const uint16_t*>(xp) + m0 * ldx, ldx, m1 - m0, K, P, g, e, v.data(),
+                              xqp + m0 * P * K, dxp + m0 * P * B, xsp + m0 * P * B);
     else
-      isa::gguf_quantize_rows(static_cast<const float*>(xp) + m0 * ldx, ldx, m1 - m0, K, g, e, v.data(),
-                              xqp + m0 * K, dxp + m0 * B, xsp + m0 * B);
+      isa::gguf_quantize_rows(static_cast<const float*>(xp) + m0 * ldx, ldx, m1 - m0, K, P, g, e, v.data(),
+                              xqp + m0 * P * K, dxp + m0 * P * B, xsp + m0 * P * B);
   });
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {  // contiguous weight ranges
-    std::vector<float> acc(32 * std::min(M, isa::kGgufRowBlock));
-    isa::gguf_panels(*loop, f, p0, p1, xqp, dxp, xsp, M, K, wp, bp, yp, N, acc.data());
+    std::vector<float> acc(32 * std::min(rows, isa::kGgufRowBlock));
+    isa::gguf_panels(*loop, f, p0, p1, xqp, dxp, xsp, rows, P, K, wp, bp, yp, N, acc.data());
   });
   return y;
 }
@@ -362,7 +366,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("comp"), py::arg("w_scale"), py::arg("bias"), py::arg("n"), py::arg("passes"),
         py::arg("norm") = py::none(), py::arg("eps") = 0.0, py::arg("variant") = "");
   m.def("gguf_linear", &gguf_linear, "per-row GGUF block-quantised linear (Q4_0, Q4_1, Q8_0)", py::arg("x"),
-        py::arg("packed"), py::arg("fmt"), py::arg("n"), py::arg("bias") = py::none(), py::arg("norm") = py::none(),
+        py::arg("packed"), py::arg("fmt"), py::arg("n"), py::arg("passes"), py::arg("bias") = py::none(), py::arg("norm") = py::none(),
         py::arg("eps") = 0.0, py::arg("variant") = "");
   m.def("linear", &linear, "row-invariant fp32/bf16-weight linear, optional fused RMSNorm", py::arg("x"),
         py::arg("w"), py::arg("bias") = py::none(), py::arg("norm") = py::none(), py::arg("eps") = 0.0);
