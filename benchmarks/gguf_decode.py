@@ -6,7 +6,8 @@ w8a8 (int8 requantised) vs llama.cpp (llama-cpp-python, when installed), side by
 Runs are interleaved rep by rep (system order rotated), so a noisy neighbour on a shared machine
 hits every system alike; each cell is the median over reps of the decode tokens/s of a prompt
 (tokens after the first over the time after the first), then the median over prompts. Also prints
-t(k)/t(1) of one paraspec forward over k tokens on a ~500-token cache, per numerics. CPU flags
+t(k)/t(1) of one paraspec forward over k tokens on a ~500-token cache, per numerics, and the TTFT
+of a 1000-token prompt. CPU flags
 and load averages are printed: quote ratios, not absolute numbers, from a shared machine.
 """
 from __future__ import annotations
@@ -55,7 +56,8 @@ def t_of_k(llm: LLM, ks=(1, 4, 8, 16), reps: int = 7) -> dict[int, float]:
         ts = []
         for _ in range(reps):
             t = time.perf_counter()
-            model.forward(prompt[:k], torch.arange(500, 500 + k), [SeqInput(cache, k)], logits_rows=torch.tensor([k - 1]))
+            model.forward(prompt[:k], torch.arange(500, 500 + k), [SeqInput(cache, k)],
+                          logits_rows=torch.tensor([k - 1]))
             ts.append(time.perf_counter() - t)
         out[k] = statistics.median(ts) * 1e3
     return out
@@ -108,6 +110,19 @@ def main() -> None:
                   + ", ".join(str(next((j for j, (x, y) in enumerate(zip(same[(s, i)], same[('llama.cpp', i)]))
                                         if x != y), len(same[(s, i)]))) for i in range(len(PROMPTS)))
                   + f" of {a.tokens} (same tokens in total: {sum(agree)})")
+    long_ids = tok.encode(" ".join(PROMPTS) * 40)[:1000]       # TTFT: a 1000-token prompt, 3 reps each
+    ttft = {s: [] for s in systems}
+    for _ in range(3):
+        for s in systems:
+            t0 = time.perf_counter()
+            if s == "llama.cpp":
+                systems[s].reset()
+                next(iter(systems[s].generate(long_ids, temp=0.0, top_k=1, reset=True)))
+            else:
+                systems[s].generate([long_ids], SamplingParams(temperature=0, max_tokens=1))
+            ttft[s].append(time.perf_counter() - t0)
+    print("  TTFT, 1000-token prompt (median of 3): "
+          + "  ".join(f"{s} {statistics.median(v) * 1e3:.0f} ms" for s, v in ttft.items()))
     for s in ("gguf", "w8a8"):
         t = t_of_k(systems[s])
         print(f"  t(k) {s}: " + "  ".join(f"k={k}: {v:.2f} ms ({v / t[1]:.2f})" for k, v in t.items()))

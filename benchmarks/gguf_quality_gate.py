@@ -94,7 +94,8 @@ def main() -> int:
     print(f"perplexity / teacher-forced top-1 agreement with fp32, {a.chunks} x {CHUNK} tokens of pydoc topics:")
     for name in models:
         agree = (top1[name] == top1["fp32"]).float().mean().item()
-        print(f"  {name:5s} ppl {ppl[name]:8.4f} ({ppl[name] / ppl['fp32'] - 1:+.3%} vs fp32)  top-1 agreement {agree:.4f}")
+        print(f"  {name:5s} ppl {ppl[name]:8.4f} ({ppl[name] / ppl['fp32'] - 1:+.3%} vs fp32)  "
+              f"top-1 agreement {agree:.4f}")
     ppl_ok = abs(ppl["gguf"] / ppl["fp32"] - 1) <= 0.01
     agree_ok = (top1["gguf"] == top1["fp32"]).float().mean().item() >= 0.97
 

@@ -219,7 +219,8 @@ def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
         q, k = tensor(b + "attn_q.weight", matmul=True), tensor(b + "attn_k.weight", matmul=True)
         if arch == "llama":
             q, k = _gguf_unpermute(q, n_heads), _gguf_unpermute(k, n_kv)
-        mm = [tensor(b + f"{n}.weight", matmul=True) for n in ("attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
+        mm = [tensor(b + f"{n}.weight", matmul=True)
+              for n in ("attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
         _fuse_layer(w, i, q, k, *mm,
                     tensor(b + "attn_norm.weight"), tensor(b + "ffn_norm.weight"),
                     tensor(b + "attn_q.bias", False), tensor(b + "attn_k.bias", False),

@@ -79,9 +79,10 @@ void gguf_quantize_rows(const T* x, int64_t ldx, int64_t M, int64_t K, int P, co
 constexpr int64_t kGgufRowBlock = 64;  // rows per pass over the weights (their float sums in L1)
 constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB) every row tile runs while in L1
 
-// Panels [p0, p1) for sub-rows [0, M) (P per output row; kGgufRowBlock is even): one thread's contiguous share of the weights. A single row
-// tile walks each panel once; with more, each chunk of blocks is run by every tile while it sits
-// in L1, so the weights leave DRAM once per call. acc: 32 * min(M, kGgufRowBlock) floats.
+// Panels [p0, p1) for sub-rows [0, M) (P per output row; kGgufRowBlock is even): one thread's
+// contiguous share of the weights. A single row tile walks each panel once; with more, each
+// chunk of blocks is run by every tile while it sits in L1, so the weights leave DRAM once per
+// call. acc: 32 * min(M, kGgufRowBlock) floats.
 inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, const int8_t* xq,
                         const float* dx, const int32_t* xs, int64_t M, int P, int64_t K, const uint8_t* wp,
                         const float* bias, float* y, int64_t N, float* acc) {

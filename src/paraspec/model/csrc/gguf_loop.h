@@ -37,7 +37,8 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
   for (int64_t b = b0; b < b1; ++b) {
     const uint8_t* blk = panel + b * REC;
     if (prefetch)  // the stream runs on into the next panel: fetch ahead of the first tile
-      for (int64_t o = 0; o < REC; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk) + o + kPrefetch, _MM_HINT_T0);
+      for (int64_t o = 0; o < REC; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(blk) + o + kPrefetch, _MM_HINT_T0);
     const uint8_t* wq = blk + SB;
     const int32_t* xb = xw + 8 * b;
 #define PS_ACC1(i, j) A a##i##j = GOp::zero_acc();
