@@ -113,23 +113,23 @@ def test_unknown_format_is_refused():
 
 @pytest.fixture(scope="module")
 def tiny_gguf(tiny_model_dir, tmp_path_factory):
-    """tiny_gguf(kind) -> a tiny llama written as a .gguf with its matmuls in `kind`."""
-    hf = tiny_model_dir("llama", n_layers=3, hidden=96, heads=6, kv_heads=2)
+    """tiny_gguf(kind, arch) -> a tiny model written as a .gguf with its matmuls in `kind`."""
     out = {}
 
-    def make(kind: str):
-        if kind not in out:
-            out[kind] = write_gguf(hf, tmp_path_factory.mktemp("gguf") / f"m-{kind}.gguf", kind)
-        return out[kind]
+    def make(kind: str, arch: str = "llama"):
+        if (kind, arch) not in out:
+            hf = tiny_model_dir(arch, n_layers=3, hidden=96, heads=6, kv_heads=2)
+            out[kind, arch] = write_gguf(hf, tmp_path_factory.mktemp("gguf") / f"m-{arch}-{kind}.gguf", kind)
+        return out[kind, arch]
     return make
 
 
 @pytest.mark.parametrize("kernels", per_isa())
-@pytest.mark.parametrize("kind", FORMATS)
-def test_gguf_model_verify_equals_autoregressive(tiny_gguf, kind, kernels):
+@pytest.mark.parametrize("kind,arch", [(f, "llama") for f in FORMATS] + [("Q4_0", "qwen2")])  # qwen2: q/k/v biases
+def test_gguf_model_verify_equals_autoregressive(tiny_gguf, kind, arch, kernels):
     """Logits of a token fed one per step equal its logits inside one 11-token forward; the
     model is close to the fp32 dequantisation of the same file."""
-    lm = load_model(tiny_gguf(kind), torch.float32, keep_quantized=True)
+    lm = load_model(tiny_gguf(kind, arch), torch.float32, keep_quantized=True)
     assert isinstance(lm.weights["layers.0.wqkv"], ggml.GGUFWeight)
     model = Transformer(lm.args, lm.weights, torch.bfloat16, quantization="gguf", kernels=kernels)
     ids = torch.randint(0, lm.args.vocab_size, (31,))
@@ -141,7 +141,7 @@ def test_gguf_model_verify_equals_autoregressive(tiny_gguf, kind, kernels):
         step = model.forward(ids[i:i + 1], torch.tensor([i]), [SeqInput(cache, 1)])
         cache.commit([0])
         assert torch.equal(step[0], chunk[i - 20]), f"position {i}"
-    fp = load_model(tiny_gguf(kind), torch.float32)
+    fp = load_model(tiny_gguf(kind, arch), torch.float32)
     ref = Transformer(fp.args, fp.weights, torch.float32, kernels=kernels)
     c2 = ref.new_cache(64)
     full = ref.forward(ids, torch.arange(31), [SeqInput(c2, 31)])[20:]
