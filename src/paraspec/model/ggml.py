@@ -137,13 +137,14 @@ class GGUFLinear:
                  residual: bool = True):
         if weight.kind not in FORMATS:
             raise ValueError(f"no GGUF kernel for {weight.kind}; supported: {', '.join(FORMATS)}")
-        self.weight = weight               # kept for weight_rows (a tied embedding's lookups)
         self.kind = weight.kind
         self.out_features, self.in_features = n, k = weight.shape
         self.kernels = kernels or default_kernels()
         self.kernel = self.kernels.label if self.kernels.module is not None else "torch"
         self.bias = None if bias is None else bias.float().contiguous()
         self.passes = 2 if residual else 1
+        # only the packed copy (or the reference's unpacked one) is kept: a fused weight's raw
+        # bytes are a copy too, and a tied embedding looks its rows up in the file's own bytes
         if self.kernels.module is not None:
             self.packed = pack(weight)
         else:
@@ -178,10 +179,6 @@ class GGUFLinear:
             q1, dx1, xs1 = quantize_blocks(block_residual(x, q, dx))
             y = y + reference_dot(q1, dx1 if r is None else dx1 * r, xs1, self.wq, self.d, self.m, self.kind)
         return y if self.bias is None else y + self.bias
-
-    def weight_rows(self, index: torch.Tensor) -> torch.Tensor:
-        """Dequantised rows W[index] (fp32): a tied embedding looks its rows up here."""
-        return dequantize(self.weight, index)
 
 
 def reference_dot(q: torch.Tensor, dx: torch.Tensor, xs: torch.Tensor, wq: torch.Tensor, d: torch.Tensor,
