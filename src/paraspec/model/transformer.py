@@ -281,6 +281,10 @@ class Transformer:
                                     if k.startswith(f"layers.{i}.")}, quantization, kernels)
                        for i in range(args.n_layers)]
         self.rope_cos, self.rope_sin = rope_tables(args, args.max_seq_len)
+        # Rows are padded to ROW_MULTIPLE for torch's matmuls (module doc). GGUF linears on the
+        # compiled kernels (and the csrc attention and linear) are row-invariant at any row
+        # count, so there the padding would only cost rows: a decode step runs 1 row, not 4.
+        self.row_multiple = 1 if quantization == "gguf" and kernels.module is not None else ROW_MULTIPLE
         self.scale = args.head_dim ** -0.5
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -308,7 +312,7 @@ class Transformer:
         biases = [None if prompt or kernel else attention_bias(s.cache, s.num_tokens, s.tree_mask, n_heads // n_kv)
                   for s in seqs]
         n_tokens = tokens.shape[0]
-        pad = round_up(n_tokens, ROW_MULTIPLE) - n_tokens
+        pad = round_up(n_tokens, self.row_multiple) - n_tokens
         if pad:  # dummy rows (copies of the last token) keep every matmul at a multiple of 4 rows
             tokens = torch.cat([tokens, tokens[-1:].expand(pad)])
             positions = torch.cat([positions, positions[-1:].expand(pad)])
