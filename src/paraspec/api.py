@@ -13,7 +13,8 @@ from .engine import Engine
 from .outputs import TokenLogprob
 from .errors import ConfigError, RequestError
 from .model import kernels as cpu_kernels
-from .model.loader import load_model
+from .model.ggml import GGUFWeight
+from .model.loader import is_gguf, load_model
 from .model.tokenizer import Tokenizer
 from .model.transformer import Transformer
 from .runner import ModelRunner
@@ -62,9 +63,10 @@ class LLM:
 
     model: a .gguf file, a Hugging Face folder, or "default" (SmolLM2-135M-Instruct, bundled).
     dtype / quantization: "auto" (default) picks the fastest exact numerics for this CPU
-        (kernels.default_numerics: bf16 where the CPU has native bf16, else w8a8 where a compiled
-        W8A8 kernel runs); an explicit dtype ("bfloat16", "float32") keeps its meaning, and
-        quantization "w8a8" / "none" forces or disables int8.
+        (a GGUF file runs its own Q4_0/Q4_1/Q8_0 blocks where a compiled kernel runs, else
+        kernels.default_numerics: w8a8 where a compiled W8A8 kernel runs, else bf16); an explicit
+        dtype ("bfloat16", "float32") keeps its meaning (a GGUF file dequantised), and quantization
+        "w8a8" / "gguf" / "none" forces one or disables it.
     plugin_params: MindIE-style JSON string (or dict) choosing parallel decoding, e.g.
         '{"plugin_type":"memory_decoding","decoding_length":16,"dynamic_algo":true}'.
     kernels: the compiled CPU kernels ("auto", "avx512", "avx2", "torch"; default: $PARASPEC_KERNELS
@@ -80,7 +82,8 @@ class LLM:
         if dtype not in DTYPES and dtype != "auto":
             raise ConfigError(f"dtype={dtype!r} is not supported; use 'auto', 'bfloat16' or 'float32'")
         self.kernels = cpu_kernels.default() if kernels is None else cpu_kernels.choose(kernels)
-        self.numerics = cpu_kernels.resolve_numerics(dtype, quantization, self.kernels)
+        auto = dtype == "auto" and quantization in ("auto", None)
+        self.numerics = cpu_kernels.resolve_numerics(dtype, quantization, self.kernels, gguf_file=is_gguf(model))
         dtype, quantization = self.numerics.dtype, self.numerics.quantization
         self.config = EngineConfig(dtype=dtype, quantization=quantization, max_batch_size=max_batch_size,
                                    speculation_gamma=speculation_gamma, prefill_chunk=prefill_chunk,
@@ -91,7 +94,15 @@ class LLM:
                                   "(--threads; default: all cores)", param="num_threads")
             torch.set_num_threads(num_threads)
         # w8a8 quantises from fp32 weights; the rest of the model stays in `dtype`
-        loaded = load_model(model, torch.float32 if quantization else DTYPES[dtype])
+        loaded = load_model(model, torch.float32 if quantization else DTYPES[dtype],
+                            keep_quantized=quantization == "gguf")
+        if quantization == "gguf" and not any(isinstance(w, GGUFWeight) for w in loaded.weights.values()):
+            if not auto:
+                raise ConfigError(f"quantization='gguf': {loaded.path.name} has no Q4_0/Q4_1/Q8_0 weights to run "
+                                  "as stored; use 'w8a8', 'none' or 'auto'")
+            self.numerics = cpu_kernels.default_numerics(self.kernels)   # e.g. an F16 or K-quant file
+            dtype, quantization = self.numerics.dtype, self.numerics.quantization
+            self.config.dtype, self.config.quantization = dtype, quantization
         self.model_name = loaded.name
         self.tokenizer = Tokenizer.from_source(loaded.tokenizer_source)
         self.model = Transformer(loaded.args, loaded.weights, DTYPES[dtype], quantization=quantization,

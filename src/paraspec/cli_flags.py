@@ -16,8 +16,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
                    help="weights' dtype (default auto: the fastest exact numerics for this CPU, see `paraspec info`)")
     p.add_argument("--quantization", default="auto",
-                   help="'w8a8' (int8 weights and per-token int8 activations), 'none', or 'auto' (default: "
-                        "chosen for this CPU with --dtype auto)")
+                   help="'w8a8' (int8 weights and per-token int8 activations), 'gguf' (a .gguf file's own "
+                        "Q4_0/Q4_1/Q8_0 blocks), 'none', or 'auto' (default: chosen for this CPU and model with --dtype auto)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
 
 

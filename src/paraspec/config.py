@@ -16,7 +16,7 @@ from .errors import ConfigError
 
 PLUGIN_ALIASES = {"memory_decoding": "memory_decoding", "la": "lookahead", "lookahead": "lookahead",
                   "hybrid": "hybrid"}
-QUANTIZATIONS = ("w8a8",)
+QUANTIZATIONS = ("w8a8", "gguf")
 DEFAULT_PREFILL_CHUNK = 256      # ~1/8 of a 2k prompt's prefill between two decode steps
 
 
@@ -31,7 +31,8 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
-            raise ConfigError(f"quantization={self.quantization!r} is not supported; use 'w8a8', 'none' or 'auto' "
+            raise ConfigError(f"quantization={self.quantization!r} is not supported; use 'w8a8', 'gguf' "
+                              "(a .gguf file's own blocks), 'none' or 'auto' "
                               "(chosen for this CPU)")
         if not isinstance(self.max_batch_size, int) or not 1 <= self.max_batch_size <= 256:
             raise ConfigError(f"max_batch_size={self.max_batch_size!r} is invalid; use an integer from 1 to 256")

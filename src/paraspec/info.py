@@ -4,7 +4,7 @@ measured on it (what the drafters size their drafts by). The bench report record
 
     paraspec info                    # text; loads the default model to measure the cost curve
     paraspec info --json --no-cost   # machine-readable, without loading a model
-    paraspec info --numerics         # also time one decode step in fp32, bf16 and w8a8 here
+    paraspec info --numerics         # also time one decode step in fp32, bf16, w8a8 (and gguf) here
 """
 from __future__ import annotations
 
@@ -94,12 +94,16 @@ def measure_numerics(model: str, kernels: Kernels, reps: int = 9) -> dict:
 
     import torch
 
-    from .model.loader import load_model
+    from .model.loader import is_gguf, load_model
     from .model.transformer import SeqInput, Transformer
     out = {}
     loaded = load_model(model, torch.float32)
-    for name, dtype, quant in (("float32", torch.float32, None), ("bfloat16", torch.bfloat16, None),
-                               ("w8a8", torch.bfloat16, "w8a8")):
+    todo = [("float32", torch.float32, None), ("bfloat16", torch.bfloat16, None), ("w8a8", torch.bfloat16, "w8a8")]
+    if is_gguf(model):   # the file's own blocks
+        todo.append(("gguf", torch.bfloat16, "gguf"))
+    for name, dtype, quant in todo:
+        if quant == "gguf":
+            loaded = load_model(model, torch.float32, keep_quantized=True)
         weights = loaded.weights if quant or dtype == torch.float32 else \
             {k: v.to(dtype) if v.dim() == 2 else v for k, v in loaded.weights.items()}
         m = Transformer(loaded.args, weights, dtype, quantization=quant, kernels=kernels)
@@ -142,7 +146,7 @@ def add_parser(sub) -> None:
     p.add_argument("--model", default="default", help="model to measure the cost curve t(k)/t(1) on")
     p.add_argument("--no-cost", action="store_true", help="skip the cost curve (no model is loaded)")
     p.add_argument("--json", action="store_true", help="one JSON object")
-    p.add_argument("--numerics", action="store_true", help="time a decode step in fp32, bf16 and w8a8")
+    p.add_argument("--numerics", action="store_true", help="time a decode step in fp32, bf16, w8a8 and (a GGUF model) gguf")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     p.set_defaults(func=info_main)
 

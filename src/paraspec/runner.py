@@ -35,6 +35,9 @@ class ModelRunner:
         its padded size, so a drafter sees that a 4th draft node buys a whole step up and that
         the 5th to 7th then come free (docs/design-notes.md)."""
         if self._cost is None:
+            multiple = getattr(self.model, "row_multiple", ROW_MULTIPLE)
+            if multiple == 1 and sizes[0] != 1:   # an unpadded forward: one row has its own cost
+                sizes = (1, *sizes)
             cache = self.new_cache(context + max(sizes) + 1)
             self.prefill(cache, [0] * context)
             # shapes interleaved, a new order each round, and the median kept: one shape timed
@@ -52,7 +55,7 @@ class ModelRunner:
             # and noise must not make a longer query look cheaper than a shorter one
             measured = np.maximum.accumulate([float(np.median(times[k])) for k in sizes])
             measured /= measured[0]
-            self._cost = {k: float(np.interp(round_up(k, ROW_MULTIPLE), sizes, measured))
+            self._cost = {k: float(np.interp(round_up(k, multiple), sizes, measured))
                           for k in range(1, max(sizes) + 1)}
         return self._cost
 

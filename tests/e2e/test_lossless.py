@@ -3,8 +3,10 @@ to autoregressive greedy decoding in the same engine and numerics, for a few doz
 (code, prose, repetitive, chat, input-grounded). No near-tie excuse: the forward is row-invariant
 in bf16, fp32 and w8a8 on every kernel path, so a single differing token fails the test.
 
-The default numerics for this CPU (bf16 with native bf16, w8a8 on AVX2; kernels.default_numerics)
-run every drafter; fp32, bf16 and w8a8 each run one more where they are not the default. The
+The default numerics for this CPU and the bundled GGUF (gguf, its own Q4_1/Q8_0 blocks, where
+compiled kernels run; else kernels.default_numerics) run every drafter; fp32, bf16 and w8a8 each
+run one more where they are not the default, and gguf on the AVX2 kernels where it is not the
+default path. The
 other kernel paths are covered on tiny models (tests/test_engine.py, tests/model/)."""
 import pytest
 
@@ -79,6 +81,15 @@ def test_greedy_identical_w8a8(bundled_llm_default):
     if bundled_llm_default.config.quantization == "w8a8":
         pytest.skip("w8a8 is this CPU's default numerics: test_greedy_identical_default_numerics ran it")
     _check(LLM(quantization="w8a8"), PLUGINS["lookahead"], short=True)
+
+
+def test_greedy_identical_gguf_avx2(bundled_llm_default):
+    from paraspec.model import kernels
+    if kernels.why_not("avx2"):
+        pytest.skip(f"the avx2 kernels do not run here: {kernels.why_not('avx2')}")
+    if bundled_llm_default.config.quantization == "gguf" and bundled_llm_default.kernels.name == "avx2":
+        pytest.skip("gguf on avx2 is this CPU's default: test_greedy_identical_default_numerics ran it")
+    _check(LLM(quantization="gguf", kernels="avx2"), PLUGINS["hybrid"], short=True)
 
 
 def test_long_tree_runs_with_accumulated_memory_identical(bundled_llm_default):

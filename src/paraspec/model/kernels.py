@@ -34,9 +34,9 @@ logger = logging.getLogger("paraspec.kernels")
 ENV = "PARASPEC_KERNELS"
 ISAS = ("avx512", "avx2")                       # best first
 PATHS = (*ISAS, "torch")
-VERSION = 6                                     # csrc modules' VERSION this code calls
+VERSION = 7                                     # csrc modules' VERSION this code calls
 REQUIRES = {"avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "fma"}),   # as csrc's
-            "avx2": frozenset({"avx2", "fma"})}                                                  # cpu_supported()
+            "avx2": frozenset({"avx2", "fma", "f16c"})}                                                  # cpu_supported()
 SHOWN = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
          "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "asimd", "asimddp", "sve", "bf16")
 
@@ -76,9 +76,9 @@ def cpu_features() -> frozenset[str]:
         except Exception:  # a private helper that changed: no opinion
             return None
     if is_x86():
-        if not npf:  # no numpy opinion: torch's alone (it has no separate FMA bit; AVX2 CPUs all have FMA)
+        if not npf:  # no numpy opinion: torch's alone (it has no separate FMA bit; AVX2 CPUs all have FMA and F16C)
             if torch_says("_is_avx2_supported"):
-                feats |= {"avx2", "fma"}
+                feats |= {"avx2", "fma", "f16c"}
             if torch_says("_is_avx512_supported"):
                 feats |= {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
             if torch_says("_is_vnni_supported"):
@@ -86,7 +86,7 @@ def cpu_features() -> frozenset[str]:
             if torch_says("_is_avx512_bf16_supported"):
                 feats.add("avx512_bf16")
         if torch_says("_is_avx2_supported") is False:
-            feats -= {"avx2", "fma"}
+            feats -= {"avx2", "fma", "f16c"}
         if torch_says("_is_avx512_supported") is False:
             feats = {f for f in feats if not f.startswith("avx512")}
         if torch_says("_is_amx_tile_supported"):
@@ -205,7 +205,7 @@ class Numerics:
     """What a model's matmuls run in: the weights' dtype and an optional quantisation."""
 
     dtype: str                      # "bfloat16" | "float32"
-    quantization: str | None        # None | "w8a8"
+    quantization: str | None        # None | "w8a8" | "gguf"
     why: str = ""
 
 
@@ -226,14 +226,27 @@ def default_numerics(kernels: Kernels | None = None) -> Numerics:
     return Numerics("bfloat16", None, "no compiled kernels: bf16 through torch, half of fp32's bytes")
 
 
-def resolve_numerics(dtype: str | None, quantization: str | None, kernels: Kernels | None = None) -> Numerics:
+def gguf_numerics(kernels: Kernels) -> Numerics:
+    """A GGUF file's own Q4_0 / Q4_1 / Q8_0 blocks (ggml.py): fewer bytes a step than int8."""
+    return Numerics("bfloat16", "gguf", f"the GGUF file's own blocks through the {kernels.label} kernels: "
+                                        "the fewest bytes a decode step streams")
+
+
+def resolve_numerics(dtype: str | None, quantization: str | None, kernels: Kernels | None = None,
+                     gguf_file: bool = False) -> Numerics:
     """A user's dtype / quantization, "auto" (or None for dtype) filled in for this CPU.
 
-    dtype "auto" with quantization "auto" or unset: default_numerics(). An explicit dtype keeps
-    its meaning: fp32 stays fp32 unless w8a8 is asked for too. quantization "none" disables it."""
+    dtype "auto" with quantization "auto" or unset: a GGUF file runs its own blocks where a
+    compiled kernel runs (gguf_numerics), anything else default_numerics(). An explicit dtype
+    keeps its meaning: fp32 stays fp32 (a GGUF file is dequantised) unless a quantization is
+    asked for too. quantization "none" disables it; "gguf" needs a .gguf model."""
     q = None if quantization in (None, "", "none") else quantization
+    if q == "gguf" and not gguf_file:
+        raise ConfigError("quantization='gguf' runs a .gguf file's own blocks, and this model is not a "
+                          ".gguf file; use 'w8a8', 'none' or 'auto'")
+    kernels = kernels or default()
     if dtype in (None, "auto"):
         if quantization in ("auto", None):
-            return default_numerics(kernels)
+            return gguf_numerics(kernels) if gguf_file and kernels.module is not None else default_numerics(kernels)
         return Numerics("bfloat16", q, "quantization chosen by the caller")
     return Numerics(dtype, None if q == "auto" else q, "chosen by the caller")

@@ -6,11 +6,15 @@ its __init__ needs the `llm` package).
 
 Names produced (per layer i): layers.i.{attn_norm, ffn_norm, wqkv, bqkv?, wo, w_gate_up, w_down,
 q_norm?, k_norm?}, plus tok_embeddings, norm and lm_head (when not tied).
+
+keep_quantized (quantization "gguf"): a GGUF file's Q4_0 / Q4_1 / Q8_0 matmul weights come back as
+ggml.GGUFWeight (their stored blocks) instead of dequantised; others are dequantised, with a log line.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +24,11 @@ import torch
 
 from ..errors import ModelLoadError
 from ..gc_pause import gc_paused
+from . import ggml
 from .args import SUPPORTED_ARCHS, ModelArgs
+from .ggml import GGUFWeight
+
+logger = logging.getLogger("paraspec.loader")
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -63,21 +71,30 @@ def resolve_model_path(model: str | os.PathLike | None) -> Path:
     return path
 
 
-def load_model(model: str | os.PathLike | None, dtype: torch.dtype) -> LoadedModel:
+def is_gguf(model: str | os.PathLike | None) -> bool:
+    """Whether `model` names a GGUF file (the bundled default is one)."""
+    return resolve_model_path(model).suffix.lower() == ".gguf"
+
+
+def load_model(model: str | os.PathLike | None, dtype: torch.dtype, keep_quantized: bool = False) -> LoadedModel:
     path = resolve_model_path(model)
     # the cyclic GC paused meanwhile: the GGUF reader makes ~0.2 M short-lived numpy views, whose
     # allocations would trigger full collections over the whole heap (torch's included); loading
     # the default model takes 2.0 s instead of 2.7-3.1 s
     with gc_paused():
-        loaded = _load_hf(path) if path.is_dir() else _load_gguf(path)
+        loaded = _load_hf(path) if path.is_dir() else _load_gguf(path, keep_quantized)
         loaded.weights = _cast(loaded.weights, dtype)
     return loaded
 
 
-def _cast(weights: dict[str, np.ndarray | torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """Matmul weights go to `dtype`; norms and biases stay fp32 (they act on the fp32 stream)."""
+def _cast(weights: dict[str, np.ndarray | torch.Tensor | GGUFWeight], dtype: torch.dtype) -> dict:
+    """Matmul weights go to `dtype`; norms and biases stay fp32 (they act on the fp32 stream);
+    GGUF blocks stay as they are."""
     out = {}
     for name, w in weights.items():
+        if isinstance(w, GGUFWeight):
+            out[name] = w
+            continue
         t = torch.from_numpy(np.array(w, dtype=np.float32, copy=not w.flags.writeable)) if isinstance(w, np.ndarray) else w
         short = name.rsplit(".", 1)[-1]
         keep_fp32 = short in ("attn_norm", "ffn_norm", "norm", "q_norm", "k_norm", "bqkv")
@@ -94,11 +111,11 @@ def _check_arch(arch: str, where: str) -> None:
 def _fuse_layer(w: dict, i: int, q, k, v, o, gate, up, down, attn_norm, ffn_norm,
                 q_bias=None, k_bias=None, v_bias=None, q_norm=None, k_norm=None) -> None:
     p = f"layers.{i}."
-    w[p + "wqkv"] = np.concatenate([q, k, v], axis=0)
+    w[p + "wqkv"] = _concat([q, k, v], p + "wqkv")
     if q_bias is not None:
         w[p + "bqkv"] = np.concatenate([q_bias, k_bias, v_bias], axis=0)
     w[p + "wo"] = o
-    w[p + "w_gate_up"] = np.concatenate([gate, up], axis=0)
+    w[p + "w_gate_up"] = _concat([gate, up], p + "w_gate_up")
     w[p + "w_down"] = down
     w[p + "attn_norm"] = attn_norm
     w[p + "ffn_norm"] = ffn_norm
@@ -107,15 +124,32 @@ def _fuse_layer(w: dict, i: int, q, k, v, o, gate, up, down, attn_norm, ffn_norm
         w[p + "k_norm"] = k_norm
 
 
+def _concat(parts: list, name: str):
+    """Rows of fused weights stacked; GGUF blocks of one format stay blocks, mixed ones are
+    dequantised (with a log line)."""
+    if all(isinstance(p, GGUFWeight) for p in parts):
+        fused = ggml.concat(parts)
+        if fused is not None:
+            return fused
+    if any(isinstance(p, GGUFWeight) for p in parts):
+        logger.info("paraspec: %s mixes %s; dequantised", name,
+                    "/".join(p.kind if isinstance(p, GGUFWeight) else "float" for p in parts))
+        parts = [ggml.dequantize(p).numpy() if isinstance(p, GGUFWeight) else p for p in parts]
+    return np.concatenate(parts, axis=0)
+
+
 # ----------------------------------------------------------------------------------------- GGUF
 
-def _gguf_unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
-    """llama.cpp stores Llama Q/K rows interleaved for its rotary layout; restore HF's halves."""
+def _gguf_unpermute(w: np.ndarray | GGUFWeight, n_heads: int) -> np.ndarray | GGUFWeight:
+    """llama.cpp stores Llama Q/K rows interleaved for its rotary layout; restore HF's halves.
+    (A row's blocks lie along it, so GGUF blocks move with their rows.)"""
+    if isinstance(w, GGUFWeight):
+        return w.permute_rows(lambda a: _gguf_unpermute(a, n_heads))
     rows = w.shape[0]
     return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _load_gguf(path: Path) -> LoadedModel:
+def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
     try:
         import gguf
         reader = gguf.GGUFReader(str(path))
@@ -131,13 +165,20 @@ def _load_gguf(path: Path) -> LoadedModel:
     _check_arch(arch, str(path))
     tensors = {t.name: t for t in reader.tensors}
 
-    def tensor(name: str, required: bool = True) -> np.ndarray | None:
+    dequantised: dict[str, int] = {}
+
+    def tensor(name: str, required: bool = True, matmul: bool = False) -> np.ndarray | GGUFWeight | None:
         t = tensors.get(name)
         if t is None:
             if required:
                 raise ModelLoadError(f"GGUF {str(path)!r} lacks tensor {name!r}; the file is "
                                      "incomplete or not a decoder-only language model")
             return None
+        kind = t.tensor_type.name
+        if keep_quantized and matmul:
+            if kind in ggml.FORMATS and len(t.shape) == 2:
+                return GGUFWeight(kind, t.data.reshape(int(t.shape[1]), -1))
+            dequantised[kind] = dequantised.get(kind, 0) + 1
         try:
             a = gguf.quants.dequantize(t.data, t.tensor_type)
         except NotImplementedError:
@@ -149,7 +190,7 @@ def _load_gguf(path: Path) -> LoadedModel:
     n_kv = int(field(f"{arch}.attention.head_count_kv", n_heads))
     dim = int(field(f"{arch}.embedding_length"))
     tokens = field("tokenizer.ggml.tokens") or []
-    embed = tensor("token_embd.weight")
+    embed = tensor("token_embd.weight", matmul=True)
     head_dim = int(field(f"{arch}.attention.key_length", dim // n_heads))
     rope_freqs = tensor("rope_freqs.weight", required=False)
     args = ModelArgs(
@@ -172,18 +213,22 @@ def _load_gguf(path: Path) -> LoadedModel:
     )
     w: dict[str, np.ndarray] = {"tok_embeddings": embed, "norm": tensor("output_norm.weight")}
     if not args.tie_embeddings:
-        w["lm_head"] = tensor("output.weight")
+        w["lm_head"] = tensor("output.weight", matmul=True)
     for i in range(args.n_layers):
         b = f"blk.{i}."
-        q, k = tensor(b + "attn_q.weight"), tensor(b + "attn_k.weight")
+        q, k = tensor(b + "attn_q.weight", matmul=True), tensor(b + "attn_k.weight", matmul=True)
         if arch == "llama":
             q, k = _gguf_unpermute(q, n_heads), _gguf_unpermute(k, n_kv)
-        _fuse_layer(w, i, q, k, tensor(b + "attn_v.weight"), tensor(b + "attn_output.weight"),
-                    tensor(b + "ffn_gate.weight"), tensor(b + "ffn_up.weight"), tensor(b + "ffn_down.weight"),
+        mm = [tensor(b + f"{n}.weight", matmul=True)
+              for n in ("attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
+        _fuse_layer(w, i, q, k, *mm,
                     tensor(b + "attn_norm.weight"), tensor(b + "ffn_norm.weight"),
                     tensor(b + "attn_q.bias", False), tensor(b + "attn_k.bias", False),
                     tensor(b + "attn_v.bias", False),
                     tensor(b + "attn_q_norm.weight", False), tensor(b + "attn_k_norm.weight", False))
+    if dequantised:
+        logger.info("paraspec: no GGUF kernel for %s; those tensors are dequantised (the Q4_0/Q4_1/Q8_0 "
+                    "ones run as stored)", ", ".join(f"{k} ({n} tensors)" for k, n in sorted(dequantised.items())))
     tok_source = {
         "kind": "gguf",
         "model": field("tokenizer.ggml.model"),

@@ -5,7 +5,7 @@ per sequence, a boolean mask among its new tokens (a causal chain or a draft tre
 token sees its sequence's whole committed KV cache plus the new tokens the mask allows. Logits
 come back only for the rows asked for.
 
-Numerics: weights in bf16 or fp32 (or int8, quant.py); the residual stream, norms, RoPE and
+Numerics: weights in bf16 or fp32 (or int8, quant.py, or GGUF blocks, ggml.py); the residual stream, norms, RoPE and
 attention in fp32. Row invariance is the design goal: a token's logits must not depend on how
 many other tokens share the forward, so that verifying a draft in one pass gives exactly what
 one-token autoregressive steps give. Where compiled kernels run (kernels.py), every decode
@@ -28,11 +28,13 @@ import torch.nn.functional as F
 
 from . import kernels as cpu_kernels
 from .args import ModelArgs
+from .ggml import GGUFLinear, GGUFWeight, dequantize
 from .kv_cache import KEY_BUCKET, KVCache, round_up
 
 ROW_MULTIPLE = 4  # matmuls run on a multiple of this many rows (row invariance, see module doc)
 
 
+MATMULS = ("wqkv", "wo", "w_gate_up", "w_down", "lm_head", "tok_embeddings")  # weights' short names
 _EMPTY = torch.empty(0, dtype=torch.bool)   # "no tree mask: a causal chain", for the kernel
 
 
@@ -230,9 +232,12 @@ def prompt_attention(q: torch.Tensor, cache: KVCache, layer: int, scale: float) 
     return out.view(n_heads, n, head_dim).transpose(0, 1).reshape(n, n_heads * head_dim)
 
 
-def make_linear(weight: torch.Tensor, bias: torch.Tensor | None = None, quantization: str | None = None,
+def make_linear(weight: torch.Tensor | GGUFWeight, bias: torch.Tensor | None = None, quantization: str | None = None,
                 kernels: cpu_kernels.Kernels | None = None):
-    """A Linear in the weight's dtype, or an Int8Linear (W8A8, see quant.py) built from it."""
+    """A Linear in the weight's dtype, an Int8Linear (W8A8, see quant.py) built from it, or a
+    GGUFLinear over GGUF blocks (ggml.py)."""
+    if isinstance(weight, GGUFWeight):
+        return GGUFLinear(weight, bias, kernels=kernels)
     if quantization == "w8a8":
         from .quant import Int8Linear
         return Int8Linear.from_float(weight.float(), bias, kernels=kernels)
@@ -264,14 +269,28 @@ class Transformer:
         self.quantization = quantization
         self.dtype = dtype
         self.kernels = kernels = kernels or cpu_kernels.default()
+        if quantization == "gguf":   # what no GGUF kernel runs is a plain linear in `dtype`
+            weights = {k: w if isinstance(w, GGUFWeight) or k.rsplit(".", 1)[-1] not in MATMULS else w.to(dtype)
+                       for k, w in weights.items()}
         self.lm_head = make_linear(weights.get("lm_head", weights["tok_embeddings"]), None, quantization, kernels)
-        self.tok_embeddings = weights["tok_embeddings"].to(dtype)  # [vocab, dim]; rows are looked up
+        embed = weights["tok_embeddings"]
+        # [vocab, dim]; rows are looked up (GGUF blocks: dequantised per lookup, as the LM head's)
+        self.tok_embeddings = embed if isinstance(embed, GGUFWeight) else embed.to(dtype)
         self.norm = weights["norm"]                                # [dim] fp32
         self.layers = [Layer(args, {k.split(".", 2)[2]: v for k, v in weights.items()
                                     if k.startswith(f"layers.{i}.")}, quantization, kernels)
                        for i in range(args.n_layers)]
         self.rope_cos, self.rope_sin = rope_tables(args, args.max_seq_len)
+        # Rows are padded to ROW_MULTIPLE for torch's matmuls (module doc). GGUF linears on the
+        # compiled kernels (and the csrc attention and linear) are row-invariant at any row
+        # count, so there the padding would only cost rows: a decode step runs 1 row, not 4.
+        self.row_multiple = 1 if quantization == "gguf" and kernels.module is not None else ROW_MULTIPLE
         self.scale = args.head_dim ** -0.5
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.tok_embeddings, GGUFWeight):
+            return dequantize(self.tok_embeddings, tokens)
+        return self.tok_embeddings[tokens].float()
 
     def new_cache(self, capacity: int) -> KVCache:
         return KVCache(self.args, capacity)
@@ -293,7 +312,7 @@ class Transformer:
         biases = [None if prompt or kernel else attention_bias(s.cache, s.num_tokens, s.tree_mask, n_heads // n_kv)
                   for s in seqs]
         n_tokens = tokens.shape[0]
-        pad = round_up(n_tokens, ROW_MULTIPLE) - n_tokens
+        pad = round_up(n_tokens, self.row_multiple) - n_tokens
         if pad:  # dummy rows (copies of the last token) keep every matmul at a multiple of 4 rows
             tokens = torch.cat([tokens, tokens[-1:].expand(pad)])
             positions = torch.cat([positions, positions[-1:].expand(pad)])
@@ -301,7 +320,7 @@ class Transformer:
         cos = self.rope_cos[positions].unsqueeze(1)                # [T, 1, head_dim]
         sin = self.rope_sin[positions].unsqueeze(1)
 
-        x = self.tok_embeddings[tokens].float()                    # [T, dim] residual stream, fp32
+        x = self.embed(tokens)                                     # [T, dim] residual stream, fp32
         for i, layer in enumerate(self.layers):
             # attention block
             qkv = layer.wqkv.norm_linear(x, layer.attn_norm, a.norm_eps, prompt).float().view(-1, n_heads + 2 * n_kv, hd)

@@ -5,11 +5,12 @@
 // Every operation is per lane or spelled in the order the AVX-512 one sums (fold), so the two
 // modules give the same bits: 2^n comes from the exponent bits instead of scalef (the same
 // exact product, n being an integer in [-126, 0] here), masked loads zero the lanes past n.
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 
 #define PARASPEC_ISA "avx2"
 // every feature the target line enables (the builtin also checks that the OS saves ymm state)
-#define PARASPEC_CPU_SUPPORTED() (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+#define PARASPEC_CPU_SUPPORTED() \
+  (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
 
 namespace isa {
 
@@ -49,6 +50,10 @@ inline __m256 bf16x8(const uint16_t* p) {  // 8 bf16 -> fp32: each word into the
   return _mm256_castsi256_ps(_mm256_shuffle_epi8(h, pick));
 }
 inline F16 load(const uint16_t* p) { return {bf16x8(p), bf16x8(p + 8)}; }  // 16 bf16 -> fp32 (exact)
+inline F16 load_half(const uint16_t* p) {  // 16 fp16 -> fp32 (exact; F16C, which every AVX2 CPU has)
+  return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
+}
 inline void store(float* p, F16 a) { _mm256_storeu_ps(p, a.lo); _mm256_storeu_ps(p + 8, a.hi); }
 inline void storen(float* p, F16 a, int64_t n) {
   _mm256_maskstore_ps(p, lanes_below(n), a.lo);
@@ -99,6 +104,13 @@ inline I16 load(const int32_t* p) {
 }
 inline I16 set1(int32_t x) { return {_mm256_set1_epi32(x), _mm256_set1_epi32(x)}; }
 inline F16 to_float(I16 a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
+inline int32_t reduce_add(I16 a) {  // exact in any order
+  const __m256i s = _mm256_add_epi32(a.lo, a.hi);
+  __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+  return _mm_cvtsi128_si32(t);
+}
 inline I16 to_int(F16 a) { return {_mm256_cvtps_epi32(a.lo), _mm256_cvtps_epi32(a.hi)}; }  // half to even
 inline void store_bytes(uint8_t* p, I16 a, int64_t n) {  // low byte of each lane
   const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
@@ -137,6 +149,17 @@ struct Ymm8x4 {  // loads and stores shared by both ymm steps
   static void store_acc(int32_t* p, Acc a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), a); }
   static Acc zero_acc() { return _mm256_setzero_si256(); }
   static Acc load_w(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  // for the GGUF loop's float step (8 channels per ymm)
+  static Acc sub_i(Acc a, int32_t c) { return _mm256_sub_epi32(a, _mm256_set1_epi32(c)); }
+  using Flt = __m256;
+  static Flt load_f(const float* p) { return _mm256_loadu_ps(p); }
+  static void store_f(float* p, Flt a) { _mm256_storeu_ps(p, a); }
+  static Flt zero_f() { return _mm256_setzero_ps(); }
+  static Flt set1_f(float x) { return _mm256_set1_ps(x); }
+  static Flt half(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static Flt to_float(Acc a) { return _mm256_cvtepi32_ps(a); }
+  static Flt mul_f(Flt a, Flt b) { return _mm256_mul_ps(a, b); }
+  static Flt add_f(Flt a, Flt b) { return _mm256_add_ps(a, b); }
 };
 
 namespace avx2 {
@@ -155,6 +178,39 @@ struct Op : Ymm8x4 {
 };
 
 #include "w8a8_loop.h"
+
+// GGUF inner step (gguf_loop.h), 8 channels per ymm. Q4: vpmaddubsw of u8 nibbles (<= 15) by
+// s8 activations cannot saturate (2 * 15 * 127 < 2^15); Q8_0: |x| times the weights carrying
+// x's sign, as the W8A8 step above (2 * 127 * 127 < 2^15). vpmaddwd by ones widens to int32.
+struct GOp : Ymm8x4 {
+  static constexpr int kRows = 2;        // 8 accumulators + 4 weights + constants
+  static constexpr int kQ8Offset = 0;
+  static void load_q4(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
+    const __m256i lo = _mm256_set1_epi8(0x0F);
+    w0 = _mm256_and_si256(b0, lo), w1 = _mm256_and_si256(b1, lo);
+    w2 = _mm256_and_si256(_mm256_srli_epi16(b0, 4), lo), w3 = _mm256_and_si256(_mm256_srli_epi16(b1, 4), lo);
+  }
+  static void load_q8(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
+    w0 = load_w(reinterpret_cast<const int8_t*>(p)), w1 = load_w(reinterpret_cast<const int8_t*>(p + 32));
+    w2 = load_w(reinterpret_cast<const int8_t*>(p + 64)), w3 = load_w(reinterpret_cast<const int8_t*>(p + 96));
+  }
+  struct X { __m256i mag, sgn; };
+  static Acc prep4(int32_t x4) { return _mm256_set1_epi32(x4); }
+  static X prep8(int32_t x4) {
+    const __m256i x = _mm256_set1_epi32(x4);
+    return {_mm256_abs_epi8(x), x};
+  }
+  static Acc mac4(Acc acc, Acc x, Acc w) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
+  }
+  static Acc mac8(Acc acc, X x, Acc w) {
+    const __m256i pairs = _mm256_maddubs_epi16(x.mag, _mm256_sign_epi8(w, x.sgn));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+};
+#include "gguf_loop.h"
 }  // namespace avx2
 
 }  // namespace isa
@@ -165,7 +221,7 @@ struct Op : Ymm8x4 {
 #if __GNUC__ >= 11
 #define PARASPEC_AVXVNNI 1
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,avxvnni")
+#pragma GCC target("avx2,fma,f16c,avxvnni")
 namespace isa {
 
 namespace avxvnni {
@@ -177,6 +233,31 @@ struct Op : Ymm8x4 {
 };
 
 #include "w8a8_loop.h"
+
+// GGUF: the AVX-512 step on ymm (Q8_0 weights flipped to w + 128 for the u8 operand).
+struct GOp : Ymm8x4 {
+  static constexpr int kRows = 2;  // 8 accumulators + 4 weights + activation
+  static constexpr int kQ8Offset = 128;
+  static void load_q4(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
+    const __m256i lo = _mm256_set1_epi8(0x0F);
+    w0 = _mm256_and_si256(b0, lo), w1 = _mm256_and_si256(b1, lo);
+    w2 = _mm256_and_si256(_mm256_srli_epi16(b0, 4), lo), w3 = _mm256_and_si256(_mm256_srli_epi16(b1, 4), lo);
+  }
+  static void load_q8(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
+    const __m256i flip = _mm256_set1_epi8(-128);
+    w0 = _mm256_xor_si256(load_w(reinterpret_cast<const int8_t*>(p)), flip);
+    w1 = _mm256_xor_si256(load_w(reinterpret_cast<const int8_t*>(p + 32)), flip);
+    w2 = _mm256_xor_si256(load_w(reinterpret_cast<const int8_t*>(p + 64)), flip);
+    w3 = _mm256_xor_si256(load_w(reinterpret_cast<const int8_t*>(p + 96)), flip);
+  }
+  static Acc prep4(int32_t x4) { return _mm256_set1_epi32(x4); }
+  static Acc prep8(int32_t x4) { return _mm256_set1_epi32(x4); }
+  static Acc mac4(Acc acc, Acc x, Acc w) { return _mm256_dpbusd_avx_epi32(acc, w, x); }
+  static Acc mac8(Acc acc, Acc x, Acc w) { return _mm256_dpbusd_avx_epi32(acc, w, x); }
+};
+#include "gguf_loop.h"
 }  // namespace avxvnni
 
 }  // namespace isa

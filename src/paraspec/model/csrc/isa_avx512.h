@@ -42,6 +42,9 @@ inline F16 load(const uint16_t* p) {  // 16 bf16 -> fp32 (exact); as fast as one
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
 }
+inline F16 load_half(const uint16_t* p) {  // 16 fp16 -> fp32 (exact)
+  return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+}
 inline void store(float* p, F16 a) { _mm512_storeu_ps(p, a.v); }
 inline void storen(float* p, F16 a, int64_t n) { _mm512_mask_storeu_ps(p, first(n), a.v); }
 inline F16 add(F16 a, F16 b) { return {_mm512_add_ps(a.v, b.v)}; }
@@ -87,6 +90,7 @@ inline I16 set1(int32_t x) { return {_mm512_set1_epi32(x)}; }
 inline I16 add(I16 a, I16 b) { return {_mm512_add_epi32(a.v, b.v)}; }
 inline I16 sub(I16 a, I16 b) { return {_mm512_sub_epi32(a.v, b.v)}; }
 inline F16 to_float(I16 a) { return {_mm512_cvtepi32_ps(a.v)}; }
+inline int32_t reduce_add(I16 a) { return _mm512_reduce_add_epi32(a.v); }  // exact in any order
 inline I16 to_int(F16 a) { return {_mm512_cvtps_epi32(a.v)}; }  // rounds half to even
 inline void store_bytes(uint8_t* p, I16 a, int64_t n) {  // low byte of each lane
   _mm_mask_storeu_epi8(p, first(n), _mm512_cvtepi32_epi8(a.v));
@@ -119,6 +123,41 @@ struct Op {
   static Acc load_w(const int8_t* p) { return _mm512_loadu_si512(p); }
 };
 #include "w8a8_loop.h"
+
+// GGUF inner step (gguf_loop.h): vpdpbusd with the weights as the u8 operand (Q4 nibbles 0..15;
+// Q8_0 flipped to w + 128, whose excess 128 * xs the epilogue takes off) and s8 activations.
+struct GOp {
+  using Acc = __m512i;
+  static constexpr int kVecs = 2;       // accumulators per row (16 channels each)
+  static constexpr int kRows = 4;       // rows per register tile: 8 int + 8 float accumulators
+  static constexpr int kQ8Offset = 128;
+  static void load_q4(const uint8_t* p, Acc& w0, Acc& w1, Acc&, Acc&) {
+    const __m512i b = _mm512_loadu_si512(p), lo = _mm512_set1_epi8(0x0F);
+    w0 = _mm512_and_si512(b, lo);
+    w1 = _mm512_and_si512(_mm512_srli_epi16(b, 4), lo);
+  }
+  static void load_q8(const uint8_t* p, Acc& w0, Acc& w1, Acc&, Acc&) {
+    const __m512i flip = _mm512_set1_epi8(-128);
+    w0 = _mm512_xor_si512(_mm512_loadu_si512(p), flip);
+    w1 = _mm512_xor_si512(_mm512_loadu_si512(p + 64), flip);
+  }
+  static Acc prep4(int32_t x4) { return _mm512_set1_epi32(x4); }
+  static Acc prep8(int32_t x4) { return _mm512_set1_epi32(x4); }
+  static Acc mac4(Acc acc, Acc x, Acc w) { return _mm512_dpbusd_epi32(acc, w, x); }
+  static Acc mac8(Acc acc, Acc x, Acc w) { return _mm512_dpbusd_epi32(acc, w, x); }
+  static Acc zero_acc() { return _mm512_setzero_si512(); }
+  static Acc sub_i(Acc a, int32_t c) { return _mm512_sub_epi32(a, _mm512_set1_epi32(c)); }
+  using Flt = __m512;
+  static Flt load_f(const float* p) { return _mm512_loadu_ps(p); }
+  static void store_f(float* p, Flt a) { _mm512_storeu_ps(p, a); }
+  static Flt zero_f() { return _mm512_setzero_ps(); }
+  static Flt set1_f(float x) { return _mm512_set1_ps(x); }
+  static Flt half(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static Flt to_float(Acc a) { return _mm512_cvtepi32_ps(a); }
+  static Flt mul_f(Flt a, Flt b) { return _mm512_mul_ps(a, b); }
+  static Flt add_f(Flt a, Flt b) { return _mm512_add_ps(a, b); }
+};
+#include "gguf_loop.h"
 }  // namespace vnni512
 
 }  // namespace isa

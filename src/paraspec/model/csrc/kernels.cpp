@@ -34,6 +34,14 @@ struct W8A8Loop {
   int offset;
   AccFn fn[9];
 };
+// What every copy of gguf_loop.h provides: its tile height and, per format (Q4_0, Q4_1, Q8_0),
+// the loop over a panel's blocks for 1..8 rows.
+using GgufFn = void (*)(const uint8_t*, int64_t, int64_t, const int32_t*, int64_t, const float*, const int32_t*,
+                        int64_t, float*, bool);
+struct GgufLoop {
+  int rows;
+  GgufFn fn[3][9];
+};
 constexpr int64_t kPrefetch = 8192;  // bytes ahead in the weight stream
 
 #pragma GCC push_options
@@ -47,6 +55,7 @@ constexpr int64_t kPrefetch = 8192;  // bytes ahead in the weight stream
 #include "vec.h"
 #include "attention.h"
 #include "w8a8.h"
+#include "gguf.h"
 #include "linear.h"
 #pragma GCC pop_options
 
@@ -69,19 +78,20 @@ void require_cpu() {
 struct Variant {
   const char* name;
   const W8A8Loop* loop;
+  const GgufLoop* gguf;
 };
 
 // The W8A8 inner loops this CPU can run, best first.
 std::vector<Variant> variants() {
   if (!cpu_supported()) return {};
 #if defined(PARASPEC_AVX512)
-  return {{"vnni512", &isa::vnni512::kLoop}};
+  return {{"vnni512", &isa::vnni512::kLoop, &isa::vnni512::kGgufLoop}};
 #else
   std::vector<Variant> v;
 #ifdef PARASPEC_AVXVNNI
-  if (__builtin_cpu_supports("avxvnni")) v.push_back({"avxvnni", &isa::avxvnni::kLoop});
+  if (__builtin_cpu_supports("avxvnni")) v.push_back({"avxvnni", &isa::avxvnni::kLoop, &isa::avxvnni::kGgufLoop});
 #endif
-  v.push_back({"avx2", &isa::avx2::kLoop});
+  v.push_back({"avx2", &isa::avx2::kLoop, &isa::avx2::kGgufLoop});
   return v;
 #endif
 }
@@ -228,6 +238,69 @@ at::Tensor w8a8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   return y;
 }
 
+// x [M, K] fp32 or bf16 (rows contiguous, K a multiple of 32); packed: ggml.py's panel layout
+// of format fmt (0 Q4_0, 1 Q4_1, 2 Q8_0) for N output channels; passes 1 (x in int8 blocks) or
+// 2 (plus their int8 residual); bias fp32 [N] or None; norm:
+// RMSNorm weight fp32 [K] to apply to x first (with eps), or None; variant: a w8a8_variants()
+// name (the GGUF loop of the same instructions), "" for the best. Returns fp32 [M, N].
+at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fmt, int64_t N, int64_t passes,
+                       const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& norm, double eps,
+                       const std::string& variant) {
+  require_cpu();
+  const GgufLoop* loop = nullptr;
+  for (const Variant& v : variants())
+    if (variant.empty() || variant == v.name) {
+      loop = v.gguf;
+      break;
+    }
+  TORCH_CHECK(loop, "gguf_linear: variant '", variant, "' is not one this CPU runs");
+  TORCH_CHECK(fmt >= 0 && fmt <= 2, "gguf_linear: fmt must be 0 (Q4_0), 1 (Q4_1) or 2 (Q8_0)");
+  TORCH_CHECK(passes == 1 || passes == 2, "gguf_linear: passes must be 1 or 2");
+  const int P = static_cast<int>(passes);
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "x must be 2-D with contiguous rows");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "x: fp32/bf16");
+  const int64_t M = x.size(0), K = x.size(1), B = K / 32, panels = (N + 31) / 32;
+  TORCH_CHECK(K % 32 == 0 && K > 0, "gguf_linear: K must be a positive multiple of 32");
+  const int f = static_cast<int>(fmt);
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() &&
+              packed.numel() == panels * B * isa::gguf_record_bytes(f), "packed weight does not match x / N / fmt");
+  TORCH_CHECK(!bias.has_value() || (bias->scalar_type() == at::kFloat && bias->is_contiguous() &&
+                                    bias->numel() == N), "bias: fp32 [N]");
+  TORCH_CHECK(!norm.has_value() || (norm->scalar_type() == at::kFloat && norm->is_contiguous() &&
+                                    norm->numel() == K), "norm: fp32 [K]");
+  at::Tensor y = at::empty({M, N}, x.options().dtype(at::kFloat));
+  if (M == 0 || N == 0) return y;
+  const int64_t rows = M * P;  // sub-rows
+  at::Tensor xq = at::empty({rows * K}, x.options().dtype(at::kChar));
+  at::Tensor dx = at::empty({rows * B}, x.options().dtype(at::kFloat));
+  at::Tensor xs = at::empty({rows * B}, x.options().dtype(at::kInt));
+  int8_t* xqp = xq.data_ptr<int8_t>();
+  float* dxp = dx.data_ptr<float>();
+  int32_t* xsp = xs.data_ptr<int32_t>();
+  const float* g = norm.has_value() ? norm->data_ptr<float>() : nullptr;
+  const int64_t ldx = x.stride(0);
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  const void* xp = x.data_ptr();
+  at::parallel_for(0, M, M >= 32 ? 8 : M + 1, [&](int64_t m0, int64_t m1) {  // as w8a8_linear
+    std::vector<float> v(K);
+    const float e = static_cast<float>(eps);
+    if (bf16)
+      isa::gguf_quantize_rows(static_cast<const uint16_t*>(xp) + m0 * ldx, ldx, m1 - m0, K, P, g, e, v.data(),
+                              xqp + m0 * P * K, dxp + m0 * P * B, xsp + m0 * P * B);
+    else
+      isa::gguf_quantize_rows(static_cast<const float*>(xp) + m0 * ldx, ldx, m1 - m0, K, P, g, e, v.data(),
+                              xqp + m0 * P * K, dxp + m0 * P * B, xsp + m0 * P * B);
+  });
+  const uint8_t* wp = packed.data_ptr<uint8_t>();
+  const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {  // contiguous weight ranges
+    std::vector<float> acc(32 * std::min(rows, isa::kGgufRowBlock));
+    isa::gguf_panels(*loop, f, p0, p1, xqp, dxp, xsp, rows, P, K, wp, bp, yp, N, acc.data());
+  });
+  return y;
+}
+
 // x [M, K] fp32 (rows contiguous); w [N, K] fp32 or bf16, contiguous (the model's tensor as
 // stored); bias fp32 [N] or None; norm: RMSNorm weight fp32 [K] to apply to each row first (with
 // eps), or None. Returns fp32 [M, N]: y = x' @ w.T (+ bias), each output one fixed dot product
@@ -284,7 +357,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 6;  // bumped when a signature changes: the Python side ignores a stale build
+  m.attr("VERSION") = 7;  // bumped when a signature changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
   m.def("attention", &attention, "decode / draft-verify attention (row-invariant, fp64 sum of V widened from fp32)",
@@ -292,6 +365,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("w8a8_linear", &w8a8_linear, "per-row W8A8 linear", py::arg("x"), py::arg("packed"),
         py::arg("comp"), py::arg("w_scale"), py::arg("bias"), py::arg("n"), py::arg("passes"),
         py::arg("norm") = py::none(), py::arg("eps") = 0.0, py::arg("variant") = "");
+  m.def("gguf_linear", &gguf_linear, "per-row GGUF block-quantised linear (Q4_0, Q4_1, Q8_0)", py::arg("x"),
+        py::arg("packed"), py::arg("fmt"), py::arg("n"), py::arg("passes"), py::arg("bias") = py::none(),
+        py::arg("norm") = py::none(),
+        py::arg("eps") = 0.0, py::arg("variant") = "");
   m.def("linear", &linear, "row-invariant fp32/bf16-weight linear, optional fused RMSNorm", py::arg("x"),
         py::arg("w"), py::arg("bias") = py::none(), py::arg("norm") = py::none(), py::arg("eps") = 0.0);
 }

@@ -1,0 +1,123 @@
+"""Quality gate of quantization "gguf" (a GGUF file's own Q4_0/Q4_1/Q8_0 blocks, int8 activations
+per 32-block) against the fp32 dequantisation of the same file, the model the file defines:
+
+    python benchmarks/gguf_quality_gate.py [--model default] [--chunks 8] [--prompts 16]
+
+  1. perplexity on chunks x 512 tokens of Python's pydoc topics (real English prose, offline):
+     gguf within 1 % of fp32;
+  2. teacher-forced top-1 agreement with fp32 over the same tokens: >= 97 %;
+  3. greedy 64-token continuations of `prompts` prompts taken after them: gguf, fp32 and w8a8
+     vs llama.cpp (llama-cpp-python on the same file, when installed) and vs fp32, reported
+     (identical count and mean common prefix; not gated: a near-tie flips any two numerics).
+Exit status 1 when gate 1 or 2 fails.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from paraspec.model.loader import load_model, resolve_model_path
+from paraspec.model.tokenizer import Tokenizer
+from paraspec.model.transformer import SeqInput, Transformer
+
+CHUNK, GREEDY = 512, 64
+
+
+def forward(model: Transformer, cache, new: torch.Tensor) -> torch.Tensor:
+    pos = torch.arange(cache.length, cache.length + len(new))
+    logits = model.forward(new, pos, [SeqInput(cache, len(new))])
+    cache.commit(range(len(new)))
+    return logits
+
+
+def greedy(model: Transformer, prompt: torch.Tensor) -> list[int]:
+    cache = model.new_cache(len(prompt) + GREEDY + 8)
+    nxt, out = forward(model, cache, prompt)[-1].argmax(), []
+    for _ in range(GREEDY):
+        out.append(int(nxt))
+        nxt = forward(model, cache, nxt.view(1))[-1].argmax()
+    return out
+
+
+def llamacpp_greedy(path: str, prompts: list[torch.Tensor], threads: int) -> list[list[int]] | None:
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return None
+    llm = Llama(model_path=path, n_ctx=512, n_threads=threads, verbose=False)
+    outs = []
+    for p in prompts:
+        llm.reset()
+        out = []
+        for tok in llm.generate(p.tolist(), temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
+            out.append(int(tok))
+            if len(out) >= GREEDY:
+                break
+        outs.append(out)
+    return outs
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def main() -> int:
+    import pydoc_data.topics
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--chunks", type=int, default=8)
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    fp = load_model(a.model, torch.float32)
+    q = load_model(a.model, torch.float32, keep_quantized=True)
+    tok = Tokenizer.from_source(fp.tokenizer_source)
+    models = {"fp32": Transformer(fp.args, fp.weights, torch.float32),
+              "gguf": Transformer(q.args, q.weights, torch.bfloat16, quantization="gguf"),
+              "w8a8": Transformer(fp.args, fp.weights, torch.bfloat16, quantization="w8a8")}
+    kinds = sorted({w.kind for w in q.weights.values() if hasattr(w, "kind")})
+    print(f"model {fp.path.name}: blocks run as stored: {', '.join(kinds)}; kernels {models['gguf'].kernels.label}")
+    ids = torch.tensor(tok.encode("\n\n".join(pydoc_data.topics.topics.values())))
+
+    ppl, top1 = {}, {}
+    for name, model in models.items():
+        nll, argmax = [], []
+        for c in range(a.chunks):
+            seq = ids[c * CHUNK:(c + 1) * CHUNK]
+            logits = forward(model, model.new_cache(CHUNK), seq)
+            nll.append(torch.nn.functional.cross_entropy(logits[:-1], seq[1:], reduction="none"))
+            argmax.append(logits[:-1].argmax(-1))
+        ppl[name], top1[name] = torch.cat(nll).mean().exp().item(), torch.cat(argmax)
+    print(f"perplexity / teacher-forced top-1 agreement with fp32, {a.chunks} x {CHUNK} tokens of pydoc topics:")
+    for name in models:
+        agree = (top1[name] == top1["fp32"]).float().mean().item()
+        print(f"  {name:5s} ppl {ppl[name]:8.4f} ({ppl[name] / ppl['fp32'] - 1:+.3%} vs fp32)  "
+              f"top-1 agreement {agree:.4f}")
+    ppl_ok = abs(ppl["gguf"] / ppl["fp32"] - 1) <= 0.01
+    agree_ok = (top1["gguf"] == top1["fp32"]).float().mean().item() >= 0.97
+
+    start = a.chunks * CHUNK
+    prompts = [ids[start + 97 * i:start + 97 * i + 32] for i in range(a.prompts)]
+    outs = {name: [greedy(m, p) for p in prompts] for name, m in models.items()}
+    peer = llamacpp_greedy(str(resolve_model_path(a.model)), prompts, a.threads)
+    refs = {"fp32": outs["fp32"]} | ({"llama.cpp": peer} if peer else {})
+    print(f"greedy {GREEDY}-token continuations of {a.prompts} prompts (identical / mean common prefix):")
+    for ref_name, ref in refs.items():
+        for name, out in outs.items():
+            if name == ref_name:
+                continue
+            same = [common_prefix(x, y) for x, y in zip(out, ref)]
+            print(f"  {name:5s} vs {ref_name:9s} {sum(s == GREEDY for s in same):2d}/{a.prompts} identical, "
+                  f"mean common prefix {sum(same) / len(same):5.1f} tokens")
+    if peer is None:
+        print("  (llama-cpp-python not installed: no llama.cpp comparison)")
+    print(f"gate: perplexity within 1% of fp32: {'PASS' if ppl_ok else 'FAIL'}; "
+          f"top-1 agreement >= 97%: {'PASS' if agree_ok else 'FAIL'}")
+    return 0 if ppl_ok and agree_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+// GGUF block-quantised linears run on their stored blocks (Q4_0, Q4_1, Q8_0): one call per
+// linear, activation quantisation, integer block dot products and the float epilogue fused.
+// Written once over isa_*.h's vector API; the integer inner loops are gguf_loop.h and the tensor
+// glue (checks, threads) is in kernels.cpp. ggml.py packs the weights and holds the torch
+// reference, which this code follows op for op (built with -ffp-contract=off: no FMA).
+//
+// Activations are quantised per row and per 32-block, as llama.cpp's Q8_0/Q8_1 activations:
+//   q[k] = round(x[k] * ((1 / amax) * 127)) (half to even),  dx = amax * (1 / 127),  xs = sum q
+// so a row's output is a function of that row alone. Per output channel n and 32-block b:
+//   isum = sum_k wq[n, k] * q[k]          (int32, exact: any tiling, any instruction)
+//   Q4_0: t = float(isum - 8 * xs) * (d[n, b] * dx)          (weights stored as nibbles 0..15)
+//   Q4_1: t = float(isum) * (d[n, b] * dx) + m[n, b] * (dx * float(xs))
+//   Q8_0: t = float(isum) * (d[n, b] * dx)
+//   acc = acc + t, from acc = 0, over the blocks in order;  y = acc (+ bias)
+// With two passes (the default, ggml.py), the block's rounding residual x - q * dx is quantised
+// again the same way and run as a second sub-row: y = acc_0 + acc_1 (+ bias). The weights are
+// streamed once either way; it removes most of the activation error.
+// Every lane is one channel and every step is the same for each row, so a row's bits do not
+// depend on how many rows a call has, where the row sits, or the thread count.
+//
+// Packed layout (ggml.py pack()): panels of 32 output channels (N padded to 32 with zero
+// blocks); a panel is one contiguous stream of K/32 records, one per block:
+//   d[32] fp16 | m[32] fp16 (Q4_1 only) | 8 steps of 4 features x 32 channels
+// A step unpacks to 128 bytes U[4 * c + f] (channel c, feature f), the W8A8 layout. Q8_0 stores
+// U as s8 (128 bytes); Q4 stores 64 bytes B[i] = U[i] | U[64 + i] << 4, so one 64-byte load gives
+// channels 0-15 (low nibbles) and 16-31 (high), and two 32-byte loads give 0-7, 8-15 | 16-23, 24-31.
+namespace isa {
+
+enum GgufFormat : int { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2 };
+inline int64_t gguf_scale_bytes(int fmt) { return fmt == kQ4_1 ? 128 : 64; }
+inline int64_t gguf_record_bytes(int fmt) { return gguf_scale_bytes(fmt) + (fmt == kQ8_0 ? 1024 : 512); }
+
+// One 32-block of v -> q (s8), its sum, and the returned scale dx. With `residual`, v becomes
+// what the rounding lost, v - q * dx, for a second pass.
+inline float gguf_quantize_block(float* v, int8_t* q, int32_t* sum, bool residual) {
+  const F16 x0 = load(v), x1 = load(v + 16);
+  const float a = reduce_max(max(abs(x0), abs(x1)));  // max is exact in any order
+  const F16 inv = set1(a > 0.f ? (1.f / a) * 127.f : 0.f);
+  const I16 i0 = to_int(mul(x0, inv)), i1 = to_int(mul(x1, inv));  // half to even, as torch.round
+  store_bytes(reinterpret_cast<uint8_t*>(q), i0, 16);
+  store_bytes(reinterpret_cast<uint8_t*>(q) + 16, i1, 16);
+  *sum = reduce_add(add(i0, i1));
+  const float scale = a * static_cast<float>(1.0 / 127.0);
+  if (residual) {
+    store(v, sub(x0, mul(to_float(i0), set1(scale))));
+    store(v + 16, sub(x1, mul(to_float(i1), set1(scale))));
+  }
+  return scale;
+}
+
+// Row m of x (K a multiple of 32) -> P sub-rows m * P + p of xq [.][K] s8, dx and xs [.][K / 32]:
+// pass 0 quantises x, pass 1 (P = 2) the residual x - q0 * dx0, block by block (as w8a8.h's
+// passes, per block). With `norm` the row is RMS-normalised first, as w8a8.h does it: x * gamma
+// is quantised and 1 / rms(x) multiplies each block's scale (block quantisation is invariant to
+// a per-row factor). v: K floats of scratch.
+template <typename T>
+void gguf_quantize_rows(const T* x, int64_t ldx, int64_t M, int64_t K, int P, const float* norm, float eps,
+                        float* v, int8_t* xq, float* dx, int32_t* xs) {
+  const int64_t B = K / 32;
+  for (int64_t m = 0; m < M; ++m) {
+    F16 ss = zero();
+    for (int64_t k = 0; k < K; k += 16) {
+      F16 f = loadn(x + m * ldx + k, 16);
+      if (norm) {
+        ss = add(ss, mul(f, f));
+        f = mul(f, load(norm + k));
+      }
+      store(v + k, f);
+    }
+    const float r = norm ? 1.f / std::sqrt(hsum(ss) / static_cast<float>(K) + eps) : 1.f;
+    for (int p = 0; p < P; ++p) {
+      const int64_t s = m * P + p;
+      for (int64_t b = 0; b < B; ++b)
+        dx[s * B + b] = gguf_quantize_block(v + 32 * b, xq + s * K + 32 * b, xs + s * B + b, p + 1 < P) * r;
+    }
+  }
+}
+
+constexpr int64_t kGgufRowBlock = 64;  // rows per pass over the weights (their float sums in L1)
+constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB) every row tile runs while in L1
+
+// Panels [p0, p1) for sub-rows [0, M) (P per output row; kGgufRowBlock is even): one thread's
+// contiguous share of the weights. A single row tile walks each panel once; with more, each
+// chunk of blocks is run by every tile while it sits in L1, so the weights leave DRAM once per
+// call. acc: 32 * min(M, kGgufRowBlock) floats.
+inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, const int8_t* xq,
+                        const float* dx, const int32_t* xs, int64_t M, int P, int64_t K, const uint8_t* wp,
+                        const float* bias, float* y, int64_t N, float* acc) {
+  const int64_t B = K / 32, K4 = K / 4, rec = gguf_record_bytes(fmt), R = loop.rows;
+  const int32_t* xw = reinterpret_cast<const int32_t*>(xq);  // 4 features as one dword
+  for (int64_t r0 = 0; r0 < M; r0 += kGgufRowBlock) {
+    const int64_t r1 = std::min(r0 + kGgufRowBlock, M);
+    const int64_t chunk = r1 - r0 <= R ? B : kGgufChunk;
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint8_t* panel = wp + p * B * rec;
+      std::memset(acc, 0, sizeof(float) * 32 * (r1 - r0));
+      for (int64_t b0 = 0; b0 < B; b0 += chunk)
+        for (int64_t r = r0; r < r1; r += R)
+          loop.fn[fmt][std::min(R, r1 - r)](panel, b0, std::min(b0 + chunk, B), xw + r * K4, K4, dx + r * B,
+                                             xs + r * B, B, acc + (r - r0) * 32, r == r0);
+      for (int h = 0; h < 2; ++h) {
+        const int64_t n = p * 32 + 16 * h;
+        if (n >= N) break;
+        const F16 bv = bias ? loadn(bias + n, N - n) : zero();
+        for (int64_t r = r0; r < r1; r += P) {  // y = acc of pass 0 (+ acc of pass 1) (+ bias)
+          F16 v = load(acc + (r - r0) * 32 + 16 * h);
+          if (P == 2) v = add(v, load(acc + (r + 1 - r0) * 32 + 16 * h));
+          if (bias) v = add(v, bv);
+          storen(y + r / P * N + n, v, N - n);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace isa

@@ -1,0 +1,200 @@
+"""GGUF block-quantised weights run as stored: Q4_0, Q4_1 and Q8_0 linears (quantization "gguf").
+
+A GGUF file's weights stay in their 32-wide blocks (an fp16 scale d, for Q4_1 an fp16 min m, and
+4- or 8-bit values); activations are quantised per row and per 32-block to int8, as llama.cpp's
+Q8 activations are, so a row's result is a function of that row alone and parallel decoding
+stays exactly AR's. The arithmetic (csrc/gguf.h has it in full):
+
+    q = round(x * (127 / amax)), dx = amax / 127, xs = sum q          per row and 32-block
+    Q4_0: t = float(isum - 8 xs) * (d dx)    Q4_1: t = float(isum) * (d dx) + m (dx xs)
+    Q8_0: t = float(isum) * (d dx)           y = sum of t over the blocks in order (+ bias)
+
+with isum the exact integer dot product of the block's stored values and q. With residual=True
+(the default) each block's rounding residual x - q * dx is quantised again and run as a second
+sub-row, y = y_0 + y_1 (+ bias): the weights stream once either way, and one int8 step per 32
+values alone loses 3-4 % teacher-forced top-1 agreement on the bundled model (the quality gate,
+benchmarks/gguf_quality_gate.py). GGUFLinear runs the
+compiled kernel of the model's kernels (csrc/gguf.h: AVX-512 VNNI, AVX-VNNI or AVX2) on a repacked
+copy of the same values (pack()), or where none runs, the torch reference below, which does the
+same fp32 operations in the same order: both give the same bits (with a fused RMSNorm, the norm's
+sum of squares runs in another order, as in quant.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .kernels import Kernels, default as default_kernels
+
+BLOCK = 32
+BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}    # per 32 weights, as GGUF stores them
+FORMATS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}          # csrc/gguf.h's GgufFormat
+PANEL = 32                                           # output channels per packed panel
+
+
+@dataclass
+class GGUFWeight:
+    """A [N, K] weight in a GGUF block format: raw holds its rows' bytes, as stored."""
+
+    kind: str              # "Q4_0" | "Q4_1" | "Q8_0"
+    raw: np.ndarray        # uint8 [N, K / 32 * BLOCK_BYTES[kind]]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        n, row = self.raw.shape
+        return n, row // BLOCK_BYTES[self.kind] * BLOCK
+
+    def permute_rows(self, fn) -> GGUFWeight:
+        """The same weight with its rows rearranged by fn (an array op on axis 0)."""
+        return GGUFWeight(self.kind, np.ascontiguousarray(fn(self.raw)))
+
+
+def concat(parts: list[GGUFWeight]) -> GGUFWeight | None:
+    """Rows of several weights stacked (fused q/k/v, gate/up); None if their formats differ."""
+    if len({p.kind for p in parts}) != 1 or len({p.shape[1] for p in parts}) != 1:
+        return None
+    return GGUFWeight(parts[0].kind, np.concatenate([p.raw for p in parts], axis=0))
+
+
+def unpack(w: GGUFWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(q [N, K] int8: Q4 nibbles 0..15 or Q8_0 values, d [N, B] fp32, m [N, B] fp32 or None)."""
+    n, k = w.shape
+    raw = torch.from_numpy(np.require(w.raw, requirements=["C", "W"])).view(n, k // BLOCK, BLOCK_BYTES[w.kind])
+    d = raw[..., :2].contiguous().view(torch.float16).squeeze(-1).float()
+    if w.kind == "Q8_0":
+        return raw[..., 2:].contiguous().view(torch.int8).reshape(n, k), d, None
+    start = 4 if w.kind == "Q4_1" else 2
+    qs = raw[..., start:start + 16]
+    q = torch.cat([qs & 0x0F, qs >> 4], dim=-1).view(torch.int8).reshape(n, k)  # element j, j + 16
+    m = raw[..., 2:4].contiguous().view(torch.float16).squeeze(-1).float() if w.kind == "Q4_1" else None
+    return q, d, m
+
+
+def dequantize(w: GGUFWeight, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """fp32 values of the weight (or of its rows `rows`), as ggml defines them."""
+    if rows is not None:
+        w = GGUFWeight(w.kind, w.raw[rows.numpy()].reshape(-1, w.raw.shape[1]))
+    q, d, m = unpack(w)
+    n, k = w.shape
+    q = q.float().view(n, k // BLOCK, BLOCK)
+    if w.kind == "Q4_0":
+        q = q - 8
+    out = q * d.unsqueeze(-1)
+    if m is not None:
+        out = out + m.unsqueeze(-1)
+    return out.view(n, k)
+
+
+def pack(w: GGUFWeight) -> torch.Tensor:
+    """The kernel's layout (csrc/gguf.h): per 32-channel panel, one record per 32-block:
+    d[32] fp16 | m[32] fp16 (Q4_1) | 8 steps of U[4 * channel + feature] (Q4: two per byte)."""
+    q, d, m = unpack(w)
+    n, k = w.shape
+    nb, pad = k // BLOCK, -n % PANEL
+    q = torch.nn.functional.pad(q, (0, 0, 0, pad))   # zero channels: computed, never stored
+    panels = (n + pad) // PANEL
+    # [P, 32 ch, B, 8 steps, 4 f] -> [P, B, 8, 32 ch, 4 f]: a step's 128 values channel-major
+    u = q.view(panels, PANEL, nb, 8, 4).permute(0, 2, 3, 1, 4).reshape(panels, nb, 8, 128).view(torch.uint8)
+    if w.kind != "Q8_0":
+        u = u[..., :64] | (u[..., 64:] << 4)          # channels 0-15 low nibbles, 16-31 high
+    parts = []
+    for s in (d, m):
+        if s is not None:
+            s = torch.nn.functional.pad(s, (0, 0, 0, pad)).to(torch.float16)
+            parts.append(s.view(panels, PANEL, nb).transpose(1, 2).contiguous().view(torch.uint8))
+    parts.append(u.reshape(panels, nb, -1))
+    return torch.cat(parts, dim=-1).contiguous().view(-1)
+
+
+def quantize_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row, per-32-block int8 of activations [M, K]: (q int8 [M, K], dx fp32 [M, B],
+    xs int32 [M, B] = sum of q per block). The kernel's formula op for op."""
+    m, k = x.shape
+    xb = x.float().view(m, k // BLOCK, BLOCK)
+    amax = xb.abs().amax(-1)
+    inv = torch.where(amax > 0, amax.reciprocal() * 127.0, 0.0)  # zero block -> q = 0
+    q = torch.round(xb * inv.unsqueeze(-1)).to(torch.int8)
+    return q.view(m, k), amax * (1 / 127.0), q.sum(-1, dtype=torch.int32)
+
+
+def block_residual(x: torch.Tensor, q: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
+    """What quantize_blocks' rounding lost, x - q * dx (the kernel's second pass quantises it)."""
+    m, k = x.shape
+    return (x.float().view(m, -1, BLOCK) - q.float().view(m, -1, BLOCK) * dx.unsqueeze(-1)).view(m, k)
+
+
+class GGUFLinear:
+    """Drop-in for transformer.Linear over a GGUFWeight: __call__(x [M, K], prompt) -> fp32 [M, N].
+
+    prompt is accepted and ignored: the result is row-invariant for any number of rows.
+    kernels: the compiled kernels to run (default: the process's); with none, the torch reference.
+    residual: the second activation pass (module doc).
+    """
+
+    def __init__(self, weight: GGUFWeight, bias: torch.Tensor | None = None, kernels: Kernels | None = None,
+                 residual: bool = True):
+        if weight.kind not in FORMATS:
+            raise ValueError(f"no GGUF kernel for {weight.kind}; supported: {', '.join(FORMATS)}")
+        self.kind = weight.kind
+        self.out_features, self.in_features = n, k = weight.shape
+        self.kernels = kernels or default_kernels()
+        self.kernel = self.kernels.label if self.kernels.module is not None else "torch"
+        self.bias = None if bias is None else bias.float().contiguous()
+        self.passes = 2 if residual else 1
+        # only the packed copy (or the reference's unpacked one) is kept: a fused weight's raw
+        # bytes are a copy too, and a tied embedding looks its rows up in the file's own bytes
+        if self.kernels.module is not None:
+            self.packed = pack(weight)
+        else:
+            q, d, m = unpack(weight)
+            # [B, 32, N]: one exact fp32 matmul per block gives every row's integer block sums
+            self.wq = q.float().view(n, k // BLOCK, BLOCK).permute(1, 2, 0).contiguous()
+            self.d = d.t().contiguous()
+            self.m = None if m is None else m.t().contiguous()
+
+    def __call__(self, x: torch.Tensor, prompt: bool = False) -> torch.Tensor:
+        return self._run(x, None, 0.0)
+
+    def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, prompt: bool = False) -> torch.Tensor:
+        """self(rms_norm(x, norm_weight, eps)), the norm fused into the activation quantisation
+        (block quantisation is invariant to a per-row factor: 1/rms scales each dx)."""
+        return self._run(x, norm_weight.float(), eps)
+
+    def _run(self, x: torch.Tensor, norm: torch.Tensor | None, eps: float) -> torch.Tensor:
+        if self.kernels.module is not None:
+            if x.stride(-1) != 1 or x.dtype not in (torch.float32, torch.bfloat16):
+                x = x.float().contiguous()
+            return self.kernels.module.gguf_linear(x, self.packed, FORMATS[self.kind], self.out_features, self.passes,
+                                                   self.bias, norm, eps, variant=self.kernels.w8a8_variant)
+        x = x.float()
+        r = None
+        if norm is not None:
+            r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+            x = x * norm
+        q, dx, xs = quantize_blocks(x)
+        y = reference_dot(q, dx if r is None else dx * r, xs, self.wq, self.d, self.m, self.kind)
+        if self.passes == 2:
+            q1, dx1, xs1 = quantize_blocks(block_residual(x, q, dx))
+            y = y + reference_dot(q1, dx1 if r is None else dx1 * r, xs1, self.wq, self.d, self.m, self.kind)
+        return y if self.bias is None else y + self.bias
+
+
+def reference_dot(q: torch.Tensor, dx: torch.Tensor, xs: torch.Tensor, wq: torch.Tensor, d: torch.Tensor,
+                  m: torch.Tensor | None, kind: str) -> torch.Tensor:
+    """The kernel's sums in torch: q [M, K] int8, dx / xs [M, B]; wq [B, 32, N] fp32 holding the
+    stored integers, d / m [B, N] fp32. Block sums are exact in fp32 (|isum| < 2^24)."""
+    rows, nb = dx.shape
+    isum = torch.bmm(q.float().view(rows, nb, BLOCK).transpose(0, 1), wq)    # [B, M, N], exact
+    xsf = xs.float()
+    acc = torch.zeros(rows, wq.shape[2])
+    for b in range(nb):
+        s = isum[b]
+        if kind == "Q4_0":
+            s = s - 8 * xsf[:, b:b + 1]                                      # exact integers
+        t = s * (d[b] * dx[:, b:b + 1])
+        if m is not None:
+            t = t + m[b] * (dx[:, b:b + 1] * xsf[:, b:b + 1])
+        acc = acc + t
+    return acc
