@@ -149,6 +149,14 @@ struct Ymm8x4 {  // loads and stores shared by both ymm steps
   static void store_acc(int32_t* p, Acc a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), a); }
   static Acc zero_acc() { return _mm256_setzero_si256(); }
   static Acc load_w(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  // a Q4 block's 32 nibbles per 16 bytes as u8 (low nibbles then high), for both GGUF ymm steps
+  static void load_q4(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
+    const __m256i lo = _mm256_set1_epi8(0x0F);
+    w0 = _mm256_and_si256(b0, lo), w1 = _mm256_and_si256(b1, lo);
+    w2 = _mm256_and_si256(_mm256_srli_epi16(b0, 4), lo), w3 = _mm256_and_si256(_mm256_srli_epi16(b1, 4), lo);
+  }
   // for the GGUF loop's float step (8 channels per ymm)
   static Acc sub_i(Acc a, int32_t c) { return _mm256_sub_epi32(a, _mm256_set1_epi32(c)); }
   using Flt = __m256;
@@ -185,13 +193,6 @@ struct Op : Ymm8x4 {
 struct GOp : Ymm8x4 {
   static constexpr int kRows = 2;        // 8 accumulators + 4 weights + constants
   static constexpr int kQ8Offset = 0;
-  static void load_q4(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
-    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
-    const __m256i lo = _mm256_set1_epi8(0x0F);
-    w0 = _mm256_and_si256(b0, lo), w1 = _mm256_and_si256(b1, lo);
-    w2 = _mm256_and_si256(_mm256_srli_epi16(b0, 4), lo), w3 = _mm256_and_si256(_mm256_srli_epi16(b1, 4), lo);
-  }
   static void load_q8(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
     w0 = load_w(reinterpret_cast<const int8_t*>(p)), w1 = load_w(reinterpret_cast<const int8_t*>(p + 32));
     w2 = load_w(reinterpret_cast<const int8_t*>(p + 64)), w3 = load_w(reinterpret_cast<const int8_t*>(p + 96));
@@ -238,13 +239,6 @@ struct Op : Ymm8x4 {
 struct GOp : Ymm8x4 {
   static constexpr int kRows = 2;  // 8 accumulators + 4 weights + activation
   static constexpr int kQ8Offset = 128;
-  static void load_q4(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
-    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
-    const __m256i lo = _mm256_set1_epi8(0x0F);
-    w0 = _mm256_and_si256(b0, lo), w1 = _mm256_and_si256(b1, lo);
-    w2 = _mm256_and_si256(_mm256_srli_epi16(b0, 4), lo), w3 = _mm256_and_si256(_mm256_srli_epi16(b1, 4), lo);
-  }
   static void load_q8(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
     const __m256i flip = _mm256_set1_epi8(-128);
     w0 = _mm256_xor_si256(load_w(reinterpret_cast<const int8_t*>(p)), flip);
