@@ -210,7 +210,15 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     return out.view(n_heads, rows, head_dim)[:, :n_q].transpose(0, 1).reshape(n_q, n_heads * head_dim)
 
 
-def prompt_attention(q: torch.Tensor, cache: KVCache, layer: int, scale: float) -> torch.Tensor:
+def prompt_bias(cache: KVCache, n: int, group: int) -> torch.Tensor:
+    """prompt_attention's additive causal mask [group * n, length + n] for a chunk of n tokens
+    after the committed ones: built once per forward, the same for every layer."""
+    start = cache.length
+    visible = torch.ones(n, start + n, dtype=torch.bool).tril_(start)   # row i sees keys <= start + i
+    return torch.zeros(n, start + n).masked_fill_(~visible, float("-inf")).repeat(group, 1)
+
+
+def prompt_attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, scale: float) -> torch.Tensor:
     """Causal attention of a prompt chunk q [n, n_heads, head_dim] (fp32) over the cache's
     committed keys and its own, in plain fp32 (softmax, then one matmul): on a 1k-token prompt
     much faster than `attention`, whose fp64 sum over key chunks exists for row invariance.
@@ -224,8 +232,6 @@ def prompt_attention(q: torch.Tensor, cache: KVCache, layer: int, scale: float) 
     group = n_heads // n_kv
     k = cache.k[layer, :, :end]                                    # [kv_heads, end, head_dim]
     v = cache.v[layer, :, :end]                                    # [kv_heads, end, head_dim]
-    visible = torch.ones(n, end, dtype=torch.bool).tril_(start)    # row i sees keys <= start + i
-    bias = torch.zeros(n, end).masked_fill_(~visible, float("-inf")).repeat(group, 1)
     qg = q.permute(1, 0, 2).reshape(n_kv, group * n, head_dim)
     probs = torch.baddbmm(bias, qg, k.transpose(1, 2), alpha=scale).softmax(-1)
     out = torch.bmm(probs, v)                                      # [kv_heads, group * n, head_dim]
@@ -309,8 +315,9 @@ class Transformer:
         if prompt and any(s.tree_mask is not None for s in seqs):
             raise ValueError("forward(prompt=True) takes causal chunks only (no tree mask)")
         kernel = None if prompt else self.kernels.attention
-        biases = [None if prompt or kernel else attention_bias(s.cache, s.num_tokens, s.tree_mask, n_heads // n_kv)
-                  for s in seqs]
+        group = n_heads // n_kv
+        biases = [prompt_bias(s.cache, s.num_tokens, group) if prompt else
+                  None if kernel else attention_bias(s.cache, s.num_tokens, s.tree_mask, group) for s in seqs]
         n_tokens = tokens.shape[0]
         pad = round_up(n_tokens, self.row_multiple) - n_tokens
         if pad:  # dummy rows (copies of the last token) keep every matmul at a multiple of 4 rows
@@ -334,7 +341,7 @@ class Transformer:
             for s, bias, qs, ks, vs in zip(seqs, biases, q.split(spans), k.split(spans), v.split(spans)):
                 s.cache.write(i, ks, vs)
                 if prompt:
-                    outs.append(prompt_attention(qs, s.cache, i, self.scale))
+                    outs.append(prompt_attention(qs, s.cache, i, bias, self.scale))
                 elif kernel is not None:
                     outs.append(kernel(qs.contiguous(), s.cache.k[i], s.cache.v[i], s.cache.length,
                                        _EMPTY if s.tree_mask is None else s.tree_mask, self.scale))

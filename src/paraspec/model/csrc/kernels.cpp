@@ -56,6 +56,7 @@ constexpr int64_t kPrefetch = 8192;  // bytes ahead in the weight stream
 #include "attention.h"
 #include "w8a8.h"
 #include "gguf.h"
+#include "gguf_dequant.h"
 #include "linear.h"
 #pragma GCC pop_options
 
@@ -301,6 +302,28 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
   return y;
 }
 
+// packed: ggml.py's panel layout of format fmt for an [N, K] weight; out: a contiguous fp32 or
+// bf16 [N, K] tensor the values are written to (gguf_dequant.h), for prompt chunks' matmuls.
+void gguf_dequantize(const at::Tensor& packed, int64_t fmt, int64_t N, at::Tensor& out) {
+  require_cpu();
+  TORCH_CHECK(fmt >= 0 && fmt <= 2, "gguf_dequantize: fmt must be 0 (Q4_0), 1 (Q4_1) or 2 (Q8_0)");
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == N && out.is_contiguous() &&
+              (out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16),
+              "gguf_dequantize: out must be a contiguous fp32 or bf16 [N, K]");
+  const int64_t K = out.size(1), B = K / 32, panels = (N + 31) / 32;
+  const int f = static_cast<int>(fmt);
+  TORCH_CHECK(K % 32 == 0 && K > 0, "gguf_dequantize: K must be a positive multiple of 32");
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() &&
+              packed.numel() == panels * B * isa::gguf_record_bytes(f), "packed weight does not match out / fmt");
+  const uint8_t* wp = packed.data_ptr<uint8_t>();
+  const bool bf16 = out.scalar_type() == at::kBFloat16;
+  void* op = out.data_ptr();
+  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+    if (bf16) isa::gguf_dequantize_panels(f, wp, p0, p1, K, N, static_cast<uint16_t*>(op));
+    else isa::gguf_dequantize_panels(f, wp, p0, p1, K, N, static_cast<float*>(op));
+  });
+}
+
 // x [M, K] fp32 (rows contiguous); w [N, K] fp32 or bf16, contiguous (the model's tensor as
 // stored); bias fp32 [N] or None; norm: RMSNorm weight fp32 [K] to apply to each row first (with
 // eps), or None. Returns fp32 [M, N]: y = x' @ w.T (+ bias), each output one fixed dot product
@@ -357,7 +380,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 7;  // bumped when a signature changes: the Python side ignores a stale build
+  m.attr("VERSION") = 8;  // bumped when a signature changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
   m.def("attention", &attention, "decode / draft-verify attention (row-invariant, fp64 sum of V widened from fp32)",
@@ -369,6 +392,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("packed"), py::arg("fmt"), py::arg("n"), py::arg("passes"), py::arg("bias") = py::none(),
         py::arg("norm") = py::none(),
         py::arg("eps") = 0.0, py::arg("variant") = "");
+  m.def("gguf_dequantize", &gguf_dequantize, "GGUF packed panels -> fp32/bf16 [N, K] (prompt matmuls)",
+        py::arg("packed"), py::arg("fmt"), py::arg("n"), py::arg("out"));
   m.def("linear", &linear, "row-invariant fp32/bf16-weight linear, optional fused RMSNorm", py::arg("x"),
         py::arg("w"), py::arg("bias") = py::none(), py::arg("norm") = py::none(), py::arg("eps") = 0.0);
 }
