@@ -1,4 +1,4 @@
-"""Quality gate of quantization "gguf" (a GGUF file's own Q4_0/Q4_1/Q8_0 blocks, int8 activations
+"""Quality gate of quantization "gguf" (a GGUF file's own Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K blocks, int8 activations
 per 32-block) against the fp32 dequantisation of the same file, the model the file defines:
 
     python benchmarks/gguf_quality_gate.py [--model default] [--chunks 8] [--prompts 16]

@@ -16,7 +16,7 @@ from paraspec.model.loader import load_model
 from paraspec.model.transformer import SeqInput, Transformer, rms_norm
 from tiny_models import write_gguf
 
-FORMATS = list(ggml.FORMATS)          # Q4_0, Q4_1, Q8_0
+FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q8_0"]   # what the gguf package quantises (K-quants: test_ggml_kquants.py)
 KERNELS = per_variant()               # every compiled inner loop this CPU runs, and torch
 
 
@@ -105,8 +105,8 @@ def test_norm_linear_fuses_rms_norm(kernel):
 
 
 def test_unknown_format_is_refused():
-    with pytest.raises(ValueError, match="no GGUF kernel for Q5_0"):
-        ggml.GGUFLinear(ggml.GGUFWeight("Q5_0", np.zeros((1, 22), np.uint8)))
+    with pytest.raises(ValueError, match="no GGUF kernel for Q5_1"):
+        ggml.GGUFLinear(ggml.GGUFWeight("Q5_1", np.zeros((1, 24), np.uint8)))
 
 
 # --------------------------------------------------------------------------------- model level
@@ -195,6 +195,6 @@ def test_file_without_supported_blocks(tiny_gguf, caplog):
         llm = LLM(str(tiny_gguf("F16")))
     assert llm.config.quantization != "gguf"
     assert any("no GGUF kernel for F16" in r.message for r in caplog.records)
-    with pytest.raises(ConfigError, match="no Q4_0/Q4_1/Q8_0 weights") as e:
+    with pytest.raises(ConfigError, match="no Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K weights") as e:
         LLM(str(tiny_gguf("F16")), quantization="gguf")
     assert "\n" not in str(e.value)
