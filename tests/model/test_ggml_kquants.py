@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import torch
 
+from gguf_checks import (PLUGINS, assert_gguf_model_lossless, assert_kernel_is_reference, assert_rows_independent,
+                         inputs)
 from kernel_paths import per_isa, per_variant
 from paraspec import LLM, SamplingParams
 from paraspec.model import ggml
 from paraspec.model import kernels as cpu_kernels
 from paraspec.model.ggml_kquants import QUANTIZERS
 from paraspec.model.gguf_requant import have_llamacpp, llamacpp_quantize
-from paraspec.model.loader import load_model
-from paraspec.model.transformer import SeqInput, Transformer
 from tiny_models import write_gguf
 
 KINDS = ["Q4_K", "Q6_K", "Q5_0"]
@@ -45,15 +45,6 @@ def _random_bytes(kind: str, n: int, k: int, seed: int = 0) -> ggml.GGUFWeight:
     for at in scales:
         raw[..., at:at + 2] = (rng.random((n, k // values, 1)) * 0.01).astype(np.float16).view(np.uint8)
     return ggml.GGUFWeight(kind, raw.reshape(n, -1))
-
-
-def _inputs(m: int, k: int, seed: int = 0) -> torch.Tensor:
-    """Rows of very different magnitudes with outlier channels; one all-zero block."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(m, k, generator=g) * torch.logspace(-3, 3, m)[:, None]
-    x[:, ::37] *= 20
-    x[0, :32] = 0
-    return x
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -114,21 +105,7 @@ def test_own_quantiser_close_to_llamacpps(tiny_k_files, kind):
 @pytest.mark.parametrize("n,k", [(70, 256), (33, 512)])         # n not a multiple of 32: padded panels
 def test_kernel_gives_the_torch_references_bits(kernel, kind, residual, source, n, k):
     w = _weight(kind, n, k) if source == "quantiser" else _random_bytes(kind, n, k)
-    bias = torch.randn(n)
-    ref = ggml.GGUFLinear(w, bias, kernels=cpu_kernels.TORCH, residual=residual)
-    lin = ggml.GGUFLinear(w, bias, kernels=kernel, residual=residual)
-    x = _inputs(21, k)
-    y = lin(x)
-    assert y.shape == (21, n) and y.dtype == torch.float32
-    assert torch.equal(y, ref(x))
-    xb = x.bfloat16()
-    assert torch.equal(lin(xb), ref(xb.float()))
-    # the model the file defines, up to the activations' rounding (half a step of each block)
-    wd = ggml.dequantize(w)
-    exact = x @ wd.T + bias
-    half_step = x.view(21, -1, 32).abs().amax(-1) / (254 * 127 if residual else 254)
-    bound = half_step @ wd.abs().view(n, -1, 32).sum(-1).T
-    assert ((y - exact).abs() <= bound * 1.001 + 1e-5 * (x.abs() @ wd.abs().T) + 1e-6).all()
+    assert_kernel_is_reference(w, kernel, residual)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -137,20 +114,8 @@ def test_row_output_independent_of_other_rows(kernel, kind):
     """A row's bits alone, among 1..64 rows, at any place, and on one thread or two."""
     w = _random_bytes(kind, 100, 256, seed=1)
     lin = ggml.GGUFLinear(w, kernels=kernel)
-    x = _inputs(80, 256)
-    full = lin(x)                                                  # 80 rows: two row blocks
-    alone = torch.cat([lin(x[i:i + 1]) for i in range(80)])
-    assert torch.equal(full, alone)
-    gen = torch.Generator().manual_seed(0)
-    for m in (2, 3, 5, 8, 9, 16, 17, 33, 64):
-        rows = torch.randperm(80, generator=gen)[:m]
-        assert torch.equal(lin(x[rows]), full[rows]), m
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        assert torch.equal(lin(x), full)
-    finally:
-        torch.set_num_threads(threads)
+    x = inputs(80, 256)
+    full = assert_rows_independent(lin, x)                         # 80 rows: two row blocks
 
 
 # --------------------------------------------------------------------------------- model level
@@ -183,29 +148,10 @@ FILES = ["Q4_K", "Q6_K", pytest.param("Q4_K_M", marks=needs_llamacpp)]
 def test_kquant_model_verify_equals_autoregressive(tiny_k_files, name, kernels):
     """One token a step gives the logits of the same token inside an 11-token forward; K-quant
     linears and LM head as stored; close to the fp32 dequantisation of the same file."""
-    lm = load_model(tiny_k_files(name), torch.float32, keep_quantized=True)
+    lm, model = assert_gguf_model_lossless(tiny_k_files(name), kernels)
     kinds = {w.kind for w in lm.weights.values() if isinstance(w, ggml.GGUFWeight)}
     assert kinds & {"Q4_K", "Q6_K"} and isinstance(lm.weights["tok_embeddings"], ggml.GGUFWeight)
-    model = Transformer(lm.args, lm.weights, torch.bfloat16, quantization="gguf", kernels=kernels)
     assert isinstance(model.lm_head, ggml.GGUFLinear)
-    ids = torch.randint(0, lm.args.vocab_size, (31,))
-    cache = model.new_cache(64)
-    model.forward(ids[:20], torch.arange(20), [SeqInput(cache, 20)])
-    cache.commit(range(20))
-    chunk = model.forward(ids[20:], torch.arange(20, 31), [SeqInput(cache, 11)])
-    for i in range(20, 31):
-        step = model.forward(ids[i:i + 1], torch.tensor([i]), [SeqInput(cache, 1)])
-        cache.commit([0])
-        assert torch.equal(step[0], chunk[i - 20]), f"position {i}"
-    fp = load_model(tiny_k_files(name), torch.float32)
-    ref = Transformer(fp.args, fp.weights, torch.float32, kernels=kernels)
-    c2 = ref.new_cache(64)
-    full = ref.forward(ids, torch.arange(31), [SeqInput(c2, 31)])[20:]
-    assert (chunk - full).abs().max() < 0.05 * full.abs().max()
-
-
-PLUGINS = ['{"plugin_type": "memory_decoding", "decoding_length": 16}',
-           '{"plugin_type": "la", "level": 4, "window": 5, "guess_set_size": 5}', '{"plugin_type": "hybrid"}']
 
 
 @pytest.mark.parametrize("kernels", per_isa())
