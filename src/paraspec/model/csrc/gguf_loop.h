@@ -4,8 +4,8 @@
 // included repeatedly.
 //
 // R rows times one 32-channel panel over blocks [b0, b1): per block, the 8 steps' int32 dot
-// products (exact: neither the tile size nor the variant changes them; VNNI Q8_0 sums carry
-// GOp::kQ8Offset * xs extra, taken off here; Q6_K's two halves are scaled and summed in int32,
+// products (exact: neither the tile size nor the variant changes them; Q4_0 / Q5_0 values and
+// VNNI Q8_0 sums carry C * xs extra, the sums' starting value here; Q6_K's two halves are scaled and summed in int32,
 // exact), then gguf.h's float step for each row and
 // channel, added to the tile's running sums acc[32 * r + channel] (read at the start, written
 // at the end). Integer and float accumulators stay in registers across the blocks.
@@ -44,7 +44,10 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
         _mm_prefetch(reinterpret_cast<const char*>(blk) + o + kPrefetch, _MM_HINT_T0);
     const uint8_t* wq = blk + SB;
     const int32_t* xb = xw + 8 * b;
-#define PS_ACC1(i, j) A a##i##j = GOp::zero_acc();
+    // the sums start at -C * xs (exact integers): the excess is gone before the float step
+#define PS_ACC1(i, j)                                                                 \
+  A a##i##j = (C != 0 && R > i) ? GOp::set1_i(-C * xs[i * B + b])                    \
+              : (Q6 && R > i)   ? GOp::set1_i(-32 * xh[i * B + b]) : GOp::zero_acc();
 #define PS_ACC(i) PS_ACC1(i, 0) PS_ACC1(i, 1) PS_ACC1(i, 2) PS_ACC1(i, 3)
     PS_ACC(0) PS_ACC(1) PS_ACC(2) PS_ACC(3) PS_ACC(4) PS_ACC(5) PS_ACC(6) PS_ACC(7)
 #define PS_ROW(i)                                         \
@@ -67,22 +70,21 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
     PS_ROW(0) PS_ROW(1) PS_ROW(2) PS_ROW(3) PS_ROW(4) PS_ROW(5) PS_ROW(6) PS_ROW(7) \
   }
     if constexpr (Q6) {
-      // first half (steps 0-3, sub-block a): h = (isum_a - 32 xh) * sc_a, exact in int32
+      // first half (steps 0-3, sub-block a, sums from -32 xh): h = (isum_a - 32 xh) * sc_a, exact
       PS_STEPS(0, 4)
 #define PS_H1(i, j)                                                                              \
   A h##i##j = GOp::zero_acc();                                                                   \
   if constexpr (R > i && V > j) {                                                                \
-    h##i##j = GOp::mullo(GOp::sub_i(a##i##j, 32 * xh[i * B + b]), GOp::s8x(blk + L * j));        \
-    a##i##j = GOp::zero_acc();                                                                   \
+    h##i##j = GOp::mullo(a##i##j, GOp::s8x(blk + L * j));                                        \
+    a##i##j = GOp::set1_i(-32 * (xs[i * B + b] - xh[i * B + b]));                                \
   }
 #define PS_H(i) PS_H1(i, 0) PS_H1(i, 1) PS_H1(i, 2) PS_H1(i, 3)
       PS_H(0) PS_H(1) PS_H(2) PS_H(3) PS_H(4) PS_H(5) PS_H(6) PS_H(7)
       PS_STEPS(4, 8)
-      // v = h + (isum_b - 32 (xs - xh)) * sc_b
+      // second half from -32 (xs - xh): v = h + (isum_b - 32 (xs - xh)) * sc_b
 #define PS_V1(i, j)                                                                              \
   if constexpr (R > i && V > j)                                                                  \
-    a##i##j = GOp::add_i(h##i##j, GOp::mullo(GOp::sub_i(a##i##j, 32 * (xs[i * B + b] - xh[i * B + b])), \
-                                             GOp::s8x(blk + 32 + L * j)));
+    a##i##j = GOp::add_i(h##i##j, GOp::mullo(a##i##j, GOp::s8x(blk + 32 + L * j)));
 #define PS_V(i) PS_V1(i, 0) PS_V1(i, 1) PS_V1(i, 2) PS_V1(i, 3)
       PS_V(0) PS_V(1) PS_V(2) PS_V(3) PS_V(4) PS_V(5) PS_V(6) PS_V(7)
 #undef PS_V
@@ -108,7 +110,7 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
     PS_S1(0) PS_S1(1) PS_S1(2) PS_S1(3)
 #define PS_EPI1(i, j)                                                                         \
   if constexpr (R > i && V > j) {                                                             \
-    F t = GOp::mul_f(GOp::to_float(C ? GOp::sub_i(a##i##j, C * s) : a##i##j), GOp::mul_f(ds##j, sx)); \
+    F t = GOp::mul_f(GOp::to_float(a##i##j), GOp::mul_f(ds##j, sx));                           \
     if constexpr (Q41) t = GOp::add_f(t, GOp::mul_f(dm##j, sm));                              \
     if constexpr (Q4K) t = GOp::sub_f(t, GOp::mul_f(dm##j, sm));                              \
     f##i##j = GOp::add_f(f##i##j, t);                                                         \

@@ -184,6 +184,7 @@ struct Ymm8x4 {  // loads and stores shared by both ymm steps
   }
   // for the GGUF loop's integer and float steps (8 channels per ymm)
   static Acc sub_i(Acc a, int32_t c) { return _mm256_sub_epi32(a, _mm256_set1_epi32(c)); }
+  static Acc set1_i(int32_t c) { return _mm256_set1_epi32(c); }
   static Acc add_i(Acc a, Acc b) { return _mm256_add_epi32(a, b); }
   static Acc mullo(Acc a, Acc b) { return _mm256_mullo_epi32(a, b); }
   static Acc u8x(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }

@@ -165,6 +165,7 @@ struct GOp {
   static Acc mac8(Acc acc, Acc x, Acc w) { return _mm512_dpbusd_epi32(acc, w, x); }
   static Acc zero_acc() { return _mm512_setzero_si512(); }
   static Acc sub_i(Acc a, int32_t c) { return _mm512_sub_epi32(a, _mm512_set1_epi32(c)); }
+  static Acc set1_i(int32_t c) { return _mm512_set1_epi32(c); }
   static Acc add_i(Acc a, Acc b) { return _mm512_add_epi32(a, b); }
   static Acc mullo(Acc a, Acc b) { return _mm512_mullo_epi32(a, b); }
   static Acc u8x(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
