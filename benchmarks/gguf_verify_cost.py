@@ -4,8 +4,8 @@ avx2:avx2), quantization "gguf":
 
     python benchmarks/gguf_verify_cost.py [--model PATH|default|q4_k_m] [--reps 9] [--threads 2]
 
---model q4_k_m: the bundled model requantised by llama.cpp to Q4_K_M (gguf_requant.py; needs
-llama-cpp-python once, then cached in ~/.cache/paraspec). Paths are measured round-robin, rep by
+--model q4_k_m (or q6_k, q4_k_s...): the bundled model requantised by llama.cpp (gguf_requant.py;
+needs llama-cpp-python once, then cached in ~/.cache/paraspec). Paths are measured round-robin, rep by
 rep (a noisy neighbour hits each alike); each cell is a median. The avx2 paths run here on the
 same CPU (their kernels only; torch's own ops keep this CPU's ISA): quote ratios, not absolutes.
 """
@@ -19,16 +19,10 @@ import torch
 
 from paraspec import LLM
 from paraspec.model import kernels
+from paraspec.model.gguf_requant import bench_model
 from paraspec.model.transformer import SeqInput
 
 KS = (1, 4, 8, 16)
-
-
-def model_path(name: str) -> str:
-    if name.lower() == "q4_k_m":
-        from paraspec.model.gguf_requant import cached_kquant_model
-        return str(cached_kquant_model("Q4_K_M"))
-    return name
 
 
 def one_forward(model, cache, prompt: torch.Tensor, k: int) -> float:
@@ -46,7 +40,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     feats = kernels.cpu_features()
     print("cpu flags:", " ".join(f for f in kernels.SHOWN if f in feats))
-    path = model_path(a.model)
+    path = bench_model(a.model)
     paths = {k.label: LLM(path, quantization="gguf", kernels=k.label).model
              for k in kernels.runnable() if k.module is not None}
     prompt = torch.randint(100, 1000, (500,))

@@ -166,3 +166,17 @@ def test_kquant_llm_parallel_decoding_identical(tiny_k_files, kernels):
     ar = [o.token_ids for o in llm.generate(prompts, params)]
     for plugin in PLUGINS if kernels.module is not None else PLUGINS[:1]:   # torch: slow, one suffices
         assert [o.token_ids for o in llm.generate(prompts, params, plugin_params=plugin)] == ar, plugin
+
+
+def test_to_f32_keeps_the_model(tiny_k_files, tmp_path):
+    """gguf_requant.to_f32 (what llama.cpp's quantiser is fed): same metadata, tokenizer and
+    values (the dequantisation); an unknown ftype is one clear error."""
+    from paraspec.model.gguf_requant import to_f32
+    from paraspec.model.loader import load_model
+    src = load_model(tiny_k_files("Q4_K"), torch.float32)
+    out = load_model(to_f32(tiny_k_files("Q4_K"), tmp_path / "f32.gguf"), torch.float32)
+    assert out.args == src.args and out.tokenizer_source == src.tokenizer_source
+    assert src.weights.keys() == out.weights.keys()
+    assert all(torch.equal(torch.as_tensor(src.weights[k]), torch.as_tensor(out.weights[k])) for k in src.weights)
+    with pytest.raises(ValueError, match="ftype 'Q3_X' is not one of"):
+        llamacpp_quantize(tmp_path / "f32.gguf", tmp_path / "x.gguf", "Q3_X")

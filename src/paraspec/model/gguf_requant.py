@@ -54,9 +54,9 @@ def llamacpp_quantize(src: str | os.PathLike, dst: str | os.PathLike, ftype: str
     """llama.cpp's quantiser on an F32/F16 GGUF file: ftype one of FTYPES (e.g. "Q4_K_M");
     pure: every 2-D tensor in that type (no mixture; llama.cpp still falls back where a row is
     not a multiple of the type's block). Raises ImportError without llama-cpp-python."""
-    import llama_cpp
     if ftype not in FTYPES:
         raise ValueError(f"ftype {ftype!r} is not one of {', '.join(FTYPES)}")
+    import llama_cpp
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype, p.nthread, p.pure = FTYPES[ftype], threads, pure
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), p)
@@ -82,3 +82,10 @@ def cached_kquant_model(ftype: str = "Q4_K_M", cache: str | os.PathLike | None =
         finally:
             f32.unlink(missing_ok=True)
     return out
+
+
+def bench_model(name: str) -> str:
+    """A benchmark's --model: "q4_k_m" / "q6_k" / ... (a key of FTYPES, any case) is the bundled
+    model requantised by llama.cpp (cached_kquant_model); anything else is returned as given."""
+    up = name.upper()
+    return str(cached_kquant_model(up)) if up in FTYPES else name
