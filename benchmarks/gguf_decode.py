@@ -1,7 +1,7 @@
 """Greedy AR decode tokens/s on one GGUF file: paraspec gguf (the file's own blocks) vs paraspec
 w8a8 (int8 requantised) vs llama.cpp (llama-cpp-python, when installed), side by side.
 
-    python benchmarks/gguf_decode.py [--model default] [--tokens 64] [--reps 5] [--threads 2]
+    python benchmarks/gguf_decode.py [--model default|PATH|q4_k_m] [--tokens 64] [--reps 5] [--threads 2]
 
 Runs are interleaved rep by rep (system order rotated), so a noisy neighbour on a shared machine
 hits every system alike; each cell is the median over reps of the decode tokens/s of a prompt
@@ -21,6 +21,7 @@ import torch
 
 from paraspec import LLM, SamplingParams
 from paraspec.model import kernels
+from paraspec.model.gguf_requant import bench_model
 
 PROMPTS = ["def fibonacci(n):", "The history of the Roman Empire", "Write a haiku about the sea.\n",
            "import numpy as np\n\ndef normalize(x):"]
@@ -70,6 +71,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
+    a.model = bench_model(a.model)
     torch.set_num_threads(a.threads)
     feats = kernels.cpu_features()
     print("cpu flags:", " ".join(f for f in kernels.SHOWN if f in feats), "| kernels:", kernels.default().label)

@@ -1,7 +1,7 @@
-"""Quality gate of quantization "gguf" (a GGUF file's own Q4_0/Q4_1/Q8_0 blocks, int8 activations
+"""Quality gate of quantization "gguf" (a GGUF file's own Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K blocks, int8 activations
 per 32-block) against the fp32 dequantisation of the same file, the model the file defines:
 
-    python benchmarks/gguf_quality_gate.py [--model default] [--chunks 8] [--prompts 16]
+    python benchmarks/gguf_quality_gate.py [--model default|PATH|q4_k_m] [--chunks 8] [--prompts 16]
 
   1. perplexity on chunks x 512 tokens of Python's pydoc topics (real English prose, offline):
      gguf within 1 % of fp32;
@@ -18,6 +18,7 @@ import sys
 
 import torch
 
+from paraspec.model.gguf_requant import bench_model
 from paraspec.model.loader import load_model, resolve_model_path
 from paraspec.model.tokenizer import Tokenizer
 from paraspec.model.transformer import SeqInput, Transformer
@@ -71,6 +72,7 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
+    a.model = bench_model(a.model)
     torch.set_num_threads(a.threads)
     fp = load_model(a.model, torch.float32)
     q = load_model(a.model, torch.float32, keep_quantized=True)

@@ -65,8 +65,11 @@ def _gguf_permute(w, n_heads: int):
 
 
 def write_gguf(hf_dir: Path, out: Path, quant: str = "F32", arch_name: str | None = None) -> Path:
-    """Convert a tiny HF llama/qwen2 folder to GGUF (tensors in `quant`: F32, F16, Q8_0 or I8)."""
+    """Convert a tiny HF llama/qwen2 folder to GGUF (tensors in `quant`: F32, F16, I8, a type the
+    gguf package quantises (Q8_0, Q4_0, ...), or Q4_K / Q6_K by paraspec's own K quantiser)."""
     import gguf
+
+    from paraspec.model.ggml_kquants import QUANTIZERS
     import numpy as np
     from safetensors.numpy import load_file
 
@@ -101,6 +104,8 @@ def write_gguf(hf_dir: Path, out: Path, quant: str = "F32", arch_name: str | Non
             w.add_tensor(name, a.astype(np.float16))
         elif quant == "I8":
             w.add_tensor(name, np.clip(np.round(a * 100), -127, 127).astype(np.int8))
+        elif quant in QUANTIZERS:
+            w.add_tensor(name, QUANTIZERS[quant](a), raw_dtype=qtype)
         else:
             w.add_tensor(name, gguf.quants.quantize(a, qtype), raw_dtype=qtype)
 

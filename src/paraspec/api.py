@@ -63,7 +63,7 @@ class LLM:
 
     model: a .gguf file, a Hugging Face folder, or "default" (SmolLM2-135M-Instruct, bundled).
     dtype / quantization: "auto" (default) picks the fastest exact numerics for this CPU
-        (a GGUF file runs its own Q4_0/Q4_1/Q8_0 blocks where a compiled kernel runs, else
+        (a GGUF file runs its own Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K blocks where a compiled kernel runs, else
         kernels.default_numerics: w8a8 where a compiled W8A8 kernel runs, else bf16); an explicit
         dtype ("bfloat16", "float32") keeps its meaning (a GGUF file dequantised), and quantization
         "w8a8" / "gguf" / "none" forces one or disables it.
@@ -98,7 +98,7 @@ class LLM:
                             keep_quantized=quantization == "gguf")
         if quantization == "gguf" and not any(isinstance(w, GGUFWeight) for w in loaded.weights.values()):
             if not auto:
-                raise ConfigError(f"quantization='gguf': {loaded.path.name} has no Q4_0/Q4_1/Q8_0 weights to run "
+                raise ConfigError(f"quantization='gguf': {loaded.path.name} has no Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K weights to run "
                                   "as stored; use 'w8a8', 'none' or 'auto'")
             self.numerics = cpu_kernels.default_numerics(self.kernels)   # e.g. an F16 or K-quant file
             dtype, quantization = self.numerics.dtype, self.numerics.quantization

@@ -17,7 +17,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="weights' dtype (default auto: the fastest exact numerics for this CPU, see `paraspec info`)")
     p.add_argument("--quantization", default="auto",
                    help="'w8a8' (int8 weights and per-token int8 activations), 'gguf' (a .gguf file's own "
-                        "Q4_0/Q4_1/Q8_0 blocks), 'none', or 'auto' (default: chosen for this CPU and model with --dtype auto)")
+                        "Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K blocks), 'none', or 'auto' "
+                        "(default: chosen for this CPU and model with --dtype auto)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
 
 

@@ -7,16 +7,17 @@ import numpy as np
 import pytest
 import torch
 
+from gguf_checks import (PLUGINS, assert_gguf_model_lossless, assert_kernel_is_reference, assert_rows_independent,
+                         inputs)
 from kernel_paths import per_isa, per_variant
 from paraspec import LLM, SamplingParams
 from paraspec.errors import ConfigError
 from paraspec.model import ggml
 from paraspec.model import kernels as cpu_kernels
-from paraspec.model.loader import load_model
-from paraspec.model.transformer import SeqInput, Transformer, rms_norm
+from paraspec.model.transformer import rms_norm
 from tiny_models import write_gguf
 
-FORMATS = list(ggml.FORMATS)          # Q4_0, Q4_1, Q8_0
+FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q8_0"]   # what the gguf package quantises (K-quants: test_ggml_kquants.py)
 KERNELS = per_variant()               # every compiled inner loop this CPU runs, and torch
 
 
@@ -25,15 +26,6 @@ def _weight(kind: str, n: int, k: int, seed: int = 0) -> tuple[ggml.GGUFWeight, 
     w = np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32) * 0.05
     w[:, 5] *= 8                                                   # an outlier column, as real weights have
     return ggml.GGUFWeight(kind, gguf.quants.quantize(w, gguf.GGMLQuantizationType[kind])), w
-
-
-def _inputs(m: int, k: int, seed: int = 0) -> torch.Tensor:
-    """Rows of very different magnitudes with outlier channels; one all-zero block."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(m, k, generator=g) * torch.logspace(-3, 3, m)[:, None]
-    x[:, ::37] *= 20
-    x[0, :32] = 0
-    return x
 
 
 @pytest.mark.parametrize("kind", FORMATS)
@@ -52,23 +44,7 @@ def test_dequantize_matches_gguf_package(kind):
 @pytest.mark.parametrize("n,k", [(70, 96), (259, 64), (32, 160)])   # n not a multiple of 32: padded panels
 def test_kernel_gives_the_torch_references_bits(kernel, kind, residual, n, k):
     w, _ = _weight(kind, n, k)
-    bias = torch.randn(n)
-    ref = ggml.GGUFLinear(w, bias, kernels=cpu_kernels.TORCH, residual=residual)
-    lin = ggml.GGUFLinear(w, bias, kernels=kernel, residual=residual)
-    x = _inputs(21, k)
-    y = lin(x)
-    assert y.shape == (21, n) and y.dtype == torch.float32
-    assert torch.equal(y, ref(x))
-    xb = x.bfloat16()
-    assert torch.equal(lin(xb), ref(xb.float()))                   # bf16 rows widen exactly
-    # and it is the model the file defines, up to the activations' rounding: half a step
-    # (amax / 127) of each block per weight (with the residual pass, of the residual's step),
-    # plus fp32 rounding
-    wd = ggml.dequantize(w)
-    exact = x @ wd.T + bias
-    half_step = x.view(21, -1, 32).abs().amax(-1) / (254 * 127 if residual else 254)   # [M, B]
-    bound = half_step @ wd.abs().view(n, -1, 32).sum(-1).T                   # [M, N]
-    assert ((y - exact).abs() <= bound * 1.001 + 1e-5 * (x.abs() @ wd.abs().T) + 1e-6).all()
+    assert_kernel_is_reference(w, kernel, residual)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -77,20 +53,8 @@ def test_row_output_independent_of_other_rows(kernel, kind):
     """A row's bits alone, among 1..64 rows, at any place, and on one thread or two."""
     w, _ = _weight(kind, 100, 128, seed=1)
     lin = ggml.GGUFLinear(w, kernels=kernel)
-    x = _inputs(80, 128)
-    full = lin(x)                                                  # 80 rows: two row blocks
-    alone = torch.cat([lin(x[i:i + 1]) for i in range(80)])
-    assert torch.equal(full, alone)
-    gen = torch.Generator().manual_seed(0)
-    for m in (2, 3, 5, 8, 9, 16, 17, 33, 64):
-        rows = torch.randperm(80, generator=gen)[:m]
-        assert torch.equal(lin(x[rows]), full[rows]), m
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        assert torch.equal(lin(x), full)
-    finally:
-        torch.set_num_threads(threads)
+    x = inputs(80, 128)
+    full = assert_rows_independent(lin, x)                         # 80 rows: two row blocks
     assert torch.equal(lin(x, prompt=True), full)
 
 
@@ -98,15 +62,15 @@ def test_row_output_independent_of_other_rows(kernel, kind):
 def test_norm_linear_fuses_rms_norm(kernel):
     w, _ = _weight("Q4_1", 64, 96)
     lin = ggml.GGUFLinear(w, kernels=kernel)
-    x, g = _inputs(12, 96), torch.rand(96) + 0.5
+    x, g = inputs(12, 96), torch.rand(96) + 0.5
     fused = lin.norm_linear(x, g, 1e-6)
     assert torch.allclose(fused, lin(rms_norm(x, g, 1e-6)), rtol=1e-4, atol=1e-4)
     assert torch.equal(torch.cat([lin.norm_linear(x[i:i + 1], g, 1e-6) for i in range(12)]), fused)
 
 
 def test_unknown_format_is_refused():
-    with pytest.raises(ValueError, match="no GGUF kernel for Q5_0"):
-        ggml.GGUFLinear(ggml.GGUFWeight("Q5_0", np.zeros((1, 22), np.uint8)))
+    with pytest.raises(ValueError, match="no GGUF kernel for Q5_1"):
+        ggml.GGUFLinear(ggml.GGUFWeight("Q5_1", np.zeros((1, 24), np.uint8)))
 
 
 # --------------------------------------------------------------------------------- model level
@@ -129,27 +93,8 @@ def tiny_gguf(tiny_model_dir, tmp_path_factory):
 def test_gguf_model_verify_equals_autoregressive(tiny_gguf, kind, arch, kernels):
     """Logits of a token fed one per step equal its logits inside one 11-token forward; the
     model is close to the fp32 dequantisation of the same file."""
-    lm = load_model(tiny_gguf(kind, arch), torch.float32, keep_quantized=True)
+    lm, _ = assert_gguf_model_lossless(tiny_gguf(kind, arch), kernels)
     assert isinstance(lm.weights["layers.0.wqkv"], ggml.GGUFWeight)
-    model = Transformer(lm.args, lm.weights, torch.bfloat16, quantization="gguf", kernels=kernels)
-    ids = torch.randint(0, lm.args.vocab_size, (31,))
-    cache = model.new_cache(64)
-    model.forward(ids[:20], torch.arange(20), [SeqInput(cache, 20)])
-    cache.commit(range(20))
-    chunk = model.forward(ids[20:], torch.arange(20, 31), [SeqInput(cache, 11)])
-    for i in range(20, 31):
-        step = model.forward(ids[i:i + 1], torch.tensor([i]), [SeqInput(cache, 1)])
-        cache.commit([0])
-        assert torch.equal(step[0], chunk[i - 20]), f"position {i}"
-    fp = load_model(tiny_gguf(kind, arch), torch.float32)
-    ref = Transformer(fp.args, fp.weights, torch.float32, kernels=kernels)
-    c2 = ref.new_cache(64)
-    full = ref.forward(ids, torch.arange(31), [SeqInput(c2, 31)])[20:]
-    assert (chunk - full).abs().max() < 0.05 * full.abs().max()
-
-
-PLUGINS = ['{"plugin_type": "memory_decoding", "decoding_length": 16}',
-           '{"plugin_type": "la", "level": 4, "window": 5, "guess_set_size": 5}', '{"plugin_type": "hybrid"}']
 
 
 @pytest.mark.parametrize("kernels", per_isa())
@@ -195,6 +140,6 @@ def test_file_without_supported_blocks(tiny_gguf, caplog):
         llm = LLM(str(tiny_gguf("F16")))
     assert llm.config.quantization != "gguf"
     assert any("no GGUF kernel for F16" in r.message for r in caplog.records)
-    with pytest.raises(ConfigError, match="no Q4_0/Q4_1/Q8_0 weights") as e:
+    with pytest.raises(ConfigError, match="no Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K weights") as e:
         LLM(str(tiny_gguf("F16")), quantization="gguf")
     assert "\n" not in str(e.value)

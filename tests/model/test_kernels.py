@@ -20,17 +20,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
+import numpy as np
 import pytest
 import torch
 
-from paraspec.model import quant
+from paraspec.model import ggml, quant
 from paraspec.model.args import ModelArgs
 from paraspec.model.kernels import TORCH, Kernels
 from paraspec.model.kv_cache import KVCache
 from paraspec.model.transformer import attention as torch_attention, attention_bias
 
 ISAS = ("avx512", "avx2")
-VERSION = 7
+VERSION = 8
 
 
 def _load(isa: str) -> tuple[ModuleType | None, str]:
@@ -394,6 +395,8 @@ out["avx2_variants"] = b.w8a8_variants()
 out["capability"] = torch.backends.cpu.get_cpu_capability()
 res = {"attention": b.attention(*inp["attention"]), "w8a8": b.w8a8_linear(*inp["w8a8"], variant="avx2"),
        "linear": b.linear(*inp["linear"]), "linear_fp32": b.linear(*inp["linear_fp32"])}
+for kind, args in inp["gguf"].items():
+    res["gguf " + kind] = b.gguf_linear(*args, variant="avx2")
 torch.save(res, sys.argv[2])
 print(json.dumps(out))
 """
@@ -402,7 +405,8 @@ print(json.dumps(out))
 def test_avx2_cpu_under_qemu(tmp_path):
     """On an emulated AMD Zen 2 (AVX2 + FMA, no AVX-512, no AVX-VNNI): both modules import, the
     AVX-512 one refuses cleanly (no SIGILL), the AVX2 one gives this machine's bits (attention,
-    W8A8, the bf16 linear with bias and fused norm, the fp32 one), which are the AVX-512 bits."""
+    W8A8, the bf16 linear with bias and fused norm, the fp32 one, GGUF Q5_0 / Q4_K / Q6_K), which
+    are the AVX-512 bits."""
     qemu = shutil.which("qemu-x86_64")
     if qemu is None:
         pytest.skip("qemu-x86_64 is not installed (apt-get install qemu-user)")
@@ -417,7 +421,16 @@ def test_avx2_cpu_under_qemu(tmp_path):
     x, w, b, g = _linear_inputs(67, 45, 5, torch.bfloat16, seed=9)
     dense = (x, w, b, g, 1e-5)
     dense32 = (x, w.float(), None, None, 0.0)
-    torch.save({"attention": att, "w8a8": lin, "linear": dense, "linear_fp32": dense32}, tmp_path / "in.pt")
+    gguf = {}   # the GGUF formats whose unpacking differs (K-quants, Q5_0's bit plane), 2 passes
+    for kind, scales in (("Q5_0", [0]), ("Q4_K", [0, 2]), ("Q6_K", [208])):
+        values, nbytes = ggml.BLOCK_SIZE[kind]
+        raw = np.random.default_rng(len(scales)).integers(0, 256, (40, 256 // values, nbytes), dtype=np.uint8)
+        for at in scales:                                          # random bytes, finite fp16 scales
+            raw[..., at:at + 2] = np.float16(0.01).reshape(1).view(np.uint8)
+        wq = ggml.GGUFWeight(kind, raw.reshape(40, -1))
+        gguf[kind] = (_x(3, 256, seed=9, dtype=torch.float32), ggml.pack(wq), ggml.FORMATS[kind], 40, 2, bias, None, 0.0)
+    torch.save({"attention": att, "w8a8": lin, "linear": dense, "linear_fp32": dense32, "gguf": gguf},
+               tmp_path / "in.pt")
     script = tmp_path / "child.py"
     script.write_text(QEMU_CHILD)
     proc = subprocess.run([qemu, "-cpu", "EPYC-Rome", sys.executable, str(script), str(tmp_path / "in.pt"),
@@ -433,6 +446,8 @@ def test_avx2_cpu_under_qemu(tmp_path):
     with threads(1):
         assert torch.equal(got["attention"], mod.attention(*att))
         assert torch.equal(got["w8a8"], mod.w8a8_linear(*lin, variant="avx2"))
+        for kind, args in gguf.items():
+            assert torch.equal(got["gguf " + kind], mod.gguf_linear(*args, variant="avx2")), kind
         for name, args in (("linear", dense), ("linear_fp32", dense32)):
             assert torch.equal(got[name], mod.linear(*args)), name
             if "avx512" in RUNNABLE:

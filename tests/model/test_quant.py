@@ -4,11 +4,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from gguf_checks import verify_equals_steps
 from kernel_paths import RUNNABLE, per_isa, per_variant
 from paraspec.model import kernels as cpu_kernels
 from paraspec.model.loader import load_model
 from paraspec.model.quant import Int8Linear, q8_0_to_int8, quantize_rows, quantize_weight
-from paraspec.model.transformer import SeqInput, Transformer
+from paraspec.model.transformer import Transformer
 
 KERNELS = per_variant()       # every W8A8 inner loop this CPU runs, and the torch path (int_dot)
 RESIDUAL = [True, False]
@@ -238,13 +239,4 @@ def _w8a8_model(path, kernels) -> Transformer:
 def test_w8a8_model_verify_equals_autoregressive(tiny_model_dir, arch, kernels):
     """Lossless verification with W8A8 linears: the logits of a token fed one per step equal
     its logits inside one 11-token forward (what verifying a draft computes)."""
-    model = _w8a8_model(tiny_model_dir(arch), kernels)
-    ids = torch.randint(0, model.args.vocab_size, (31,))
-    cache = model.new_cache(64)
-    model.forward(ids[:20], torch.arange(20), [SeqInput(cache, 20)])
-    cache.commit(range(20))
-    chunk = model.forward(ids[20:], torch.arange(20, 31), [SeqInput(cache, 11)])
-    for i in range(20, 31):
-        step = model.forward(ids[i:i + 1], torch.tensor([i]), [SeqInput(cache, 1)])
-        cache.commit([0])
-        assert torch.equal(step[0], chunk[i - 20]), f"position {i}"
+    verify_equals_steps(_w8a8_model(tiny_model_dir(arch), kernels))

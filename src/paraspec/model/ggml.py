@@ -1,13 +1,18 @@
-"""GGUF block-quantised weights run as stored: Q4_0, Q4_1 and Q8_0 linears (quantization "gguf").
+"""GGUF block-quantised weights run as stored: Q4_0, Q4_1, Q5_0, Q8_0 and the K-quants Q4_K and
+Q6_K (ggml_kquants.py), as linears (quantization "gguf").
 
-A GGUF file's weights stay in their 32-wide blocks (an fp16 scale d, for Q4_1 an fp16 min m, and
-4- or 8-bit values); activations are quantised per row and per 32-block to int8, as llama.cpp's
-Q8 activations are, so a row's result is a function of that row alone and parallel decoding
-stays exactly AR's. The arithmetic (csrc/gguf.h has it in full):
+A GGUF file's weights stay in their blocks (32 values with an fp16 scale d, for Q4_1 an fp16 min
+m; K-quants: 256-superblocks of 32-blocks with 6-bit scales, Q6_K's of 16-blocks with int8 ones);
+activations are quantised per row and per 32-block to int8, as llama.cpp's Q8 activations are,
+so a row's result is a function of that row alone and parallel decoding stays exactly AR's. The
+arithmetic (csrc/gguf.h has it in full):
 
     q = round(x * (127 / amax)), dx = amax / 127, xs = sum q          per row and 32-block
     Q4_0: t = float(isum - 8 xs) * (d dx)    Q4_1: t = float(isum) * (d dx) + m (dx xs)
-    Q8_0: t = float(isum) * (d dx)           y = sum of t over the blocks in order (+ bias)
+    Q5_0: t = float(isum - 16 xs) * (d dx)   Q8_0: t = float(isum) * (d dx)
+    Q4_K: as Q4_1 with d = d_super * sc, m = -(dmin_super * mn) (both exact in fp32)
+    Q6_K: t = float(isum_a * sc_a + isum_b * sc_b) * (d dx)   (two signed 16-halves, exact)
+    y = sum of t over the blocks in order (+ bias)
 
 with isum the exact integer dot product of the block's stored values and q. With residual=True
 (the default) each block's rounding residual x - q * dx is quantised again and run as a second
@@ -38,23 +43,41 @@ import torch.nn.functional as F
 from .kernels import Kernels, cpu_features, default as default_kernels
 
 BLOCK = 32
-BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}    # per 32 weights, as GGUF stores them
-FORMATS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}          # csrc/gguf.h's GgufFormat
+# (values per block, bytes per block) as GGUF stores them
+BLOCK_SIZE = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q8_0": (32, 34), "Q5_0": (32, 22),
+              "Q4_K": (256, 144), "Q6_K": (256, 210)}
+FORMATS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q4_K": 4, "Q6_K": 5}   # csrc/gguf_layout.h
 PANEL = 32                                           # output channels per packed panel
 PROMPT_ROWS = 32   # a prompt chunk this tall runs dequantised weights through torch's matmul (module doc)
+
+
+@dataclass
+class Blocks:
+    """A weight unpacked for the reference and the packer: q [N, K] int8, the integers the dot
+    products use (Q4: 0..15, Q5_0: 0..31, Q8_0 and Q6_K: signed); d [N, K / 32] fp32 the
+    block scale (K-quants: exact products of superblock and sub-block scales); m [N, K / 32]
+    fp32 the block offset (Q4_1, Q4_K) or None; sub [N, K / 16] fp32, Q6_K's int8 16-block
+    scales (then d is the superblock's); parts: the stored fields pack() lays out."""
+
+    q: torch.Tensor
+    d: torch.Tensor
+    m: torch.Tensor | None = None
+    sub: torch.Tensor | None = None
+    parts: dict | None = None
 
 
 @dataclass
 class GGUFWeight:
     """A [N, K] weight in a GGUF block format: raw holds its rows' bytes, as stored."""
 
-    kind: str              # "Q4_0" | "Q4_1" | "Q8_0"
-    raw: np.ndarray        # uint8 [N, K / 32 * BLOCK_BYTES[kind]]
+    kind: str              # a key of BLOCK_SIZE
+    raw: np.ndarray        # uint8 [N, K / values * bytes] (BLOCK_SIZE[kind])
 
     @property
     def shape(self) -> tuple[int, int]:
         n, row = self.raw.shape
-        return n, row // BLOCK_BYTES[self.kind] * BLOCK
+        values, nbytes = BLOCK_SIZE[self.kind]
+        return n, row // nbytes * values
 
     def permute_rows(self, fn) -> GGUFWeight:
         """The same weight with its rows rearranged by fn (an array op on axis 0)."""
@@ -68,54 +91,91 @@ def concat(parts: list[GGUFWeight]) -> GGUFWeight | None:
     return GGUFWeight(parts[0].kind, np.concatenate([p.raw for p in parts], axis=0))
 
 
-def unpack(w: GGUFWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(q [N, K] int8: Q4 nibbles 0..15 or Q8_0 values, d [N, B] fp32, m [N, B] fp32 or None)."""
+def unpack(w: GGUFWeight) -> Blocks:
+    """The weight's stored integers and scales (Blocks), exactly as stored."""
+    if w.kind in ("Q4_K", "Q6_K"):
+        from .ggml_kquants import unpack_k
+        return unpack_k(w.kind, w.raw)
     n, k = w.shape
-    raw = torch.from_numpy(np.require(w.raw, requirements=["C", "W"])).view(n, k // BLOCK, BLOCK_BYTES[w.kind])
-    d = raw[..., :2].contiguous().view(torch.float16).squeeze(-1).float()
+    raw = torch.from_numpy(np.require(w.raw, requirements=["C", "W"])).view(n, k // BLOCK, BLOCK_SIZE[w.kind][1])
+    d16 = raw[..., :2].contiguous().view(torch.float16).squeeze(-1)
+    parts = {"d": d16}
     if w.kind == "Q8_0":
-        return raw[..., 2:].contiguous().view(torch.int8).reshape(n, k), d, None
-    start = 4 if w.kind == "Q4_1" else 2
+        return Blocks(raw[..., 2:].contiguous().view(torch.int8).reshape(n, k), d16.float(), parts=parts)
+    start = {"Q4_0": 2, "Q4_1": 4, "Q5_0": 6}[w.kind]
     qs = raw[..., start:start + 16]
-    q = torch.cat([qs & 0x0F, qs >> 4], dim=-1).view(torch.int8).reshape(n, k)  # element j, j + 16
-    m = raw[..., 2:4].contiguous().view(torch.float16).squeeze(-1).float() if w.kind == "Q4_1" else None
-    return q, d, m
+    q = torch.cat([qs & 0x0F, qs >> 4], dim=-1)                           # element j, j + 16
+    if w.kind == "Q5_0":                                                   # bit j of qh: element j's 16
+        qh = raw[..., 2:6].contiguous().view(torch.int32)                  # [n, nb, 1], little-endian
+        q = q | (((qh >> torch.arange(32, dtype=torch.int32)) & 1) << 4).to(torch.uint8)
+    m = None
+    if w.kind == "Q4_1":
+        parts["m"] = raw[..., 2:4].contiguous().view(torch.float16).squeeze(-1)
+        m = parts["m"].float()
+    return Blocks(q.view(torch.int8).reshape(n, k), d16.float(), m, parts=parts)
+
+
+OFFSET = {"Q4_0": 8, "Q5_0": 16}    # what the stored unsigned values are centred on
 
 
 def dequantize(w: GGUFWeight, rows: torch.Tensor | None = None) -> torch.Tensor:
     """fp32 values of the weight (or of its rows `rows`), as ggml defines them."""
     if rows is not None:
         w = GGUFWeight(w.kind, w.raw[rows.numpy()].reshape(-1, w.raw.shape[1]))
-    q, d, m = unpack(w)
+    u = unpack(w)
     n, k = w.shape
-    q = q.float().view(n, k // BLOCK, BLOCK)
-    if w.kind == "Q4_0":
-        q = q - 8
-    out = q * d.unsqueeze(-1)
-    if m is not None:
-        out = out + m.unsqueeze(-1)
+    if u.sub is not None:                                  # Q6_K: d * sc * q (exact in any order)
+        scale = (u.d.repeat_interleave(2, dim=1) * u.sub).repeat_interleave(16, dim=1)
+        return scale * u.q.float()
+    q = u.q.float().view(n, k // BLOCK, BLOCK) - OFFSET.get(w.kind, 0)
+    out = q * u.d.unsqueeze(-1)
+    if u.m is not None:
+        out = out + u.m.unsqueeze(-1)
     return out.view(n, k)
 
 
+def _panel_major(a: torch.Tensor, pad: int) -> torch.Tensor:
+    """[N, X, ...] per-channel fields -> [panels, X, 32 channels, ...] (N padded with zeros)."""
+    a = torch.nn.functional.pad(a, (0, 0) * (a.dim() - 2) + (0, 0, 0, pad))
+    return a.view(-1, PANEL, *a.shape[1:]).transpose(1, 2)
+
+
 def pack(w: GGUFWeight) -> torch.Tensor:
-    """The kernel's layout (csrc/gguf.h): per 32-channel panel, one record per 32-block:
-    d[32] fp16 | m[32] fp16 (Q4_1) | 8 steps of U[4 * channel + feature] (Q4: two per byte)."""
-    q, d, m = unpack(w)
+    """The kernel's layout (csrc/gguf.h): per 32-channel panel, per 32-block a record of the
+    block's channel scales then 8 steps of U[4 * channel + feature] (Q4 nibbles two per byte,
+    Q5_0 plus a bit plane, Q6_K plus a plane of 2-bit pairs, Q8_0 bytes); K-quants: every 8
+    records led by their superblock's header."""
+    u = unpack(w)
     n, k = w.shape
     nb, pad = k // BLOCK, -n % PANEL
-    q = torch.nn.functional.pad(q, (0, 0, 0, pad))   # zero channels: computed, never stored
-    panels = (n + pad) // PANEL
+    q = u.q.view(torch.uint8)
+    if w.kind == "Q6_K":
+        q = (u.q + 32).view(torch.uint8)                   # 0..63 for the u8 x s8 products
     # [P, 32 ch, B, 8 steps, 4 f] -> [P, B, 8, 32 ch, 4 f]: a step's 128 values channel-major
-    u = q.view(panels, PANEL, nb, 8, 4).permute(0, 2, 3, 1, 4).reshape(panels, nb, 8, 128).view(torch.uint8)
-    if w.kind != "Q8_0":
-        u = u[..., :64] | (u[..., 64:] << 4)          # channels 0-15 low nibbles, 16-31 high
-    parts = []
-    for s in (d, m):
-        if s is not None:
-            s = torch.nn.functional.pad(s, (0, 0, 0, pad)).to(torch.float16)
-            parts.append(s.view(panels, PANEL, nb).transpose(1, 2).contiguous().view(torch.uint8))
-    parts.append(u.reshape(panels, nb, -1))
-    return torch.cat(parts, dim=-1).contiguous().view(-1)
+    steps = _panel_major(q.reshape(n, nb, 8, 4), pad).permute(0, 1, 3, 2, 4).reshape(-1, nb, 8, 128)
+    if w.kind == "Q8_0":
+        data = steps.reshape(-1, nb, 1024)
+    else:
+        lo = steps & 0x0F
+        nib = lo[..., :64] | (lo[..., 64:] << 4)           # channels 0-15 low nibbles, 16-31 high
+        if w.kind == "Q5_0":                               # bit i of 16 bytes: bit 4 of U[i]
+            bits = ((steps >> 4) & 1).view(-1, nb, 8, 16, 8) << torch.arange(8, dtype=torch.uint8)
+            data = torch.cat([nib, bits.sum(-1, dtype=torch.uint8)], -1).reshape(-1, nb, 640)
+        elif w.kind == "Q6_K":                             # byte i: bits 4-5 of U[i + 32 j] at 2j
+            hi = ((steps >> 4) & 3).view(-1, nb, 8, 4, 32) << (2 * torch.arange(4, dtype=torch.uint8)).view(4, 1)
+            data = torch.cat([nib.reshape(-1, nb, 512), hi.sum(-2, dtype=torch.uint8).reshape(-1, nb, 256)], -1)
+        else:
+            data = nib.reshape(-1, nb, 512)
+    per_block = [_panel_major(f, pad).contiguous().view(torch.uint8).reshape(-1, nb, PANEL * f.element_size())
+                 for f in u.parts["record"]] if "record" in u.parts else \
+        [_panel_major(u.parts[f], pad).contiguous().view(torch.uint8).reshape(-1, nb, 64)
+         for f in ("d", "m") if f in u.parts]
+    records = torch.cat([*per_block, data], -1)            # [P, nb, record]
+    if "header" in u.parts:                                # K-quants: [P, nb / 8, header | 8 records]
+        head = [_panel_major(f, pad).contiguous().view(torch.uint8).reshape(-1, nb // 8, 64)
+                for f in u.parts["header"]]
+        records = torch.cat([*head, records.reshape(-1, nb // 8, 8 * records.shape[-1])], -1)
+    return records.contiguous().view(-1)
 
 
 def quantize_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -158,11 +218,14 @@ class GGUFLinear:
         if self.kernels.module is not None:
             self.packed = pack(weight)
         else:
-            q, d, m = unpack(weight)
-            # [B, 32, N]: one exact fp32 matmul per block gives every row's integer block sums
-            self.wq = q.float().view(n, k // BLOCK, BLOCK).permute(1, 2, 0).contiguous()
-            self.d = d.t().contiguous()
-            self.m = None if m is None else m.t().contiguous()
+            u = unpack(weight)
+            w = BLOCK if u.sub is None else 16
+            # [K / w, w, N]: one exact fp32 matmul per block (Q6_K: half-block) gives every row's
+            # integer block sums
+            self.wq = u.q.float().view(n, k // w, w).permute(1, 2, 0).contiguous()
+            self.d = u.d.t().contiguous()
+            self.m = None if u.m is None else u.m.t().contiguous()
+            self.sub = None if u.sub is None else u.sub.t().contiguous()
 
     def __call__(self, x: torch.Tensor, prompt: bool = False) -> torch.Tensor:
         if prompt and x.shape[0] >= PROMPT_ROWS and self.kernels.module is not None:
@@ -194,25 +257,32 @@ class GGUFLinear:
             r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
             x = x * norm
         q, dx, xs = quantize_blocks(x)
-        y = reference_dot(q, dx if r is None else dx * r, xs, self.wq, self.d, self.m, self.kind)
+        y = self._dot(q, dx if r is None else dx * r, xs)
         if self.passes == 2:
             q1, dx1, xs1 = quantize_blocks(block_residual(x, q, dx))
-            y = y + reference_dot(q1, dx1 if r is None else dx1 * r, xs1, self.wq, self.d, self.m, self.kind)
+            y = y + self._dot(q1, dx1 if r is None else dx1 * r, xs1)
         return y if self.bias is None else y + self.bias
+
+    def _dot(self, q: torch.Tensor, dx: torch.Tensor, xs: torch.Tensor) -> torch.Tensor:
+        return reference_dot(q, dx, xs, self.wq, self.d, self.m, self.kind, self.sub)
 
 
 def reference_dot(q: torch.Tensor, dx: torch.Tensor, xs: torch.Tensor, wq: torch.Tensor, d: torch.Tensor,
-                  m: torch.Tensor | None, kind: str) -> torch.Tensor:
+                  m: torch.Tensor | None, kind: str, sub: torch.Tensor | None = None) -> torch.Tensor:
     """The kernel's sums in torch: q [M, K] int8, dx / xs [M, B]; wq [B, 32, N] fp32 holding the
-    stored integers, d / m [B, N] fp32. Block sums are exact in fp32 (|isum| < 2^24)."""
+    stored integers, d / m [B, N] fp32 (Q6_K: wq [2B, 16, N], sub [2B, N] its 16-block scales).
+    Block sums are exact in fp32 (|isum| < 2^24; Q6_K's scaled pair of halves too)."""
     rows, nb = dx.shape
-    isum = torch.bmm(q.float().view(rows, nb, BLOCK).transpose(0, 1), wq)    # [B, M, N], exact
+    w = wq.shape[1]
+    isum = torch.bmm(q.float().view(rows, -1, w).transpose(0, 1), wq)       # [K / w, M, N], exact
+    if sub is not None:                                                      # sc_a isum_a + sc_b isum_b
+        isum = isum[0::2] * sub[0::2, None] + isum[1::2] * sub[1::2, None]   # exact integers
     xsf = xs.float()
     acc = torch.zeros(rows, wq.shape[2])
     for b in range(nb):
         s = isum[b]
-        if kind == "Q4_0":
-            s = s - 8 * xsf[:, b:b + 1]                                      # exact integers
+        if kind in OFFSET:
+            s = s - OFFSET[kind] * xsf[:, b:b + 1]                           # exact integers
         t = s * (d[b] * dx[:, b:b + 1])
         if m is not None:
             t = t + m[b] * (dx[:, b:b + 1] * xsf[:, b:b + 1])

@@ -227,7 +227,7 @@ def default_numerics(kernels: Kernels | None = None) -> Numerics:
 
 
 def gguf_numerics(kernels: Kernels) -> Numerics:
-    """A GGUF file's own Q4_0 / Q4_1 / Q8_0 blocks (ggml.py): fewer bytes a step than int8."""
+    """A GGUF file's own Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K blocks (ggml.py): fewer bytes a step than int8."""
     return Numerics("bfloat16", "gguf", f"the GGUF file's own blocks through the {kernels.label} kernels: "
                                         "the fewest bytes a decode step streams")
 

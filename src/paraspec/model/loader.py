@@ -7,7 +7,7 @@ its __init__ needs the `llm` package).
 Names produced (per layer i): layers.i.{attn_norm, ffn_norm, wqkv, bqkv?, wo, w_gate_up, w_down,
 q_norm?, k_norm?}, plus tok_embeddings, norm and lm_head (when not tied).
 
-keep_quantized (quantization "gguf"): a GGUF file's Q4_0 / Q4_1 / Q8_0 matmul weights come back as
+keep_quantized (quantization "gguf"): a GGUF file's Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K matmul weights come back as
 ggml.GGUFWeight (their stored blocks) instead of dequantised; others are dequantised, with a log line.
 """
 from __future__ import annotations
@@ -227,7 +227,7 @@ def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
                     tensor(b + "attn_v.bias", False),
                     tensor(b + "attn_q_norm.weight", False), tensor(b + "attn_k_norm.weight", False))
     if dequantised:
-        logger.info("paraspec: no GGUF kernel for %s; those tensors are dequantised (the Q4_0/Q4_1/Q8_0 "
+        logger.info("paraspec: no GGUF kernel for %s; those tensors are dequantised (the Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K "
                     "ones run as stored)", ", ".join(f"{k} ({n} tensors)" for k, n in sorted(dequantised.items())))
     tok_source = {
         "kind": "gguf",

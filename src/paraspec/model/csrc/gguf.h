@@ -1,16 +1,26 @@
-// GGUF block-quantised linears run on their stored blocks (Q4_0, Q4_1, Q8_0): one call per
-// linear, activation quantisation, integer block dot products and the float epilogue fused.
-// Written once over isa_*.h's vector API; the integer inner loops are gguf_loop.h and the tensor
-// glue (checks, threads) is in kernels.cpp. ggml.py packs the weights and holds the torch
-// reference, which this code follows op for op (built with -ffp-contract=off: no FMA).
+// GGUF block-quantised linears run on their stored blocks (Q4_0, Q4_1, Q8_0, Q5_0 and the
+// K-quants Q4_K, Q6_K): one call per linear, activation quantisation, integer block dot products
+// and the float epilogue fused. Written once over isa_*.h's vector API; the integer inner loops
+// are gguf_loop.h and the tensor glue (checks, threads) is in kernels.cpp. ggml.py and
+// ggml_kquants.py pack the weights and hold the torch reference, which this code follows op for
+// op (built with -ffp-contract=off: no FMA).
 //
 // Activations are quantised per row and per 32-block, as llama.cpp's Q8_0/Q8_1 activations:
-//   q[k] = round(x[k] * ((1 / amax) * 127)) (half to even),  dx = amax * (1 / 127),  xs = sum q
-// so a row's output is a function of that row alone. Per output channel n and 32-block b:
+//   q[k] = round(x[k] * ((1 / amax) * 127)) (half to even),  dx = amax * (1 / 127),  xs = sum q,
+//   xh = the sum of the block's first 16 q (Q6_K's 16-wide sub-blocks)
+// so a row's output is a function of that row alone. (K-quants too: their 256-superblocks are
+// 8 sub-blocks of 32 with their own scales, so per-32 activations, finer than llama.cpp's Q8_K
+// per 256, keep one formula per 32-block.) Per output channel n and 32-block b:
 //   isum = sum_k wq[n, k] * q[k]          (int32, exact: any tiling, any instruction)
 //   Q4_0: t = float(isum - 8 * xs) * (d[n, b] * dx)          (weights stored as nibbles 0..15)
+//   Q5_0: t = float(isum - 16 * xs) * (d[n, b] * dx)         (5-bit values 0..31)
 //   Q4_1: t = float(isum) * (d[n, b] * dx) + m[n, b] * (dx * float(xs))
 //   Q8_0: t = float(isum) * (d[n, b] * dx)
+//   Q4_K: t = float(isum) * (ds * dx) - dm * (dx * float(xs)),  ds = d * sc[b], dm = dmin * mn[b]
+//         (fp16 superblock scale times 6-bit sub-block scale: exact in fp32)
+//   Q6_K: v = (isum_a - 32 xh) * sc_a + (isum_b - 32 (xs - xh)) * sc_b (isum_a/b: the block's two
+//         16-wide halves, 6-bit values 0..63, sc int8; exact in int32 and in fp32, |v| < 2^24)
+//         t = float(v) * (d * dx)
 //   acc = acc + t, from acc = 0, over the blocks in order;  y = acc (+ bias)
 // With two passes (the default, ggml.py), the block's rounding residual x - q * dx is quantised
 // again the same way and run as a second sub-row: y = acc_0 + acc_1 (+ bias). The weights are
@@ -19,27 +29,29 @@
 // depend on how many rows a call has, where the row sits, or the thread count.
 //
 // Packed layout (ggml.py pack()): panels of 32 output channels (N padded to 32 with zero
-// blocks); a panel is one contiguous stream of K/32 records, one per block:
-//   d[32] fp16 | m[32] fp16 (Q4_1 only) | 8 steps of 4 features x 32 channels
+// blocks); a panel is one contiguous stream of K/256 superblocks of 8 records, one per 32-block,
+// each superblock led by a header (K-quants only; gguf_layout below):
+//   header: Q4_K d[32] fp16 | dmin[32] fp16;  Q6_K d[32] fp16
+//   record: d[32] fp16 (Q4_0, Q5_0, Q8_0) | d[32] m[32] fp16 (Q4_1) | sc[32] mn[32] u8 (Q4_K) |
+//           sc_a[32] sc_b[32] s8 (Q6_K), then 8 steps of 4 features x 32 channels
 // A step unpacks to 128 bytes U[4 * c + f] (channel c, feature f), the W8A8 layout. Q8_0 stores
 // U as s8 (128 bytes); Q4 stores 64 bytes B[i] = U[i] | U[64 + i] << 4, so one 64-byte load gives
 // channels 0-15 (low nibbles) and 16-31 (high), and two 32-byte loads give 0-7, 8-15 | 16-23, 24-31.
+// Q5_0 adds 16 bytes per step after the nibbles: bit i = bit 4 of U[i]; Q6_K keeps its 8 steps of
+// nibbles, then 8 x 32 bytes of high bits: bits 2j, 2j + 1 of byte i = bits 4, 5 of U[32 j + i].
 namespace isa {
 
-enum GgufFormat : int { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2 };
-inline int64_t gguf_scale_bytes(int fmt) { return fmt == kQ4_1 ? 128 : 64; }
-inline int64_t gguf_record_bytes(int fmt) { return gguf_scale_bytes(fmt) + (fmt == kQ8_0 ? 1024 : 512); }
-
-// One 32-block of v -> q (s8), its sum, and the returned scale dx. With `residual`, v becomes
-// what the rounding lost, v - q * dx, for a second pass.
-inline float gguf_quantize_block(float* v, int8_t* q, int32_t* sum, bool residual) {
+// One 32-block of v -> q (s8), its sum, the sum of its first half, and the returned scale dx.
+// With `residual`, v becomes what the rounding lost, v - q * dx, for a second pass.
+inline float gguf_quantize_block(float* v, int8_t* q, int32_t* sum, int32_t* half, bool residual) {
   const F16 x0 = load(v), x1 = load(v + 16);
   const float a = reduce_max(max(abs(x0), abs(x1)));  // max is exact in any order
   const F16 inv = set1(a > 0.f ? (1.f / a) * 127.f : 0.f);
   const I16 i0 = to_int(mul(x0, inv)), i1 = to_int(mul(x1, inv));  // half to even, as torch.round
   store_bytes(reinterpret_cast<uint8_t*>(q), i0, 16);
   store_bytes(reinterpret_cast<uint8_t*>(q) + 16, i1, 16);
-  *sum = reduce_add(add(i0, i1));
+  *half = reduce_add(i0);  // integer sums: exact in any order
+  *sum = *half + reduce_add(i1);
   const float scale = a * static_cast<float>(1.0 / 127.0);
   if (residual) {
     store(v, sub(x0, mul(to_float(i0), set1(scale))));
@@ -52,10 +64,10 @@ inline float gguf_quantize_block(float* v, int8_t* q, int32_t* sum, bool residua
 // pass 0 quantises x, pass 1 (P = 2) the residual x - q0 * dx0, block by block (as w8a8.h's
 // passes, per block). With `norm` the row is RMS-normalised first, as w8a8.h does it: x * gamma
 // is quantised and 1 / rms(x) multiplies each block's scale (block quantisation is invariant to
-// a per-row factor). v: K floats of scratch.
+// a per-row factor). v: K floats of scratch; xh: the blocks' first-half sums.
 template <typename T>
 void gguf_quantize_rows(const T* x, int64_t ldx, int64_t M, int64_t K, int P, const float* norm, float eps,
-                        float* v, int8_t* xq, float* dx, int32_t* xs) {
+                        float* v, int8_t* xq, float* dx, int32_t* xs, int32_t* xh) {
   const int64_t B = K / 32;
   for (int64_t m = 0; m < M; ++m) {
     F16 ss = zero();
@@ -71,33 +83,34 @@ void gguf_quantize_rows(const T* x, int64_t ldx, int64_t M, int64_t K, int P, co
     for (int p = 0; p < P; ++p) {
       const int64_t s = m * P + p;
       for (int64_t b = 0; b < B; ++b)
-        dx[s * B + b] = gguf_quantize_block(v + 32 * b, xq + s * K + 32 * b, xs + s * B + b, p + 1 < P) * r;
+        dx[s * B + b] = gguf_quantize_block(v + 32 * b, xq + s * K + 32 * b, xs + s * B + b, xh + s * B + b,
+                                            p + 1 < P) * r;
     }
   }
 }
 
 constexpr int64_t kGgufRowBlock = 64;  // rows per pass over the weights (their float sums in L1)
-constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB) every row tile runs while in L1
+constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB; whole superblocks) every row tile runs while in L1
 
 // Panels [p0, p1) for sub-rows [0, M) (P per output row; kGgufRowBlock is even): one thread's
 // contiguous share of the weights. A single row tile walks each panel once; with more, each
 // chunk of blocks is run by every tile while it sits in L1, so the weights leave DRAM once per
 // call. acc: 32 * min(M, kGgufRowBlock) floats.
 inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, const int8_t* xq,
-                        const float* dx, const int32_t* xs, int64_t M, int P, int64_t K, const uint8_t* wp,
-                        const float* bias, float* y, int64_t N, float* acc) {
-  const int64_t B = K / 32, K4 = K / 4, rec = gguf_record_bytes(fmt), R = loop.rows;
+                        const float* dx, const int32_t* xs, const int32_t* xh, int64_t M, int P, int64_t K,
+                        const uint8_t* wp, const float* bias, float* y, int64_t N, float* acc) {
+  const int64_t B = K / 32, K4 = K / 4, pb = gguf_panel_bytes(fmt, B), R = loop.rows;
   const int32_t* xw = reinterpret_cast<const int32_t*>(xq);  // 4 features as one dword
   for (int64_t r0 = 0; r0 < M; r0 += kGgufRowBlock) {
     const int64_t r1 = std::min(r0 + kGgufRowBlock, M);
     const int64_t chunk = r1 - r0 <= R ? B : kGgufChunk;
     for (int64_t p = p0; p < p1; ++p) {
-      const uint8_t* panel = wp + p * B * rec;
+      const uint8_t* panel = wp + p * pb;
       std::memset(acc, 0, sizeof(float) * 32 * (r1 - r0));
       for (int64_t b0 = 0; b0 < B; b0 += chunk)
         for (int64_t r = r0; r < r1; r += R)
           loop.fn[fmt][std::min(R, r1 - r)](panel, b0, std::min(b0 + chunk, B), xw + r * K4, K4, dx + r * B,
-                                             xs + r * B, B, acc + (r - r0) * 32, r == r0);
+                                             xs + r * B, xh + r * B, B, acc + (r - r0) * 32, r == r0);
       for (int h = 0; h < 2; ++h) {
         const int64_t n = p * 32 + 16 * h;
         if (n >= N) break;

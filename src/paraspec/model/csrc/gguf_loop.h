@@ -4,8 +4,9 @@
 // included repeatedly.
 //
 // R rows times one 32-channel panel over blocks [b0, b1): per block, the 8 steps' int32 dot
-// products (exact: neither the tile size nor the variant changes them; VNNI Q8_0 sums carry
-// GOp::kQ8Offset * xs extra, taken off here), then gguf.h's float step for each row and
+// products (exact: neither the tile size nor the variant changes them; Q4_0 / Q5_0 values and
+// VNNI Q8_0 sums carry C * xs extra, the sums' starting value here; Q6_K's two halves are scaled and summed in int32,
+// exact), then gguf.h's float step for each row and
 // channel, added to the tile's running sums acc[32 * r + channel] (read at the start, written
 // at the end). Integer and float accumulators stay in registers across the blocks.
 
@@ -23,25 +24,30 @@ inline typename GOp::Acc gmac(typename GOp::Acc a, const X& x, typename GOp::Acc
 
 template <int R, int FMT>
 void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw, int64_t ldx, const float* dx,
-                const int32_t* xs, int64_t B, float* acc, bool prefetch) {
+                const int32_t* xs, const int32_t* xh, int64_t B, float* acc, bool prefetch) {
   using A = typename GOp::Acc;
   using F = typename GOp::Flt;
-  constexpr bool Q8 = FMT == 2, Q41 = FMT == 1;
+  constexpr bool Q8 = FMT == 2, Q41 = FMT == 1, Q5 = FMT == 3, Q4K = FMT == 4, Q6 = FMT == 5;
   constexpr int V = GOp::kVecs, L = 32 / V;  // accumulators per row, channels in each
-  constexpr int64_t SB = Q41 ? 128 : 64, REC = SB + (Q8 ? 1024 : 512);  // gguf.h's record
-  constexpr int32_t C = FMT == 0 ? 8 : Q8 ? GOp::kQ8Offset : 0;        // the sums' excess per xs
+  constexpr GgufLayout LAY = gguf_layout(FMT);
+  constexpr int64_t SB = LAY.scales, REC = LAY.record, HDR = LAY.header, SUPER = HDR + 8 * REC;
+  constexpr int32_t C = FMT == 0 ? 8 : Q5 ? 16 : Q8 ? GOp::kQ8Offset : 0;  // the sums' excess per xs
   // Named accumulators (not arrays), as w8a8_loop.h: GCC 12 would copy an array every step.
 #define PS_F1(i, j) F f##i##j = (R > i && V > j) ? GOp::load_f(acc + 32 * i + L * j) : GOp::zero_f();
 #define PS_F(i) PS_F1(i, 0) PS_F1(i, 1) PS_F1(i, 2) PS_F1(i, 3)
   PS_F(0) PS_F(1) PS_F(2) PS_F(3) PS_F(4) PS_F(5) PS_F(6) PS_F(7)
   for (int64_t b = b0; b < b1; ++b) {
-    const uint8_t* blk = panel + b * REC;
+    const uint8_t* hdr = panel + (b >> 3) * SUPER;  // the superblock's header (K-quants)
+    const uint8_t* blk = hdr + HDR + (b & 7) * REC;
     if (prefetch)  // the stream runs on into the next panel: fetch ahead of the first tile
       for (int64_t o = 0; o < REC; o += 64)
         _mm_prefetch(reinterpret_cast<const char*>(blk) + o + kPrefetch, _MM_HINT_T0);
     const uint8_t* wq = blk + SB;
     const int32_t* xb = xw + 8 * b;
-#define PS_ACC1(i, j) A a##i##j = GOp::zero_acc();
+    // the sums start at -C * xs (exact integers): the excess is gone before the float step
+#define PS_ACC1(i, j)                                                                 \
+  A a##i##j = (C != 0 && R > i) ? GOp::set1_i(-C * xs[i * B + b])                    \
+              : (Q6 && R > i)   ? GOp::set1_i(-32 * xh[i * B + b]) : GOp::zero_acc();
 #define PS_ACC(i) PS_ACC1(i, 0) PS_ACC1(i, 1) PS_ACC1(i, 2) PS_ACC1(i, 3)
     PS_ACC(0) PS_ACC(1) PS_ACC(2) PS_ACC(3) PS_ACC(4) PS_ACC(5) PS_ACC(6) PS_ACC(7)
 #define PS_ROW(i)                                         \
@@ -54,27 +60,66 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
       a##i##3 = gmac<Q8>(a##i##3, x, w3);                 \
     }                                                     \
   }
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      A w0, w1, w2, w3;  // the step's weights in channel order, L channels each
-      if constexpr (Q8) GOp::load_q8(wq + 128 * k, w0, w1, w2, w3);
-      else GOp::load_q4(wq + 64 * k, w0, w1, w2, w3);
-      PS_ROW(0) PS_ROW(1) PS_ROW(2) PS_ROW(3) PS_ROW(4) PS_ROW(5) PS_ROW(6) PS_ROW(7)
+#define PS_STEPS(k0, k1)                                                       \
+  _Pragma("GCC unroll 8") for (int k = k0; k < k1; ++k) {                      \
+    A w0, w1, w2, w3; /* the step's weights in channel order, L channels each */ \
+    if constexpr (Q8) GOp::load_q8(wq + 128 * k, w0, w1, w2, w3);              \
+    else if constexpr (Q5) GOp::load_q5(wq + 80 * k, w0, w1, w2, w3);          \
+    else if constexpr (Q6) GOp::load_q6(wq + 64 * k, wq + 512 + 32 * k, w0, w1, w2, w3); \
+    else GOp::load_q4(wq + 64 * k, w0, w1, w2, w3);                            \
+    PS_ROW(0) PS_ROW(1) PS_ROW(2) PS_ROW(3) PS_ROW(4) PS_ROW(5) PS_ROW(6) PS_ROW(7) \
+  }
+    if constexpr (Q6) {
+      // first half (steps 0-3, sub-block a, sums from -32 xh): h = (isum_a - 32 xh) * sc_a, exact
+      PS_STEPS(0, 4)
+#define PS_H1(i, j)                                                                              \
+  A h##i##j = GOp::zero_acc();                                                                   \
+  if constexpr (R > i && V > j) {                                                                \
+    h##i##j = GOp::mullo(a##i##j, GOp::s8x(blk + L * j));                                        \
+    a##i##j = GOp::set1_i(-32 * (xs[i * B + b] - xh[i * B + b]));                                \
+  }
+#define PS_H(i) PS_H1(i, 0) PS_H1(i, 1) PS_H1(i, 2) PS_H1(i, 3)
+      PS_H(0) PS_H(1) PS_H(2) PS_H(3) PS_H(4) PS_H(5) PS_H(6) PS_H(7)
+      PS_STEPS(4, 8)
+      // second half from -32 (xs - xh): v = h + (isum_b - 32 (xs - xh)) * sc_b
+#define PS_V1(i, j)                                                                              \
+  if constexpr (R > i && V > j)                                                                  \
+    a##i##j = GOp::add_i(h##i##j, GOp::mullo(a##i##j, GOp::s8x(blk + 32 + L * j)));
+#define PS_V(i) PS_V1(i, 0) PS_V1(i, 1) PS_V1(i, 2) PS_V1(i, 3)
+      PS_V(0) PS_V(1) PS_V(2) PS_V(3) PS_V(4) PS_V(5) PS_V(6) PS_V(7)
+#undef PS_V
+#undef PS_V1
+#undef PS_H
+#undef PS_H1
+    } else {
+      PS_STEPS(0, 8)
     }
-    // gguf.h's float step: t = float(isum - C * xs) * (d * dx) [+ m * (dx * float(xs))]; f += t
-    const uint16_t* d = reinterpret_cast<const uint16_t*>(blk);
+    // gguf.h's float step for each format; f += t. The block's channel scales first (shared by
+    // the rows): d (fp16), Q4_1's m, Q4_K's d * sc and dmin * mn (exact), Q6_K's superblock d.
+    const uint16_t* d = reinterpret_cast<const uint16_t*>(Q4K || Q6 ? hdr : blk);
+#define PS_S1(j)                                                                              \
+  F ds##j = GOp::zero_f(), dm##j = GOp::zero_f();                                             \
+  if constexpr (V > j) {                                                                      \
+    ds##j = GOp::half(d + L * j);                                                             \
+    if constexpr (Q41) dm##j = GOp::half(d + 32 + L * j);                                     \
+    if constexpr (Q4K) {                                                                      \
+      ds##j = GOp::mul_f(ds##j, GOp::to_float(GOp::u8x(blk + L * j)));                        \
+      dm##j = GOp::mul_f(GOp::half(d + 32 + L * j), GOp::to_float(GOp::u8x(blk + 32 + L * j))); \
+    }                                                                                         \
+  }
+    PS_S1(0) PS_S1(1) PS_S1(2) PS_S1(3)
 #define PS_EPI1(i, j)                                                                         \
   if constexpr (R > i && V > j) {                                                             \
-    F t = GOp::mul_f(GOp::to_float(C ? GOp::sub_i(a##i##j, C * s) : a##i##j),                 \
-                     GOp::mul_f(GOp::half(d + L * j), sx));                                   \
-    if constexpr (Q41) t = GOp::add_f(t, GOp::mul_f(GOp::half(d + 32 + L * j), sm));          \
+    F t = GOp::mul_f(GOp::to_float(a##i##j), GOp::mul_f(ds##j, sx));                           \
+    if constexpr (Q41) t = GOp::add_f(t, GOp::mul_f(dm##j, sm));                              \
+    if constexpr (Q4K) t = GOp::sub_f(t, GOp::mul_f(dm##j, sm));                              \
     f##i##j = GOp::add_f(f##i##j, t);                                                         \
   }
 #define PS_EPI(i)                                                         \
   if constexpr (R > i) {                                                  \
     const int32_t s = xs[i * B + b];                                      \
     const F sx = GOp::set1_f(dx[i * B + b]);                              \
-    const F sm = GOp::set1_f(Q41 ? dx[i * B + b] * static_cast<float>(s) : 0.f); \
+    const F sm = GOp::set1_f(Q41 || Q4K ? dx[i * B + b] * static_cast<float>(s) : 0.f); \
     PS_EPI1(i, 0) PS_EPI1(i, 1) PS_EPI1(i, 2) PS_EPI1(i, 3)               \
   }
     PS_EPI(0) PS_EPI(1) PS_EPI(2) PS_EPI(3) PS_EPI(4) PS_EPI(5) PS_EPI(6) PS_EPI(7)
@@ -86,6 +131,8 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
 #undef PS_OUT1
 #undef PS_EPI
 #undef PS_EPI1
+#undef PS_S1
+#undef PS_STEPS
 #undef PS_ROW
 #undef PS_ACC
 #undef PS_ACC1
@@ -99,5 +146,6 @@ constexpr int gtile(int r) { return r < GOp::kRows ? r : GOp::kRows; }  // never
   {nullptr, panel_tile<gtile(1), F>, panel_tile<gtile(2), F>, panel_tile<gtile(3), F>,          \
    panel_tile<gtile(4), F>, panel_tile<gtile(5), F>, panel_tile<gtile(6), F>, panel_tile<gtile(7), F>, \
    panel_tile<gtile(8), F>}
-constexpr GgufLoop kGgufLoop = {GOp::kRows, {PS_TILES(0), PS_TILES(1), PS_TILES(2)}};
+constexpr GgufLoop kGgufLoop = {GOp::kRows, {PS_TILES(0), PS_TILES(1), PS_TILES(2), PS_TILES(3), PS_TILES(4),
+                                              PS_TILES(5)}};
 #undef PS_TILES

@@ -157,8 +157,38 @@ struct Ymm8x4 {  // loads and stores shared by both ymm steps
     w0 = _mm256_and_si256(b0, lo), w1 = _mm256_and_si256(b1, lo);
     w2 = _mm256_and_si256(_mm256_srli_epi16(b0, 4), lo), w3 = _mm256_and_si256(_mm256_srli_epi16(b1, 4), lo);
   }
-  // for the GGUF loop's float step (8 channels per ymm)
+  // Q5_0: the nibbles | 16 where the step's bit is set (32 bits per register: each byte of
+  // the broadcast dword to 8 lanes, tested against its own bit)
+  static void load_q5(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
+    load_q4(p, w0, w1, w2, w3);
+    const __m256i pick = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe), b4 = _mm256_set1_epi8(16);
+    Acc* w[4] = {&w0, &w1, &w2, &w3};
+    for (int j = 0; j < 4; ++j) {
+      int32_t bits;
+      std::memcpy(&bits, p + 64 + 4 * j, 4);
+      const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(bits), pick), others),
+                                            _mm256_set1_epi8(-1));
+      *w[j] = _mm256_or_si256(*w[j], _mm256_and_si256(set, b4));
+    }
+  }
+  // Q6_K: the nibbles | bits 4-5 from the step's 32 bytes of pairs (byte i: pairs of U[i],
+  // U[32 + i], U[64 + i], U[96 + i])
+  static void load_q6(const uint8_t* lo, const uint8_t* hi, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
+    load_q4(lo, w0, w1, w2, w3);
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), m = _mm256_set1_epi8(0x30);
+    w0 = _mm256_or_si256(w0, _mm256_and_si256(_mm256_slli_epi16(h, 4), m));
+    w1 = _mm256_or_si256(w1, _mm256_and_si256(_mm256_slli_epi16(h, 2), m));
+    w2 = _mm256_or_si256(w2, _mm256_and_si256(h, m));
+    w3 = _mm256_or_si256(w3, _mm256_and_si256(_mm256_srli_epi16(h, 2), m));
+  }
+  // for the GGUF loop's integer and float steps (8 channels per ymm)
   static Acc sub_i(Acc a, int32_t c) { return _mm256_sub_epi32(a, _mm256_set1_epi32(c)); }
+  static Acc set1_i(int32_t c) { return _mm256_set1_epi32(c); }
+  static Acc add_i(Acc a, Acc b) { return _mm256_add_epi32(a, b); }
+  static Acc mullo(Acc a, Acc b) { return _mm256_mullo_epi32(a, b); }
+  static Acc u8x(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+  static Acc s8x(const uint8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
   using Flt = __m256;
   static Flt load_f(const float* p) { return _mm256_loadu_ps(p); }
   static void store_f(float* p, Flt a) { _mm256_storeu_ps(p, a); }
@@ -168,6 +198,7 @@ struct Ymm8x4 {  // loads and stores shared by both ymm steps
   static Flt to_float(Acc a) { return _mm256_cvtepi32_ps(a); }
   static Flt mul_f(Flt a, Flt b) { return _mm256_mul_ps(a, b); }
   static Flt add_f(Flt a, Flt b) { return _mm256_add_ps(a, b); }
+  static Flt sub_f(Flt a, Flt b) { return _mm256_sub_ps(a, b); }
 };
 
 namespace avx2 {

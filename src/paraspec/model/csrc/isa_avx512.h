@@ -141,12 +141,35 @@ struct GOp {
     w0 = _mm512_xor_si512(_mm512_loadu_si512(p), flip);
     w1 = _mm512_xor_si512(_mm512_loadu_si512(p + 64), flip);
   }
+  // Q5_0: the nibbles, plus 16 where the step's bit (one per byte of U, 64 per register) is set
+  static void load_q5(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
+    load_q4(p, w0, w1, w2, w3);
+    uint64_t k0, k1;
+    std::memcpy(&k0, p + 64, 8), std::memcpy(&k1, p + 72, 8);
+    const __m512i b4 = _mm512_set1_epi8(16);
+    w0 = _mm512_mask_add_epi8(w0, k0, w0, b4);
+    w1 = _mm512_mask_add_epi8(w1, k1, w1, b4);
+  }
+  // Q6_K: the nibbles | bits 4-5 from the step's 32 bytes of pairs (byte i: pairs of U[i],
+  // U[32 + i], U[64 + i], U[96 + i]), both halves of a register shifted by their own count
+  static void load_q6(const uint8_t* lo, const uint8_t* hi, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
+    load_q4(lo, w0, w1, w2, w3);
+    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)));
+    const __m512i m = _mm512_set1_epi8(0x30);
+    w0 = _mm512_or_si512(w0, _mm512_and_si512(_mm512_sllv_epi64(h, _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4)), m));
+    w1 = _mm512_or_si512(w1, _mm512_and_si512(_mm512_srlv_epi64(h, _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0)), m));
+  }
   static Acc prep4(int32_t x4) { return _mm512_set1_epi32(x4); }
   static Acc prep8(int32_t x4) { return _mm512_set1_epi32(x4); }
   static Acc mac4(Acc acc, Acc x, Acc w) { return _mm512_dpbusd_epi32(acc, w, x); }
   static Acc mac8(Acc acc, Acc x, Acc w) { return _mm512_dpbusd_epi32(acc, w, x); }
   static Acc zero_acc() { return _mm512_setzero_si512(); }
   static Acc sub_i(Acc a, int32_t c) { return _mm512_sub_epi32(a, _mm512_set1_epi32(c)); }
+  static Acc set1_i(int32_t c) { return _mm512_set1_epi32(c); }
+  static Acc add_i(Acc a, Acc b) { return _mm512_add_epi32(a, b); }
+  static Acc mullo(Acc a, Acc b) { return _mm512_mullo_epi32(a, b); }
+  static Acc u8x(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static Acc s8x(const uint8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   using Flt = __m512;
   static Flt load_f(const float* p) { return _mm512_loadu_ps(p); }
   static void store_f(float* p, Flt a) { _mm512_storeu_ps(p, a); }
@@ -156,6 +179,7 @@ struct GOp {
   static Flt to_float(Acc a) { return _mm512_cvtepi32_ps(a); }
   static Flt mul_f(Flt a, Flt b) { return _mm512_mul_ps(a, b); }
   static Flt add_f(Flt a, Flt b) { return _mm512_add_ps(a, b); }
+  static Flt sub_f(Flt a, Flt b) { return _mm512_sub_ps(a, b); }
 };
 #include "gguf_loop.h"
 }  // namespace vnni512

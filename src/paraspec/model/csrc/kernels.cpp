@@ -34,13 +34,14 @@ struct W8A8Loop {
   int offset;
   AccFn fn[9];
 };
-// What every copy of gguf_loop.h provides: its tile height and, per format (Q4_0, Q4_1, Q8_0),
-// the loop over a panel's blocks for 1..8 rows.
+#include "gguf_layout.h"
+// What every copy of gguf_loop.h provides: its tile height and, per format (gguf.h's
+// GgufFormat: Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q6_K), the loop over a panel's blocks for 1..8 rows.
 using GgufFn = void (*)(const uint8_t*, int64_t, int64_t, const int32_t*, int64_t, const float*, const int32_t*,
-                        int64_t, float*, bool);
+                        const int32_t*, int64_t, float*, bool);
 struct GgufLoop {
   int rows;
-  GgufFn fn[3][9];
+  GgufFn fn[kGgufFormats][9];
 };
 constexpr int64_t kPrefetch = 8192;  // bytes ahead in the weight stream
 
@@ -240,7 +241,7 @@ at::Tensor w8a8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
 }
 
 // x [M, K] fp32 or bf16 (rows contiguous, K a multiple of 32); packed: ggml.py's panel layout
-// of format fmt (0 Q4_0, 1 Q4_1, 2 Q8_0) for N output channels; passes 1 (x in int8 blocks) or
+// of format fmt (0 Q4_0, 1 Q4_1, 2 Q8_0, 3 Q5_0, 4 Q4_K, 5 Q6_K) for N output channels; passes 1 (x in int8 blocks) or
 // 2 (plus their int8 residual); bias fp32 [N] or None; norm:
 // RMSNorm weight fp32 [K] to apply to x first (with eps), or None; variant: a w8a8_variants()
 // name (the GGUF loop of the same instructions), "" for the best. Returns fp32 [M, N].
@@ -255,16 +256,17 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
       break;
     }
   TORCH_CHECK(loop, "gguf_linear: variant '", variant, "' is not one this CPU runs");
-  TORCH_CHECK(fmt >= 0 && fmt <= 2, "gguf_linear: fmt must be 0 (Q4_0), 1 (Q4_1) or 2 (Q8_0)");
+  TORCH_CHECK(fmt >= 0 && fmt < kGgufFormats, "gguf_linear: fmt must be 0-5 (Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q6_K)");
   TORCH_CHECK(passes == 1 || passes == 2, "gguf_linear: passes must be 1 or 2");
   const int P = static_cast<int>(passes);
   TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "x must be 2-D with contiguous rows");
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "x: fp32/bf16");
   const int64_t M = x.size(0), K = x.size(1), B = K / 32, panels = (N + 31) / 32;
-  TORCH_CHECK(K % 32 == 0 && K > 0, "gguf_linear: K must be a positive multiple of 32");
   const int f = static_cast<int>(fmt);
+  const int64_t block = gguf_superblocks(f) ? 256 : 32;
+  TORCH_CHECK(K % block == 0 && K > 0, "gguf_linear: K must be a positive multiple of ", block, " for this format");
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() &&
-              packed.numel() == panels * B * isa::gguf_record_bytes(f), "packed weight does not match x / N / fmt");
+              packed.numel() == panels * gguf_panel_bytes(f, B), "packed weight does not match x / N / fmt");
   TORCH_CHECK(!bias.has_value() || (bias->scalar_type() == at::kFloat && bias->is_contiguous() &&
                                     bias->numel() == N), "bias: fp32 [N]");
   TORCH_CHECK(!norm.has_value() || (norm->scalar_type() == at::kFloat && norm->is_contiguous() &&
@@ -274,10 +276,11 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
   const int64_t rows = M * P;  // sub-rows
   at::Tensor xq = at::empty({rows * K}, x.options().dtype(at::kChar));
   at::Tensor dx = at::empty({rows * B}, x.options().dtype(at::kFloat));
-  at::Tensor xs = at::empty({rows * B}, x.options().dtype(at::kInt));
+  at::Tensor xs = at::empty({2, rows * B}, x.options().dtype(at::kInt));  // block sums, first-half sums
   int8_t* xqp = xq.data_ptr<int8_t>();
   float* dxp = dx.data_ptr<float>();
   int32_t* xsp = xs.data_ptr<int32_t>();
+  int32_t* xhp = xsp + rows * B;
   const float* g = norm.has_value() ? norm->data_ptr<float>() : nullptr;
   const int64_t ldx = x.stride(0);
   const bool bf16 = x.scalar_type() == at::kBFloat16;
@@ -287,17 +290,17 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
     const float e = static_cast<float>(eps);
     if (bf16)
       isa::gguf_quantize_rows(static_cast<const uint16_t*>(xp) + m0 * ldx, ldx, m1 - m0, K, P, g, e, v.data(),
-                              xqp + m0 * P * K, dxp + m0 * P * B, xsp + m0 * P * B);
+                              xqp + m0 * P * K, dxp + m0 * P * B, xsp + m0 * P * B, xhp + m0 * P * B);
     else
       isa::gguf_quantize_rows(static_cast<const float*>(xp) + m0 * ldx, ldx, m1 - m0, K, P, g, e, v.data(),
-                              xqp + m0 * P * K, dxp + m0 * P * B, xsp + m0 * P * B);
+                              xqp + m0 * P * K, dxp + m0 * P * B, xsp + m0 * P * B, xhp + m0 * P * B);
   });
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {  // contiguous weight ranges
     std::vector<float> acc(32 * std::min(rows, isa::kGgufRowBlock));
-    isa::gguf_panels(*loop, f, p0, p1, xqp, dxp, xsp, rows, P, K, wp, bp, yp, N, acc.data());
+    isa::gguf_panels(*loop, f, p0, p1, xqp, dxp, xsp, xhp, rows, P, K, wp, bp, yp, N, acc.data());
   });
   return y;
 }
@@ -388,7 +391,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("w8a8_linear", &w8a8_linear, "per-row W8A8 linear", py::arg("x"), py::arg("packed"),
         py::arg("comp"), py::arg("w_scale"), py::arg("bias"), py::arg("n"), py::arg("passes"),
         py::arg("norm") = py::none(), py::arg("eps") = 0.0, py::arg("variant") = "");
-  m.def("gguf_linear", &gguf_linear, "per-row GGUF block-quantised linear (Q4_0, Q4_1, Q8_0)", py::arg("x"),
+  m.def("gguf_linear", &gguf_linear, "per-row GGUF block-quantised linear (Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q6_K)", py::arg("x"),
         py::arg("packed"), py::arg("fmt"), py::arg("n"), py::arg("passes"), py::arg("bias") = py::none(),
         py::arg("norm") = py::none(),
         py::arg("eps") = 0.0, py::arg("variant") = "");
