@@ -48,6 +48,7 @@ BLOCK_SIZE = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q8_0": (32, 34), "Q5_0": (32,
               "Q4_K": (256, 144), "Q6_K": (256, 210)}
 FORMATS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q4_K": 4, "Q6_K": 5}   # csrc/gguf_layout.h
 PANEL = 32                                           # output channels per packed panel
+DENSE_KINDS = ("Q4_0", "Q4_1", "Q8_0")   # the formats csrc/gguf_dequant.h writes back
 PROMPT_ROWS = 32   # a prompt chunk this tall runs dequantised weights through torch's matmul (module doc)
 
 
@@ -228,16 +229,20 @@ class GGUFLinear:
             self.sub = None if u.sub is None else u.sub.t().contiguous()
 
     def __call__(self, x: torch.Tensor, prompt: bool = False) -> torch.Tensor:
-        if prompt and x.shape[0] >= PROMPT_ROWS and self.kernels.module is not None:
+        if prompt and x.shape[0] >= PROMPT_ROWS and self.dense:
             return self._dense(x)
         return self._run(x, None, 0.0)
 
     def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, prompt: bool = False) -> torch.Tensor:
         """self(rms_norm(x, norm_weight, eps)), the norm fused into the activation quantisation
         (block quantisation is invariant to a per-row factor: 1/rms scales each dx)."""
-        if prompt and x.shape[0] >= PROMPT_ROWS and self.kernels.module is not None:
+        if prompt and x.shape[0] >= PROMPT_ROWS and self.dense:
             return self._dense(F.rms_norm(x.float(), norm_weight.shape, norm_weight.float(), eps))
         return self._run(x, norm_weight.float(), eps)
+
+    @property
+    def dense(self) -> bool:
+        return self.kernels.module is not None and self.kind in DENSE_KINDS
 
     def _dense(self, x: torch.Tensor) -> torch.Tensor:
         """A prompt chunk: the weight dequantised into the thread's scratch, then torch's matmul."""

@@ -18,7 +18,7 @@ inline uint16_t round_bf16(float f) {
 // 4 then go to its row as one small copy.
 template <typename OUT>
 void gguf_dequantize_panels(int fmt, const uint8_t* wp, int64_t p0, int64_t p1, int64_t K, int64_t N, OUT* out) {
-  const int64_t B = K / 32, rec = gguf_record_bytes(fmt), sb = gguf_scale_bytes(fmt);
+  const int64_t B = K / 32, rec = gguf_layout(fmt).record, sb = gguf_layout(fmt).scales;  // Q4_0 / Q4_1 / Q8_0 only
   alignas(64) float d[128], m[128], v[128], hs[64];  // per step element e = 4 * channel + feature
   alignas(64) uint16_t vb[128];
   for (int64_t p = p0; p < p1; ++p) {

@@ -317,7 +317,7 @@ void gguf_dequantize(const at::Tensor& packed, int64_t fmt, int64_t N, at::Tenso
   const int f = static_cast<int>(fmt);
   TORCH_CHECK(K % 32 == 0 && K > 0, "gguf_dequantize: K must be a positive multiple of 32");
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() &&
-              packed.numel() == panels * B * isa::gguf_record_bytes(f), "packed weight does not match out / fmt");
+              packed.numel() == panels * gguf_panel_bytes(f, B), "packed weight does not match out / fmt");
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   const bool bf16 = out.scalar_type() == at::kBFloat16;
   void* op = out.data_ptr();
@@ -383,7 +383,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 8;  // bumped when a signature changes: the Python side ignores a stale build
+  m.attr("VERSION") = 9;  // bumped when a signature changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
   m.def("attention", &attention, "decode / draft-verify attention (row-invariant, fp64 sum of V widened from fp32)",
