@@ -154,13 +154,15 @@ def parse(text: str) -> list[Segment]:
 def _block(titles: list[str], raw: list[str]) -> Segment:
     branches = []
     for text in raw:
-        title = max((t for t in titles if text.startswith(t + TITLE_SEP)), key=len, default=None)
+        # "T: C" as trained; "T:C" too (the engine forces "T:", the model writes what follows)
+        title = max((t for t in titles if text.startswith(t + ":")), key=len, default=None)
         if title is None:
             title, sep, content = text.partition(TITLE_SEP)
             if not sep:
                 title, content = "", text
         else:
-            content = text[len(title) + len(TITLE_SEP):]
+            content = text[len(title) + 1:]
+            content = content[1:] if content.startswith(" ") else content
         branches.append(Branch(title, content))
     return Segment(titles=tuple(titles), branches=tuple(branches))
 
