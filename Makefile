@@ -48,3 +48,18 @@ peers: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
+
+# ASPD (issue 16): data, LoRA training of the bundled model (ASPD + plain-text control, one torch
+# thread each, in parallel, ~25 min wall-clock each on a 2-core machine), evaluation
+.PHONY: aspd-data aspd-train aspd-eval
+ASPD_TRAIN ?= --examples 440 --batch 4 --max-minutes 25
+
+aspd-data: install
+	$(VENV)/bin/paraspec aspd build-data
+
+aspd-train: aspd-data
+	$(VENV)/bin/paraspec aspd train --variant aspd $(ASPD_TRAIN) & pid=$$!; \
+	$(VENV)/bin/paraspec aspd train --variant control $(ASPD_TRAIN); s=$$?; wait $$pid && exit $$s
+
+aspd-eval: install
+	$(VENV)/bin/paraspec aspd eval --quick

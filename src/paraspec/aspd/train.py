@@ -130,6 +130,19 @@ class TrainModel(nn.Module):
         return out
 
 
+    @torch.no_grad()
+    def load_adapter(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Continue from saved adapter tensors (adapter_tensors' names)."""
+        own = self.adapter_tensors()
+        missing = sorted(set(own) - set(tensors))
+        if missing:
+            raise ValueError(f"adapter lacks {missing[0]} (saved with another rank or model?)")
+        for k, p in own.items():
+            if p.shape != tensors[k].shape:
+                raise ValueError(f"adapter tensor {k} has shape {tuple(tensors[k].shape)}, expected {tuple(p.shape)}")
+            p.copy_(tensors[k])
+
+
 class _Frozen(nn.Module):
     def __init__(self, weight: torch.Tensor):
         super().__init__()

@@ -23,6 +23,8 @@ def add_parsers(s) -> None:
     t.add_argument("--data", default=str(DATA_DIR), help="folder of build-data's JSONL files")
     t.add_argument("--out", default=str(ADAPTER_DIR), help="where adapters/<variant>.safetensors go")
     t.add_argument("--examples", type=int, default=0, help="use the first N training examples (0: all)")
+    t.add_argument("--offset", type=int, default=0, help="skip the first N training examples (a continued run)")
+    t.add_argument("--init", action="store_true", help="start from this variant's adapter in --out (continue a run)")
     t.add_argument("--no-extracted", action="store_true", help="train on the synthetic examples only")
     t.add_argument("--epochs", type=float, default=1.0)
     t.add_argument("--batch", type=int, default=8)
@@ -68,8 +70,7 @@ def train_main(args: argparse.Namespace) -> int:
         raise ConfigError("--threads, --batch, --rank must be >= 1 and --epochs > 0")
     torch.set_num_threads(args.threads)
     examples = data.read_jsonl(Path(args.data) / "train.jsonl")
-    if args.examples:
-        examples = examples[:args.examples]
+    examples = examples[args.offset:args.offset + args.examples] if args.examples else examples[args.offset:]
     extracted = Path(args.data) / "extracted.jsonl"
     if not args.no_extracted and extracted.is_file():
         examples += data.read_jsonl(extracted)
@@ -80,6 +81,11 @@ def train_main(args: argparse.Namespace) -> int:
         weights = loaded.weights if variant == "aspd" else \
             {**loaded.weights, "tok_embeddings": loaded.weights["tok_embeddings"][:n_base]}   # no markup rows
         model = train.TrainModel(loaded.args, weights, n_base, rank=args.rank, alpha=args.alpha)
+        previous = None
+        if args.init:
+            from .lora import load_adapter
+            tensors, previous = load_adapter(Path(args.out) / f"{variant}.safetensors")
+            model.load_adapter(tensors)
         enc = [train.encode(e, tok, ids if variant == "aspd" else None) for e in examples]
         cfg = train.TrainConfig(epochs=args.epochs, batch=args.batch, lr=args.lr, max_len=args.max_len,
                                 max_minutes=args.max_minutes)
@@ -88,7 +94,8 @@ def train_main(args: argparse.Namespace) -> int:
         stats = train.fit(model, enc, cfg, log=lambda m, v=variant: print(f"[{v}] {m}", flush=True))
         meta = {"variant": variant, "base_model": loaded.name, "base_vocab": n_base, "rank": args.rank,
                 "alpha": args.alpha, "tokens": "markup" if variant == "aspd" else "none", "lr": args.lr,
-                "epochs": args.epochs, "batch": args.batch, "train": stats,
+                "epochs": args.epochs, "batch": args.batch, "offset": args.offset, "train": stats,
+                "previous_runs": ((previous or {}).get("previous_runs", []) + [previous["train"]]) if previous else [],
                 "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         out = Path(args.out) / f"{variant}.safetensors"
         save_adapter(out, model.adapter_tensors(), meta)
