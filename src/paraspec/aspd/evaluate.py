@@ -6,7 +6,9 @@ turns per prompt so that load changes on a shared machine hit all three alike:
 - aspd: the ASPD model with plugin "aspd" (serial segments AR, branches in parallel);
 - aspd+drafts: the same with memory_decoding drafts (serial segments and branches).
 Per decoder: accuracy by the exact checker (synth.check on the plain answer), forward passes
-per answer token (decode forwards / tokens of the plain answer, in the base tokenizer), and
+per answer token (decode forwards / tokens of the plain answer, in the base tokenizer; for ASPD the
+plain answer is markup.to_plain of the engine's raw markup text, and the report counts answers
+where the engine's own `.text` differs from it), and
 wall-clock per answer (prefill included). speedup = control's total wall-clock / aspd's.
 Models are the committed adapters merged into cached Hugging Face folders (export), rebuilt
 when an adapter changes.
@@ -64,6 +66,7 @@ def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: in
 
     from ..api import LLM
     from ..sampling.params import SamplingParams
+    from .markup import to_plain
     from .synth import check
     torch.set_num_threads(threads)
     llms = {"control": LLM(control_model), "aspd": LLM(aspd_model, plugin_params=ASPD)}
@@ -81,15 +84,20 @@ def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: in
             t0 = time.perf_counter()
             out = llm.chat(msgs, params, plugins[mode])[0]
             wall = time.perf_counter() - t0
-            text = out.outputs[0].text
+            raw = out.stats.get("aspd_raw_text")
+            # the plain answer from the raw markup (markup.to_plain), checked against the engine's text
+            text = to_plain(raw) if raw is not None else out.outputs[0].text
             rows[mode].append({"id": ex.id, "family": ex.family, "ok": check(ex, text), "wall_s": wall,
                                "forward_passes": out.stats.get("forward_passes", 0),
-                               "answer_tokens": len(count(text)), "text": text,
-                               "raw": out.stats.get("aspd_raw_text")})
+                               "answer_tokens": len(count(text)), "text": text, "raw": raw,
+                               "engine_text_differs": text != out.outputs[0].text})
         if log:
             log(f"{i + 1}/{len(examples)} " + " ".join(f"{m}:{'ok' if rows[m][-1]['ok'] else 'x'} "
                                                      f"{rows[m][-1]['wall_s']:.2f}s" for m in MODES))
-    return summarize(rows, threads)
+    report = summarize(rows, threads)
+    n = llms["aspd"].numerics
+    report["numerics"] = f"{n.dtype}" + (f"+{n.quantization}" if n.quantization else "")
+    return report
 
 
 def summarize(rows: dict, threads: int) -> dict:
@@ -101,6 +109,7 @@ def summarize(rows: dict, threads: int) -> dict:
                      "forward_passes_per_token": sum(r["forward_passes"] for r in rs) / max(1, tokens),
                      "median_wall_s": statistics.median(r["wall_s"] for r in rs),
                      "total_wall_s": sum(r["wall_s"] for r in rs), "answer_tokens": tokens,
+                     "engine_text_differs": sum(r["engine_text_differs"] for r in rs),
                      "by_family": {f: sum(r["ok"] for r in rs if r["family"] == f) / n
                                    for f in sorted({r["family"] for r in rs})
                                    for n in [sum(r["family"] == f for r in rs)]}}

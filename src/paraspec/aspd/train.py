@@ -9,8 +9,11 @@ against paraspec's own forward given the same mask and positions.
 Trainable: LoRA A/B on every layer's wqkv, wo, w_gate_up and w_down, and the six new token
 rows (new tokens, tied embeddings: they are both input rows and LM-head rows).
 
+Branch tokens follow decode.py: the forced prefix is `<|branch|>` + title + ":", and the content
+is tokenized as BPE writes it after ":" (the space joins the next word: ": The" is ":", " The").
+
 Loss: next-token cross entropy on answer tokens, leaving out targets the engine forces or
-inserts (each branch's "<|branch|>T: " prefix, `<|/para|>`) and the rows of `<|/branch|>`, whose
+inserts (each branch's "<|branch|>T:" prefix, `<|/para|>`) and the rows of `<|/branch|>`, whose
 flattened successor (the next branch's start) is not a prediction the model ever makes.
 """
 from __future__ import annotations
@@ -59,9 +62,9 @@ def encode(ex: Example, tok, ids: MarkupIds | None) -> Encoded:
             answer.append(ids.para)
             for b, t in zip(seg.branches, titles):
                 at = len(prompt) + len(answer)
-                forced = [ids.branch, *t, *ids.colon_space]
+                forced = [ids.branch, *t, *ids.colon_space[:1]]
                 skip_targets.update(range(at, at + len(forced)))
-                answer += forced + tok.encode(b.content, add_bos=False) + [ids.end_branch]
+                answer += forced + _after_colon(tok, ids, b.content) + [ids.end_branch]
                 skip_rows.add(len(prompt) + len(answer) - 1)
             skip_targets.add(len(prompt) + len(answer))
             answer.append(ids.end_para)
@@ -72,6 +75,15 @@ def encode(ex: Example, tok, ids: MarkupIds | None) -> Encoded:
     else:
         positions, visible = layout(seq, ids)
     return Encoded(seq, positions, visible, rows)
+
+
+def _after_colon(tok, ids: MarkupIds, content: str) -> list[int]:
+    """The content's tokens as BPE writes them after the forced ":" (the engine forces
+    `<|branch|>T:` and leaves the space to the next word, " The" being one token)."""
+    joined = tok.encode(":" + " " + content, add_bos=False)
+    if joined[:1] == ids.colon_space[:1]:
+        return joined[1:]
+    return ids.colon_space[1:] + tok.encode(content, add_bos=False)
 
 
 class TrainModel(nn.Module):
