@@ -7,6 +7,7 @@ from typing import Sequence as Seq
 
 import torch
 
+from .aspd.markup import MarkupIds
 from .config import DEFAULT_PREFILL_CHUNK, EngineConfig, parse_plugin_params
 from .decoding.stats import sequence_stats
 from .engine import Engine
@@ -110,6 +111,8 @@ class LLM:
         self.runner = ModelRunner(self.model, self.config.prefill_chunk)
         self.engine = Engine(self.runner, self.tokenizer, max_batch_size)
         self.drafter = self.engine.drafters.drafter(self.config.plugin)
+        if self.config.plugin is not None and self.config.plugin.plugin_type == "aspd":
+            MarkupIds.from_tokenizer(self.tokenizer)     # a model not trained for ASPD fails here
         self.engine.default_drafter = self.drafter
         if self.drafter is not None:
             self.engine.cost            # measured now, not inside the first request

@@ -1,4 +1,4 @@
-"""Command line: `paraspec generate`, `paraspec serve`, `paraspec bench`, `paraspec info`.
+"""Command line: `paraspec generate`, `paraspec serve`, `paraspec bench`, `paraspec info`, `paraspec aspd`.
 
 Each sub-command's module adds its own parser (add_parser) and runs it; the flags several share are
 in cli_flags.py. Flags map one to one onto API fields. User errors print one line on stderr and exit
@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from . import generate, info
+from .aspd import command as aspd
 from .bench import run as bench
 from .errors import ParaspecError
 from .server import command as serve
@@ -18,7 +19,7 @@ from .server import command as serve
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="paraspec", description="LLM inference with lossless parallel decoding")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (generate, serve, bench, info):
+    for command in (generate, serve, bench, info, aspd):
         command.add_parser(sub)
     return parser
 

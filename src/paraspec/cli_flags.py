@@ -26,7 +26,7 @@ def add_plugin_args(p: argparse.ArgumentParser, default_plugin: str | None = "no
     """default_plugin=None (serve) leaves --plugin None when it is not given, so "not given" (the
     config file decides) and `--plugin none` (plain decoding) can be told apart."""
     g = p.add_argument_group("parallel decoding (MindIE plugin_params)")
-    g.add_argument("--plugin", choices=["none", "memory_decoding", "lookahead", "la", "hybrid"], default=default_plugin,
+    g.add_argument("--plugin", choices=["none", "memory_decoding", "lookahead", "la", "hybrid", "aspd"], default=default_plugin,
                    help=f"parallel decoding algorithm (default: {default_plugin or 'the config file, else memory_decoding'})")
     g.add_argument("--plugin-params", default=None, help="the whole plugin_params JSON string")
     g.add_argument("--decoding-length", type=int, default=None, help="memory_decoding: tokens per step, 1-16")

@@ -4,6 +4,7 @@ plugin_params is a JSON string (or dict), as in MindIE's ModelConfig:
     {"plugin_type": "memory_decoding", "decoding_length": 16, "dynamic_algo": true}
     {"plugin_type": "la", "level": 4, "window": 5, "guess_set_size": 5}     ("lookahead" works too)
     {"plugin_type": "hybrid", ...}                                           (both drafters, one budget)
+    {"plugin_type": "aspd", "drafter": {...}}      (serial-parallel decoding, aspd/params.py)
 Each algorithm's own parameters are validated by its params class, with speculation_gamma.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from .decoding.registry import PluginConfig
 from .errors import ConfigError
 
 PLUGIN_ALIASES = {"memory_decoding": "memory_decoding", "la": "lookahead", "lookahead": "lookahead",
-                  "hybrid": "hybrid"}
+                  "hybrid": "hybrid", "aspd": "aspd"}
 QUANTIZATIONS = ("w8a8", "gguf")
 DEFAULT_PREFILL_CHUNK = 256      # ~1/8 of a 2k prompt's prefill between two decode steps
 
@@ -64,7 +65,7 @@ def parse_plugin_params(value: str | dict | None, speculation_gamma: int | None 
     kind = PLUGIN_ALIASES.get(raw_type.strip())
     if kind is None:
         raise ConfigError(f"plugin_params.plugin_type={raw_type!r} is unknown; use 'memory_decoding', 'la' "
-                          "(lookahead) or 'hybrid'")
+                          "(lookahead), 'hybrid' or 'aspd'")
     rest = {k: v for k, v in value.items() if k != "plugin_type"}
     params = _params_class(kind).from_dict(rest)
     params.validate(speculation_gamma)
@@ -78,5 +79,8 @@ def _params_class(kind: str):
     if kind == "lookahead":
         from .decoding.lookahead import LookaheadParams
         return LookaheadParams
+    if kind == "aspd":
+        from .aspd.params import AspdParams
+        return AspdParams
     from .decoding.hybrid import HybridParams
     return HybridParams

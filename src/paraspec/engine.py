@@ -17,6 +17,9 @@ from typing import Callable
 
 import torch
 
+from .aspd.decode import AspdDecoder, AspdState
+from .aspd.markup import MarkupIds
+from .aspd.stream import PlainDetokenizer
 from .decoding.acceptance import walk
 from .decoding.cost import CostModel
 from .decoding.proposer import Proposer, StepContext
@@ -66,6 +69,7 @@ class SequenceState:
     stop_scan_from: int = 0      # text offset where the next stop-string search starts
     sent_chars: int = 0          # text already handed out as deltas
     drafting: bool = False       # its drafter has begun it (and must end it)
+    aspd: AspdState | None = None   # serial-parallel decoding (plugin aspd): its branch state
 
     @property
     def finished(self) -> bool:
@@ -120,6 +124,11 @@ class Engine:
         request_id = request_id or f"req-{next(self._ids)}"
         if drafter == "default":
             drafter = self.default_drafter
+        aspd = None
+        if isinstance(drafter, AspdDecoder):     # ASPD, with its serial segments' drafter
+            aspd, drafter, ids = drafter, drafter.inner, MarkupIds.from_tokenizer(self.tokenizer)
+            if params.logprobs is not None:
+                raise RequestError("logprobs are not available with plugin aspd; drop logprobs or the plugin")
         max_tokens = min(params.max_tokens or ctx, ctx - len(prompt))
         now = time.perf_counter()
         seqs = []
@@ -132,7 +141,9 @@ class Engine:
                 sampler=RequestSampler(params, prompt, vocab, seed), drafter=drafter,
                 max_tokens=max_tokens, arrival=now, tokens=list(prompt),
                 logprobs=[] if params.logprobs is not None else None,
-                detok=IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)))
+                aspd=aspd and aspd.new_state(ids, self.tokenizer.eos_token_ids),
+                detok=PlainDetokenizer(self.tokenizer, ids) if aspd else
+                IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)))
         self.waiting.extend(seqs)
         return seqs
 
@@ -249,7 +260,7 @@ class Engine:
             seq.drafting = True      # (set first: a begin that fails half way is ended too)
             seq.drafter.begin(seq.key, seq.prompt, seq.sampler.seed, self._context(len(self.running) + 1))
             seq.stats.draft_s += time.perf_counter() - t0
-        token = seq.sampler.draw(logits)
+        token = seq.aspd.draw_serial(seq, logits, seq.tokens) if seq.aspd else seq.sampler.draw(logits)
         seq.sampler.append(token)
         seq.first_token_time = time.perf_counter()
         lp = token_logprobs(logits.unsqueeze(0), [0], [token], seq.params.logprobs)
@@ -286,7 +297,10 @@ class Engine:
         return updates
 
     def _query(self, seq: SequenceState, ctx: StepContext | None) -> Query:
-        """The sequence's rows for this step: its last token (the root) and its draft tree."""
+        """The sequence's rows for this step: its last token (the root) and its draft tree
+        (or, inside an ASPD block, a row per open branch: aspd/decode.py)."""
+        if seq.aspd is not None and seq.aspd.parallel:
+            return seq.aspd.query(seq.cache)
         remaining = seq.max_tokens - len(seq.output)
         room = seq.cache.capacity - seq.cache.length - 1
         budget = max(0, min(MAX_DRAFT_NODES, remaining - 1, room, self._bucket_room(seq.cache),
@@ -302,20 +316,26 @@ class Engine:
                 forward_s: float) -> SequenceUpdate:
         """Walk the verified tree (the longest run the sampler agrees with), commit its KV, emit."""
         t1 = time.perf_counter()
+        if q.rows is not None:          # an ASPD block's step: every row kept, tokens emitted as it closes
+            tokens = seq.aspd.parallel_accept(seq, q, logits, forward_s)
+            if tokens and seq.drafter is not None:
+                seq.drafter.observe(seq.key, tokens)
+            return self._emit(seq, tokens, None)
         sampler = seq.sampler
         argmax = logits.argmax(-1).tolist() if (sampler.argmax_suffices or q.lookahead_rows) else None
-        if sampler.argmax_suffices:
-            draw: Callable[[int], int] = argmax.__getitem__
+        if seq.aspd is not None:        # the markup grammar on every draw
+            acc = seq.aspd.serial_accept(seq, q, logits, self._stop_check(seq))
+        elif sampler.argmax_suffices:
+            acc = walk(q.children, argmax.__getitem__, seq.max_tokens - len(seq.output), self._stop_check(seq))
+            for t in acc.tokens:
+                sampler.append(t)
         else:
             def draw(row: int, _s=sampler, _l=logits) -> int:
                 # one draw per visited node, with the node's own context (penalties)
                 t = _s.draw(_l[row])
                 _s.append(t)
                 return t
-        acc = walk(q.children, draw, seq.max_tokens - len(seq.output), self._stop_check(seq))
-        if sampler.argmax_suffices:
-            for t in acc.tokens:
-                sampler.append(t)
+            acc = walk(q.children, draw, seq.max_tokens - len(seq.output), self._stop_check(seq))
         seq.cache.commit([0] + [n + 1 for n in acc.nodes])
         accept_s = time.perf_counter() - t1
         t2 = time.perf_counter()

@@ -25,7 +25,7 @@ MAX_CACHED_DRAFTERS = 16     # per-configuration drafters kept built (oldest evi
 
 @dataclass(frozen=True)
 class PluginConfig:
-    plugin_type: str     # "memory_decoding" | "lookahead" | "hybrid"
+    plugin_type: str     # "memory_decoding" | "lookahead" | "hybrid" | "aspd"
     params: Any          # that algorithm's params: a frozen dataclass (hashable)
 
     @property
@@ -55,6 +55,9 @@ def build_drafter(plugin: PluginConfig, eos_token_ids: Iterable[int], trie: Toke
     if plugin.plugin_type == "hybrid":
         from .hybrid import HybridDrafter
         return HybridDrafter(p, eos_token_ids=eos, trie=trie, arms=arms)
+    if plugin.plugin_type == "aspd":      # the serial segments' drafter inside the ASPD decoder
+        from ..aspd.decode import AspdDecoder
+        return AspdDecoder(p, None if p.drafter is None else build_drafter(p.drafter, eos, trie, arms))
     raise ValueError(f"no drafter for plugin_type {plugin.plugin_type!r}")
 
 
@@ -64,6 +67,8 @@ def _memory_params(plugin: PluginConfig):
         return plugin.params
     if plugin.plugin_type == "hybrid":
         return plugin.params.memory
+    if plugin.plugin_type == "aspd" and plugin.params.drafter is not None:
+        return _memory_params(plugin.params.drafter)
     return None
 
 

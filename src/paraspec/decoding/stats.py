@@ -67,5 +67,13 @@ def sequence_stats(seq: SequenceState) -> dict:
         "ttft_s": round(first - seq.arrival, 6),
         "decode_s": round(decode_s, 6),
         "tokens_per_s": round(after_first / decode_s, 3) if decode_s > 0 else 0.0,
+        "forward_passes": seq.stats.decode_steps,     # decode forwards (prefill not counted)
         **seq.stats.as_dict(),
+        **(_aspd_stats(seq) if seq.aspd is not None else {}),
     }
+
+
+def _aspd_stats(seq: SequenceState) -> dict:
+    """Blocks, branches and parallel steps, and the raw answer with its markup (`.text` is plain)."""
+    from ..aspd.stream import marked_text
+    return {**seq.aspd.stats(), "aspd_raw_text": marked_text(seq.detok.tokenizer, seq.output, seq.aspd.ids)}

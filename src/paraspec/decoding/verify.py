@@ -27,10 +27,14 @@ class Query:
     children: list[dict[int, int]]      # per draft row: token -> node (see acceptance.walk)
     n_draft: int                        # draft nodes (rows 1..n_draft)
     lookahead_rows: list[int] = field(default_factory=list)  # rows whose argmax the drafter wants
+    mask_from: int | None = None        # see transformer.SeqInput (ASPD's branch steps)
+    rows: list[int] | None = None       # logits rows, when not the root + drafts + lookahead (ASPD)
 
     @property
     def logits_rows(self) -> list[int]:
         """Rows whose logits are needed: the root, every draft node, the lookahead outputs."""
+        if self.rows is not None:
+            return self.rows
         return list(range(self.n_draft + 1)) + self.lookahead_rows
 
 

@@ -2,7 +2,8 @@
 
 One forward takes the new tokens of one or more sequences (flattened), their position ids and,
 per sequence, a boolean mask among its new tokens (a causal chain or a draft tree). Each new
-token sees its sequence's whole committed KV cache plus the new tokens the mask allows. Logits
+token sees its sequence's whole committed KV cache plus the new tokens the mask allows (or,
+with SeqInput.mask_from, the committed slots before mask_from and what the mask allows after). Logits
 come back only for the rows asked for.
 
 Numerics: weights in bf16 or fp32 (or int8, quant.py, or GGUF blocks, ggml.py); the residual stream, norms, RoPE and
@@ -45,6 +46,15 @@ class SeqInput:
     cache: KVCache
     num_tokens: int
     tree_mask: torch.Tensor | None = None  # [q, q] bool, row i may see column j; None = causal
+    # None: the rows see every committed slot and tree_mask covers the new ones. An int: the rows
+    # see slots [0, mask_from) and tree_mask [q, length + q - mask_from] covers the slots from
+    # mask_from on, committed ones included (ASPD: a branch must not see its siblings' slots)
+    mask_from: int | None = None
+
+    @property
+    def start(self) -> int:
+        """The slots [0, start) every row sees; the mask covers the rest."""
+        return self.cache.length if self.mask_from is None else self.mask_from
 
 
 class Linear:
@@ -144,22 +154,27 @@ def max_draft_rows(cache: KVCache) -> int:
     return KEY_BUCKET - 1 - cache.length % KEY_BUCKET
 
 
-def attention_bias(cache: KVCache, q: int, tree_mask: torch.Tensor | None, group: int) -> torch.Tensor:
+def attention_bias(cache: KVCache, q: int, tree_mask: torch.Tensor | None, group: int,
+                   mask_from: int | None = None) -> torch.Tensor:
     """Additive mask [group * q_rows, keys] (tiled for the query heads sharing a kv head): 0 where
-    a row may attend, -inf elsewhere.
+    a row may attend, -inf elsewhere. Rows see slots [0, start) (start: mask_from, default the
+    committed length) and what tree_mask allows of the slots from start to the new rows' end.
 
     Keys run to the committed length + q rounded up to KEY_BUCKET (slots past the end are
     zeros and masked); query rows are padded to a multiple of ROW_MULTIPLE (pad rows see key 0).
     """
-    start = cache.length
-    keys = min(cache.capacity, round_up(start + q, KEY_BUCKET))
+    start = cache.length if mask_from is None else mask_from
+    end = cache.length + q
+    keys = min(cache.capacity, round_up(end, KEY_BUCKET))
     rows = round_up(q, ROW_MULTIPLE)
     visible = torch.zeros(rows, keys, dtype=torch.bool)
     visible[:q, :start] = True
     if tree_mask is None:
-        visible[:q, start:start + q] = torch.ones(q, q, dtype=torch.bool).tril_()
+        if start != cache.length:
+            raise ValueError("SeqInput.mask_from needs a tree_mask over the slots from mask_from on")
+        visible[:q, start:end] = torch.ones(q, q, dtype=torch.bool).tril_()
     else:
-        visible[:q, start:start + q] = tree_mask
+        visible[:q, start:end] = tree_mask
     visible[q:, 0] = True
     bias = torch.zeros(rows, keys).masked_fill_(~visible, float("-inf"))
     return bias.repeat(group, 1)
@@ -314,10 +329,15 @@ class Transformer:
             s.cache.reserve(s.cache.length + s.num_tokens)
         if prompt and any(s.tree_mask is not None for s in seqs):
             raise ValueError("forward(prompt=True) takes causal chunks only (no tree mask)")
+        for s in seqs:
+            if s.tree_mask is not None and tuple(s.tree_mask.shape) != (s.num_tokens, s.cache.length + s.num_tokens - s.start):
+                raise ValueError(f"tree_mask has shape {tuple(s.tree_mask.shape)}; it must cover the "
+                                 f"{s.num_tokens} new rows and the slots from {s.start} to the last new one")
         kernel = None if prompt else self.kernels.attention
         group = n_heads // n_kv
         biases = [prompt_bias(s.cache, s.num_tokens, group) if prompt else
-                  None if kernel else attention_bias(s.cache, s.num_tokens, s.tree_mask, group) for s in seqs]
+                  None if kernel else attention_bias(s.cache, s.num_tokens, s.tree_mask, group, s.mask_from)
+                  for s in seqs]
         n_tokens = tokens.shape[0]
         pad = round_up(n_tokens, self.row_multiple) - n_tokens
         if pad:  # dummy rows (copies of the last token) keep every matmul at a multiple of 4 rows
@@ -343,7 +363,7 @@ class Transformer:
                 if prompt:
                     outs.append(prompt_attention(qs, s.cache, i, bias, self.scale))
                 elif kernel is not None:
-                    outs.append(kernel(qs.contiguous(), s.cache.k[i], s.cache.v[i], s.cache.length,
+                    outs.append(kernel(qs.contiguous(), s.cache.k[i], s.cache.v[i], s.start,
                                        _EMPTY if s.tree_mask is None else s.tree_mask, self.scale))
                 else:
                     outs.append(attention(qs, s.cache, i, bias, self.scale))

@@ -104,9 +104,11 @@ std::vector<std::string> variant_names() {
   return names;
 }
 
-// q [n_q, n_heads, hd] fp32; k and v [n_kv, cap, hd] fp32 (one layer);
-// the new rows' keys sit at slots [start, start + n_q); visible [n_q, n_q] bool (row i sees new
-// key j), or an empty tensor for a causal chain. Returns [n_q, n_heads * hd] fp32.
+// q [n_q, n_heads, hd] fp32; k and v [n_kv, cap, hd] fp32 (one layer). Every row sees the
+// keys [0, start); visible [n_q, m] bool (m >= n_q) says which of the slots [start, start + m)
+// row i sees: the new rows' keys are the last n_q of them (m == n_q: the usual draft tree over
+// the committed cache; m > n_q: committed slots under a mask too, as ASPD's sibling branches).
+// An empty tensor is a causal chain of new rows at [start, start + n_q). Returns [n_q, n_heads * hd] fp32.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t start,
                      at::Tensor visible, double scale) {
   require_cpu();
@@ -117,20 +119,21 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const int64_t n_kv = k.size(0), cap = k.size(1);
   TORCH_CHECK(k.size(2) == hd && v.size(2) == hd && v.size(1) == cap && v.size(0) == n_kv && n_kv > 0 &&
               n_heads % n_kv == 0, "shapes");
-  TORCH_CHECK(start >= 0 && start + n_q <= cap, "the new rows must fit in the cache");
   const bool causal = visible.numel() == 0;
+  const int64_t m = causal ? n_q : visible.size(1);
   if (!causal) {
     TORCH_CHECK(visible.scalar_type() == at::kBool && visible.dim() == 2 && visible.size(0) == n_q &&
-                visible.size(1) == n_q, "visible: [n_q, n_q] bool");
+                visible.size(1) >= n_q, "visible: [n_q, m >= n_q] bool");
     visible = visible.contiguous();
   }
+  TORCH_CHECK(start >= 0 && start + m <= cap, "the new rows must fit in the cache");
   const int64_t group = n_heads / n_kv;
-  // per row: the new slots it sees, in slot order (the committed ones, [0, start), all)
+  // per row: the masked slots it sees, in slot order (every row sees [0, start))
   std::vector<std::vector<int64_t>> extra(n_q);
   const bool* vis = causal ? nullptr : visible.data_ptr<bool>();
   for (int64_t i = 0; i < n_q; ++i)
-    for (int64_t j = 0; j < n_q; ++j)
-      if (causal ? j <= i : vis[i * n_q + j]) extra[i].push_back(start + j);
+    for (int64_t j = 0; j < m; ++j)
+      if (causal ? j <= i : vis[i * m + j]) extra[i].push_back(start + j);
 
   auto out = at::empty({n_q, n_heads * hd}, q.options());
   const float* qp = q.data_ptr<float>();
@@ -150,7 +153,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   }
   const int64_t rows = (n_q + blocks - 1) / blocks;   // per block
   blocks = (n_q + rows - 1) / rows;
-  const int64_t ld = start + n_q + 16;                // scratch per (row, head): its scores
+  const int64_t ld = start + m + 16;                  // scratch per (row, head): its scores
   at::parallel_for(0, blocks * n_kv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> s(rows * group * ld);
     std::vector<double> e(rows * group * ld);

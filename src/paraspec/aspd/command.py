@@ -1,0 +1,93 @@
+"""`paraspec aspd build-data | train | export | eval`: ASPD's data, fine-tuning and evaluation.
+
+build-data writes data/aspd/{train,heldout,extracted}.jsonl and summary.json (stage counts);
+train fine-tunes LoRA adapters (ASPD and the plain-text control) into src/paraspec/aspd/adapters;
+export merges one into a Hugging Face folder that --model loads; eval compares the two.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+DATA_DIR = Path("data/aspd")
+ADAPTER_DIR = Path(__file__).parent / "adapters"
+EXPORT_DIR = Path.home() / ".cache" / "paraspec" / "aspd"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("aspd", help="ASPD (adaptive serial-parallel decoding): data, training, evaluation")
+    s = p.add_subparsers(dest="aspd_command", required=True)
+    b = s.add_parser("build-data", help="synthetic tasks + structure extracted from plain answers -> JSONL")
+    b.add_argument("--out", default=str(DATA_DIR), help="output folder (default: data/aspd)")
+    b.add_argument("--train", type=int, default=1200, help="synthetic training items")
+    b.add_argument("--heldout", type=int, default=120, help="held-out synthetic items (another seed)")
+    b.add_argument("--seed", type=int, default=0, help="training seed; held-out uses seed + 1000")
+    b.add_argument("--sources", default="packages", help="comma list of extraction sources: packages, model")
+    b.add_argument("--judge", choices=("rule", "llm", "rule+llm"), default="rule", help="extraction judge")
+    b.add_argument("--votes", type=int, default=3, help="judge votes per decision (unanimous by default)")
+    b.add_argument("--majority", action="store_true", help="accept on a majority of votes instead of all")
+    b.add_argument("--model-answers", type=int, default=16, help="chat prompts the bundled model answers (source 'model')")
+    b.set_defaults(func=build_data_main)
+    from . import train_command   # train / export / eval flags live next to their code
+    train_command.add_parsers(s)
+    p.set_defaults(func=lambda a: a.func(a))
+
+
+def build_data_main(args: argparse.Namespace) -> int:
+    from ..errors import ConfigError
+    from . import data, extract, judge, sources, synth
+
+    for name in ("train", "heldout", "votes", "model_answers"):
+        if getattr(args, name) < (1 if name == "votes" else 0):
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= {1 if name == 'votes' else 0}")
+    wanted = [s.strip() for s in args.sources.split(",") if s.strip()]
+    bad = [s for s in wanted if s not in ("packages", "model")]
+    if bad:
+        raise ConfigError(f"--sources: unknown source {bad[0]!r}; use packages, model (comma separated)")
+    out = Path(args.out)
+    train = synth.generate(args.train, args.seed)
+    heldout = synth.generate(args.heldout, args.seed + 1000, exclude={e.prompt for e in train})
+    llm = None
+    if "model" in wanted or args.judge != "rule":
+        from ..api import LLM
+        llm = LLM("default")
+    items = []
+    if "packages" in wanted:
+        items += sources.package_answers()
+    if "model" in wanted:
+        items += sources.model_answers(llm, args.model_answers)
+    the_judge = {"rule": judge.RuleJudge, "llm": lambda: judge.LLMJudge(llm),
+                 "rule+llm": lambda: judge.BothJudges(judge.LLMJudge(llm))}[args.judge]()
+    count = _token_counter(llm)
+    pipe = extract.Pipeline(the_judge, count=count, votes=args.votes, unanimous=not args.majority)
+    extracted = pipe.run(items)
+    summary = {
+        "synthetic": {"train": data.write_jsonl(out / "train.jsonl", train),
+                      "heldout": data.write_jsonl(out / "heldout.jsonl", heldout),
+                      "families": {f: sum(e.family == f for e in train) for f in synth.FAMILIES}},
+        "extraction": {"judge": the_judge.name, "votes": args.votes, "unanimous": not args.majority,
+                       "sources": wanted, "stages": pipe.counts,
+                       "written": data.write_jsonl(out / "extracted.jsonl", extracted)},
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"synthetic: {len(train)} train, {len(heldout)} held-out ({summary['synthetic']['families']})")
+    print("extraction (" + the_judge.name + "): " + " -> ".join(f"{k} {v}" for k, v in pipe.counts.items()))
+    print(f"wrote {out}/train.jsonl, heldout.jsonl, extracted.jsonl, summary.json")
+    return 0
+
+
+def _token_counter(llm):
+    """Token counts with the bundled model's tokenizer (no weights loaded when there is no llm)."""
+    if llm is not None:
+        return lambda s: len(llm.tokenizer.encode(s))
+    import torch
+
+    from ..errors import ModelLoadError
+    from ..model.loader import load_model
+    from ..model.tokenizer import Tokenizer
+    try:
+        tok = Tokenizer.from_source(load_model("default", torch.float32, keep_quantized=True).tokenizer_source)
+    except ModelLoadError:   # no bundled model: characters / 4, as extract.Pipeline's default
+        return lambda s: len(s) // 4
+    return lambda s: len(tok.encode(s))

@@ -1,0 +1,243 @@
+"""ASPD decoding: the branch state of one sequence and its steps, on the engine's one forward path.
+
+Serial mode is the engine's ordinary step (the configured drafter included) with the markup
+grammar on every draw. When `<|para|>` is drawn, the titles of the list just written (unique,
+at most max_branches) open a block, decoded in the same sequence and KV cache:
+
+  step 1   rows: `<|para|>` at position p (a serial token), then per branch k its forced prefix
+           `<|branch|>` + title_k + ":" as a causal chain at positions p + 1, p + 2, ...
+           (each chain sees `<|para|>` and itself, never another chain);
+  step j   rows: each open branch's last drawn token, at p + 1 + its length so far, seeing the
+           slots [0, p] and its own branch's slots (a mask over the committed slots from p + 1
+           on: SeqInput.mask_from); a branch that drew `<|/branch|>` (or EOS, mapped to it)
+           feeds it and stops;
+  last     with the last `<|/branch|>` rows, `<|/para|>` at p + 1 + (all branch tokens): a serial
+           row that sees everything. Its logits give the next serial token.
+
+Every fed token stays in the cache (KVCache.commit keeps all rows; slots are interleaved by
+step, which attention does not see); nothing is re-prefilled. The block's tokens are emitted
+when it closes, in the flattened training order (branch 1, branch 2, ..., `<|/para|>`), so that
+the output ids and layout.layout() describe exactly what the cache holds. Branch k alone sees
+what a plain decode of prefix + branch k sees (same keys, same positions): with the compiled
+kernels its logits have the same bits (tests/aspd/test_exactness.py).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from ..decoding.acceptance import walk
+from ..decoding.verify import Query
+from .grammar import SerialGrammar, branch_logits, branch_token
+from .markup import MarkupIds
+from .params import AspdParams
+
+# a test hook: (context tokens) -> a token that replaces the model's draw, or None
+Forcer = Callable[[Sequence[int]], "int | None"]
+
+
+class AspdDecoder:
+    """What plugin 'aspd' builds: the ASPD settings and the serial segments' drafter (or None).
+    The engine unwraps it per request (Engine.add_request); `force` is a test hook that
+    teacher-forces tokens (the forward, masks and cache stay the real ones)."""
+
+    name = "aspd"
+
+    def __init__(self, params: AspdParams, inner=None):
+        self.params = params
+        self.inner = inner
+        self.trie = None if inner is None else inner.trie
+        self.force: Forcer | None = None
+
+    def new_state(self, ids: MarkupIds, eos: frozenset[int]) -> "AspdState":
+        return AspdState(self, ids, eos)
+
+
+@dataclass
+class Branch:
+    title: list[int]
+    fed: list[int] = field(default_factory=list)       # tokens in the cache, in order
+    slots: list[int] = field(default_factory=list)     # their KV slots
+    pending: list[int] = field(default_factory=list)   # drawn / forced, fed by the next forward
+    content: int = 0                                   # tokens drawn by the model
+    closed: bool = False                               # its <|/branch|> is in the cache
+
+
+@dataclass
+class Block:
+    branches: list[Branch]
+    para_pos: int = -1
+    para_slot: int = -1       # -1 until the first step has fed <|para|>
+    owner: list[int] = field(default_factory=list)     # the last query's rows: branch, or -1
+
+
+class AspdState:
+    """One sequence's ASPD state: the serial grammar, the titles being written, the open block."""
+
+    def __init__(self, decoder: AspdDecoder, ids: MarkupIds, eos: frozenset[int]):
+        p = decoder.params
+        self.decoder, self.ids, self.eos = decoder, ids, eos
+        self.grammar = SerialGrammar(ids, eos, p.max_branches, p.max_title_tokens)
+        self.titles: list[list[int]] = []
+        self.block: Block | None = None
+        self.blocks = self.branches = self.parallel_steps = 0
+        self.last_slots: list[int] = []   # KV slot of each token of the last closed block, flattened order
+
+    @property
+    def parallel(self) -> bool:
+        return self.block is not None
+
+    def _forced(self, context: Sequence[int]) -> int | None:
+        return None if self.decoder.force is None else self.decoder.force(context)
+
+    # ---------------------------------------------------------------------------- serial
+
+    def advance(self, token: int) -> None:
+        """A serial token was drawn: grammar, titles, and the switch to parallel mode."""
+        ids = self.ids
+        if token == ids.title:
+            self.titles.append([])
+        elif self.grammar.state in ("open", "title") and token != ids.end_title:
+            self.titles[-1].append(token)
+        self.grammar.advance(token)
+        if token == ids.para:
+            self._open_block()
+
+    def _open_block(self) -> None:
+        unique: list[list[int]] = []
+        for t in self.titles:
+            if t not in unique and len(unique) < self.decoder.params.max_branches:
+                unique.append(t)
+        self.titles = []
+        colon = self.ids.colon_space[:1]    # ":"; the space goes with the next word (BPE)
+        self.block = Block([Branch(t, pending=[self.ids.branch, *t, *colon]) for t in unique])
+        self.blocks += 1
+        self.branches += len(unique)
+
+    def draw_serial(self, seq, logits: torch.Tensor, context: Sequence[int]) -> int:
+        """The next serial token (grammar applied; the caller records it in the sampler)."""
+        t = self._forced(context)
+        if t is None:
+            t = seq.sampler.draw(self.grammar.apply(logits))
+        self.advance(t)
+        return t
+
+    def serial_accept(self, seq, q: Query, logits: torch.Tensor, is_stop: Callable[[int], bool]):
+        """The walk of a serial step with the grammar on every draw (acceptance.walk; a draft
+        never runs past `<|para|>`). Every drawn token is emitted, so the state advances as it goes."""
+        path: list[int] = []
+
+        def draw(row: int) -> int:
+            t = self.draw_serial(seq, logits[row], [*seq.tokens, *path])
+            seq.sampler.append(t)
+            path.append(t)
+            return t
+
+        return walk(q.children, draw, seq.max_tokens - len(seq.output), lambda t: is_stop(t) or t == self.ids.para)
+
+    # -------------------------------------------------------------------------- parallel
+
+    def query(self, cache) -> Query:
+        """This step's rows of the open block (see the module doc)."""
+        b, length = self.block, cache.length
+        tokens: list[int] = []
+        positions: list[int] = []
+        owner: list[int] = []             # per row: its branch, or -1 (<|para|>, <|/para|>)
+        first = b.para_slot < 0
+        if first:
+            b.para_pos = length
+            tokens, positions, owner = [self.ids.para], [length], [-1]
+        for k, br in enumerate(b.branches):
+            for t in br.pending:
+                tokens.append(t)
+                positions.append(b.para_pos + 1 + len(br.fed) + sum(o == k for o in owner))
+                owner.append(k)
+        closing = all(br.closed or br.pending == [self.ids.end_branch] for br in b.branches)
+        if closing and not first:
+            tokens.append(self.ids.end_para)
+            positions.append(b.para_pos + 1 + sum(len(br.fed) for br in b.branches) + len(owner))
+            owner.append(-1)
+        n = len(tokens)
+        mask_from = length if first else b.para_slot + 1
+        mask = torch.zeros(n, length - mask_from + n, dtype=torch.bool)
+        new0 = length - mask_from         # column of the first new row
+        for r, k in enumerate(owner):
+            if k < 0:                      # <|para|> sees itself, <|/para|> everything before it
+                mask[r, new0 + r if first else slice(0, new0 + r + 1)] = True
+                continue
+            br = b.branches[k]
+            mask[r, [s - mask_from for s in br.slots]] = True
+            own = [new0 + j for j in range(r + 1) if owner[j] == k]
+            mask[r, own] = True
+            if first:
+                mask[r, new0] = True       # the <|para|> row
+        b.owner = owner
+        rows = [r for r in range(n) if self._wants_logits(owner, tokens, r)]
+        return Query(tokens, positions, mask, [{}], 0, mask_from=mask_from, rows=rows)
+
+    def _wants_logits(self, owner: list[int], tokens: list[int], r: int) -> bool:
+        if owner[r] < 0:
+            return tokens[r] == self.ids.end_para
+        last_of_branch = r + 1 == len(owner) or owner[r + 1] != owner[r]
+        return last_of_branch and tokens[r] != self.ids.end_branch
+
+    def parallel_accept(self, seq, q: Query, logits: torch.Tensor, forward_s: float) -> list[int]:
+        """Commit the step's rows, draw each open branch's next token; the tokens to emit (the
+        flattened block and the next serial token) once the block closes, else []."""
+        t0 = time.perf_counter()
+        b, ids, cache = self.block, self.ids, seq.cache
+        owner = b.owner
+        start = cache.length
+        cache.commit(range(len(q.tokens)))
+        if b.para_slot < 0:
+            b.para_slot = start
+        for r, (k, t) in enumerate(zip(owner, q.tokens)):
+            if k >= 0:
+                br = b.branches[k]
+                br.fed.append(t)
+                br.slots.append(start + r)
+                br.closed = t == ids.end_branch
+                br.pending = []
+        self.parallel_steps += 1
+        drawn = 0
+        out: list[int] = []
+        for row, r in enumerate(q.rows):
+            k = owner[r]
+            if k < 0:                      # <|/para|>: back to serial mode
+                self.grammar.block_done()
+                self.last_slots = [s for br in b.branches for s in br.slots] + [start + r]
+                out = self.flattened() + [ids.end_para]
+                self.block = None
+                t = self.draw_serial(seq, logits[row], seq.tokens + out)
+                seq.sampler.append(t)
+                out.append(t)
+                break
+            br = b.branches[k]
+            t = self._forced(seq.tokens + self._context(br))
+            if t is None:
+                t = branch_token(seq.sampler.draw(branch_logits(logits[row], ids)), ids, self.eos)
+                br.content += 1
+            if br.content >= self.decoder.params.max_branch_tokens:
+                t = ids.end_branch
+            seq.sampler.append(t)
+            br.pending = [t]
+            drawn += 1
+        seq.stats.observe_step(0, max(drawn, 1), 0.0, forward_s + time.perf_counter() - t0)
+        if not out and len(seq.output) + sum(len(br.fed) + len(br.pending) for br in b.branches) >= seq.max_tokens:
+            out = self.flattened(with_pending=True)    # the budget ends inside the block: _emit cuts it
+            self.block = None
+        return out
+
+    def _context(self, br: Branch) -> list[int]:
+        """What a branch sees after the sequence's tokens: <|para|> is already in seq.tokens."""
+        return br.fed
+
+    def flattened(self, with_pending: bool = False) -> list[int]:
+        return [t for br in self.block.branches for t in br.fed + (br.pending if with_pending else [])]
+
+    def stats(self) -> dict:
+        return {"aspd_blocks": self.blocks, "aspd_branches": self.branches,
+                "aspd_parallel_steps": self.parallel_steps}

@@ -1,0 +1,99 @@
+"""The markup grammar: logits processors that keep ASPD markup well-formed (aspd.md §1.3).
+
+Serial mode (SerialGrammar, one state per sequence, advanced by every emitted token):
+- `<|/para|>`, `<|branch|>` and `<|/branch|>` never (the engine writes them);
+- outside a titles list, `<|/title|>` and `<|para|>` are banned;
+- right after `<|title|>`: no `<|title|>`, `<|/title|>`, `<|para|>` (a title is never empty);
+- inside a title: no `<|title|>`, `<|para|>`; after max_title_tokens only `<|/title|>`;
+- right after `<|/title|>`: only `<|title|>` (below the branch cap) or `<|para|>`;
+- EOS is banned inside a titles list (a block that is announced gets decoded);
+- at the first serial step after a block `<|title|>` is banned (no block right after a block).
+Branches (branch_logits): every markup token but `<|/branch|>` is banned; EOS is mapped to
+`<|/branch|>` after the draw (branch_token).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .markup import MarkupIds
+
+NEG = float("-inf")
+
+
+@dataclass
+class SerialGrammar:
+    ids: MarkupIds
+    eos: frozenset[int]
+    max_titles: int = 8
+    max_title_tokens: int = 16
+    state: str = "text"          # text | open (just after <|title|>) | title | closed (after <|/title|>) | after_block
+    titles: int = 0              # titles in the current list
+    title_tokens: int = 0        # tokens of the title being written
+    _banned_text: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        i = self.ids
+        self._always = [i.end_para, i.branch, i.end_branch]
+        self._banned_text = self._always + [i.end_title, i.para]
+
+    def copy(self) -> "SerialGrammar":
+        g = SerialGrammar(self.ids, self.eos, self.max_titles, self.max_title_tokens, self.state, self.titles,
+                          self.title_tokens)
+        return g
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logits with what the grammar forbids here at -inf (a copy)."""
+        i = self.ids
+        out = logits.clone()
+        if self.state == "closed":
+            allowed = [i.para] + ([i.title] if self.titles < self.max_titles else [])
+            keep = out[allowed].clone()
+            out.fill_(NEG)
+            out[allowed] = keep
+            return out
+        if self.state == "title" and self.title_tokens >= self.max_title_tokens:
+            keep = out[i.end_title].clone()
+            out.fill_(NEG)
+            out[i.end_title] = keep
+            return out
+        banned = list(self._banned_text if self.state in ("text", "after_block") else self._always)
+        if self.state == "after_block":
+            banned.append(i.title)
+        elif self.state == "open":
+            banned += [i.title, i.end_title, i.para, *self.eos]
+        elif self.state == "title":
+            banned += [i.title, i.para, *self.eos]
+        out[banned] = NEG
+        return out
+
+    def advance(self, token: int) -> None:
+        i = self.ids
+        if token == i.title:
+            self.state, self.title_tokens = "open", 0
+            self.titles += 1
+        elif token == i.end_title:
+            self.state = "closed"
+        elif token == i.para:
+            self.state, self.titles = "text", 0
+        elif self.state in ("open", "title"):
+            self.state = "title"
+            self.title_tokens += 1
+        else:
+            self.state = "text"
+
+    def block_done(self) -> None:
+        """The engine closed a block with <|/para|>: the next serial token may not open another."""
+        self.state, self.titles = "after_block", 0
+
+
+def branch_logits(logits: torch.Tensor, ids: MarkupIds) -> torch.Tensor:
+    out = logits.clone()
+    out[[ids.title, ids.end_title, ids.para, ids.end_para, ids.branch]] = NEG
+    return out
+
+
+def branch_token(token: int, ids: MarkupIds, eos: frozenset[int]) -> int:
+    """EOS inside a branch ends the branch, not the answer."""
+    return ids.end_branch if token in eos else token

@@ -1,0 +1,115 @@
+"""Judges for the extraction pipeline: is a block's set of branches independent, and does the
+rewritten answer say what the original said? Each call returns n votes; `accept` applies the
+paper's rule (released defaults: unanimous, n = 3; majority is the paper text's variant).
+
+- RuleJudge: deterministic (its n votes agree). Independence fails on a cross reference
+  ("above", "previous", "step 3", "as mentioned" ...) or on a branch reusing a number that only a
+  sibling introduced (a result computed there); consistency is the exact text round trip plus
+  the same count of list items and headings.
+- LLMJudge: the local model (paraspec's LLM API, the bundled model by default) answers a yes/no
+  prompt n times with sampling; a vote is "yes" when the reply starts with yes.
+"""
+from __future__ import annotations
+
+import re
+from typing import Protocol
+
+from .data import Block
+
+CROSS_REF = re.compile(
+    r"\b(above|below|previous(ly)?|preceding|aforementioned|earlier|the following|as mentioned|as noted|"
+    r"same as|(step|item|point|part|section) \d+|former|latter|this result|that result)\b", re.I)
+NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w|\.\d)")
+STRUCTURE = re.compile(r"^(?:\s*(?:[-*+]|\d{1,2}[.)])\s|#{1,6}\s)", re.M)
+
+
+class Judge(Protocol):
+    name: str
+
+    def independent(self, question: str, precondition: str, block: Block, n: int) -> list[bool]: ...
+
+    def consistent(self, question: str, original: str, candidate: str, n: int) -> list[bool]: ...
+
+
+def accept(votes: list[bool], unanimous: bool = True) -> bool:
+    if not votes:
+        return False
+    return all(votes) if unanimous else sum(votes) * 2 > len(votes)
+
+
+class RuleJudge:
+    name = "rule"
+
+    def independent(self, question: str, precondition: str, block: Block, n: int) -> list[bool]:
+        return [self._independent(question, precondition, block)] * n
+
+    @staticmethod
+    def _independent(question: str, precondition: str, block: Block) -> bool:
+        if any(CROSS_REF.search(b.content) for b in block.branches):
+            return False
+        known = set(NUMBER.findall(question)) | set(NUMBER.findall(precondition))
+        numbers = [set(NUMBER.findall(b.content)) - known for b in block.branches]
+        for i, mine in enumerate(numbers):
+            for j, other in enumerate(numbers):
+                # a multi-digit number first seen in an earlier sibling: reuse of its result
+                if j < i and any(len(x) > 1 for x in mine & other):
+                    return False
+        return True
+
+    def consistent(self, question: str, original: str, candidate: str, n: int) -> list[bool]:
+        same = candidate == original and len(STRUCTURE.findall(candidate)) == len(STRUCTURE.findall(original))
+        return [same] * n
+
+
+INDEP_PROMPT = (
+    "Question: {question}\n\nAn answer to it has these parts:\n{parts}\n\n"
+    "Can each part be written without reading any of the other parts (no part uses another part's "
+    "result or refers to it)? Reply with yes or no.")
+CONSIST_PROMPT = (
+    "Question: {question}\n\nAnswer 1:\n{original}\n\nAnswer 2:\n{candidate}\n\n"
+    "Do Answer 1 and Answer 2 give the same information? Reply with yes or no.")
+
+
+class LLMJudge:
+    """The local model as a judge. `llm` is a paraspec.api.LLM (default: the bundled model)."""
+
+    name = "llm"
+
+    def __init__(self, llm=None, temperature: float = 0.7, seed: int = 0):
+        if llm is None:
+            from ..api import LLM
+            llm = LLM("default")
+        self.llm = llm
+        self.temperature = temperature
+        self.seed = seed
+
+    def _votes(self, prompt: str, n: int) -> list[bool]:
+        from ..sampling.params import SamplingParams
+
+        params = SamplingParams(temperature=self.temperature, max_tokens=3, n=n, seed=self.seed)
+        out = self.llm.chat([{"role": "user", "content": prompt}], params)[0]
+        return [o.text.strip().lower().startswith("yes") for o in out.outputs]
+
+    def independent(self, question: str, precondition: str, block: Block, n: int) -> list[bool]:
+        parts = "\n".join(f"[{b.title}] {b.content}" for b in block.branches)
+        return self._votes(INDEP_PROMPT.format(question=question, parts=parts), n)
+
+    def consistent(self, question: str, original: str, candidate: str, n: int) -> list[bool]:
+        return self._votes(CONSIST_PROMPT.format(question=question, original=original, candidate=candidate), n)
+
+
+class BothJudges:
+    """Rule judge first (cheap, exact); the model votes only on what the rules accept."""
+
+    name = "rule+llm"
+
+    def __init__(self, llm_judge: LLMJudge):
+        self.rule, self.llm = RuleJudge(), llm_judge
+
+    def independent(self, question: str, precondition: str, block: Block, n: int) -> list[bool]:
+        votes = self.rule.independent(question, precondition, block, n)
+        return votes if not all(votes) else self.llm.independent(question, precondition, block, n)
+
+    def consistent(self, question: str, original: str, candidate: str, n: int) -> list[bool]:
+        votes = self.rule.consistent(question, original, candidate, n)
+        return votes if not all(votes) else self.llm.consistent(question, original, candidate, n)

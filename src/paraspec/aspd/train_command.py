@@ -1,0 +1,137 @@
+"""`paraspec aspd train | export | eval`: the flags and the glue (model loading, adapters, export).
+
+train: the bundled model (GGUF dequantised to fp32) + the six markup tokens, LoRA fine-tuned on
+data/aspd/train.jsonl (+ the extracted examples that fit), saved to adapters/{variant}.safetensors.
+The control ("control") is the same recipe on the same examples' plain text with a causal mask.
+export: base weights + merged adapter -> a Hugging Face folder (config.json, model.safetensors,
+tokenizer.json with the six tokens, tokenizer_config.json, generation_config.json) for --model.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+VARIANTS = ("aspd", "control")
+
+
+def add_parsers(s) -> None:
+    from .command import ADAPTER_DIR, DATA_DIR, EXPORT_DIR
+    t = s.add_parser("train", help="LoRA fine-tune of the bundled model for ASPD and/or the plain-text control")
+    t.add_argument("--variant", choices=VARIANTS + ("both",), default="both")
+    t.add_argument("--data", default=str(DATA_DIR), help="folder of build-data's JSONL files")
+    t.add_argument("--out", default=str(ADAPTER_DIR), help="where adapters/<variant>.safetensors go")
+    t.add_argument("--examples", type=int, default=0, help="use the first N training examples (0: all)")
+    t.add_argument("--offset", type=int, default=0, help="skip the first N training examples (a continued run)")
+    t.add_argument("--init", action="store_true", help="start from this variant's adapter in --out (continue a run)")
+    t.add_argument("--no-extracted", action="store_true", help="train on the synthetic examples only")
+    t.add_argument("--epochs", type=float, default=1.0)
+    t.add_argument("--batch", type=int, default=8)
+    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--rank", type=int, default=8)
+    t.add_argument("--alpha", type=float, default=16.0)
+    t.add_argument("--max-len", type=int, default=384, help="drop examples longer than this many tokens")
+    t.add_argument("--max-minutes", type=float, default=25.0, help="wall-clock cap per variant")
+    t.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
+    t.add_argument("--model", default="default", help="base model (default: the bundled SmolLM2-135M)")
+    t.set_defaults(func=train_main)
+    e = s.add_parser("export", help="merge an adapter into a Hugging Face folder that --model loads")
+    e.add_argument("--variant", choices=VARIANTS, default="aspd")
+    e.add_argument("--adapter", default=None, help="adapter file (default: the committed one for --variant)")
+    e.add_argument("--out", default=None, help=f"folder (default: {EXPORT_DIR}/<variant>)")
+    e.add_argument("--model", default="default")
+    e.set_defaults(func=export_main)
+    from . import evaluate
+    evaluate.add_parser(s)
+
+
+def base(model: str = "default"):
+    """(loaded fp32 model with the markup rows added, tokenizer, MarkupIds, base vocab size)."""
+    import torch
+
+    from ..model.loader import load_model
+    from ..model.tokenizer import Tokenizer
+    from .markup import add_markup_tokens
+    loaded = load_model(model, torch.float32)
+    tok = Tokenizer.from_source(loaded.tokenizer_source)
+    n_base = loaded.weights["tok_embeddings"].shape[0]
+    ids = add_markup_tokens(tok, loaded.weights, loaded)
+    return loaded, tok, ids, n_base
+
+
+def train_main(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..errors import ConfigError
+    from . import data, train
+    from .lora import save_adapter
+    if args.threads < 1 or args.batch < 1 or args.rank < 1 or args.epochs <= 0:
+        raise ConfigError("--threads, --batch, --rank must be >= 1 and --epochs > 0")
+    torch.set_num_threads(args.threads)
+    examples = data.read_jsonl(Path(args.data) / "train.jsonl")
+    examples = examples[args.offset:args.offset + args.examples] if args.examples else examples[args.offset:]
+    extracted = Path(args.data) / "extracted.jsonl"
+    if not args.no_extracted and extracted.is_file():
+        examples += data.read_jsonl(extracted)
+    loaded, tok, ids, n_base = base(args.model)
+    results = {}
+    for variant in (VARIANTS if args.variant == "both" else (args.variant,)):
+        torch.manual_seed(0)
+        weights = loaded.weights if variant == "aspd" else \
+            {**loaded.weights, "tok_embeddings": loaded.weights["tok_embeddings"][:n_base]}   # no markup rows
+        model = train.TrainModel(loaded.args, weights, n_base, rank=args.rank, alpha=args.alpha)
+        previous = None
+        if args.init:
+            from .lora import load_adapter
+            tensors, previous = load_adapter(Path(args.out) / f"{variant}.safetensors")
+            model.load_adapter(tensors)
+        enc = [train.encode(e, tok, ids if variant == "aspd" else None) for e in examples]
+        cfg = train.TrainConfig(epochs=args.epochs, batch=args.batch, lr=args.lr, max_len=args.max_len,
+                                max_minutes=args.max_minutes)
+        print(f"[{variant}] {len(enc)} examples, {sum(len(e.ids) for e in enc)} tokens, "
+              f"{args.threads} thread(s)", flush=True)
+        stats = train.fit(model, enc, cfg, log=lambda m, v=variant: print(f"[{v}] {m}", flush=True))
+        meta = {"variant": variant, "base_model": loaded.name, "base_vocab": n_base, "rank": args.rank,
+                "alpha": args.alpha, "tokens": "markup" if variant == "aspd" else "none", "lr": args.lr,
+                "epochs": args.epochs, "batch": args.batch, "offset": args.offset, "train": stats,
+                "previous_runs": ((previous or {}).get("previous_runs", []) + [previous["train"]]) if previous else [],
+                "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        out = Path(args.out) / f"{variant}.safetensors"
+        save_adapter(out, model.adapter_tensors(), meta)
+        results[variant] = stats
+        print(f"[{variant}] saved {out} ({out.stat().st_size / 1e6:.1f} MB): {json.dumps(stats)}", flush=True)
+    return 0
+
+
+def merged_weights(loaded, n_base: int, adapter: dict, meta: dict) -> dict:
+    """Base weights (markup rows included) with the adapter folded in."""
+    import torch
+    weights = dict(loaded.weights)
+    scale = meta["alpha"] / meta["rank"]
+    new = adapter["new_embed"]
+    weights["tok_embeddings"] = torch.cat([weights["tok_embeddings"][:n_base], new]) if new.numel() else \
+        weights["tok_embeddings"][:n_base]
+    for key, a in adapter.items():
+        if key.endswith(".lora_A"):
+            name = key[:-len(".lora_A")]
+            weights[name] = weights[name].float() + (adapter[name + ".lora_B"] @ a) * scale
+    return weights
+
+
+def export_main(args: argparse.Namespace) -> int:
+    from .command import ADAPTER_DIR, EXPORT_DIR
+    adapter = Path(args.adapter) if args.adapter else ADAPTER_DIR / f"{args.variant}.safetensors"
+    out = export(adapter, Path(args.out) if args.out else EXPORT_DIR / args.variant, args.model)
+    print(f"wrote {out} (load it with --model {out})")
+    return 0
+
+
+def export(adapter: Path, out: Path, model: str = "default") -> Path:
+    from .hf_folder import write_hf_folder
+    from .lora import load_adapter
+    tensors, meta = load_adapter(adapter)
+    loaded, tok, ids, n_base = base(model)
+    weights = merged_weights(loaded, n_base, tensors, meta)   # the control has no markup rows
+    write_hf_folder(out, loaded.args, weights, loaded.tokenizer_source, with_markup=meta.get("tokens") != "none")
+    return out

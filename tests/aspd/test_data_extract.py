@@ -1,0 +1,94 @@
+"""Extraction of parallel structure from plain answers, its validation stages and judges, the JSONL records,
+and `paraspec aspd build-data`."""
+import json
+
+from paraspec.aspd import data, extract, judge, synth
+from paraspec.aspd.data import Block, Branch
+from paraspec.aspd.markup import to_plain
+from paraspec.cli import main
+
+LIST_ANSWER = ("Python has several useful built-in types to know about.\n\n"
+               "1. **Lists**: ordered, mutable sequences that hold any objects you like.\n"
+               "2. **Tuples**: ordered, immutable sequences, handy as dictionary keys.\n"
+               "   They are also hashable when their items are.\n\n"
+               "3. **Sets**: unordered collections of unique, hashable items.\n\n"
+               "Pick the one that matches how the data is used.")
+HEAD_ANSWER = ("# Guide\nIntro line.\n## Install\nRun pip install foo to get it.\n"
+               "## Usage\nImport foo and call foo.run() with your data.\n### Details\nMore words here.\n")
+
+
+def test_list_split_round_trips_exactly_with_bold_titles():
+    cands = extract.split(LIST_ANSWER)
+    assert len(cands) == 1
+    block = next(s for s in cands[0] if isinstance(s, Block))
+    assert [b.title for b in block.branches] == ["Lists", "Tuples", "Sets"]
+    assert data.plain_text(cands[0]) == LIST_ANSWER
+    assert to_plain(data.aspd_text(cands[0])) == LIST_ANSWER
+    assert block.branches[1].content.endswith("are.\n")   # the blank line stays with its item
+
+
+def test_heading_split_keeps_levels_apart():
+    cands = extract.split(HEAD_ANSWER)
+    titles = [[b.title for b in s.branches] for c in cands for s in c if isinstance(s, Block)]
+    assert titles == [["Install", "Usage"]]
+    assert all(data.plain_text(c) == HEAD_ANSWER for c in cands)
+
+
+def test_rule_judge_rejects_cross_references_and_reused_results():
+    rj = judge.RuleJudge()
+    ok = Block((Branch("a", "Paris is the capital of France."), Branch("b", "Rome is the capital of Italy.")))
+    ref = Block((Branch("a", "Compute 12 times 3."), Branch("b", "Add 5 to the previous result.")))
+    reuse = Block((Branch("a", "First, 12 * 3 = 36."), Branch("b", "Then 36 + 5 = 41.")))
+    assert rj.independent("q", "", ok, 3) == [True] * 3
+    assert rj.independent("q", "", ref, 3) == [False] * 3
+    assert rj.independent("q", "", reuse, 3) == [False] * 3
+    assert rj.independent("what is 36 + 5 and 36 - 5", "", reuse, 1) == [True]   # 36 came from the question
+    assert judge.accept([True, True, True]) and not judge.accept([True, True, False])
+    assert judge.accept([True, True, False], unanimous=False) and not judge.accept([])
+
+
+def test_pipeline_counts_every_stage():
+    dependent = ("Steps to follow for the computation below, each one in order.\n"
+                 "- Step one: take 12 and triple it to get 36 as the base value\n"
+                 "- Step two: add five to the previous result from above to get 41\n") * 3
+    dup = "Some text here to start.\n- same thing here\n- same thing here\n" * 8
+    items = [("a", "q", LIST_ANSWER * 4), ("b", "q", dependent), ("c", "q", dup), ("d", "q", "short\n- x\n- y")]
+    pipe = extract.Pipeline(judge.RuleJudge(), min_tokens=50)
+    out = pipe.run(items)
+    c = pipe.counts
+    assert c["input"] == 4 and c["selected"] == len(out) == 1
+    assert c["parsed"] >= c["min_length"] >= c["format"] >= c["integrity"] >= c["independence"] >= c["consistency"]
+    assert out[0].plain == LIST_ANSWER * 4 and out[0].source == "extract"
+    assert c["format"] < c["min_length"]          # the duplicate titles went
+    assert c["independence"] < c["integrity"]     # the dependent steps went
+
+
+def test_llm_judge_votes_with_a_real_model(tiny_model_dir):
+    from paraspec.api import LLM
+    lj = judge.LLMJudge(LLM(str(tiny_model_dir()), dtype="float32"))
+    votes = lj.independent("q", "", Block((Branch("a", "one thing"), Branch("b", "another"))), 3)
+    assert len(votes) == 3 and all(isinstance(v, bool) for v in votes)
+    both = judge.BothJudges(lj)
+    assert both.consistent("q", "x", "y", 2) == [False, False]   # the rules reject: no model call needed
+
+
+def test_examples_round_trip_through_jsonl(tmp_path):
+    exs = synth.generate(5, 1)
+    data.write_jsonl(tmp_path / "x.jsonl", exs)
+    back = data.read_jsonl(tmp_path / "x.jsonl")
+    assert [e.to_json() for e in back] == [e.to_json() for e in exs]
+    m = data.parallel_metrics(exs[0].segments)
+    assert 0 < m["dp"] <= 1 and m["abn"] >= 2 and 0 < m["ape"] < 1
+
+
+def test_build_data_cli_writes_jsonl_and_stage_counts(tmp_path, capsys):
+    assert main(["aspd", "build-data", "--out", str(tmp_path), "--train", "20", "--heldout", "5"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["synthetic"]["train"] == 20 and summary["synthetic"]["heldout"] == 5
+    assert list(summary["extraction"]["stages"]) == list(extract.STAGES)
+    out = capsys.readouterr().out
+    assert "extraction (rule): input" in out
+    rec = json.loads((tmp_path / "train.jsonl").read_text().splitlines()[0])
+    assert to_plain(rec["aspd"]) == rec["plain"]
+    assert main(["aspd", "build-data", "--out", str(tmp_path), "--sources", "web"]) == 2
+    assert "--sources: unknown source 'web'" in capsys.readouterr().err
