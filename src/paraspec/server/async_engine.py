@@ -14,12 +14,13 @@ state. What crosses to the event loop is an immutable `Delta` snapshot, never a 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..decoding.registry import PluginConfig
 from ..decoding.stats import sequence_stats
@@ -77,6 +78,12 @@ class _Abort:
 @dataclass
 class _Stop:
     pass
+
+
+@dataclass
+class _Call:                                   # run fn(engine) on the loop thread between two steps
+    fn: Callable[[Engine], Any]
+    done: concurrent.futures.Future
 
 
 @dataclass
@@ -214,6 +221,22 @@ class AsyncEngine:
         return len(self._streams)
 
     @property
+    def default_plugin(self) -> str | None:
+        drafter = self.engine.default_drafter
+        return drafter.name if drafter is not None else None
+
+    async def metrics_text(self) -> bytes:
+        return self.metrics.render() if self.metrics else b""
+
+    async def call(self, fn: Callable[[Engine], Any]) -> Any:
+        """fn(engine) on the loop thread between two steps (the trie and drafters are its alone)."""
+        if not self.is_running:
+            raise EngineDeadError("the engine loop is not running")
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        self._commands.put(_Call(fn, done))
+        return await asyncio.wrap_future(done)
+
+    @property
     def num_sequences(self) -> int:
         """Sequences held (a request of n samples holds n)."""
         return self._sequences
@@ -276,12 +299,17 @@ class AsyncEngine:
         while True:
             commands = self._drain(block=not engine.has_work())
             if any(isinstance(c, _Stop) for c in commands):
+                for c in commands:
+                    if isinstance(c, _Call):
+                        c.done.set_exception(EngineDeadError("the engine loop stopped"))
                 self._abort_all()
                 return
             out: list[tuple[str, Delta | BaseException]] = []
             for c in commands:
                 if isinstance(c, _Add):
                     self._handle_add(c, out)
+                elif isinstance(c, _Call):
+                    self._handle_call(c)
                 else:
                     self._abort(c.request_id)
             try:
@@ -325,6 +353,12 @@ class AsyncEngine:
             out.append((c.request_id, e))
             return
         self._records[c.request_id] = _RequestRecord(c.submitted)
+
+    def _handle_call(self, c: _Call) -> None:
+        try:
+            c.done.set_result(c.fn(self.engine))
+        except BaseException as e:  # the caller's to handle
+            c.done.set_exception(e)
 
     def _drafter(self, spec: str | PluginConfig | None):
         """A request's drafter: the server's, none, or the engine's for a plugin override (built
