@@ -46,13 +46,21 @@ class Cluster:
 
         self.port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": self.port})
-        self.opts = opts
-        self.handle = serve.run(build_app({"service_config": config, "options": opts}), name=APP,
-                                route_prefix="/")
+        self.config = config
+        self.deploy(opts)
         self.url = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(base_url=self.url, timeout=60)
         self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=60)
         self.engine = serve.get_deployment_handle("ParaspecEngine", APP)
+
+    def deploy(self, opts) -> None:
+        """serve.run (again: a changed user_config alone reconfigures the running replicas)."""
+        from ray import serve
+
+        from paraspec.ray_serve import build_app
+
+        self.opts = opts
+        serve.run(build_app({"service_config": self.config, "options": opts}), name=APP, route_prefix="/")
 
     def broadcast(self, method: str, *args, timeout_s: float = 30) -> list:
         return self.engine.broadcast(method, *args).results(timeout_s=timeout_s)

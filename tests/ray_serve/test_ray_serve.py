@@ -6,6 +6,9 @@ Every load loop is bounded in count and time. Marked `ray`: skipped without the 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
+import os
+import signal
 import time
 
 import pytest
@@ -17,6 +20,7 @@ from paraspec import LLM, SamplingParams  # noqa: E402
 from paraspec.ray_serve.options import RayServeOptions  # noqa: E402
 from paraspec.ray_serve.router import affinity_key, rank_replicas  # noqa: E402
 from paraspec.server import load_config  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -46,8 +50,9 @@ def cluster(tiny_model_dir, tmp_path_factory):
     try:
         yield c
     finally:
-        c.close()
-        ray.shutdown()
+        if ray.is_initialized():       # test_shutdown_leaves_no_process shut it down already
+            c.close()
+            ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -181,3 +186,110 @@ def test_affinity_then_spill(cluster):
     fails = [r for _, _, r in got if isinstance(r, Exception)]
     assert not fails, fails[:3]
     assert len({r["replica"] for _, _, r in got}) == 2
+
+
+def test_metrics_cover_every_replica(cluster):
+    _complete(cluster, "metrics please", 4)
+    text = cluster.http.get("/metrics").text
+    samples = [s for f in text_string_to_metric_families(text) if f.name == "paraspec_generation_tokens"
+               for s in f.samples if s.name == "paraspec_generation_tokens_total"]
+    assert {s.labels["replica"] for s in samples} == set(cluster.replica_ids())
+    assert sum(s.value for s in samples) > 0
+
+
+def test_reconfigure_hot_reloads_the_drafter(cluster):
+    """reconfigure(user_config) swaps the drafter of the running replicas (same replica ids, same
+    engine). Serve calls it on a user_config-only update from `serve deploy` / a RayService; here
+    it is called on every replica directly, as serve.run would restart them instead."""
+    ids = cluster.replica_ids()
+    cluster.broadcast("reconfigure", {"plugin_params": "none"})
+    assert {s["plugin"] for s in cluster.broadcast("stats")} == {None}
+    plain = _complete(cluster, "reconfigured 1", 8)
+    assert plain["accepted"] == 1.0                      # no drafter: one token a step
+    memory = {"plugin_type": "memory_decoding", "decoding_length": 8}
+    cluster.broadcast("reconfigure", {"plugin_params": memory, "speculationGamma": 8})
+    assert {s["plugin"] for s in cluster.broadcast("stats")} == {"memory_decoding"}
+    with pytest.raises(Exception, match="speculationGamma|decoding_length"):
+        cluster.broadcast("reconfigure", {"plugin_params": memory, "speculationGamma": 2})
+    assert cluster.replica_ids() == ids
+
+
+def test_replica_sigkill_mid_load(cluster, offline):
+    """SIGKILL one engine replica under load: only its in-flight requests may fail, every request
+    started 2 s after the kill succeeds, and 2 replicas are RUNNING again within 30 s, the new one
+    bootstrapped with the hub's memory."""
+    stats = cluster.broadcast("stats")
+    victim = stats[0]
+    prompts = [f"{i:03d}-kill load" for i in range(60)]
+    killed_at = []
+
+    def request(p):
+        if p == prompts[12]:
+            os.kill(victim["pid"], signal.SIGKILL)
+            killed_at.append(time.monotonic())
+        return _complete(cluster, p, 24)
+
+    got = _load(request, prompts, concurrency=4, budget_s=180)
+    failed = [(s, r) for s, _, r in got if isinstance(r, Exception)]
+    late = [r for s, _, r in got if isinstance(r, Exception) and s > killed_at[0] + 2]
+    print(f"replica kill: {len(failed)}/{len(prompts)} failed (concurrency 4), {len(late)} after the kill + 2 s")
+    assert len(failed) <= 6 and not late, failed[:3]          # max_ongoing_requests of the victim
+    waited = cluster.wait_running(2, 30)
+    fresh = [s for s in cluster.broadcast("stats") if s["replica"] != stats[1]["replica"]][0]
+    print(f"replica kill: 2 RUNNING again after {waited:.1f} s; new replica bootstrapped "
+          f"{fresh['sync']['bootstrapped']} trie nodes")
+    assert fresh["replica"] != victim["replica"] and fresh["sync"]["bootstrapped"] > 0
+
+
+def test_triehub_kill_keeps_serving(cluster, offline):
+    """Kill the TrieHub under load: 0 failed requests, outputs unchanged; it restarts from its
+    snapshot and the replicas resync with it."""
+    hub = ray.get_actor(cluster.opts.hub_name, namespace="paraspec")
+    ray.get(hub.maybe_save.remote(True), timeout=10)
+    saved = ray.get(hub.stats.remote(), timeout=10)["nodes"]
+    prompts = [f"{i:02d}-hub kill {i}" for i in range(16)]
+    want = [o.text for o in offline.generate(prompts, SamplingParams(**GREEDY))]
+
+    def request(p):
+        if p == prompts[3]:
+            ray.kill(hub, no_restart=False)
+        return _complete(cluster, p)
+
+    got = _load(request, prompts, concurrency=4, budget_s=120)
+    assert [r["text"] if isinstance(r, dict) else r for _, _, r in got] == want
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            after = ray.get(hub.stats.remote(), timeout=5)
+            break
+        except Exception:
+            assert time.monotonic() < deadline, "the TrieHub did not restart"
+            time.sleep(0.5)
+    print(f"hub kill: 0/16 failed; restarted hub reloaded {after['loaded']} nodes (saved {saved})")
+    assert after["loaded"] >= saved > 0
+
+
+def test_controller_kill_keeps_serving(cluster):
+    controller = ray.get_actor("SERVE_CONTROLLER_ACTOR", namespace="serve")
+    prompts = [f"{i:02d}-controller kill" for i in range(24)]
+
+    def request(p):
+        if p == prompts[4]:
+            ray.kill(controller, no_restart=False)
+        return _complete(cluster, p, 16)
+
+    got = _load(request, prompts, concurrency=4, budget_s=120)
+    fails = [r for _, _, r in got if isinstance(r, Exception)]
+    assert not fails, fails[:3]
+    cluster.wait_running(2, 30)
+
+
+def test_shutdown_leaves_no_process(cluster):
+    """Last: serve and Ray shut down within 30 s and no process started from here is left."""
+    start = time.monotonic()
+    cluster.close()
+    ray.shutdown()
+    while descendants() and time.monotonic() - start < 30:
+        time.sleep(0.25)
+    print(f"shutdown: {time.monotonic() - start:.1f} s")
+    assert not descendants(), descendants()

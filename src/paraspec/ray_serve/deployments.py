@@ -86,6 +86,8 @@ class ParaspecEngine:
         deploy = self.config.model_deploy
         gamma = user_config.get("speculationGamma", deploy.speculation_gamma)
         value = user_config.get("plugin_params", deploy.model.plugin_params)
+        if isinstance(value, str) and value.strip().lower() in ("none", ""):
+            value = None                                  # plain decoding, as `--plugin none`
         plugin = parse_plugin_params(value, gamma)        # raises: Serve keeps the old config
 
         def swap(engine: Engine) -> None:
@@ -93,7 +95,7 @@ class ParaspecEngine:
 
         await self.engine.call(swap)
         deploy.speculation_gamma = gamma
-        deploy.model.plugin_params = value
+        deploy.model.plugin_params, deploy.model.plugin = value, plugin
         logger.info("reconfigured: plugin %s, speculationGamma %s", plugin.plugin_type if plugin else "none", gamma)
 
     # ---------------------------------------------------------------- control plane (broadcast)

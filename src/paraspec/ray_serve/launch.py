@@ -41,7 +41,9 @@ def build_app(args: dict | None = None):
     # serve` does; Serve's default of 5 would starve the replicas and hide a full owner from the router
     ingress = serve.deployment(OpenAIIngress, name="OpenAIIngress", ray_actor_options={"num_cpus": 0},
                                max_ongoing_requests=config.server.max_link_num)
-    return ingress.bind(engine.bind(config, opts), config, docs)
+    # user_config travels in the deployment config only: a change of it alone is then a light
+    # update (reconfigure() on the running replicas), not a restart
+    return ingress.bind(engine.bind(config, dataclasses.replace(opts, user_config={})), config, docs)
 
 
 def _options(args: dict) -> RayServeOptions:
@@ -88,14 +90,16 @@ def serve_ray(config: ServiceConfig, opts: RayServeOptions, address: str | None,
         ray.init(address=address)
     else:
         ray.init(num_cpus=opts.replicas * opts.threads, include_dashboard=False)
+    # right after ray.init, which installs a SIGTERM handler that aborts: a stop that arrives while
+    # the app deploys still shuts down in order
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     server = config.server
     serve.start(http_options={"host": server.ip_address, "port": server.port})
     serve.run(build_app({"service_config": config, "options": opts, "docs": docs}), name=opts.app_name,
               route_prefix=opts.route_prefix)
     logger.info("serving on http://%s:%d with %d replicas (Ray Serve)", server.ip_address, server.port, opts.replicas)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     while not stop.wait(1.0):
         pass
     serve.delete(opts.app_name)
