@@ -13,9 +13,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from ray.exceptions import RayError
 
-from ..errors import RequestError
 from ..sampling.params import SamplingParams
-from ..server.async_engine import DEFAULT, Delta, EngineDeadError, ServerBusyError
+from ..server.async_engine import DEFAULT, NOT_READY, Delta, DeltaStream, EngineDeadError, check_room
 from ..server.config import ServiceConfig
 
 logger = logging.getLogger("paraspec.ray_serve")
@@ -23,7 +22,7 @@ logger = logging.getLogger("paraspec.ray_serve")
 METRICS_TIMEOUT_S = 5.0
 
 
-class RemoteStream:
+class RemoteStream(DeltaStream):
     def __init__(self, owner: "ServeEngineClient", response, request_id: str, n: int):
         self.owner, self.response, self.request_id, self.n = owner, response, request_id, n
         self.finished_samples = 0
@@ -33,7 +32,7 @@ class RemoteStream:
         return self
 
     async def __anext__(self) -> Delta:
-        if self.closed or self.finished_samples >= self.n:
+        if self.closed or self.done:
             raise StopAsyncIteration
         try:
             item = await self.response.__anext__()
@@ -44,20 +43,13 @@ class RemoteStream:
             self.close("error")
             raise EngineDeadError(f"the engine replica serving this request failed ({type(e).__name__}); "
                                   "retry the request") from None
-        if isinstance(item, BaseException):
-            self.close("error")
-            raise item
-        if item.finish_reason is not None:
-            self.finished_samples += 1
-            if self.finished_samples >= self.n:
-                self.close("finished")
-        return item
+        return self._accept(item)
 
     def close(self, outcome: str | None = None) -> None:
         if self.closed:
             return
         self.closed = True
-        if self.finished_samples < self.n:
+        if not self.done:
             self.response.cancel()          # the replica's generator ends: its request is aborted
         self.owner._release(self)
 
@@ -94,13 +86,8 @@ class ServeEngineClient:
 
     def check_capacity(self, sequences: int) -> None:
         if not self._running:
-            raise EngineDeadError("the server is not ready (starting up or shutting down); retry shortly")
-        if sequences > self.max_in_flight:
-            raise RequestError(f"this request asks for {sequences} sequences (prompts x n), more than this server "
-                               f"ever holds ({self.max_in_flight}, ServerConfig.maxLinkNum); split it")
-        if self._sequences + sequences > self.max_in_flight:
-            raise ServerBusyError(f"the server is at capacity ({self._sequences} of {self.max_in_flight} sequences "
-                                  "held, ServerConfig.maxLinkNum); retry later")
+            raise EngineDeadError(NOT_READY)
+        check_room(self._sequences, sequences, self.max_in_flight)
 
     def add(self, prompt: list[int], params: SamplingParams, request_id: str, drafter=DEFAULT,
             group: str | None = None, checked: bool = False) -> RemoteStream:

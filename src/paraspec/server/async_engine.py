@@ -25,39 +25,15 @@ from typing import Any, Callable
 from ..decoding.registry import PluginConfig
 from ..decoding.stats import sequence_stats
 from ..engine import Engine, SequenceUpdate
-from ..outputs import StepTrace, TokenLogprob
 from ..errors import ParaspecError, RequestError
 from ..sampling.params import SamplingParams
+from .engine_client import (NOT_READY, Delta, DeltaStream, EngineDeadError, RequestTimeoutError,  # noqa: F401
+                            ServerBusyError, check_room)
 from .metrics import ServingMetrics
 
 logger = logging.getLogger("paraspec.server")
 
 DEFAULT = "default"          # drafter spec: the server's configured drafter
-
-
-class ServerBusyError(Exception):
-    """The server holds maxLinkNum requests already (HTTP 503)."""
-
-
-class RequestTimeoutError(Exception):
-    """The request ran past tokenTimeout / e2eTimeout and was cancelled (HTTP 504)."""
-
-
-class EngineDeadError(Exception):
-    """The engine loop is not running (shut down, or crashed) (HTTP 503)."""
-
-
-@dataclass(frozen=True)
-class Delta:
-    """What one engine step produced for one sample of a request."""
-
-    index: int                                 # sample index within the request (n > 1)
-    token_ids: list[int]
-    text: str
-    logprobs: list[TokenLogprob] | None
-    finish_reason: str | None = None           # set on the sample's last delta
-    stats: dict[str, Any] | None = None        # sequence_stats(), on the sample's last delta
-    trace: StepTrace | None = None             # the step's draft and text offsets (opt-in stream field)
 
 
 @dataclass
@@ -92,7 +68,7 @@ class _RequestRecord:                          # loop-thread bookkeeping for met
     first_token_seen: bool = False
 
 
-class RequestStream:
+class RequestStream(DeltaStream):
     """The deltas of one engine request, as an async iterator; `close()` cancels it if unfinished.
 
     Iteration raises RequestTimeoutError past the deadlines, or the error the engine reported."""
@@ -104,10 +80,6 @@ class RequestStream:
         self.deadline = time.monotonic() + e2e_timeout
         self.finished_samples = 0
         self.closed = False
-
-    @property
-    def done(self) -> bool:
-        return self.finished_samples >= self.n
 
     def __aiter__(self) -> "RequestStream":
         return self
@@ -122,14 +94,7 @@ class RequestStream:
             self.close("timeout")
             raise RequestTimeoutError(f"request {self.request_id} timed out and was cancelled (ServerConfig."
                                       "tokenTimeout / e2eTimeout); ask for fewer tokens or retry later") from None
-        if isinstance(item, BaseException):
-            self.close("error")
-            raise item
-        if item.finish_reason is not None:
-            self.finished_samples += 1
-            if self.done:
-                self.close("finished")
-        return item
+        return self._accept(item)
 
     def close(self, outcome: str | None = None) -> None:
         """Idempotent. An unfinished request is aborted in the engine (KV freed, drafter state ended)."""
@@ -247,15 +212,13 @@ class AsyncEngine:
         """Raise unless `sequences` more (prompts x n, of one client request) fit: ServerBusyError
         while others hold the room, RequestError (HTTP 400) when they could never fit."""
         if not self.is_ready:
-            raise EngineDeadError("the server is not ready (starting up or shutting down); retry shortly")
-        if sequences > self.max_in_flight:
-            raise RequestError(f"this request asks for {sequences} sequences (prompts x n), more than this server "
-                               f"ever holds ({self.max_in_flight}, ServerConfig.maxLinkNum); split it")
-        if self.num_sequences + sequences > self.max_in_flight:
+            raise EngineDeadError(NOT_READY)
+        try:
+            check_room(self.num_sequences, sequences, self.max_in_flight)
+        except ServerBusyError:
             if self.metrics:
                 self.metrics.requests.labels("rejected").inc()
-            raise ServerBusyError(f"the server is at capacity ({self.num_sequences} of {self.max_in_flight} sequences "
-                                  "held, ServerConfig.maxLinkNum); retry later")
+            raise
 
     def add(self, prompt: list[int], params: SamplingParams, request_id: str,
             drafter: str | PluginConfig | None = DEFAULT, group: str | None = None,
