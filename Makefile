@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PROMPT ?= Here is a Python function:\n\ndef mean(xs):\n    return sum(xs) / len(xs)\n\nRewrite it with type hints and a docstring, keeping the same logic.
 
-.PHONY: install demo test test-fast test-browser bench bench-quick peers clean
+.PHONY: install demo test test-fast test-ray test-browser bench bench-quick peers clean
 
 $(STAMP): pyproject.toml Makefile $(wildcard src/paraspec/model/csrc/*.cpp src/paraspec/model/csrc/*.h src/paraspec/model/csrc/build.py)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -26,10 +26,19 @@ demo: install
 	$(VENV)/bin/paraspec generate --chat --max-new-tokens 160 --plugin memory_decoding "$$(printf '$(PROMPT)')"
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not ray"
 
 test-fast: install
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow and not ray"
+
+# Ray Serve (the paraspec[ray] extra, ~500 MB): in-process clusters on 127.0.0.1, a few minutes.
+# Loopback only: in a network namespace holding just `lo` when this user may make one, so Ray's
+# node address is 127.0.0.1 too (outside one Ray advertises the machine's routable address).
+test-ray: install
+	$(PY) -m pip install -q -e '.[ray]'
+	if unshare -n true 2>/dev/null && command -v ip >/dev/null; then \
+		RAY_USAGE_STATS_ENABLED=0 unshare -n sh -c 'ip link set lo up && $(PY) -m pytest -q -m ray tests/ray_serve'; \
+	else RAY_USAGE_STATS_ENABLED=0 $(PY) -m pytest -q -m ray tests/ray_serve; fi
 
 # the playground page in headless Chromium (Debian's package; `make test` skips that test without it)
 test-browser: install

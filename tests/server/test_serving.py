@@ -21,7 +21,7 @@ def serving() -> OpenAIServing:
     config = ServiceConfig()
     config.model_deploy.max_seq_len, config.model_deploy.max_input_token_len = 100, 60
     config.schedule.max_iter_times = 50
-    engine = SimpleNamespace(engine=SimpleNamespace(default_drafter=SimpleNamespace(name="memory_decoding")))
+    engine = SimpleNamespace(default_plugin="memory_decoding")     # an EngineClient as far as plugin_spec looks
     return OpenAIServing(engine, SimpleNamespace(), config, model_name="tiny", vocab_size=1000, model_max_len=4096)
 
 

@@ -78,6 +78,9 @@ class TokenTrie(TrieMatch, TrieFile):
         self._epoch = 0             # bumped by prune: open stream paths close, caches drop
         self._pinned_full = False   # the last automatic prune could not reach its target
         self._n_pinned = 0          # nodes with pin > 0
+        # when a list: every output append / close is recorded here, so a replica can replay
+        # its new output counts elsewhere (paraspec.ray_serve's trie sync); None costs nothing
+        self.journal: list[tuple[Hashable, list[int] | None]] | None = None
         self._top: dict[int, tuple[int, list[tuple[int, int]]]] = {}      # see _ranked
         self._prompt_kids: dict[Hashable, dict[int, list[tuple[int, int]]]] = {}
 
@@ -260,6 +263,8 @@ class TokenTrie(TrieMatch, TrieFile):
         if st is None:
             st = self._streams[stream] = _Stream(self._epoch)
         toks = [int(t) for t in tokens]
+        if self.journal is not None:
+            self.journal.append((stream, toks))
         keep = self.window - 1
         for start in range(0, len(toks), _CHUNK):
             self._make_room(min(_CHUNK * self.window, self.max_nodes // 4))
@@ -294,6 +299,8 @@ class TokenTrie(TrieMatch, TrieFile):
 
     def close(self, stream: Hashable) -> None:
         """End a stream. Nothing to flush: append stores every window as it grows."""
+        if self.journal is not None:
+            self.journal.append((stream, None))
         self._streams.pop(stream, None)
 
     # ---------------------------------------------------------------- release and prune

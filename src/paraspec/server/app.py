@@ -1,7 +1,8 @@
 """The FastAPI app: thin routes over the serving handlers, health / readiness / metrics, and
 OpenAI-style error JSON for everything a client can get wrong (`paraspec serve` is command.py).
 
-    create_app(llm, config) -> FastAPI      (tests, embedders and serve_main)
+    create_app(llm, config) -> FastAPI      (tests, embedders and serve_main: the engine in this process)
+    app_for(client, model, config) -> FastAPI   (any EngineClient: also the Ray Serve ingress)
     build_llm(config) -> LLM                (the model and drafter a config describes)
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..api import LLM
 from ..errors import ParaspecError
 from .async_engine import AsyncEngine, EngineDeadError, RequestTimeoutError, ServerBusyError
 from .config import ServiceConfig
+from .engine_client import EngineClient, ModelInfo
 from .metrics import ServingMetrics
 from .playground import router as playground_router
 from .protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
@@ -40,7 +42,7 @@ router = APIRouter()
 
 @router.get("/health")
 async def health(raw: Request) -> Response:
-    """Liveness: the engine loop is alive."""
+    """Liveness: the engine loop is alive (app.state.async_engine: the EngineClient)."""
     ok = raw.app.state.async_engine.is_running
     return JSONResponse({"status": "ok" if ok else "engine loop stopped"}, status_code=200 if ok else 503)
 
@@ -48,7 +50,7 @@ async def health(raw: Request) -> Response:
 @router.get("/ready")
 async def ready(raw: Request) -> Response:
     """Readiness: the model is loaded and requests are accepted (false while shutting down)."""
-    engine: AsyncEngine = raw.app.state.async_engine
+    engine: EngineClient = raw.app.state.async_engine
     ok = engine.is_ready
     return JSONResponse({"status": "ready" if ok else "not ready", "requests_in_flight": engine.num_in_flight},
                         status_code=200 if ok else 503)
@@ -56,8 +58,8 @@ async def ready(raw: Request) -> Response:
 
 @router.get("/metrics")
 async def metrics(raw: Request) -> Response:
-    m: ServingMetrics = raw.app.state.metrics
-    return Response(m.render(), media_type=m.content_type)
+    engine: EngineClient = raw.app.state.async_engine
+    return Response(await engine.metrics_text(), media_type=ServingMetrics.content_type)
 
 
 @router.get("/v1/models")
@@ -207,14 +209,29 @@ def create_app(llm: LLM, config: ServiceConfig | None = None, engine_thread: boo
     engine = AsyncEngine(llm.engine, max_in_flight=config.server.max_link_num, token_timeout=config.server.token_timeout,
                          e2e_timeout=config.server.e2e_timeout, metrics=metrics, own_thread=engine_thread)
 
-    @asynccontextmanager
-    async def lifespan(_: FastAPI):
-        await engine.start()
+    def started() -> None:
         drafter = llm.engine.default_drafter
         logger.info("serving %r (plugin: %s, maxBatchSize %d; %s%s, CPU kernels %s)", name,
                     drafter.name if drafter is not None else "none", llm.engine.max_batch_size,
                     llm.config.dtype, f" + {llm.config.quantization}" if llm.config.quantization else "",
                     llm.kernels.label)
+
+    model = ModelInfo(name, llm.tokenizer, llm.model.args.vocab_size, llm.model.args.max_seq_len)
+    app = app_for(engine, model, config, docs, on_start=started)
+    app.state.metrics = metrics
+    return app
+
+
+def app_for(engine: EngineClient, model: ModelInfo, config: ServiceConfig, docs: bool = False,
+            on_start=None) -> FastAPI:
+    """The app over any EngineClient: the local AsyncEngine (create_app) or a Ray Serve handle
+    (paraspec.ray_serve), started and shut down with the app."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        await engine.start()
+        if on_start is not None:
+            on_start()
         try:
             yield
         finally:
@@ -222,12 +239,11 @@ def create_app(llm: LLM, config: ServiceConfig | None = None, engine_thread: boo
 
     app = FastAPI(title="paraspec", description="OpenAI-compatible API with lossless parallel decoding",
                   lifespan=lifespan, **({} if docs else dict(docs_url=None, redoc_url=None, openapi_url=None)))
-    shared = dict(model_name=name, vocab_size=llm.model.args.vocab_size, model_max_len=llm.model.args.max_seq_len)
+    shared = dict(model_name=model.name, vocab_size=model.vocab_size, model_max_len=model.max_seq_len)
     app.state.async_engine = engine
-    app.state.metrics = metrics
-    app.state.serving_completion = OpenAIServingCompletion(engine, llm.tokenizer, config, **shared)
-    app.state.serving_chat = OpenAIServingChat(engine, llm.tokenizer, config, **shared)
-    app.state.model_card = ModelCard(id=name, max_model_len=app.state.serving_chat.max_seq_len)
+    app.state.serving_completion = OpenAIServingCompletion(engine, model.tokenizer, config, **shared)
+    app.state.serving_chat = OpenAIServingChat(engine, model.tokenizer, config, **shared)
+    app.state.model_card = ModelCard(id=model.name, max_model_len=app.state.serving_chat.max_seq_len)
     app.include_router(router)
     app.include_router(playground_router)
     _add_exception_handlers(app)

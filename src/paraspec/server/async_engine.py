@@ -14,49 +14,26 @@ state. What crosses to the event loop is an immutable `Delta` snapshot, never a 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..decoding.registry import PluginConfig
 from ..decoding.stats import sequence_stats
 from ..engine import Engine, SequenceUpdate
-from ..outputs import StepTrace, TokenLogprob
 from ..errors import ParaspecError, RequestError
 from ..sampling.params import SamplingParams
+from .engine_client import (NOT_READY, Delta, DeltaStream, EngineDeadError, RequestTimeoutError,  # noqa: F401
+                            ServerBusyError, check_room)
 from .metrics import ServingMetrics
 
 logger = logging.getLogger("paraspec.server")
 
 DEFAULT = "default"          # drafter spec: the server's configured drafter
-
-
-class ServerBusyError(Exception):
-    """The server holds maxLinkNum requests already (HTTP 503)."""
-
-
-class RequestTimeoutError(Exception):
-    """The request ran past tokenTimeout / e2eTimeout and was cancelled (HTTP 504)."""
-
-
-class EngineDeadError(Exception):
-    """The engine loop is not running (shut down, or crashed) (HTTP 503)."""
-
-
-@dataclass(frozen=True)
-class Delta:
-    """What one engine step produced for one sample of a request."""
-
-    index: int                                 # sample index within the request (n > 1)
-    token_ids: list[int]
-    text: str
-    logprobs: list[TokenLogprob] | None
-    finish_reason: str | None = None           # set on the sample's last delta
-    stats: dict[str, Any] | None = None        # sequence_stats(), on the sample's last delta
-    trace: StepTrace | None = None             # the step's draft and text offsets (opt-in stream field)
 
 
 @dataclass
@@ -80,12 +57,18 @@ class _Stop:
 
 
 @dataclass
+class _Call:                                   # run fn(engine) on the loop thread between two steps
+    fn: Callable[[Engine], Any]
+    done: concurrent.futures.Future
+
+
+@dataclass
 class _RequestRecord:                          # loop-thread bookkeeping for metrics
     submitted: float
     first_token_seen: bool = False
 
 
-class RequestStream:
+class RequestStream(DeltaStream):
     """The deltas of one engine request, as an async iterator; `close()` cancels it if unfinished.
 
     Iteration raises RequestTimeoutError past the deadlines, or the error the engine reported."""
@@ -97,10 +80,6 @@ class RequestStream:
         self.deadline = time.monotonic() + e2e_timeout
         self.finished_samples = 0
         self.closed = False
-
-    @property
-    def done(self) -> bool:
-        return self.finished_samples >= self.n
 
     def __aiter__(self) -> "RequestStream":
         return self
@@ -115,14 +94,7 @@ class RequestStream:
             self.close("timeout")
             raise RequestTimeoutError(f"request {self.request_id} timed out and was cancelled (ServerConfig."
                                       "tokenTimeout / e2eTimeout); ask for fewer tokens or retry later") from None
-        if isinstance(item, BaseException):
-            self.close("error")
-            raise item
-        if item.finish_reason is not None:
-            self.finished_samples += 1
-            if self.done:
-                self.close("finished")
-        return item
+        return self._accept(item)
 
     def close(self, outcome: str | None = None) -> None:
         """Idempotent. An unfinished request is aborted in the engine (KV freed, drafter state ended)."""
@@ -214,6 +186,22 @@ class AsyncEngine:
         return len(self._streams)
 
     @property
+    def default_plugin(self) -> str | None:
+        drafter = self.engine.default_drafter
+        return drafter.name if drafter is not None else None
+
+    async def metrics_text(self) -> bytes:
+        return self.metrics.render() if self.metrics else b""
+
+    async def call(self, fn: Callable[[Engine], Any]) -> Any:
+        """fn(engine) on the loop thread between two steps (the trie and drafters are its alone)."""
+        if not self.is_running:
+            raise EngineDeadError("the engine loop is not running")
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        self._commands.put(_Call(fn, done))
+        return await asyncio.wrap_future(done)
+
+    @property
     def num_sequences(self) -> int:
         """Sequences held (a request of n samples holds n)."""
         return self._sequences
@@ -224,15 +212,13 @@ class AsyncEngine:
         """Raise unless `sequences` more (prompts x n, of one client request) fit: ServerBusyError
         while others hold the room, RequestError (HTTP 400) when they could never fit."""
         if not self.is_ready:
-            raise EngineDeadError("the server is not ready (starting up or shutting down); retry shortly")
-        if sequences > self.max_in_flight:
-            raise RequestError(f"this request asks for {sequences} sequences (prompts x n), more than this server "
-                               f"ever holds ({self.max_in_flight}, ServerConfig.maxLinkNum); split it")
-        if self.num_sequences + sequences > self.max_in_flight:
+            raise EngineDeadError(NOT_READY)
+        try:
+            check_room(self.num_sequences, sequences, self.max_in_flight)
+        except ServerBusyError:
             if self.metrics:
                 self.metrics.requests.labels("rejected").inc()
-            raise ServerBusyError(f"the server is at capacity ({self.num_sequences} of {self.max_in_flight} sequences "
-                                  "held, ServerConfig.maxLinkNum); retry later")
+            raise
 
     def add(self, prompt: list[int], params: SamplingParams, request_id: str,
             drafter: str | PluginConfig | None = DEFAULT, group: str | None = None,
@@ -276,12 +262,17 @@ class AsyncEngine:
         while True:
             commands = self._drain(block=not engine.has_work())
             if any(isinstance(c, _Stop) for c in commands):
+                for c in commands:
+                    if isinstance(c, _Call):
+                        c.done.set_exception(EngineDeadError("the engine loop stopped"))
                 self._abort_all()
                 return
             out: list[tuple[str, Delta | BaseException]] = []
             for c in commands:
                 if isinstance(c, _Add):
                     self._handle_add(c, out)
+                elif isinstance(c, _Call):
+                    self._handle_call(c)
                 else:
                     self._abort(c.request_id)
             try:
@@ -325,6 +316,12 @@ class AsyncEngine:
             out.append((c.request_id, e))
             return
         self._records[c.request_id] = _RequestRecord(c.submitted)
+
+    def _handle_call(self, c: _Call) -> None:
+        try:
+            c.done.set_result(c.fn(self.engine))
+        except BaseException as e:  # the caller's to handle
+            c.done.set_exception(e)
 
     def _drafter(self, spec: str | PluginConfig | None):
         """A request's drafter: the server's, none, or the engine's for a plugin override (built

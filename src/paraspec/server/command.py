@@ -34,6 +34,12 @@ def add_parser(sub) -> None:
                         "127.0.0.1, ::1)")
     s.add_argument("--metrics-open", action="store_true", default=None,
                    help="serve /metrics without the API key")
+    ray = s.add_argument_group("Ray Serve (the paraspec[ray] extra; see README, 'Scale out on Ray Serve')")
+    ray.add_argument("--ray", action="store_true", help="serve N engine replicas on Ray Serve behind the same API")
+    ray.add_argument("--address", default=None,
+                     help="with --ray: the cluster to join ('auto': the local `ray start` one; default: start one "
+                          "in this process sized for the replicas)")
+    ray.add_argument("--replicas", type=int, default=2, help="with --ray: engine replicas (default 2)")
     add_model_args(s)
     add_plugin_args(s, default_plugin=None)
     s.set_defaults(func=serve_main)
@@ -61,6 +67,8 @@ def serve_main(args: argparse.Namespace) -> int:
     """`paraspec serve`: refuses to start (exit code 2, one line on stderr) on an invalid config or
     an address it cannot listen on, both found before the model loads."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if getattr(args, "ray", False):
+        return _serve_on_ray(args)
     try:
         config = config_from_args(args)
         sock = bind_socket(config.server)
@@ -113,6 +121,27 @@ def serve_main(args: argparse.Namespace) -> int:
     engine.run_in_this_thread(should_stop=lambda: not http.is_alive())
     http.join()
     return 0 if server.started else 1
+
+
+def _serve_on_ray(args: argparse.Namespace) -> int:
+    """`paraspec serve --ray`: the same config.json, served by Ray Serve (paraspec.ray_serve)."""
+    try:
+        config = config_from_args(args)
+        from ..ray_serve.launch import serve_ray
+        from ..ray_serve.options import RayServeOptions
+
+        opts = RayServeOptions(replicas=args.replicas, threads=args.threads or 1, dtype=args.dtype,
+                               quantization=args.quantization)
+    except ImportError:
+        print("paraspec: error: --ray needs Ray Serve; install the extra: pip install 'paraspec[ray]'",
+              file=sys.stderr)
+        return 2
+    except ParaspecError as e:
+        print(f"paraspec: error: {e}", file=sys.stderr)
+        return 2
+    for note in config.warnings:
+        logger.warning("%s", note)
+    return serve_ray(config, opts, args.address, docs=args.docs)
 
 
 def bind_socket(server: ServerConfig) -> socket.socket:

@@ -1,5 +1,5 @@
 """What the completion and chat handlers share: validation of everything a client can get wrong,
-limits, per-request plugin overrides, submission to the AsyncEngine, logprobs, usage and stats, the
+limits, per-request plugin overrides, submission to the EngineClient, logprobs, usage and stats, the
 API errors, and merging several requests' streams (serving_completion.py and serving_chat.py build
 the responses).
 
@@ -19,9 +19,9 @@ from ..outputs import TokenLogprob
 from ..errors import ParaspecError
 from ..model.tokenizer import Tokenizer
 from ..sampling.params import SamplingParams
-from .async_engine import (DEFAULT, AsyncEngine, Delta, EngineDeadError, RequestStream, RequestTimeoutError,
-                           ServerBusyError)
+from .async_engine import DEFAULT, Delta, EngineDeadError, RequestTimeoutError, ServerBusyError
 from .config import ServiceConfig
+from .engine_client import EngineClient, EngineStream
 from .protocol import (ChatCompletionLogProb, ChatCompletionLogProbs, ChatCompletionLogProbsContent,
                        ChatCompletionRequest, CompletionLogProbs, CompletionRequest, ErrorInfo, ErrorResponse,
                        UsageInfo)
@@ -73,7 +73,7 @@ class ChoiceState:
 class OpenAIServing:
     """What both endpoints share: the model check, limits, plugin overrides, submission, logprobs."""
 
-    def __init__(self, engine: AsyncEngine, tokenizer: Tokenizer, config: ServiceConfig, *, model_name: str,
+    def __init__(self, engine: EngineClient, tokenizer: Tokenizer, config: ServiceConfig, *, model_name: str,
                  vocab_size: int, model_max_len: int):
         self.engine, self.tokenizer, self.config = engine, tokenizer, config
         self.model_name = model_name
@@ -136,8 +136,7 @@ class OpenAIServing:
         the server's speculationGamma. Returns (spec for AsyncEngine.add, plugin name for stats)."""
         opts = req.paraspec
         if opts is None or "plugin_params" not in opts.model_fields_set:
-            drafter = self.engine.engine.default_drafter
-            return DEFAULT, drafter.name if drafter is not None else None
+            return DEFAULT, self.engine.default_plugin
         value = opts.plugin_params
         if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")) or value == {}:
             return None, None
@@ -174,10 +173,10 @@ class OpenAIServing:
     # ---------------------------------------------------------------- engine
 
     def submit(self, request_id: str, prompts: list[list[int]], params: list[SamplingParams],
-               plugin: str | PluginConfig | None) -> list[RequestStream]:
+               plugin: str | PluginConfig | None) -> list[EngineStream]:
         self.engine.check_capacity(sum(sp.n for sp in params))
         ids = [request_id] if len(prompts) == 1 else [f"{request_id}-{i}" for i in range(len(prompts))]
-        streams: list[RequestStream] = []
+        streams: list[EngineStream] = []
         try:
             for rid, p, sp in zip(ids, prompts, params):
                 streams.append(self.engine.add(p, sp, rid, plugin, group=request_id, checked=True))
@@ -277,7 +276,7 @@ def error_for(e: BaseException) -> APIError:
                     type="internal_server_error")
 
 
-async def merge_streams(streams: list[RequestStream]) -> AsyncIterator[tuple[int, Delta]]:
+async def merge_streams(streams: list[EngineStream]) -> AsyncIterator[tuple[int, Delta]]:
     """Deltas of several requests as they arrive, tagged with the request's position."""
     if len(streams) == 1:
         async for d in streams[0]:
@@ -285,7 +284,7 @@ async def merge_streams(streams: list[RequestStream]) -> AsyncIterator[tuple[int
         return
     q: asyncio.Queue = asyncio.Queue()
 
-    async def pump(i: int, s: RequestStream) -> None:
+    async def pump(i: int, s: EngineStream) -> None:
         try:
             async for d in s:
                 q.put_nowait((i, d))

@@ -8,7 +8,7 @@ import logging
 import time
 from typing import AsyncIterator
 
-from .async_engine import RequestStream
+from .engine_client import EngineStream
 from .protocol import (ChatCompletionRequest, ChatCompletionResponse, ChatCompletionResponseChoice,
                        ChatCompletionResponseStreamChoice, ChatCompletionStreamResponse, ChatMessage, DeltaMessage,
                        random_id)
@@ -74,7 +74,7 @@ class OpenAIServingChat(OpenAIServing):
             raise APIError(f"the chat template could not render the messages: {e}", param="messages") from None
         return await self.encode(text, "messages", add_bos=self.tokenizer.chat_add_bos(text))
 
-    async def _stream(self, req: ChatCompletionRequest, request_id: str, stream: RequestStream, n: int,
+    async def _stream(self, req: ChatCompletionRequest, request_id: str, stream: EngineStream, n: int,
                       prompt_len: int, plugin_name: str | None) -> AsyncIterator[str]:
         created = int(time.time())
         choices = [ChoiceState() for _ in range(n)]

@@ -7,7 +7,7 @@ import logging
 import time
 from typing import AsyncIterator
 
-from .async_engine import RequestStream
+from .engine_client import EngineStream
 from .protocol import (CompletionRequest, CompletionResponse, CompletionResponseChoice, CompletionResponseStreamChoice,
                        CompletionStreamResponse, random_id)
 from .serving import APIError, ChoiceState, OpenAIServing, error_for, merge_streams, sse
@@ -76,7 +76,7 @@ class OpenAIServingCompletion(OpenAIServing):
                 prompts.append(ids)
         return texts, prompts
 
-    async def _stream(self, req: CompletionRequest, request_id: str, streams: list[RequestStream], n: int,
+    async def _stream(self, req: CompletionRequest, request_id: str, streams: list[EngineStream], n: int,
                       echo: list[str], prompt_lens: list[int], plugin_name: str | None) -> AsyncIterator[str]:
         created = int(time.time())
         choices = [ChoiceState() for _ in range(len(streams) * n)]
