@@ -41,7 +41,11 @@ class PlainDetokenizer:
         return self._delta(marked_text(self.tokenizer, self.ids, self.markup))
 
     def _delta(self, raw: str) -> str:
-        plain = to_plain(raw)
+        # a title list still being written is held back: parsed before its block closes, the
+        # titles would read as plain text, and the text sent can never be taken back
+        closed = raw.rfind(TOKENS[5]) + 1 if TOKENS[5] in raw else 0
+        opened = raw.find(TOKENS[0], closed)
+        plain = to_plain(raw if opened < 0 else raw[:opened])
         delta = plain[self.sent:]
         self.sent = max(self.sent, len(plain))
         return delta
