@@ -1,6 +1,7 @@
 """bench/peak_rss: each block gets its own peak, although every system runs in one process."""
 from __future__ import annotations
 
+import mmap
 import sys
 
 import pytest
@@ -11,9 +12,12 @@ from paraspec.bench.peak_rss import PeakRSS
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM and clear_refs are Linux's")
 def test_the_peak_of_a_block_above_its_start_and_reset_for_the_next():
     with PeakRSS() as big:
-        block = bytearray(64 << 20)
-        block[::4096] = b"x" * len(block[::4096])      # touch every page: resident
-    del block
+        # a fresh anonymous mapping, not bytearray: after a long suite malloc may hand back heap pages
+        # that are resident already, and then the RSS (rightly) does not grow
+        block = mmap.mmap(-1, 64 << 20)
+        for page in range(0, len(block), mmap.PAGESIZE):
+            block[page] = 1                            # touch every page: resident
+    block.close()
     with PeakRSS() as small:
         pass
     assert big.delta >= 60 << 20
