@@ -51,9 +51,11 @@ bench-quick: install
 bench: install
 	$(VENV)/bin/paraspec bench --out docs/bench --sweep --serving
 
-# optional benchmark peers (llama-cpp-python compiles for ~5 minutes)
+# optional benchmark peers (llama-cpp-python compiles for ~5 minutes, for this CPU). Where the CPU
+# lists AMX, ggml's native build dies in its AMX matmul on some VMs (SIGSEGV): build AVX-512 without it.
+PEER_CMAKE := $(shell grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && echo '-DGGML_NATIVE=OFF -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AMX_INT8=OFF')
 peers: install
-	$(PY) -m pip install -q llama-cpp-python
+	CMAKE_ARGS="$(PEER_CMAKE) $$CMAKE_ARGS" $(PY) -m pip install -q --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
