@@ -59,7 +59,8 @@ class Engine:
     # ------------------------------------------------------------------------------ requests
 
     def add_request(self, prompt: list[int], params: SamplingParams, request_id: str | None = None,
-                    drafter: Proposer | None | str = "default", group: str | None = None) -> list[SequenceState]:
+                    drafter: Proposer | ModePlugin | None | str = "default",
+                    group: str | None = None) -> list[SequenceState]:
         """Queue a request (n sequences). `group` names the client request it is part of (a request
         with several prompts is several engine requests): the scheduler shares the batch by group."""
         if not prompt:
