@@ -10,6 +10,7 @@ from drafters import OracleDrafter
 from paraspec import LLM, SamplingParams
 from paraspec.aspd.decode import AspdDecoder
 from paraspec.decoding.mode import ModePlugin
+from paraspec.decoding.stats import sequence_stats
 from paraspec.decoding.verify import build_query
 from paraspec.errors import RequestError
 from paraspec.model.tokenizer import IncrementalDetokenizer
@@ -98,7 +99,6 @@ def _gen(llm, plugin):
     seq = llm.engine.add_request(llm.tokenizer.encode(PROMPT), PARAMS, drafter=plugin)[0]
     runs = []
     llm.engine.run_until_done(lambda u: runs.append(u.new_token_ids))
-    from paraspec.decoding.stats import sequence_stats
     return seq, sequence_stats(seq), runs
 
 
