@@ -12,19 +12,15 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
-from .aspd.decode import AspdDecoder, AspdState
-from .aspd.markup import MarkupIds
-from .aspd.stream import PlainDetokenizer
 from .decoding.acceptance import walk
 from .decoding.cost import CostModel
+from .decoding.mode import ModePlugin
 from .decoding.proposer import Proposer, StepContext
 from .decoding.registry import DrafterRegistry
-from .decoding.stats import SpecStats
 from .decoding.verify import Query, build_query
 from .errors import ParaspecError, RequestError
 from .model.kv_cache import KVCache
@@ -35,58 +31,12 @@ from .runner import ModelRunner
 from .scheduler import fair_pick
 from .sampling.params import SamplingParams
 from .sampling.sampler import RequestSampler
+from .sequence import SequenceState, SequenceUpdate
 
 logger = logging.getLogger("paraspec.engine")
 
 MAX_DRAFT_NODES = 64  # hard cap on draft nodes a drafter may add per sequence and step
 MAX_QUERY_ROWS = 320  # KV slots reserved for one step's query (drafts + a lookahead window)
-
-
-@dataclass
-class SequenceState:
-    """One generation stream (a request with n > 1 has n of them)."""
-
-    key: str                     # unique: request id + sample index
-    request_id: str
-    group: str                   # the client request it belongs to (fair scheduling); default request_id
-    index: int
-    prompt: list[int]
-    params: SamplingParams
-    sampler: RequestSampler
-    drafter: Proposer | None
-    max_tokens: int
-    arrival: float
-    cache: KVCache | None = None
-    output: list[int] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)     # prompt + output, what drafters see
-    text: str = ""
-    logprobs: list[TokenLogprob] | None = None
-    finish_reason: str | None = None
-    stats: SpecStats = field(default_factory=SpecStats)
-    first_token_time: float | None = None
-    finish_time: float | None = None
-    detok: IncrementalDetokenizer | None = None
-    stop_scan_from: int = 0      # text offset where the next stop-string search starts
-    sent_chars: int = 0          # text already handed out as deltas
-    drafting: bool = False       # its drafter has begun it (and must end it)
-    aspd: AspdState | None = None   # serial-parallel decoding (plugin aspd): its branch state
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
-
-
-@dataclass
-class SequenceUpdate:
-    """What one engine step produced for one sequence (streaming deltas)."""
-
-    seq: SequenceState
-    new_token_ids: list[int]
-    new_text: str
-    new_logprobs: list[TokenLogprob] | None
-    finished: bool
-    error: Exception | None = None    # the sequence failed (finish_reason "error"); the others went on
-    trace: StepTrace | None = None
 
 
 class Engine:
@@ -109,7 +59,8 @@ class Engine:
     # ------------------------------------------------------------------------------ requests
 
     def add_request(self, prompt: list[int], params: SamplingParams, request_id: str | None = None,
-                    drafter: Proposer | None | str = "default", group: str | None = None) -> list[SequenceState]:
+                    drafter: Proposer | ModePlugin | None | str = "default",
+                    group: str | None = None) -> list[SequenceState]:
         """Queue a request (n sequences). `group` names the client request it is part of (a request
         with several prompts is several engine requests): the scheduler shares the batch by group."""
         if not prompt:
@@ -124,15 +75,14 @@ class Engine:
         request_id = request_id or f"req-{next(self._ids)}"
         if drafter == "default":
             drafter = self.default_drafter
-        aspd = None
-        if isinstance(drafter, AspdDecoder):     # ASPD, with its serial segments' drafter
-            aspd, drafter, ids = drafter, drafter.inner, MarkupIds.from_tokenizer(self.tokenizer)
-            if params.logprobs is not None:
-                raise RequestError("logprobs are not available with plugin aspd; drop logprobs or the plugin")
+        plugin = drafter if isinstance(drafter, ModePlugin) else None    # a decode mode (decoding/mode.py)
+        if plugin is not None:
+            drafter = plugin.drafter      # the drafter of the steps the engine runs itself
         max_tokens = min(params.max_tokens or ctx, ctx - len(prompt))
         now = time.perf_counter()
         seqs = []
         for i in range(params.n):
+            mode = plugin.new_sequence(self.tokenizer, params) if plugin is not None else None
             seed = None if params.seed is None else params.seed + i * 0x9E3779B1
             seqs.append(SequenceState(
                 key=request_id if params.n == 1 else f"{request_id}-{i}", request_id=request_id,
@@ -141,8 +91,7 @@ class Engine:
                 sampler=RequestSampler(params, prompt, vocab, seed), drafter=drafter,
                 max_tokens=max_tokens, arrival=now, tokens=list(prompt),
                 logprobs=[] if params.logprobs is not None else None,
-                aspd=aspd and aspd.new_state(ids, self.tokenizer.eos_token_ids),
-                detok=PlainDetokenizer(self.tokenizer, ids) if aspd else
+                mode=mode, detok=mode.detokenizer() if mode is not None else
                 IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)))
         self.waiting.extend(seqs)
         return seqs
@@ -260,7 +209,7 @@ class Engine:
             seq.drafting = True      # (set first: a begin that fails half way is ended too)
             seq.drafter.begin(seq.key, seq.prompt, seq.sampler.seed, self._context(len(self.running) + 1))
             seq.stats.draft_s += time.perf_counter() - t0
-        token = seq.aspd.draw_serial(seq, logits, seq.tokens) if seq.aspd else seq.sampler.draw(logits)
+        token = seq.mode.draw(seq, logits, []) if seq.mode is not None else seq.sampler.draw(logits)
         seq.sampler.append(token)
         seq.first_token_time = time.perf_counter()
         lp = token_logprobs(logits.unsqueeze(0), [0], [token], seq.params.logprobs)
@@ -271,36 +220,36 @@ class Engine:
         ctx = self._context(len(self.running)) if any(s.drafter is not None for s in self.running) else None
         self.steps += 1
         updates: list[SequenceUpdate] = []
-        batch, queries, draft_times = [], [], []
+        batch: list[tuple[SequenceState, Query, bool, float]] = []    # (seq, rows, by its mode, draft_s)
         for seq in self.running:
             t0 = time.perf_counter()
             try:
-                queries.append(self._query(seq, ctx))
+                q, mode_step = self._query(seq, ctx)
             except Exception as e:   # its drafter failed: the sequence ends, the step goes on
                 updates.append(self._fail(seq, e))
                 continue
-            batch.append(seq)
-            draft_times.append(time.perf_counter() - t0)
+            batch.append((seq, q, mode_step, time.perf_counter() - t0))
 
         # rows of other sequences never change a sequence's logits (row invariance), so the
         # batch without a failed sequence gives the others the bits they would have had
         t0 = time.perf_counter()
-        logits_per_seq = self.runner.verify([s.cache for s in batch], queries) if batch else []
+        logits_per_seq = self.runner.verify([b[0].cache for b in batch], [b[1] for b in batch]) if batch else []
         forward_s = time.perf_counter() - t0
 
-        for seq, q, logits, draft_s in zip(batch, queries, logits_per_seq, draft_times):
-            try:
-                updates.append(self._accept(seq, q, logits, draft_s, forward_s))
+        for (seq, q, mode_step, draft_s), logits in zip(batch, logits_per_seq):
+            try:     # a step the mode ran says itself what to emit
+                updates.append(self._mode_accept(seq, q, logits, forward_s) if mode_step
+                               else self._accept(seq, q, logits, draft_s, forward_s))
             except Exception as e:   # its sampler, drafter or detokenizer failed: it alone ends
                 updates.append(self._fail(seq, e))
         self.running = [s for s in self.running if not s.finished]
         return updates
 
-    def _query(self, seq: SequenceState, ctx: StepContext | None) -> Query:
-        """The sequence's rows for this step: its last token (the root) and its draft tree
-        (or, inside an ASPD block, a row per open branch: aspd/decode.py)."""
-        if seq.aspd is not None and seq.aspd.parallel:
-            return seq.aspd.query(seq.cache)
+    def _query(self, seq: SequenceState, ctx: StepContext | None) -> tuple[Query, bool]:
+        """The sequence's rows for this step: its last token (the root) and its draft tree; or
+        the rows of its decode mode when the mode runs the step (True)."""
+        if seq.mode is not None and (q := seq.mode.query(seq)) is not None:
+            return q, True
         remaining = seq.max_tokens - len(seq.output)
         room = seq.cache.capacity - seq.cache.length - 1
         budget = max(0, min(MAX_DRAFT_NODES, remaining - 1, room, self._bucket_room(seq.cache),
@@ -310,32 +259,29 @@ class Engine:
             proposal = seq.drafter.propose(seq.key, seq.tokens, budget, ctx)
             if len(proposal.draft) > budget:
                 proposal.draft = proposal.draft.truncated(budget)
-        return build_query(seq.tokens[-1], seq.cache.length, proposal)
+        return build_query(seq.tokens[-1], seq.cache.length, proposal), False
 
     def _accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, draft_s: float,
                 forward_s: float) -> SequenceUpdate:
         """Walk the verified tree (the longest run the sampler agrees with), commit its KV, emit."""
         t1 = time.perf_counter()
-        if q.rows is not None:          # an ASPD block's step: every row kept, tokens emitted as it closes
-            tokens = seq.aspd.parallel_accept(seq, q, logits, forward_s)
-            if tokens and seq.drafter is not None:
-                seq.drafter.observe(seq.key, tokens)
-            return self._emit(seq, tokens, None)
-        sampler = seq.sampler
+        sampler, mode, is_stop = seq.sampler, seq.mode, self._stop_check(seq)
         argmax = logits.argmax(-1).tolist() if (sampler.argmax_suffices or q.lookahead_rows) else None
-        if seq.aspd is not None:        # the markup grammar on every draw
-            acc = seq.aspd.serial_accept(seq, q, logits, self._stop_check(seq))
-        elif sampler.argmax_suffices:
-            acc = walk(q.children, argmax.__getitem__, seq.max_tokens - len(seq.output), self._stop_check(seq))
+        if sampler.argmax_suffices and mode is None:
+            acc = walk(q.children, argmax.__getitem__, seq.max_tokens - len(seq.output), is_stop)
             for t in acc.tokens:
                 sampler.append(t)
         else:
-            def draw(row: int, _s=sampler, _l=logits) -> int:
-                # one draw per visited node, with the node's own context (penalties)
-                t = _s.draw(_l[row])
-                _s.append(t)
+            path: list[int] = []
+
+            def draw(row: int) -> int:
+                # one draw per visited node, with the node's own context (penalties, the mode's state)
+                t = mode.draw(seq, logits[row], path) if mode is not None else sampler.draw(logits[row])
+                sampler.append(t)
+                path.append(t)
                 return t
-            acc = walk(q.children, draw, seq.max_tokens - len(seq.output), self._stop_check(seq))
+            ends = is_stop if mode is None else (lambda t: is_stop(t) or mode.ends_run(t))
+            acc = walk(q.children, draw, seq.max_tokens - len(seq.output), ends)
         seq.cache.commit([0] + [n + 1 for n in acc.nodes])
         accept_s = time.perf_counter() - t1
         t2 = time.perf_counter()
@@ -350,6 +296,12 @@ class Engine:
             rows = [0] + [n + 1 for n in acc.nodes]
             lp = token_logprobs(logits, rows[: len(acc.tokens)], acc.tokens, seq.params.logprobs)
         return self._emit(seq, acc.tokens, lp, q.n_draft, len(acc.nodes))
+
+    def _mode_accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, forward_s: float) -> SequenceUpdate:
+        tokens = seq.mode.accept(seq, q, logits, forward_s)
+        if tokens and seq.drafter is not None:
+            seq.drafter.observe(seq.key, tokens)
+        return self._emit(seq, tokens, None)
 
     def _fail(self, seq: SequenceState, error: Exception) -> SequenceUpdate:
         """End one sequence on its own error: KV freed, drafter state ended where it still can."""

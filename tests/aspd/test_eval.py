@@ -7,14 +7,17 @@ import torch
 
 from paraspec.aspd import synth
 from paraspec.aspd.data import write_jsonl
-from paraspec.aspd.evaluate import run_eval
+from aspd_engines import Script
+from paraspec import LLM, SamplingParams
+from paraspec.aspd.command import ADAPTER_DIR, EXPORT_DIR
+from paraspec.aspd.evaluate import ASPD, heldout, model_folder, run_eval
 from paraspec.aspd.hf_folder import write_hf_folder
-from paraspec.aspd.markup import add_markup_tokens
+from paraspec.aspd.markup import MarkupIds, add_markup_tokens, to_plain
 from paraspec.cli import main
 from paraspec.model.loader import load_model
 from paraspec.model.tokenizer import Tokenizer
 
-KEYS = {"speedup", "accuracy_aspd", "accuracy_control", "speedup_with_drafts"}
+KEYS = {"speedup", "accuracy_aspd", "accuracy_control", "speedup_with_drafts", "text_mismatches"}
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +39,35 @@ def test_run_eval_scores_every_mode(models):
         assert all(r["forward_passes"] >= 1 for r in report["answers"][mode])
     assert all(r["raw"] is not None for r in report["answers"]["aspd"])   # the engine's raw markup text
     assert report["accuracy_control"] == 0.0                              # a random model solves nothing
+    assert report["text_mismatches"] == 0
+
+
+@pytest.mark.parametrize("max_tokens", [3, 5, 8, 11, 14, 16, 18, 20, 22, 25, 28, 31, 34, 37, 39, 41, 48])
+def test_engine_text_is_to_plain_of_the_raw_markup_on_the_eval_tasks(models, max_tokens):
+    """The markup teacher-forced on the eval's own prompts (a random model writes none), the answer
+    cut by max_tokens inside the titles list, a branch's forced "T:", a branch, or after the block:
+    `.text` (what eval scores, what a stream sends) is to_plain of the raw markup, never markup."""
+    llm = LLM(models[0], dtype="float32", plugin_params=ASPD)
+    ids = MarkupIds.from_tokenizer(llm.tokenizer)
+    for ex in heldout()[:4]:
+        # three titles of two tokens: the list ends at token 15, the block's 24 tokens at 39
+        titles = [list(t) for t in dict.fromkeys(tuple(llm.tokenizer.encode(w, add_bos=False)[:2])
+                                                 for w in ex.prompt.split())][:3]
+        llm.drafter.force = Script(ids, len(llm.tokenizer.encode(ex.prompt)), titles, [2, 5, 1][:len(titles)])
+        out = llm.generate(ex.prompt, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True))[0]
+        raw = out.stats["aspd_raw_text"]
+        assert out.text == to_plain(raw) and "<|" not in out.text, (raw, out.text)
+        assert out.stats["aspd_blocks"] == (max_tokens >= 16)
+
+
+@pytest.mark.slow
+def test_trained_adapter_text_mismatches_are_zero():
+    """The committed adapters on held-out tasks: the trained model writes blocks, and every
+    answer's `.text` is to_plain of its raw markup."""
+    folders = [str(model_folder(v, ADAPTER_DIR, EXPORT_DIR)) for v in ("aspd", "control")]
+    report = run_eval(*folders, heldout()[:4], max_tokens=160)
+    assert report["text_mismatches"] == 0
+    assert any("<|para|>" in r["raw"] for r in report["answers"]["aspd"])
 
 
 def test_quick_eval_cli_prints_one_json_line(models, tmp_path, capsys):

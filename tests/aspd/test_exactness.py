@@ -26,9 +26,9 @@ from paraspec.sampling.params import SamplingParams
 TITLES = ["red", "blue sky", "g"]
 
 
-def _run(engine, ids, prompt, titles, lengths, max_tokens=80, inner=None):
+def _run(engine, ids, prompt, titles, lengths, max_tokens=80, drafter=None):
     dec = plugin(ids, Script(ids, len(prompt), titles, lengths))
-    dec.inner = inner
+    dec.drafter = drafter
     seq = engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True),
                              drafter=dec)[0]
     caches = []
@@ -50,7 +50,7 @@ def _check(engine, ids, prompt, titles, lengths, exact):
     seq, cache = _run(engine, ids, prompt, titles, lengths)
     out, model, P = seq.output, engine.runner.model, len(prompt)
     para, end = out.index(ids.para), out.index(ids.end_para)
-    slots = seq.aspd.last_slots
+    slots = seq.mode.last_slots
     assert len(slots) == end - para and cache.length > P + end
     # 1. each branch alone: prompt prefill, then the answer up to <|para|> and the branch, one token a step
     flat = out[para + 1:end]
@@ -102,7 +102,7 @@ def test_tiny_model(tiny_model_dir, kernels, titles, lengths):
     engine, ids = aspd_engine(tiny_model_dir("llama"), kernels=kernels)
     enc = [engine.tokenizer.encode(t) for t in titles]
     seq = _check(engine, ids, engine.tokenizer.encode("Colours: "), enc, lengths, exact=kernels.module is not None)
-    assert seq.aspd.blocks == 1 and seq.stats.decode_steps < len(seq.output)
+    assert seq.mode.blocks == 1 and seq.stats.decode_steps < len(seq.output)
 
 
 @pytest.mark.slow
@@ -121,8 +121,8 @@ def test_serial_drafter_is_lossless(tiny_model_dir):
     reg = DrafterRegistry(engine.tokenizer.eos_token_ids)
     cfg = parse_plugin_params({"plugin_type": "aspd", "drafter": {"plugin_type": "memory_decoding"}})
     dec = reg.drafter(cfg)
-    assert isinstance(dec, AspdDecoder) and dec.inner is not None
-    runs = [_run(engine, ids, prompt, enc, [3, 7, 1], max_tokens=90, inner=dec.inner)[0] for _ in range(2)]
+    assert isinstance(dec, AspdDecoder) and dec.drafter is not None
+    runs = [_run(engine, ids, prompt, enc, [3, 7, 1], max_tokens=90, drafter=dec.drafter)[0] for _ in range(2)]
     for r in runs:
         assert r.output == plain.output
     # the second run drafts its serial segments from the first one's memory
@@ -146,5 +146,5 @@ def test_batch_with_plain_sequences_and_sampling(tiny_model_dir):
         sampled.append(engine.add_request(prompt, SamplingParams(temperature=0.9, top_p=0.9, seed=5, max_tokens=60,
                                                                  ignore_eos=True), drafter=dec)[0])
     engine.run_until_done()
-    assert sampled[0].output == sampled[1].output and sampled[0].aspd.blocks == 1
+    assert sampled[0].output == sampled[1].output and sampled[0].mode.blocks == 1
     assert AspdParams().max_branches == 8

@@ -1,4 +1,5 @@
 """ASPD decoding: the branch state of one sequence and its steps, on the engine's one forward path.
+A decode mode (decoding/mode.py): AspdDecoder is the plugin, AspdState one sequence's state.
 
 Serial mode is the engine's ordinary step (the configured drafter included) with the markup
 grammar on every draw. When `<|para|>` is drawn, the titles of the list just written (unique,
@@ -29,31 +30,35 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..decoding.acceptance import walk
+from ..decoding.mode import ModePlugin
 from ..decoding.verify import Query
+from ..errors import RequestError
+from ..sequence import SequenceState
 from .grammar import SerialGrammar, branch_logits, branch_token
 from .markup import MarkupIds
 from .params import AspdParams
+from .stream import PlainDetokenizer, marked_text
 
 # a test hook: (context tokens) -> a token that replaces the model's draw, or None
 Forcer = Callable[[Sequence[int]], "int | None"]
 
 
-class AspdDecoder:
+class AspdDecoder(ModePlugin):
     """What plugin 'aspd' builds: the ASPD settings and the serial segments' drafter (or None).
-    The engine unwraps it per request (Engine.add_request); `force` is a test hook that
-    teacher-forces tokens (the forward, masks and cache stay the real ones)."""
+    `force` is a test hook that teacher-forces tokens (the forward, masks and cache stay the real ones)."""
 
     name = "aspd"
 
-    def __init__(self, params: AspdParams, inner=None):
+    def __init__(self, params: AspdParams, drafter=None):
         self.params = params
-        self.inner = inner
-        self.trie = None if inner is None else inner.trie
+        self.drafter = drafter
+        self.trie = None if drafter is None else drafter.trie
         self.force: Forcer | None = None
 
-    def new_state(self, ids: MarkupIds, eos: frozenset[int]) -> "AspdState":
-        return AspdState(self, ids, eos)
+    def new_sequence(self, tokenizer, params) -> "AspdState":
+        if params.logprobs is not None:
+            raise RequestError("logprobs are not available with plugin aspd; drop logprobs or the plugin")
+        return AspdState(self, MarkupIds.from_tokenizer(tokenizer), tokenizer)
 
 
 @dataclass
@@ -77,9 +82,10 @@ class Block:
 class AspdState:
     """One sequence's ASPD state: the serial grammar, the titles being written, the open block."""
 
-    def __init__(self, decoder: AspdDecoder, ids: MarkupIds, eos: frozenset[int]):
+    def __init__(self, decoder: AspdDecoder, ids: MarkupIds, tokenizer):
         p = decoder.params
-        self.decoder, self.ids, self.eos = decoder, ids, eos
+        self.decoder, self.ids, self.tokenizer = decoder, ids, tokenizer
+        self.eos = eos = frozenset(tokenizer.eos_token_ids)
         self.grammar = SerialGrammar(ids, eos, p.max_branches, p.max_title_tokens)
         self.titles: list[list[int]] = []
         self.block: Block | None = None
@@ -117,32 +123,31 @@ class AspdState:
         self.blocks += 1
         self.branches += len(unique)
 
-    def draw_serial(self, seq, logits: torch.Tensor, context: Sequence[int]) -> int:
-        """The next serial token (grammar applied; the caller records it in the sampler)."""
+    def detokenizer(self) -> PlainDetokenizer:
+        return PlainDetokenizer(self.tokenizer, self.ids)
+
+    def draw(self, seq: SequenceState, logits: torch.Tensor, pending: list[int]) -> int:
+        """A serial token of the engine's step, the grammar applied (the engine records it in the
+        sampler). Every token the engine's walk draws is emitted, so the state advances as it goes."""
+        return self._draw_serial(seq, logits, [*seq.tokens, *pending])
+
+    def ends_run(self, token: int) -> bool:
+        return token == self.ids.para      # a draft never runs past <|para|>: the block starts there
+
+    def _draw_serial(self, seq: SequenceState, logits: torch.Tensor, context: Sequence[int]) -> int:
         t = self._forced(context)
         if t is None:
             t = seq.sampler.draw(self.grammar.apply(logits))
         self.advance(t)
         return t
 
-    def serial_accept(self, seq, q: Query, logits: torch.Tensor, is_stop: Callable[[int], bool]):
-        """The walk of a serial step with the grammar on every draw (acceptance.walk; a draft
-        never runs past `<|para|>`). Every drawn token is emitted, so the state advances as it goes."""
-        path: list[int] = []
-
-        def draw(row: int) -> int:
-            t = self.draw_serial(seq, logits[row], [*seq.tokens, *path])
-            seq.sampler.append(t)
-            path.append(t)
-            return t
-
-        return walk(q.children, draw, seq.max_tokens - len(seq.output), lambda t: is_stop(t) or t == self.ids.para)
-
     # -------------------------------------------------------------------------- parallel
 
-    def query(self, cache) -> Query:
-        """This step's rows of the open block (see the module doc)."""
-        b, length = self.block, cache.length
+    def query(self, seq: SequenceState) -> Query | None:
+        """This step's rows of the open block (see the module doc); None in serial mode."""
+        if self.block is None:
+            return None
+        b, length = self.block, seq.cache.length
         tokens: list[int] = []
         positions: list[int] = []
         owner: list[int] = []             # per row: its branch, or -1 (<|para|>, <|/para|>)
@@ -184,7 +189,7 @@ class AspdState:
         last_of_branch = r + 1 == len(owner) or owner[r + 1] != owner[r]
         return last_of_branch and tokens[r] != self.ids.end_branch
 
-    def parallel_accept(self, seq, q: Query, logits: torch.Tensor, forward_s: float) -> list[int]:
+    def accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, forward_s: float) -> list[int]:
         """Commit the step's rows, draw each open branch's next token; the tokens to emit (the
         flattened block and the next serial token) once the block closes, else []."""
         t0 = time.perf_counter()
@@ -211,7 +216,7 @@ class AspdState:
                 self.last_slots = [s for br in b.branches for s in br.slots] + [start + r]
                 out = self.flattened() + [ids.end_para]
                 self.block = None
-                t = self.draw_serial(seq, logits[row], seq.tokens + out)
+                t = self._draw_serial(seq, logits[row], seq.tokens + out)
                 seq.sampler.append(t)
                 out.append(t)
                 break
@@ -238,6 +243,8 @@ class AspdState:
     def flattened(self, with_pending: bool = False) -> list[int]:
         return [t for br in self.block.branches for t in br.fed + (br.pending if with_pending else [])]
 
-    def stats(self) -> dict:
+    def stats(self, seq: SequenceState) -> dict:
+        """Blocks, branches and parallel steps, and the raw answer with its markup (`.text` is plain)."""
         return {"aspd_blocks": self.blocks, "aspd_branches": self.branches,
-                "aspd_parallel_steps": self.parallel_steps}
+                "aspd_parallel_steps": self.parallel_steps,
+                "aspd_raw_text": marked_text(self.tokenizer, seq.output, self.ids)}

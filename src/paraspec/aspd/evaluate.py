@@ -5,11 +5,11 @@ turns per prompt so that load changes on a shared machine hit all three alike:
 - control: the control model (same recipe, plain text) decoded autoregressively;
 - aspd: the ASPD model with plugin "aspd" (serial segments AR, branches in parallel);
 - aspd+drafts: the same with memory_decoding drafts (serial segments and branches).
-Per decoder: accuracy by the exact checker (synth.check on the plain answer), forward passes
-per answer token (decode forwards / tokens of the plain answer, in the base tokenizer; for ASPD the
-plain answer is markup.to_plain of the engine's raw markup text, and the report counts answers
-where the engine's own `.text` differs from it), and
-wall-clock per answer (prefill included). speedup = control's total wall-clock / aspd's.
+Per decoder: accuracy by the exact checker (synth.check on the engine's `.text`, what a user
+reads), forward passes per answer token (decode forwards / tokens of `.text`, in the base
+tokenizer), and wall-clock per answer (prefill included). speedup = control's total wall-clock /
+aspd's. text_mismatches counts ASPD answers whose `.text` is not markup.to_plain of the engine's
+raw markup text (it must be 0: stream.py).
 Models are the committed adapters merged into cached Hugging Face folders (export), rebuilt
 when an adapter changes.
 """
@@ -60,6 +60,12 @@ def model_folder(variant: str, adapters: Path, cache: Path) -> Path:
     return folder
 
 
+def heldout() -> list:
+    """build-data's held-out split, regenerated (deterministic: seed 1000, disjoint from seed 0's 1200)."""
+    from . import synth
+    return synth.generate(120, 1000, exclude={e.prompt for e in synth.generate(1200, 0)})
+
+
 def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: int = 256,
              threads: int = 1, log=None) -> dict:
     import torch
@@ -84,13 +90,11 @@ def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: in
             t0 = time.perf_counter()
             out = llm.chat(msgs, params, plugins[mode])[0]
             wall = time.perf_counter() - t0
-            raw = out.stats.get("aspd_raw_text")
-            # the plain answer from the raw markup (markup.to_plain), checked against the engine's text
-            text = to_plain(raw) if raw is not None else out.outputs[0].text
+            raw, text = out.stats.get("aspd_raw_text"), out.outputs[0].text
             rows[mode].append({"id": ex.id, "family": ex.family, "ok": check(ex, text), "wall_s": wall,
                                "forward_passes": out.stats.get("forward_passes", 0),
                                "answer_tokens": len(count(text)), "text": text, "raw": raw,
-                               "engine_text_differs": text != out.outputs[0].text})
+                               "text_mismatch": raw is not None and to_plain(raw) != text})
         if log:
             log(f"{i + 1}/{len(examples)} " + " ".join(f"{m}:{'ok' if rows[m][-1]['ok'] else 'x'} "
                                                      f"{rows[m][-1]['wall_s']:.2f}s" for m in MODES))
@@ -109,7 +113,7 @@ def summarize(rows: dict, threads: int) -> dict:
                      "forward_passes_per_token": sum(r["forward_passes"] for r in rs) / max(1, tokens),
                      "median_wall_s": statistics.median(r["wall_s"] for r in rs),
                      "total_wall_s": sum(r["wall_s"] for r in rs), "answer_tokens": tokens,
-                     "engine_text_differs": sum(r["engine_text_differs"] for r in rs),
+                     "text_mismatches": sum(r["text_mismatch"] for r in rs),
                      "by_family": {f: sum(r["ok"] for r in rs if r["family"] == f) / n
                                    for f in sorted({r["family"] for r in rs})
                                    for n in [sum(r["family"] == f for r in rs)]}}
@@ -121,6 +125,7 @@ def summarize(rows: dict, threads: int) -> dict:
             "accuracy_aspd_drafts": round(per["aspd+drafts"]["accuracy"], 4),
             "forward_pass_ratio": round(per["control"]["forward_passes_per_token"]
                                         / max(1e-9, per["aspd"]["forward_passes_per_token"]), 3),
+            "text_mismatches": sum(m["text_mismatches"] for m in per.values()),
             "n": len(rows["control"]), "threads": threads, "kernels": cpu_kernels.default().name,
             "modes": per, "answers": rows}
 
@@ -130,11 +135,7 @@ def eval_main(args: argparse.Namespace) -> int:
     from .data import read_jsonl
     if args.n < 0 or args.max_tokens < 1 or args.threads < 1:
         raise ConfigError("--n must be >= 0, --max-tokens and --threads >= 1")
-    if Path(args.data).is_file():
-        examples = read_jsonl(args.data)
-    else:   # build-data's held-out split, regenerated (deterministic: seed 1000, disjoint from seed 0's 1200)
-        from . import synth
-        examples = synth.generate(120, 1000, exclude={e.prompt for e in synth.generate(1200, 0)})
+    examples = read_jsonl(args.data) if Path(args.data).is_file() else heldout()
     n = args.n or (24 if args.quick else len(examples))
     examples = examples[:n]
     if not examples:

@@ -156,7 +156,9 @@ def _block(titles: list[str], raw: list[str]) -> Segment:
     for text in raw:
         # "T: C" as trained; "T:C" too (the engine forces "T:", the model writes what follows)
         title = max((t for t in titles if text.startswith(t + ":")), key=len, default=None)
-        if title is None:
+        if title is None and any((t + ":").startswith(text) for t in titles):
+            title, content = text, ""      # cut inside its forced "T:": no content written yet
+        elif title is None:
             title, sep, content = text.partition(TITLE_SEP)
             if not sep:
                 title, content = "", text

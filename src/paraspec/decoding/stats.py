@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..engine import SequenceState
+    from ..sequence import SequenceState
 
 
 @dataclass
@@ -69,11 +69,5 @@ def sequence_stats(seq: SequenceState) -> dict:
         "tokens_per_s": round(after_first / decode_s, 3) if decode_s > 0 else 0.0,
         "forward_passes": seq.stats.decode_steps,     # decode forwards (prefill not counted)
         **seq.stats.as_dict(),
-        **(_aspd_stats(seq) if seq.aspd is not None else {}),
+        **(seq.mode.stats(seq) if seq.mode is not None else {}),   # its decode mode's own figures
     }
-
-
-def _aspd_stats(seq: SequenceState) -> dict:
-    """Blocks, branches and parallel steps, and the raw answer with its markup (`.text` is plain)."""
-    from ..aspd.stream import marked_text
-    return {**seq.aspd.stats(), "aspd_raw_text": marked_text(seq.detok.tokenizer, seq.output, seq.aspd.ids)}

@@ -24,9 +24,10 @@ from typing import Any, Callable
 
 from ..decoding.registry import PluginConfig
 from ..decoding.stats import sequence_stats
-from ..engine import Engine, SequenceUpdate
+from ..engine import Engine
 from ..errors import ParaspecError, RequestError
 from ..sampling.params import SamplingParams
+from ..sequence import SequenceUpdate
 from .engine_client import (NOT_READY, Delta, DeltaStream, EngineDeadError, RequestTimeoutError,  # noqa: F401
                             ServerBusyError, check_room)
 from .metrics import ServingMetrics

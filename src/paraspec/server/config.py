@@ -10,7 +10,7 @@
                                                "plugin_params": "{\\"plugin_type\\":\\"memory_decoding\\"}"}]},
         "ScheduleConfig": {"maxBatchSize": 8, "maxIterTimes": 512, ...}}}
 
-A MindIE user's file carries over: the MindIE keys paraspec has no use for (TLS, NPU ids, block sizes,
+A MindIE user's file carries over: the MindIE keys paraspec has no use for (mindie_keys.py: TLS, NPU ids,
 ...) are accepted silently, keys nobody knows are reported as warnings (with a "did you mean"), and
 every invalid value is one problem naming the field and the allowed range. All problems are
 collected, so one run shows every fix needed; `ServiceConfigError` carries them.
@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..config import DEFAULT_PREFILL_CHUNK, PluginConfig, parse_plugin_params
 from ..errors import ConfigError
+from . import mindie_keys
 from .json_reader import Section
 
 MAX_CONFIG_BYTES = 10 * 1024 * 1024       # MindIE reads files of (0, 10 MB]
@@ -34,29 +35,6 @@ DEFAULT_PLUGIN_PARAMS = '{"plugin_type": "memory_decoding"}'
 LOG_LEVELS = {"verbose": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO,
               "warning": logging.WARNING, "warn": logging.WARNING, "error": logging.ERROR,
               "critical": logging.CRITICAL}
-
-# MindIE keys that are valid in a MindIE file but mean nothing to paraspec: accepted without a warning.
-_MINDIE_TOP = {"Version", "LogConfig", "ServerConfig", "BackendConfig", "EnableDynamicAdjustTimeoutConfig"}
-_MINDIE_LOG = {"logLevel", "logFileSize", "logFileNum", "logPath"}
-_MINDIE_SERVER = {
-    "managementIpAddress", "managementPort", "metricsPort", "fullTextEnabled", "inferMode", "openAiSupport",
-    "distDPServerEnabled", "tlsCaPath", "tlsCaFile", "tlsCert", "tlsPk", "tlsPkPwd", "tlsCrl", "tlsCrlPath",
-    "tlsCrlFiles", "managementTlsCaFile", "managementTlsCert", "managementTlsPk", "managementTlsPkPwd",
-    "managementTlsCrl", "managementTlsCrlPath", "managementTlsCrlFiles", "kmcKsfMaster", "kmcKsfStandby",
-    "interCommTLSEnabled", "interCommPort", "interCommTlsCaPath", "interCommTlsCaFiles", "interCommTlsCert",
-    "interCommPk", "interCommPkPwd", "interCommTlsCrlPath", "interCommTlsCrlFiles"}
-_MINDIE_BACKEND = {
-    "backendName", "modelInstanceNumber", "npuDeviceIds", "tokenizerProcessNumber", "multiNodesInferEnabled",
-    "multiNodesInferPort", "interNodeTLSEnabled", "interNodeTlsCaPath", "interNodeTlsCaFiles", "interNodeTlsCert",
-    "interNodeTlsPk", "interNodeTlsPkPwd", "interNodeTlsCrlPath", "interNodeTlsCrlFiles", "interNodeKmcKsfMaster",
-    "interNodeKmcKsfStandby"}
-_MINDIE_DEPLOY = {"maxLoraRank", "LoraModules"}
-_MINDIE_MODEL = {"modelInstanceType", "worldSize", "cpuMemSize", "npuMemSize", "backendType", "trustRemoteCode",
-                 "tp", "dp", "sp", "cp", "moe_tp", "moe_ep", "async_scheduler_wait_time"}
-_MINDIE_SCHEDULE = {"templateType", "templateName", "cacheBlockSize", "maxPrefillBatchSize", "maxPrefillTokens",
-                    "prefillTimeMsPerReq", "prefillPolicyType", "decodeTimeMsPerReq", "decodePolicyType",
-                    "maxPreemptCount", "supportSelectBatch", "maxQueueDelayMicroseconds", "maxFirstTokenWaitTime"}
-
 
 class ServiceConfigError(ConfigError):
     """One or more problems in config.json; `problems` lists them, the message joins them on one line."""
@@ -236,7 +214,7 @@ def parse_config(raw: dict) -> ServiceConfig:
         problems.append(f"LogConfig.logLevel={level_name!r} is unknown; use one of Verbose, Debug, Info, "
                         "Warning, Error")
         log_level = logging.INFO
-    log.check_unknown(_MINDIE_LOG)
+    log.check_unknown(mindie_keys.LOG)
 
     s = top.section("ServerConfig")
     server = ServerConfig(
@@ -254,7 +232,7 @@ def parse_config(raw: dict) -> ServiceConfig:
     if s.get("httpsEnabled", bool, False):
         notes.append("ServerConfig.httpsEnabled=true is not supported: paraspec serves plain HTTP; terminate "
                      "TLS at the load balancer or a reverse proxy")
-    s.check_unknown(_MINDIE_SERVER)
+    s.check_unknown(mindie_keys.SERVER)
 
     backend = top.section("BackendConfig")
     d = backend.section("ModelDeployConfig")
@@ -267,15 +245,15 @@ def parse_config(raw: dict) -> ServiceConfig:
         problems.append(f"BackendConfig.ModelDeployConfig.maxInputTokenLen={deploy.max_input_token_len} must be "
                         f"below maxSeqLen={deploy.max_seq_len}; use a value from 1 to {deploy.max_seq_len - 1}")
     deploy.model = _model_config(d, problems, notes)
-    d.check_unknown(_MINDIE_DEPLOY)
+    d.check_unknown(mindie_keys.DEPLOY)
 
     sc = backend.section("ScheduleConfig")
     schedule = ScheduleConfig(max_batch_size=sc.get("maxBatchSize", int, 8, 1, 256),
                               max_iter_times=sc.get("maxIterTimes", int, 512, 1, 1 << 20),
                               prefill_chunk_size=sc.get("prefillChunkSize", int, DEFAULT_PREFILL_CHUNK, 16, 8192))
-    sc.check_unknown(_MINDIE_SCHEDULE)
-    backend.check_unknown(_MINDIE_BACKEND)
-    top.check_unknown(_MINDIE_TOP)
+    sc.check_unknown(mindie_keys.SCHEDULE)
+    backend.check_unknown(mindie_keys.BACKEND)
+    top.check_unknown(mindie_keys.TOP)
 
     _check_plugin(deploy, schedule, problems, notes)
     if problems:
@@ -319,7 +297,7 @@ def _model_config(deploy: Section, problems: list[str], notes: list[str]) -> Mod
     name = m.get("modelName", str, None)
     weights = m.get("modelWeightPath", str, "default")
     plugin_params = m.get("plugin_params", (str, dict), None)
-    m.check_unknown(_MINDIE_MODEL)
+    m.check_unknown(mindie_keys.MODEL)
     if name is not None and not name.strip():
         problems.append(f"{_MODEL_PATH}[0].modelName is empty; give the name clients will pass as `model`, "
                         "or leave it out to use the model's own name")
