@@ -12,9 +12,9 @@ turns spreads the drift over both). The Ray cluster runs in this process, each `
                 direct: per request (a 1-token completion) and per streamed chunk (median gap between
                 chunks of plain decoding, one token a chunk). 1 thread: on a loaded 2-core machine a
                 2-thread engine's own stalls (OpenMP waits on a descheduled thread) would swamp it.
-  2. memory     Ray Serve 2 replicas x 1 thread, trie sync on: tokens per step (the engine's stats) of a
-                family of prompts first served on replica 1 (cold memory), then forced to replica 2 once
-                the TrieHub carried replica 1's memory there (control: a family replica 2 never saw).
+  2. memory     Ray Serve 2 replicas x 1 thread, trie sync on: tokens per step (the engine's stats) of two
+                families of prompts, each forced first to one replica (cold memory: before), then to the
+                other once the TrieHub carried the first replica's memory there (after).
   3. load       the same requests to `paraspec serve --threads 2` and to Ray Serve 2 x 1, streaming
                 (httpx) and whole (the official openai client), in turns: direct, Ray, Ray, direct.
 Writes docs/bench/ray_serve/ray_serve[-quick].json and .md. Every loop is bounded in count and time;
@@ -50,12 +50,13 @@ PROMPTS = ["Explain what a hash table is and when to use one.", "Write a Python 
            "Summarise the plot of a heist story in a few sentences.", "Explain recursion to a beginner.",
            "What is the difference between a list and a tuple in Python?", "How do vaccines train the "
            "immune system?", "Write a haiku about autumn and explain it.", "Compare TCP and UDP briefly."]
-FAMILY_A = ["You are a support bot for the Acme router. Q: How do I reset the router to factory settings?",
-            "You are a support bot for the Acme router. Q: How do I change the Wi-Fi password?",
-            "You are a support bot for the Acme router. Q: Why is my connection slow in the evening?"]
-FAMILY_B = ["You are a cooking assistant. Q: How long should I boil an egg for a soft yolk?",
-            "You are a cooking assistant. Q: How do I keep rice from sticking to the pot?",
-            "You are a cooking assistant. Q: What can I use instead of butter when baking?"]
+# prompt families: one system prompt each, several questions (chat template applied)
+FAMILY_A = ("You are the support assistant for the Acme X200 Wi-Fi router. Answer in numbered steps.",
+            ["How do I reset the router to factory settings?", "How do I change the Wi-Fi password?",
+             "Why is my connection slow in the evening?"])
+FAMILY_B = ("You are a cooking assistant. Answer briefly and practically.",
+            ["How long should I boil an egg for a soft yolk?", "How do I keep rice from sticking to the pot?",
+             "What can I use instead of butter when baking?"])
 REQUEST_TIMEOUT_S = 300.0
 
 
@@ -254,8 +255,10 @@ def undeploy(app_name: str, snapshot: str) -> None:
 
 
 def acceptance(app_name: str, max_tokens: int, sync_wait_s: float) -> dict:
-    """Family A served first on replica 1 (cold), then forced to replica 2 once the hub carried it there;
-    control: family B on replica 2, never seen by either replica."""
+    """Each question of a family first on one replica (cold memory: before), then, once the TrieHub has
+    carried that replica's memory to the other, on the other (after); family A goes 1 -> 2, B 2 -> 1, the
+    questions in turns, so that each replica's draft policy (which calibrates itself on what it has
+    seen accepted) meets before- and after-requests alike. Then A again where it began (own memory)."""
     from ray import serve
 
     from paraspec import SamplingParams
@@ -263,36 +266,40 @@ def acceptance(app_name: str, max_tokens: int, sync_wait_s: float) -> dict:
     tok = handle.model_info.remote().result(timeout_s=60)[0].tokenizer
     params = SamplingParams(temperature=0, max_tokens=max_tokens)
 
-    def here(replica: str, prompts: list[str]) -> list[dict]:
-        out = []
-        for p in prompts:
-            got = [r for r in handle.broadcast("generate_here", replica, tok.encode(p), params).results(timeout_s=300)
-                   if r]
-            out.append(got[0])
-        return out
+    def here(replica: str, family: tuple[str, list[str]], i: int) -> dict:
+        ids = tok.encode_chat([{"role": "system", "content": family[0]}, {"role": "user", "content": family[1][i]}])
+        return [r for r in handle.broadcast("generate_here", replica, ids, params).results(timeout_s=300) if r][0]
+
+    def arrived(replica: str, ids: list[int]) -> float | None:
+        path, t0 = ids[:min(6, len(ids) - 1)], time.monotonic()   # an output's start, without its end token
+        while time.monotonic() - t0 < sync_wait_s:
+            if dict(handle.broadcast("trie_count", path).results(timeout_s=30))[replica] > 0:
+                return round(time.monotonic() - t0, 2)
+            time.sleep(0.1)
+        return None
 
     def per_step(runs: list[dict]) -> float:
         steps = sum(r["stats"]["decode_steps"] for r in runs)
         return round(sum(r["stats"]["mean_accepted_tokens_per_step"] * r["stats"]["decode_steps"] for r in runs) / steps, 3)
 
     r1, r2 = sorted(s["replica"] for s in handle.broadcast("stats").results(timeout_s=30))
-    control = here(r2, FAMILY_B)
-    first = here(r1, FAMILY_A)
-    paths = [r["token_ids"][:6] for r in first]
-    t0, arrived = time.monotonic(), None
-    while time.monotonic() - t0 < sync_wait_s:             # every A path in replica 2's trie (bounded)
-        counts = [dict(handle.broadcast("trie_count", p).results(timeout_s=30))[r2] for p in paths]
-        if all(c > 0 for c in counts):
-            arrived = round(time.monotonic() - t0, 2)
-            break
-        time.sleep(0.1)
-    after = here(r2, FAMILY_A)
-    again = here(r1, FAMILY_A)
-    return {"replica_1": r1, "replica_2": r2, "max_tokens": max_tokens,
-            "control_B_on_r2_cold": per_step(control), "A_on_r1_cold": per_step(first),
-            "A_on_r2_after_sync": per_step(after), "A_on_r1_own_memory": per_step(again),
-            "sync_arrived_s": arrived,
-            "lossless": all(a["token_ids"] == f["token_ids"] for a, f in zip(after, first))}
+    runs: dict[str, list] = {"A_before": [], "A_after": [], "B_before": [], "B_after": []}
+    waits, same = [], True
+    for i in range(len(FAMILY_A[1])):
+        for name, family, src, dst in (("A", FAMILY_A, r1, r2), ("B", FAMILY_B, r2, r1)):
+            before = here(src, family, i)
+            waits.append(arrived(dst, before["token_ids"]))
+            after = here(dst, family, i)
+            runs[f"{name}_before"].append(before)
+            runs[f"{name}_after"].append(after)
+            same = same and after["token_ids"] == before["token_ids"]
+    again = [here(r1, FAMILY_A, i) for i in range(len(FAMILY_A[1]))]
+    return {"replica_1": r1, "replica_2": r2, "max_tokens": max_tokens, "prompts": 2 * len(FAMILY_A[1]),
+            "before": per_step(runs["A_before"] + runs["B_before"]), "after": per_step(runs["A_after"] + runs["B_after"]),
+            "A_r1_before": per_step(runs["A_before"]), "A_r2_after": per_step(runs["A_after"]),
+            "B_r2_before": per_step(runs["B_before"]), "B_r1_after": per_step(runs["B_after"]),
+            "A_r1_own_memory": per_step(again),
+            "sync_arrived_s": None if None in waits else max(waits), "lossless": same}
 
 
 def run_all(args, config: Path, bodies: list[dict], tmp: Path) -> dict:
@@ -366,13 +373,15 @@ def report(res: dict) -> str:
         d, v = o["direct"][key], o["serve"][key]
         lines.append(f"| {what} | {d} | {v} | {None if d is None or v is None else round(v - d, 2)} |")
     a = r["acceptance"]
-    lines += ["", f"Shared drafting memory (TrieHub, sync every 1 s; {a['max_tokens']} tokens a prompt, 3 prompts a "
-              "family, routing forced with a broadcast):", "", "| family | replica | its memory | tokens/step |",
-              "|---|---|---|---|", f"| B (control) | 2 | never seen | {a['control_B_on_r2_cold']} |",
-              f"| A | 1 | cold (first time) | {a['A_on_r1_cold']} |",
-              f"| A | 2 | replica 1's, via the hub (there {a['sync_arrived_s']} s after) | {a['A_on_r2_after_sync']} |",
-              f"| A | 1 | its own | {a['A_on_r1_own_memory']} |", "",
-              f"Replica 2's outputs equal replica 1's: {a['lossless']}. Ready after: paraspec serve 1 thread "
+    lines += ["", f"Shared drafting memory (TrieHub, sync every 1 s; {a['max_tokens']} tokens a prompt, 2 families of 3 "
+              "prompts, each question forced first to one replica, then to the other; in turns):", "",
+              "| family | first on (before) | tokens/step | then on (after the hub sync) | tokens/step |",
+              "|---|---|---|---|---|", f"| A | replica 1 | {a['A_r1_before']} | replica 2 | {a['A_r2_after']} |",
+              f"| B | replica 2 | {a['B_r2_before']} | replica 1 | {a['B_r1_after']} |",
+              f"| both | | {a['before']} | | {a['after']} |", "",
+              f"Each output reached the other replica's trie at most {a['sync_arrived_s']} s after its request; "
+              f"A again on replica 1 (its own memory): {a['A_r1_own_memory']} tokens/step. "
+              f"Outputs after = before: {a['lossless']}. Ready after: paraspec serve 1 thread "
               f"{r['direct_1x1_ready_s']} s, 2 threads {r['direct_1x2_ready_s']} s (loading together with Ray); "
               f"serve.run 1 x 1 {r['deploy_1x1_s']} s, 2 x 1 {r['deploy_2x1_s']} s. Ray shut down in "
               f"{r['shutdown_s']} s; {len(r['left_behind'])} processes left behind. Whole run {res['elapsed_s']} s."]
@@ -391,7 +400,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.requests, args.max_tokens, args.budget_s = min(args.requests, 8), min(args.max_tokens, 40), 800.0
-    args.probe = (8, 2, 24) if args.quick else (24, 6, 48)    # trivial requests, streams, tokens a stream
+    args.probe = (12, 3, 32) if args.quick else (24, 6, 48)    # trivial requests, streams, tokens a stream
     bodies = [{"messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], "max_tokens": args.max_tokens}
               for i in range(args.requests)]
     started = time.monotonic()
