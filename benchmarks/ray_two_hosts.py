@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -98,7 +100,7 @@ def driver(args) -> dict:
     config.model_deploy.model.model_name = "smollm2"
     t0 = time.monotonic()
     serve.run(build_app({"service_config": config, "options": RayServeOptions(
-        replicas=2, threads=1, sync_interval_s=1.0, snapshot_path="/tmp/paraspec-twohosts-hub.npz",
+        replicas=2, threads=1, sync_interval_s=1.0, snapshot_path=os.path.join(os.environ["RAY_TMPDIR"], "hub.npz"),
         app_name=APP)}), name=APP, route_prefix="/")
     out["deploy_s"] = round(time.monotonic() - t0, 2)
     handle = serve.get_deployment_handle("ParaspecEngine", APP)
@@ -157,7 +159,10 @@ def main() -> int:
     if args.driver:
         print("RESULT " + json.dumps(driver(args)))
         return 0
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+    # a private Ray temp dir: `ray start` records its address in <temp>/ray/ray_current_cluster, and in
+    # the shared /tmp/ray every other ray.init() on the machine would try to join this cluster
+    tmp = tempfile.mkdtemp(prefix="ps2h-")
+    env = {**os.environ, "RAY_TMPDIR": tmp, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     ray_cli = str(Path(sys.executable).parent / "ray")
     setup()
@@ -173,6 +178,7 @@ def main() -> int:
         res["driver"] = json.loads([ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1][7:])
     finally:
         res["teardown"] = teardown()
+        shutil.rmtree(tmp, ignore_errors=True)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "two_hosts.json").write_text(json.dumps(res, indent=1))
