@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import AsyncIterator
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -57,6 +58,19 @@ def load_requests(args) -> list[dict]:
     return out
 
 
+async def sse_chunks(client: httpx.AsyncClient, url: str, payload: dict) -> AsyncIterator[dict]:
+    """The JSON chunks of one streamed (SSE) request; an error chunk raises."""
+    async with client.stream("POST", url, json=payload) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                raise RuntimeError(chunk["error"]["message"])
+            yield chunk
+
+
 async def run_load(url: str, requests: list[dict], concurrency: int) -> dict:
     """Send every request (at most `concurrency` at once), streaming; per-request latency / TTFT / tokens."""
     sem = asyncio.Semaphore(concurrency)
@@ -66,19 +80,12 @@ async def run_load(url: str, requests: list[dict], concurrency: int) -> dict:
             t0 = time.perf_counter()
             ttft, text, usage, stats = None, [], None, None
             payload = {**body, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
-            async with client.stream("POST", url + "/v1/chat/completions", json=payload) as r:
-                r.raise_for_status()
-                async for line in r.aiter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    chunk = json.loads(line[6:])
-                    if "error" in chunk:
-                        raise RuntimeError(chunk["error"]["message"])
-                    for c in chunk.get("choices", []):
-                        if c["delta"].get("content"):
-                            ttft = ttft or time.perf_counter() - t0
-                            text.append(c["delta"]["content"])
-                    usage, stats = chunk.get("usage") or usage, chunk.get("paraspec") or stats
+            async for chunk in sse_chunks(client, url + "/v1/chat/completions", payload):
+                for c in chunk.get("choices", []):
+                    if c["delta"].get("content"):
+                        ttft = ttft or time.perf_counter() - t0
+                        text.append(c["delta"]["content"])
+                usage, stats = chunk.get("usage") or usage, chunk.get("paraspec") or stats
             return {"latency_s": time.perf_counter() - t0, "ttft_s": ttft or time.perf_counter() - t0,
                     "text": "".join(text), "tokens": usage["completion_tokens"] if usage else 0, "stats": stats}
 

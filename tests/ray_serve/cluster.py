@@ -65,6 +65,22 @@ class Cluster:
     def broadcast(self, method: str, *args, timeout_s: float = 30) -> list:
         return self.engine.broadcast(method, *args).results(timeout_s=timeout_s)
 
+    def live_stats(self, gone: str, n: int, timeout_s: float = 15) -> list[dict]:
+        """The stats of n replicas once the handle no longer knows the replica `gone`: a handle learns
+        of a replacement (and of the death) a moment after serve.status() reports it RUNNING, and a
+        broadcast in between still reaches the dead actor."""
+        start = time.monotonic()
+        while True:
+            try:
+                stats = self.broadcast("stats", timeout_s=10)
+                if len(stats) == n and gone not in {s["replica"] for s in stats}:
+                    return stats
+            except Exception:
+                if time.monotonic() - start > timeout_s:
+                    raise
+            assert time.monotonic() - start < timeout_s, f"the handle still lists the replica {gone}"
+            time.sleep(0.25)
+
     def replica_ids(self) -> list[str]:
         return sorted(s["replica"] for s in self.broadcast("stats"))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import json
 import os
 import signal
 import time
@@ -15,7 +16,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the paraspec[ray] extra is not installed (make test-ray installs it)")
 
-from cluster import Cluster, descendants, start_ray  # noqa: E402
+from cluster import APP, Cluster, descendants, start_ray  # noqa: E402
 from paraspec import LLM, SamplingParams  # noqa: E402
 from paraspec.ray_serve.options import RayServeOptions  # noqa: E402
 from paraspec.ray_serve.router import affinity_key, rank_replicas  # noqa: E402
@@ -208,9 +209,12 @@ def test_reconfigure_hot_reloads_the_drafter(cluster):
     assert plain["accepted"] == 1.0                      # no drafter: one token a step
     memory = {"plugin_type": "memory_decoding", "decoding_length": 8}
     cluster.broadcast("reconfigure", {"plugin_params": memory, "speculationGamma": 8})
-    assert {s["plugin"] for s in cluster.broadcast("stats")} == {"memory_decoding"}
-    with pytest.raises(Exception, match="speculationGamma|decoding_length"):
+    assert {(s["plugin"], s["gamma"]) for s in cluster.broadcast("stats")} == {("memory_decoding", 8)}
+    with pytest.raises(Exception, match="speculation_gamma"):
         cluster.broadcast("reconfigure", {"plugin_params": memory, "speculationGamma": 2})
+    with pytest.raises(Exception, match="speculation_gamma"):     # the reloaded gamma (8) holds
+        cluster.broadcast("reconfigure", {"plugin_params": {**memory, "decoding_length": 12}})
+    assert {(s["plugin"], s["gamma"]) for s in cluster.broadcast("stats")} == {("memory_decoding", 8)}
     assert cluster.replica_ids() == ids
 
 
@@ -235,7 +239,7 @@ def test_replica_sigkill_mid_load(cluster, offline):
     print(f"replica kill: {len(failed)}/{len(prompts)} failed (concurrency 4), {len(late)} after the kill + 2 s")
     assert len(failed) <= 6 and not late, failed[:3]          # max_ongoing_requests of the victim
     waited = cluster.wait_running(2, 30)
-    fresh = [s for s in cluster.broadcast("stats") if s["replica"] != stats[1]["replica"]][0]
+    fresh = [s for s in cluster.live_stats(victim["replica"], 2) if s["replica"] != stats[1]["replica"]][0]
     print(f"replica kill: 2 RUNNING again after {waited:.1f} s; new replica bootstrapped "
           f"{fresh['sync']['bootstrapped']} trie nodes")
     assert fresh["replica"] != victim["replica"] and fresh["sync"]["bootstrapped"] > 0
@@ -282,6 +286,56 @@ def test_controller_kill_keeps_serving(cluster):
     fails = [r for _, _, r in got if isinstance(r, Exception)]
     assert not fails, fails[:3]
     cluster.wait_running(2, 30)
+
+
+def test_user_config_update_reconfigures_running_replicas(cluster, tmp_path):
+    """What `serve deploy` and a KubeRay RayService do when only a deployment's user_config
+    changes: Serve calls reconfigure() on the running replicas (the same processes), no restart.
+    Deployed from a config as they do (serve.run gives each run a new code version: a restart).
+    Near the end: it replaces the module's app (2 CPUs hold 2 replicas, not 4)."""
+    from ray import serve
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
+
+    name = "paraspec-declarative"
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"BackendConfig": {
+        "ModelDeployConfig": {"maxSeqLen": 400, "maxInputTokenLen": 256, "ModelConfig": [
+            {"modelName": MODEL, "modelWeightPath": str(cluster.model)}]},
+        "ScheduleConfig": {"maxBatchSize": 4, "maxIterTimes": 200}}}))
+
+    def apply(user_config: dict) -> None:
+        app = {"name": name, "route_prefix": "/", "import_path": "paraspec.ray_serve:build_app",
+               "args": {"config": str(config), "replicas": 2, "threads": 1, "sync_interval_s": 0, "app_name": name},
+               "deployments": [{"name": "ParaspecEngine", "user_config": user_config}]}
+        _get_global_client().deploy_apps(ServeDeploySchema(applications=[app]), _blocking=True)
+
+    def wait_for(want: set, timeout_s: float = 60) -> dict:
+        start = time.monotonic()
+        while True:
+            try:
+                stats = handle.broadcast("stats").results(timeout_s=10)
+                if {(s["plugin"], s["gamma"]) for s in stats} == want and len(stats) == 2:
+                    return {s["pid"]: s["replica"] for s in stats}
+            except Exception:
+                pass
+            assert time.monotonic() - start < timeout_s, f"replicas not at {want} after {timeout_s} s"
+            time.sleep(0.25)
+
+    serve.delete(APP)
+    try:
+        memory = {"plugin_type": "memory_decoding", "decoding_length": 8}
+        apply({"plugin_params": memory, "speculationGamma": 8})
+        handle = serve.get_deployment_handle("ParaspecEngine", name)
+        before = wait_for({("memory_decoding", 8)})
+        apply({"plugin_params": "none", "speculationGamma": 8})
+        assert wait_for({(None, 8)}) == before                      # same processes, same replicas
+        assert _complete(cluster, "light update", 8)["accepted"] == 1.0
+        apply({"plugin_params": {**memory, "decoding_length": 4}, "speculationGamma": 4})
+        assert wait_for({("memory_decoding", 4)}) == before
+        assert _complete(cluster, "light update", 8)["accepted"] >= 1.0
+    finally:
+        serve.delete(name)
 
 
 def test_shutdown_leaves_no_process(cluster):

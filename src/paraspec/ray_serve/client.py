@@ -14,8 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from ray.exceptions import RayError
 
 from ..sampling.params import SamplingParams
-from ..server.async_engine import DEFAULT, NOT_READY, Delta, DeltaStream, EngineDeadError, check_room
+from ..server.async_engine import DEFAULT
 from ..server.config import ServiceConfig
+from ..server.engine_client import NOT_READY, Delta, DeltaStream, EngineDeadError, check_room
 
 logger = logging.getLogger("paraspec.ray_serve")
 
@@ -25,17 +26,10 @@ METRICS_TIMEOUT_S = 5.0
 class RemoteStream(DeltaStream):
     def __init__(self, owner: "ServeEngineClient", response, request_id: str, n: int):
         self.owner, self.response, self.request_id, self.n = owner, response, request_id, n
-        self.finished_samples = 0
-        self.closed = False
 
-    def __aiter__(self) -> "RemoteStream":
-        return self
-
-    async def __anext__(self) -> Delta:
-        if self.closed or self.done:
-            raise StopAsyncIteration
+    async def _receive(self) -> Delta | BaseException:
         try:
-            item = await self.response.__anext__()
+            return await self.response.__anext__()
         except StopAsyncIteration:
             self.close("finished")
             raise
@@ -43,12 +37,8 @@ class RemoteStream(DeltaStream):
             self.close("error")
             raise EngineDeadError(f"the engine replica serving this request failed ({type(e).__name__}); "
                                   "retry the request") from None
-        return self._accept(item)
 
-    def close(self, outcome: str | None = None) -> None:
-        if self.closed:
-            return
-        self.closed = True
+    def _on_close(self, outcome: str | None) -> None:
         if not self.done:
             self.response.cancel()          # the replica's generator ends: its request is aborted
         self.owner._release(self)

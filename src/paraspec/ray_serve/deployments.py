@@ -19,6 +19,7 @@ import os
 import uuid
 
 from ray import serve
+from ray.util import get_node_ip_address
 
 from ..config import parse_plugin_params
 from ..engine import Engine
@@ -111,8 +112,10 @@ class ParaspecEngine:
 
     async def stats(self) -> dict:
         trie = self.llm.engine.drafters.trie() if self.llm.engine.drafters.has_trie else None
-        out = {"replica": self.replica_id, "pid": os.getpid(), "in_flight": self.engine.num_in_flight,
-               "plugin": self.engine.default_plugin, "trie_nodes": len(trie) if trie is not None else 0}
+        out = {"replica": self.replica_id, "pid": os.getpid(), "node": get_node_ip_address(),
+               "in_flight": self.engine.num_in_flight,
+               "plugin": self.engine.default_plugin, "gamma": self.config.model_deploy.speculation_gamma,
+               "trie_nodes": len(trie) if trie is not None else 0}
         if self.sync is not None:
             out["sync"] = dataclasses.asdict(self.sync.stats) | {"version": self.sync.version}
         return out

@@ -79,29 +79,18 @@ class RequestStream(DeltaStream):
         self.queue: asyncio.Queue = asyncio.Queue()
         self.token_timeout = token_timeout
         self.deadline = time.monotonic() + e2e_timeout
-        self.finished_samples = 0
-        self.closed = False
 
-    def __aiter__(self) -> "RequestStream":
-        return self
-
-    async def __anext__(self) -> Delta:
-        if self.done or self.closed:
-            raise StopAsyncIteration
+    async def _receive(self) -> Delta | BaseException:
         timeout = min(self.token_timeout, self.deadline - time.monotonic())
         try:
-            item = await asyncio.wait_for(self.queue.get(), max(timeout, 0.0))
+            return await asyncio.wait_for(self.queue.get(), max(timeout, 0.0))
         except asyncio.TimeoutError:
             self.close("timeout")
             raise RequestTimeoutError(f"request {self.request_id} timed out and was cancelled (ServerConfig."
                                       "tokenTimeout / e2eTimeout); ask for fewer tokens or retry later") from None
-        return self._accept(item)
 
-    def close(self, outcome: str | None = None) -> None:
-        """Idempotent. An unfinished request is aborted in the engine (KV freed, drafter state ended)."""
-        if self.closed:
-            return
-        self.closed = True
+    def _on_close(self, outcome: str | None) -> None:
+        # an unfinished request is aborted in the engine (KV freed, drafter state ended)
         self.owner._release(self, outcome or ("finished" if self.done else "aborted"))
 
 

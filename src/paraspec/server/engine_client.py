@@ -48,16 +48,37 @@ class Delta:
 
 class DeltaStream:
     """What every engine request's stream shares (this one, and the Ray Serve client's): n samples,
-    closed once all have finished or one item was an error (raised to the reader)."""
+    closed once all have finished or one item was an error (raised to the reader). A subclass
+    says where items come from (`_receive`, which may raise after closing the stream) and what
+    closing does (`_on_close`, run once)."""
 
     n: int
     finished_samples: int = 0
+    closed: bool = False
 
     @property
     def done(self) -> bool:
         return self.finished_samples >= self.n
 
+    def __aiter__(self) -> "DeltaStream":
+        return self
+
+    async def __anext__(self) -> "Delta":
+        if self.done or self.closed:
+            raise StopAsyncIteration
+        return self._accept(await self._receive())
+
     def close(self, outcome: str | None = None) -> None:
+        """Idempotent. An unfinished request is cancelled where it runs."""
+        if self.closed:
+            return
+        self.closed = True
+        self._on_close(outcome)
+
+    async def _receive(self) -> "Delta | BaseException":
+        raise NotImplementedError
+
+    def _on_close(self, outcome: str | None) -> None:
         raise NotImplementedError
 
     def _accept(self, item: "Delta | BaseException") -> "Delta":
