@@ -61,11 +61,19 @@ void gguf_dequantize_block(const uint8_t* hdr, const uint8_t* r, int64_t b, int6
         U[e] = q[e] & 15;
         U[e + 64] = q[e] >> 4;
       }
-      if constexpr (Q5)
-        for (int e = 0; e < 128; ++e) U[e] |= ((q[64 + (e >> 3)] >> (e & 7)) & 1) << 4;
+      if constexpr (Q5)  // a plane byte's 8 bits to 8 bytes of 0 / 16, in 64-bit words (no per-lane shifts)
+        for (int j = 0; j < 16; ++j) {
+          const uint64_t t = (q[64 + j] * 0x0101010101010101ull) & 0x8040201008040201ull;  // byte t: bit t
+          const uint64_t hi = ((t + 0x7F7F7F7F7F7F7F7Full) & 0x8080808080808080ull) >> 3;  // nonzero -> 16
+          uint64_t w;
+          std::memcpy(&w, U + 8 * j, 8);
+          w |= hi;
+          std::memcpy(U + 8 * j, &w, 8);
+        }
       if constexpr (Q6) {
         const uint8_t* hb = s + 512 + 32 * k;
-        for (int e = 0; e < 128; ++e) U[e] |= ((hb[e & 31] >> (2 * (e >> 5))) & 3) << 4;
+        for (int j = 0; j < 4; ++j)  // one shift per j: vectorises
+          for (int i = 0; i < 32; ++i) U[32 * j + i] |= ((hb[i] >> (2 * j)) & 3) << 4;
       }
       for (int e = 0; e < 128; ++e) u[e] = static_cast<float>(U[e]);
     }
