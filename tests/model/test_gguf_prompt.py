@@ -12,6 +12,7 @@ from kernel_paths import per_isa
 from paraspec import LLM, SamplingParams
 from paraspec.model import ggml
 from paraspec.model.ggml_kquants import QUANTIZERS
+from paraspec.model.gguf_requant import have_llamacpp, llamacpp_quantize
 from tiny_models import write_gguf
 
 COMPILED = [p for p in per_isa() if p.id != "torch"]   # the torch path has no prompt road: the reference runs
@@ -93,13 +94,16 @@ def test_tall_prompt_chunks_multiply_dequantised_weights(kernels, kind):
 @pytest.fixture(scope="module")
 def prompt_models(tiny_model_dir, tmp_path_factory):
     """prompt_models(quant) -> a tiny llama .gguf, every matmul in `quant` (dim 256: whole
-    K-quant superblocks; Q4_K / Q6_K from paraspec's own quantiser)."""
+    K-quant superblocks; Q4_K / Q6_K from paraspec's own quantiser), or "Q4_K_M": llama.cpp's mix."""
     hf = tiny_model_dir("llama", n_layers=2, hidden=256, heads=4, kv_heads=2)
     tmp, out = tmp_path_factory.mktemp("prompt"), {}
 
     def make(quant: str):
         if quant not in out:
-            out[quant] = write_gguf(hf, tmp / f"{quant}.gguf", quant)
+            if quant == "Q4_K_M":
+                out[quant] = llamacpp_quantize(make("F32"), tmp / "Q4_K_M.gguf", quant)
+            else:
+                out[quant] = write_gguf(hf, tmp / f"{quant}.gguf", quant)
         return out[quant]
     return make
 
@@ -108,7 +112,8 @@ PROMPT = list(range(5, 125)) + list(range(5, 45))              # 160 tokens: 48-
 
 
 @pytest.mark.parametrize("kernels", COMPILED)
-@pytest.mark.parametrize("quant", ["Q4_K", "Q6_K", "Q5_0"])
+@pytest.mark.parametrize("quant", ["Q4_K", "Q6_K", "Q5_0", pytest.param("Q4_K_M", marks=pytest.mark.skipif(
+    not have_llamacpp(), reason="llama-cpp-python (llama.cpp's K quantiser, an optional peer) is not installed"))])
 def test_prompt_logits_are_the_dequantised_weights(prompt_models, kernels, quant, monkeypatch):
     """A long prompt's logits through the kernel's dense road equal those with every tall
     chunk's weight taken from the torch reference dequantize() of the file's own blocks."""
@@ -127,7 +132,10 @@ def test_prompt_logits_are_the_dequantised_weights(prompt_models, kernels, quant
         return dense(self, x)
     monkeypatch.setattr(ggml.GGUFLinear, "_dense", counted)
     got = llm.runner.prefill(llm.runner.new_cache(200), PROMPT)
-    assert ran and set(ran) == {quant}                          # the dense road ran, on this format
+    if quant == "Q4_K_M":                                       # the dense road ran, on these formats
+        assert {"Q4_K", "Q6_K"} <= set(ran), set(ran)
+    else:
+        assert set(ran) == {quant}
 
     def reference(self, x):
         w = ggml.dequantize(kept[id(self)]).to(ggml.dense_dtype())
