@@ -2,14 +2,15 @@
 w8a8 (int8 requantised) vs llama.cpp (llama-cpp-python, when installed), side by side.
 
     python benchmarks/gguf_decode.py [--model default|PATH|q4_k_m] [--tokens 64] [--reps 5] [--threads 2] [--ttft-only]
-                                  [--llamacpp-no-repack]
+                                  [--integer-prompt] [--llamacpp-no-repack]
 
 Runs are interleaved rep by rep (system order rotated), so a noisy neighbour on a shared machine
 hits every system alike; each cell is the median over reps of the decode tokens/s of a prompt
 (tokens after the first over the time after the first), then the median over prompts. Also prints
 t(k)/t(1) of one paraspec forward over k tokens on a ~500-token cache, per numerics, and the TTFT
-of a 1000-token prompt. CPU flags
-and load averages are printed: quote ratios, not absolute numbers, from a shared machine.
+of a 1000-token prompt (--integer-prompt: also gguf-int, gguf with its prompt chunks on the integer
+kernel instead of the dense road). CPU flags and load averages are printed: quote ratios, not
+absolute numbers, from a shared machine.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import time
 import torch
 
 from paraspec import LLM, SamplingParams
-from paraspec.model import kernels
+from paraspec.model import ggml, kernels
 from paraspec.model.gguf_requant import bench_model
 
 PROMPTS = ["def fibonacci(n):", "The history of the Roman Empire", "Write a haiku about the sea.\n",
@@ -125,6 +126,8 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--ttft-only", action="store_true", help="only the 1000-token prompt's TTFT, --reps times")
+    p.add_argument("--integer-prompt", action="store_true",
+                   help="also time TTFT with gguf's prompt chunks on the integer kernel (gguf-int; no dense road)")
     p.add_argument("--llamacpp-no-repack", action="store_true",
                    help="llama.cpp without its AMX / repacked weight buffers (its AMX matmul crashes on some VMs)")
     a = p.parse_args()
@@ -141,17 +144,24 @@ def main() -> None:
     if not a.ttft_only:
         decode_table(systems, tok, a)
     long_ids = tok.encode(" ".join(PROMPTS) * 40)[:1000]       # TTFT: a 1000-token prompt, 3 reps (--ttft-only: --reps)
-    ttft = {s: [] for s in systems}
-    for _ in range(a.reps if a.ttft_only else 3):
-        for s in systems:
+    names = [*systems, *(["gguf-int"] if a.integer_prompt else [])]
+    ttft = {s: [] for s in names}
+    for rep in range(a.reps if a.ttft_only else 3):
+        for s in names[rep % len(names):] + names[:rep % len(names)]:   # order rotated, as the decode runs
+            dense = ggml.DENSE_KINDS
+            if s == "gguf-int":                                 # every prompt chunk on the integer kernel
+                ggml.DENSE_KINDS = ()
             t0 = time.perf_counter()
-            if s == "llama.cpp":
-                systems[s].reset()
-                next(iter(systems[s].generate(long_ids, temp=0.0, top_k=1, reset=True)))
-            else:
-                systems[s].generate([long_ids], SamplingParams(temperature=0, max_tokens=1))
+            try:
+                if s == "llama.cpp":
+                    systems[s].reset()
+                    next(iter(systems[s].generate(long_ids, temp=0.0, top_k=1, reset=True)))
+                else:
+                    systems[s.removesuffix("-int")].generate([long_ids], SamplingParams(temperature=0, max_tokens=1))
+            finally:
+                ggml.DENSE_KINDS = dense
             ttft[s].append(time.perf_counter() - t0)
-    print(f"  TTFT, 1000-token prompt (median of {len(ttft['gguf'])}): "
+    print(f"  TTFT, 1000-token prompt (median of {len(ttft['gguf'])}, load average {os.getloadavg()[0]:.2f}): "
           + "  ".join(f"{s} {statistics.median(v) * 1e3:.0f} ms" for s, v in ttft.items()))
     for s in () if a.ttft_only else ("gguf", "w8a8"):
         t = t_of_k(systems[s])
