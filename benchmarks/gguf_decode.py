@@ -129,7 +129,7 @@ def main() -> None:
     p.add_argument("--integer-prompt", action="store_true",
                    help="also time TTFT with gguf's prompt chunks on the integer kernel (gguf-int; no dense road)")
     p.add_argument("--llamacpp-no-repack", action="store_true",
-                   help="llama.cpp without its AMX / repacked weight buffers (its AMX matmul crashes on some VMs)")
+                   help="llama.cpp's --no-repack: no AMX / repacked weight buffers (a build whose AMX matmul crashes)")
     a = p.parse_args()
     a.model = bench_model(a.model)
     torch.set_num_threads(a.threads)
