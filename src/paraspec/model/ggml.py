@@ -27,9 +27,11 @@ sum of squares runs in another order, as in quant.py).
 Prompt chunks of PROMPT_ROWS rows or more take another road: a prompt is compute-bound, not
 bandwidth-bound, and needs no row invariance (every decoding mode starts from the same prefill).
 The kernel writes the layer's weight back to a plain [N, K] matrix in a reused scratch buffer
-(csrc/gguf_dequant.h, the values dequantize() gives, every format) and torch's matmul runs it: bf16 through
-oneDNN where the CPU multiplies bf16 natively (AMX, AVX512-BF16), fp32 elsewhere. On the bundled
-model this made a 256-token chunk's linears several times faster (benchmarks/prefill.py).
+(csrc/gguf_dequant.h, the values dequantize() gives, in every format) and torch's matmul runs it:
+bf16 through oneDNN where the CPU multiplies bf16 natively (AMX, AVX512-BF16), fp32 elsewhere. On
+the bundled model this made a 256-token chunk's linears several times faster (benchmarks/prefill.py);
+on its Q4_K_M requantisation (mostly Q5_0) a 1000-token TTFT 1.4-1.9x shorter (benchmarks/gguf_decode.py
+--integer-prompt).
 """
 from __future__ import annotations
 
