@@ -1,14 +1,16 @@
 """Greedy AR decode tokens/s on one GGUF file: paraspec gguf (the file's own blocks) vs paraspec
 w8a8 (int8 requantised) vs llama.cpp (llama-cpp-python, when installed), side by side.
 
-    python benchmarks/gguf_decode.py [--model default|PATH|q4_k_m] [--tokens 64] [--reps 5] [--threads 2]
+    python benchmarks/gguf_decode.py [--model default|PATH|q4_k_m] [--tokens 64] [--reps 5] [--threads 2] [--ttft-only]
+                                  [--integer-prompt] [--llamacpp-no-repack]
 
 Runs are interleaved rep by rep (system order rotated), so a noisy neighbour on a shared machine
 hits every system alike; each cell is the median over reps of the decode tokens/s of a prompt
 (tokens after the first over the time after the first), then the median over prompts. Also prints
 t(k)/t(1) of one paraspec forward over k tokens on a ~500-token cache, per numerics, and the TTFT
-of a 1000-token prompt. CPU flags
-and load averages are printed: quote ratios, not absolute numbers, from a shared machine.
+of a 1000-token prompt (--integer-prompt: also gguf-int, gguf with its prompt chunks on the integer
+kernel instead of the dense road). CPU flags and load averages are printed: quote ratios, not
+absolute numbers, from a shared machine.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import time
 import torch
 
 from paraspec import LLM, SamplingParams
-from paraspec.model import kernels
+from paraspec.model import ggml, kernels
 from paraspec.model.gguf_requant import bench_model
 
 PROMPTS = ["def fibonacci(n):", "The history of the Roman Empire", "Write a haiku about the sea.\n",
@@ -64,27 +66,30 @@ def t_of_k(llm: LLM, ks=(1, 4, 8, 16), reps: int = 7) -> dict[int, float]:
     return out
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="default")
-    p.add_argument("--tokens", type=int, default=64)
-    p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--threads", type=int, default=2)
-    a = p.parse_args()
-    a.model = bench_model(a.model)
-    torch.set_num_threads(a.threads)
-    feats = kernels.cpu_features()
-    print("cpu flags:", " ".join(f for f in kernels.SHOWN if f in feats), "| kernels:", kernels.default().label)
-    systems = {"gguf": LLM(a.model, quantization="gguf"), "w8a8": LLM(a.model, quantization="w8a8")}
-    tok = systems["gguf"].tokenizer
-    try:
-        from llama_cpp import Llama
+def llamacpp(model: str, threads: int, repack: bool = True):
+    """llama-cpp-python's Llama on the file; repack=False is llama.cpp's --no-repack (no extra
+    buffer types: no AMX or repacked weights), which llama-cpp-python does not expose as such.
+    Raises ImportError where it is not installed."""
+    import llama_cpp.llama as lib
+    from llama_cpp import Llama
 
-        from paraspec.model.loader import resolve_model_path
-        systems["llama.cpp"] = Llama(model_path=str(resolve_model_path(a.model)), n_ctx=2048, n_threads=a.threads,
-                                     n_threads_batch=a.threads, verbose=False)
-    except ImportError:
-        print("llama-cpp-python not installed: paraspec only")
+    from paraspec.model.loader import resolve_model_path
+    default = lib.llama_cpp.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = repack
+        return p
+    lib.llama_cpp.llama_model_default_params = params
+    try:
+        return Llama(model_path=str(resolve_model_path(model)), n_ctx=2048, n_threads=threads,
+                     n_threads_batch=threads, verbose=False)
+    finally:
+        lib.llama_cpp.llama_model_default_params = default
+
+
+def decode_table(systems: dict, tok, a: argparse.Namespace) -> None:
+    """AR greedy decode tokens/s per system, interleaved rep by rep (module doc)."""
     results: dict[str, dict[int, list[float]]] = {s: {i: [] for i in range(len(PROMPTS))} for s in systems}
     same = {}
     names = list(systems)
@@ -112,20 +117,53 @@ def main() -> None:
                   + ", ".join(str(next((j for j, (x, y) in enumerate(zip(same[(s, i)], same[('llama.cpp', i)]))
                                         if x != y), len(same[(s, i)]))) for i in range(len(PROMPTS)))
                   + f" of {a.tokens} (same tokens in total: {sum(agree)})")
-    long_ids = tok.encode(" ".join(PROMPTS) * 40)[:1000]       # TTFT: a 1000-token prompt, 3 reps each
-    ttft = {s: [] for s in systems}
-    for _ in range(3):
-        for s in systems:
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="default")
+    p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--ttft-only", action="store_true", help="only the 1000-token prompt's TTFT, --reps times")
+    p.add_argument("--integer-prompt", action="store_true",
+                   help="also time TTFT with gguf's prompt chunks on the integer kernel (gguf-int; no dense road)")
+    p.add_argument("--llamacpp-no-repack", action="store_true",
+                   help="llama.cpp's --no-repack: no AMX / repacked weight buffers (a build whose AMX matmul crashes)")
+    a = p.parse_args()
+    a.model = bench_model(a.model)
+    torch.set_num_threads(a.threads)
+    feats = kernels.cpu_features()
+    print("cpu flags:", " ".join(f for f in kernels.SHOWN if f in feats), "| kernels:", kernels.default().label)
+    systems = {"gguf": LLM(a.model, quantization="gguf"), "w8a8": LLM(a.model, quantization="w8a8")}
+    tok = systems["gguf"].tokenizer
+    try:
+        systems["llama.cpp"] = llamacpp(a.model, a.threads, repack=not a.llamacpp_no_repack)
+    except ImportError:
+        print("llama-cpp-python not installed: paraspec only")
+    if not a.ttft_only:
+        decode_table(systems, tok, a)
+    long_ids = tok.encode(" ".join(PROMPTS) * 40)[:1000]       # TTFT: a 1000-token prompt, 3 reps (--ttft-only: --reps)
+    names = [*systems, *(["gguf-int"] if a.integer_prompt else [])]
+    ttft = {s: [] for s in names}
+    for rep in range(a.reps if a.ttft_only else 3):
+        for s in names[rep % len(names):] + names[:rep % len(names)]:   # order rotated, as the decode runs
+            dense = ggml.DENSE_KINDS
+            if s == "gguf-int":                                 # every prompt chunk on the integer kernel
+                ggml.DENSE_KINDS = ()
             t0 = time.perf_counter()
-            if s == "llama.cpp":
-                systems[s].reset()
-                next(iter(systems[s].generate(long_ids, temp=0.0, top_k=1, reset=True)))
-            else:
-                systems[s].generate([long_ids], SamplingParams(temperature=0, max_tokens=1))
+            try:
+                if s == "llama.cpp":
+                    systems[s].reset()
+                    next(iter(systems[s].generate(long_ids, temp=0.0, top_k=1, reset=True)))
+                else:
+                    systems[s.removesuffix("-int")].generate([long_ids], SamplingParams(temperature=0, max_tokens=1))
+            finally:
+                ggml.DENSE_KINDS = dense
             ttft[s].append(time.perf_counter() - t0)
-    print("  TTFT, 1000-token prompt (median of 3): "
+    print(f"  TTFT, 1000-token prompt (median of {len(ttft['gguf'])}, load average {os.getloadavg()[0]:.2f}): "
           + "  ".join(f"{s} {statistics.median(v) * 1e3:.0f} ms" for s, v in ttft.items()))
-    for s in ("gguf", "w8a8"):
+    for s in () if a.ttft_only else ("gguf", "w8a8"):
         t = t_of_k(systems[s])
         print(f"  t(k) {s}: " + "  ".join(f"k={k}: {v:.2f} ms ({v / t[1]:.2f})" for k, v in t.items()))
 

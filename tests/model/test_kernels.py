@@ -31,7 +31,7 @@ from paraspec.model.kv_cache import KVCache
 from paraspec.model.transformer import attention as torch_attention, attention_bias
 
 ISAS = ("avx512", "avx2")
-VERSION = 9
+VERSION = 10
 
 
 def _load(isa: str) -> tuple[ModuleType | None, str]:

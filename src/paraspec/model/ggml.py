@@ -27,9 +27,11 @@ sum of squares runs in another order, as in quant.py).
 Prompt chunks of PROMPT_ROWS rows or more take another road: a prompt is compute-bound, not
 bandwidth-bound, and needs no row invariance (every decoding mode starts from the same prefill).
 The kernel writes the layer's weight back to a plain [N, K] matrix in a reused scratch buffer
-(csrc/gguf_dequant.h, the values dequantize() gives) and torch's matmul runs it: bf16 through
-oneDNN where the CPU multiplies bf16 natively (AMX, AVX512-BF16), fp32 elsewhere. On the bundled
-model this made a 256-token chunk's linears several times faster (benchmarks/prefill.py).
+(csrc/gguf_dequant.h, the values dequantize() gives, in every format) and torch's matmul runs it:
+bf16 through oneDNN where the CPU multiplies bf16 natively (AMX, AVX512-BF16), fp32 elsewhere. On
+the bundled model this made a 256-token chunk's linears several times faster (benchmarks/prefill.py);
+on its Q4_K_M requantisation (mostly Q5_0) a 1000-token TTFT 1.4-1.9x shorter (benchmarks/gguf_decode.py
+--integer-prompt).
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ BLOCK_SIZE = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q8_0": (32, 34), "Q5_0": (32,
               "Q4_K": (256, 144), "Q6_K": (256, 210)}
 FORMATS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q4_K": 4, "Q6_K": 5}   # csrc/gguf_layout.h
 PANEL = 32                                           # output channels per packed panel
-DENSE_KINDS = ("Q4_0", "Q4_1", "Q8_0")   # the formats csrc/gguf_dequant.h writes back
+DENSE_KINDS = tuple(FORMATS)             # the formats csrc/gguf_dequant.h writes back: all
 PROMPT_ROWS = 32   # a prompt chunk this tall runs dequantised weights through torch's matmul (module doc)
 
 

@@ -312,13 +312,14 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
 // bf16 [N, K] tensor the values are written to (gguf_dequant.h), for prompt chunks' matmuls.
 void gguf_dequantize(const at::Tensor& packed, int64_t fmt, int64_t N, at::Tensor& out) {
   require_cpu();
-  TORCH_CHECK(fmt >= 0 && fmt <= 2, "gguf_dequantize: fmt must be 0 (Q4_0), 1 (Q4_1) or 2 (Q8_0)");
+  TORCH_CHECK(fmt >= 0 && fmt < kGgufFormats, "gguf_dequantize: fmt must be 0-5 (Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q6_K)");
   TORCH_CHECK(out.dim() == 2 && out.size(0) == N && out.is_contiguous() &&
               (out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16),
               "gguf_dequantize: out must be a contiguous fp32 or bf16 [N, K]");
   const int64_t K = out.size(1), B = K / 32, panels = (N + 31) / 32;
   const int f = static_cast<int>(fmt);
-  TORCH_CHECK(K % 32 == 0 && K > 0, "gguf_dequantize: K must be a positive multiple of 32");
+  const int64_t block = gguf_superblocks(f) ? 256 : 32;
+  TORCH_CHECK(K % block == 0 && K > 0, "gguf_dequantize: K must be a positive multiple of ", block, " for this format");
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() &&
               packed.numel() == panels * gguf_panel_bytes(f, B), "packed weight does not match out / fmt");
   const uint8_t* wp = packed.data_ptr<uint8_t>();
@@ -386,7 +387,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 9;  // bumped when a signature changes: the Python side ignores a stale build
+  m.attr("VERSION") = 10;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
   m.def("attention", &attention, "decode / draft-verify attention (row-invariant, fp64 sum of V widened from fp32)",
