@@ -34,7 +34,7 @@ from ..decoding.mode import ModePlugin
 from ..decoding.verify import Query
 from ..errors import RequestError
 from ..sequence import SequenceState
-from .grammar import SerialGrammar, branch_logits, branch_token
+from .grammar import SerialGrammar, branch_greedy, branch_logits, branch_token
 from .markup import MarkupIds
 from .params import AspdParams
 from .stream import PlainDetokenizer, marked_text
@@ -96,8 +96,9 @@ class AspdState:
     def parallel(self) -> bool:
         return self.block is not None
 
-    def _forced(self, context: Sequence[int]) -> int | None:
-        return None if self.decoder.force is None else self.decoder.force(context)
+    def _forced(self, context: Callable[[], Sequence[int]]) -> int | None:
+        """The test hook's token; `context` builds the tokens it sees only when a hook is set."""
+        return None if self.decoder.force is None else self.decoder.force(context())
 
     # ---------------------------------------------------------------------------- serial
 
@@ -129,15 +130,16 @@ class AspdState:
     def draw(self, seq: SequenceState, logits: torch.Tensor, pending: list[int]) -> int:
         """A serial token of the engine's step, the grammar applied (the engine records it in the
         sampler). Every token the engine's walk draws is emitted, so the state advances as it goes."""
-        return self._draw_serial(seq, logits, [*seq.tokens, *pending])
+        return self._draw_serial(seq, logits, lambda: [*seq.tokens, *pending])
 
     def ends_run(self, token: int) -> bool:
         return token == self.ids.para      # a draft never runs past <|para|>: the block starts there
 
-    def _draw_serial(self, seq: SequenceState, logits: torch.Tensor, context: Sequence[int]) -> int:
+    def _draw_serial(self, seq: SequenceState, logits: torch.Tensor, context: Callable[[], Sequence[int]]) -> int:
         t = self._forced(context)
-        if t is None:
-            t = seq.sampler.draw(self.grammar.apply(logits))
+        if t is None:    # greedy: the grammar's argmax without a masked copy of the row where it can
+            t = self.grammar.greedy(logits) if seq.sampler.argmax_suffices \
+                else seq.sampler.draw(self.grammar.apply(logits))
         self.advance(t)
         return t
 
@@ -209,6 +211,11 @@ class AspdState:
         self.parallel_steps += 1
         drawn = 0
         out: list[int] = []
+        # greedy: every branch row's token in one argmax (the same tokens as one draw per row)
+        greedy = None
+        if seq.sampler.argmax_suffices:
+            n_branch = len(q.rows) - (owner[q.rows[-1]] < 0 if q.rows else 0)
+            greedy = branch_greedy(logits[:n_branch], ids) if n_branch else []
         for row, r in enumerate(q.rows):
             k = owner[r]
             if k < 0:                      # <|/para|>: back to serial mode
@@ -216,14 +223,15 @@ class AspdState:
                 self.last_slots = [s for br in b.branches for s in br.slots] + [start + r]
                 out = self.flattened() + [ids.end_para]
                 self.block = None
-                t = self._draw_serial(seq, logits[row], seq.tokens + out)
+                t = self._draw_serial(seq, logits[row], lambda: seq.tokens + out)
                 seq.sampler.append(t)
                 out.append(t)
                 break
             br = b.branches[k]
-            t = self._forced(seq.tokens + self._context(br))
+            t = self._forced(lambda: seq.tokens + self._context(br))
             if t is None:
-                t = branch_token(seq.sampler.draw(branch_logits(logits[row], ids)), ids, self.eos)
+                t = greedy[row] if greedy is not None else seq.sampler.draw(branch_logits(logits[row], ids))
+                t = branch_token(t, ids, self.eos)
                 br.content += 1
             if br.content >= self.decoder.params.max_branch_tokens:
                 t = ids.end_branch
