@@ -4,6 +4,7 @@ banned id, and on ties (argmax takes the first maximum)."""
 import torch
 
 from paraspec.aspd.grammar import SerialGrammar, branch_greedy, branch_logits
+from paraspec.sampling.sampler import first_max
 from paraspec.aspd.markup import MarkupIds
 
 V = 64
@@ -56,3 +57,12 @@ def test_branch_greedy_equals_argmax_of_each_masked_row():
     assert branch_greedy(rows, IDS) == [int(branch_logits(r, IDS).argmax()) for r in rows]
     assert any(int(r.argmax()) in IDS.all for r in rows)      # the banned-argmax path runs
     assert branch_greedy(rows[:0], IDS) == []
+
+
+def test_first_max_is_torch_argmax_ties_and_infinities_included():
+    rows = torch.stack(_rows())
+    rows[3, :] = float("-inf")                         # a row with no finite logit: index 0
+    rows[4, [5, 9]] = float("inf")
+    assert first_max(rows) == rows.argmax(-1).tolist()
+    assert [first_max(r) for r in rows] == rows.argmax(-1).tolist()
+    assert first_max(rows.double()) == rows.argmax(-1).tolist()     # the torch fallback

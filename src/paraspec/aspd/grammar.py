@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..sampling.sampler import first_max
 from .markup import MarkupIds
 
 NEG = float("-inf")
@@ -78,7 +79,7 @@ class SerialGrammar:
         only, ids = self.rule()
         if only:       # rare (after a title): the plain path
             return int(self.apply(logits).argmax())
-        t = int(logits.argmax())
+        t = first_max(logits)
         return t if t not in ids else int(self.apply(logits).argmax())
 
     def advance(self, token: int) -> None:
@@ -114,7 +115,7 @@ def branch_logits(logits: torch.Tensor, ids: MarkupIds) -> torch.Tensor:
 def branch_greedy(logits: torch.Tensor, ids: MarkupIds) -> list[int]:
     """Per row of logits [rows, vocab]: argmax of branch_logits(row), all rows in one argmax;
     a row whose plain argmax is allowed (most) needs no masking (see SerialGrammar.greedy)."""
-    best = logits.argmax(-1).tolist()
+    best = first_max(logits)
     banned = _branch_banned(ids)
     bad = [r for r, t in enumerate(best) if t in banned]
     if bad:
