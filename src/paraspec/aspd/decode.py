@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from ..decoding.mode import ModePlugin
@@ -150,46 +151,51 @@ class AspdState:
         if self.block is None:
             return None
         b, length = self.block, seq.cache.length
-        tokens: list[int] = []
-        positions: list[int] = []
-        owner: list[int] = []             # per row: its branch, or -1 (<|para|>, <|/para|>)
         first = b.para_slot < 0
         if first:
             b.para_pos = length
-            tokens, positions, owner = [self.ids.para], [length], [-1]
+        mask_from = length if first else b.para_slot + 1
+        new0 = length - mask_from         # column of the first new row
+        # a branch's pending tokens are consecutive rows; first the rows, then the mask (numpy:
+        # a step builds it with a few slice writes per branch, not per row)
+        tokens: list[int] = [self.ids.para] if first else []
+        positions: list[int] = [length] if first else []
+        owner: list[int] = [-1] if first else []     # per row: its branch, or -1 (<|para|>, <|/para|>)
+        spans: list[tuple[Branch, int, int]] = []
         for k, br in enumerate(b.branches):
-            for t in br.pending:
-                tokens.append(t)
-                positions.append(b.para_pos + 1 + len(br.fed) + sum(o == k for o in owner))
-                owner.append(k)
+            if br.pending:
+                spans.append((br, len(tokens), len(tokens) + len(br.pending)))
+                start = b.para_pos + 1 + len(br.fed)
+                positions += range(start, start + len(br.pending))
+                tokens += br.pending
+                owner += [k] * len(br.pending)
         closing = all(br.closed or br.pending == [self.ids.end_branch] for br in b.branches)
         if closing and not first:
-            tokens.append(self.ids.end_para)
             positions.append(b.para_pos + 1 + sum(len(br.fed) for br in b.branches) + len(owner))
+            tokens.append(self.ids.end_para)
             owner.append(-1)
         n = len(tokens)
-        mask_from = length if first else b.para_slot + 1
-        mask = torch.zeros(n, length - mask_from + n, dtype=torch.bool)
-        new0 = length - mask_from         # column of the first new row
-        for r, k in enumerate(owner):
-            if k < 0:                      # <|para|> sees itself, <|/para|> everything before it
-                mask[r, new0 + r if first else slice(0, new0 + r + 1)] = True
-                continue
-            br = b.branches[k]
-            mask[r, [s - mask_from for s in br.slots]] = True
-            own = [new0 + j for j in range(r + 1) if owner[j] == k]
-            mask[r, own] = True
+        mask = np.zeros((n, new0 + n), dtype=bool)
+        if first:
+            mask[0, new0] = True           # <|para|> sees itself (and the slots before mask_from)
+        elif owner and owner[-1] < 0:
+            mask[n - 1, :new0 + n] = True  # <|/para|> sees everything before it
+        for br, r0, r1 in spans:
+            if br.slots:                   # its own committed slots
+                mask[r0:r1, np.asarray(br.slots) - mask_from] = True
+            if r1 - r0 == 1:               # its new rows, causal (one row: itself)
+                mask[r0, new0 + r0] = True
+            else:
+                mask[r0:r1, new0 + r0:new0 + r1] = np.tri(r1 - r0, dtype=bool)
             if first:
-                mask[r, new0] = True       # the <|para|> row
+                mask[r0:r1, new0] = True   # the <|para|> row
+        mask = torch.from_numpy(mask)
         b.owner = owner
-        rows = [r for r in range(n) if self._wants_logits(owner, tokens, r)]
+        # logits: each branch's last row unless it feeds <|/branch|>, and <|/para|>'s
+        rows = [r1 - 1 for br, r0, r1 in spans if tokens[r1 - 1] != self.ids.end_branch]
+        if tokens and tokens[-1] == self.ids.end_para and owner[-1] < 0:
+            rows.append(n - 1)
         return Query(tokens, positions, mask, [{}], 0, mask_from=mask_from, rows=rows)
-
-    def _wants_logits(self, owner: list[int], tokens: list[int], r: int) -> bool:
-        if owner[r] < 0:
-            return tokens[r] == self.ids.end_para
-        last_of_branch = r + 1 == len(owner) or owner[r + 1] != owner[r]
-        return last_of_branch and tokens[r] != self.ids.end_branch
 
     def accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, forward_s: float) -> list[int]:
         """Commit the step's rows, draw each open branch's next token; the tokens to emit (the
