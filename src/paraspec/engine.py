@@ -30,7 +30,7 @@ from .outputs import StepTrace, TokenLogprob, find_stop, token_logprobs
 from .runner import ModelRunner
 from .scheduler import fair_pick
 from .sampling.params import SamplingParams
-from .sampling.sampler import RequestSampler
+from .sampling.sampler import RequestSampler, first_max
 from .sequence import SequenceState, SequenceUpdate
 
 logger = logging.getLogger("paraspec.engine")
@@ -266,7 +266,8 @@ class Engine:
         """Walk the verified tree (the longest run the sampler agrees with), commit its KV, emit."""
         t1 = time.perf_counter()
         sampler, mode, is_stop = seq.sampler, seq.mode, self._stop_check(seq)
-        argmax = logits.argmax(-1).tolist() if (sampler.argmax_suffices or q.lookahead_rows) else None
+        # every row's argmax at once where the walk uses it (a mode draws row by row instead)
+        argmax = first_max(logits) if ((sampler.argmax_suffices and mode is None) or q.lookahead_rows) else None
         if sampler.argmax_suffices and mode is None:
             acc = walk(q.children, argmax.__getitem__, seq.max_tokens - len(seq.output), is_stop)
             for t in acc.tokens:

@@ -32,10 +32,10 @@ def models(tiny_model_dir, tmp_path_factory):
 def test_run_eval_scores_every_mode(models):
     examples = synth.generate(2, 1000)
     report = run_eval(*models, examples, max_tokens=12)
-    assert KEYS <= set(report) and report["n"] == 2
+    assert KEYS | {"speedup_cpu", "speedup_with_drafts_cpu"} <= set(report) and report["n"] == 2
     for mode in ("control", "aspd", "aspd+drafts"):
         m = report["modes"][mode]
-        assert 0 <= m["accuracy"] <= 1 and m["total_wall_s"] > 0
+        assert 0 <= m["accuracy"] <= 1 and m["total_wall_s"] > 0 and m["total_cpu_s"] > 0
         assert all(r["forward_passes"] >= 1 for r in report["answers"][mode])
     assert all(r["raw"] is not None for r in report["answers"]["aspd"])   # the engine's raw markup text
     assert report["accuracy_control"] == 0.0                              # a random model solves nothing

@@ -28,13 +28,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from ..decoding.mode import ModePlugin
 from ..decoding.verify import Query
 from ..errors import RequestError
 from ..sequence import SequenceState
-from .grammar import SerialGrammar, branch_logits, branch_token
+from .grammar import SerialGrammar, branch_greedy, branch_logits, branch_token
 from .markup import MarkupIds
 from .params import AspdParams
 from .stream import PlainDetokenizer, marked_text
@@ -96,8 +97,9 @@ class AspdState:
     def parallel(self) -> bool:
         return self.block is not None
 
-    def _forced(self, context: Sequence[int]) -> int | None:
-        return None if self.decoder.force is None else self.decoder.force(context)
+    def _forced(self, context: Callable[[], Sequence[int]]) -> int | None:
+        """The test hook's token; `context` builds the tokens it sees only when a hook is set."""
+        return None if self.decoder.force is None else self.decoder.force(context())
 
     # ---------------------------------------------------------------------------- serial
 
@@ -129,15 +131,16 @@ class AspdState:
     def draw(self, seq: SequenceState, logits: torch.Tensor, pending: list[int]) -> int:
         """A serial token of the engine's step, the grammar applied (the engine records it in the
         sampler). Every token the engine's walk draws is emitted, so the state advances as it goes."""
-        return self._draw_serial(seq, logits, [*seq.tokens, *pending])
+        return self._draw_serial(seq, logits, lambda: [*seq.tokens, *pending])
 
     def ends_run(self, token: int) -> bool:
         return token == self.ids.para      # a draft never runs past <|para|>: the block starts there
 
-    def _draw_serial(self, seq: SequenceState, logits: torch.Tensor, context: Sequence[int]) -> int:
+    def _draw_serial(self, seq: SequenceState, logits: torch.Tensor, context: Callable[[], Sequence[int]]) -> int:
         t = self._forced(context)
-        if t is None:
-            t = seq.sampler.draw(self.grammar.apply(logits))
+        if t is None:    # greedy: the grammar's argmax without a masked copy of the row where it can
+            t = self.grammar.greedy(logits) if seq.sampler.argmax_suffices \
+                else seq.sampler.draw(self.grammar.apply(logits))
         self.advance(t)
         return t
 
@@ -148,46 +151,51 @@ class AspdState:
         if self.block is None:
             return None
         b, length = self.block, seq.cache.length
-        tokens: list[int] = []
-        positions: list[int] = []
-        owner: list[int] = []             # per row: its branch, or -1 (<|para|>, <|/para|>)
         first = b.para_slot < 0
         if first:
             b.para_pos = length
-            tokens, positions, owner = [self.ids.para], [length], [-1]
+        mask_from = length if first else b.para_slot + 1
+        new0 = length - mask_from         # column of the first new row
+        # a branch's pending tokens are consecutive rows; first the rows, then the mask (numpy:
+        # a step builds it with a few slice writes per branch, not per row)
+        tokens: list[int] = [self.ids.para] if first else []
+        positions: list[int] = [length] if first else []
+        owner: list[int] = [-1] if first else []     # per row: its branch, or -1 (<|para|>, <|/para|>)
+        spans: list[tuple[Branch, int, int]] = []
         for k, br in enumerate(b.branches):
-            for t in br.pending:
-                tokens.append(t)
-                positions.append(b.para_pos + 1 + len(br.fed) + sum(o == k for o in owner))
-                owner.append(k)
+            if br.pending:
+                spans.append((br, len(tokens), len(tokens) + len(br.pending)))
+                start = b.para_pos + 1 + len(br.fed)
+                positions += range(start, start + len(br.pending))
+                tokens += br.pending
+                owner += [k] * len(br.pending)
         closing = all(br.closed or br.pending == [self.ids.end_branch] for br in b.branches)
         if closing and not first:
-            tokens.append(self.ids.end_para)
             positions.append(b.para_pos + 1 + sum(len(br.fed) for br in b.branches) + len(owner))
+            tokens.append(self.ids.end_para)
             owner.append(-1)
         n = len(tokens)
-        mask_from = length if first else b.para_slot + 1
-        mask = torch.zeros(n, length - mask_from + n, dtype=torch.bool)
-        new0 = length - mask_from         # column of the first new row
-        for r, k in enumerate(owner):
-            if k < 0:                      # <|para|> sees itself, <|/para|> everything before it
-                mask[r, new0 + r if first else slice(0, new0 + r + 1)] = True
-                continue
-            br = b.branches[k]
-            mask[r, [s - mask_from for s in br.slots]] = True
-            own = [new0 + j for j in range(r + 1) if owner[j] == k]
-            mask[r, own] = True
+        mask = np.zeros((n, new0 + n), dtype=bool)
+        if first:
+            mask[0, new0] = True           # <|para|> sees itself (and the slots before mask_from)
+        elif owner and owner[-1] < 0:
+            mask[n - 1, :new0 + n] = True  # <|/para|> sees everything before it
+        for br, r0, r1 in spans:
+            if br.slots:                   # its own committed slots
+                mask[r0:r1, np.asarray(br.slots) - mask_from] = True
+            if r1 - r0 == 1:               # its new rows, causal (one row: itself)
+                mask[r0, new0 + r0] = True
+            else:
+                mask[r0:r1, new0 + r0:new0 + r1] = np.tri(r1 - r0, dtype=bool)
             if first:
-                mask[r, new0] = True       # the <|para|> row
+                mask[r0:r1, new0] = True   # the <|para|> row
+        mask = torch.from_numpy(mask)
         b.owner = owner
-        rows = [r for r in range(n) if self._wants_logits(owner, tokens, r)]
+        # logits: each branch's last row unless it feeds <|/branch|>, and <|/para|>'s
+        rows = [r1 - 1 for br, r0, r1 in spans if tokens[r1 - 1] != self.ids.end_branch]
+        if tokens and tokens[-1] == self.ids.end_para and owner[-1] < 0:
+            rows.append(n - 1)
         return Query(tokens, positions, mask, [{}], 0, mask_from=mask_from, rows=rows)
-
-    def _wants_logits(self, owner: list[int], tokens: list[int], r: int) -> bool:
-        if owner[r] < 0:
-            return tokens[r] == self.ids.end_para
-        last_of_branch = r + 1 == len(owner) or owner[r + 1] != owner[r]
-        return last_of_branch and tokens[r] != self.ids.end_branch
 
     def accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, forward_s: float) -> list[int]:
         """Commit the step's rows, draw each open branch's next token; the tokens to emit (the
@@ -209,6 +217,11 @@ class AspdState:
         self.parallel_steps += 1
         drawn = 0
         out: list[int] = []
+        # greedy: every branch row's token in one argmax (the same tokens as one draw per row)
+        greedy = None
+        if seq.sampler.argmax_suffices:
+            n_branch = len(q.rows) - (owner[q.rows[-1]] < 0 if q.rows else 0)
+            greedy = branch_greedy(logits[:n_branch], ids) if n_branch else []
         for row, r in enumerate(q.rows):
             k = owner[r]
             if k < 0:                      # <|/para|>: back to serial mode
@@ -216,14 +229,15 @@ class AspdState:
                 self.last_slots = [s for br in b.branches for s in br.slots] + [start + r]
                 out = self.flattened() + [ids.end_para]
                 self.block = None
-                t = self._draw_serial(seq, logits[row], seq.tokens + out)
+                t = self._draw_serial(seq, logits[row], lambda: seq.tokens + out)
                 seq.sampler.append(t)
                 out.append(t)
                 break
             br = b.branches[k]
-            t = self._forced(seq.tokens + self._context(br))
+            t = self._forced(lambda: seq.tokens + self._context(br))
             if t is None:
-                t = branch_token(seq.sampler.draw(branch_logits(logits[row], ids)), ids, self.eos)
+                t = greedy[row] if greedy is not None else seq.sampler.draw(branch_logits(logits[row], ids))
+                t = branch_token(t, ids, self.eos)
                 br.content += 1
             if br.content >= self.decoder.params.max_branch_tokens:
                 t = ids.end_branch

@@ -8,7 +8,10 @@ turns per prompt so that load changes on a shared machine hit all three alike:
 Per decoder: accuracy by the exact checker (synth.check on the engine's `.text`, what a user
 reads), forward passes per answer token (decode forwards / tokens of `.text`, in the base
 tokenizer), and wall-clock per answer (prefill included). speedup = control's total wall-clock /
-aspd's. text_mismatches counts ASPD answers whose `.text` is not markup.to_plain of the engine's
+aspd's. speedup_cpu (and speedup_with_drafts_cpu) is the same ratio of the process's CPU time
+(time.process_time) over the same calls: on a loaded, shared machine wall-clock also counts the
+time other processes hold the cores, which CPU time does not, so the two together tell a slow
+decoder from a busy machine. text_mismatches counts ASPD answers whose `.text` is not markup.to_plain of the engine's
 raw markup text (it must be 0: stream.py).
 Models are the committed adapters merged into cached Hugging Face folders (export), rebuilt
 when an adapter changes.
@@ -87,11 +90,11 @@ def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: in
         msgs = [{"role": "user", "content": ex.prompt}]
         for mode in MODES:
             llm = llms["control" if mode == "control" else "aspd"]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out = llm.chat(msgs, params, plugins[mode])[0]
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             raw, text = out.stats.get("aspd_raw_text"), out.outputs[0].text
-            rows[mode].append({"id": ex.id, "family": ex.family, "ok": check(ex, text), "wall_s": wall,
+            rows[mode].append({"id": ex.id, "family": ex.family, "ok": check(ex, text), "wall_s": wall, "cpu_s": cpu,
                                "forward_passes": out.stats.get("forward_passes", 0),
                                "answer_tokens": len(count(text)), "text": text, "raw": raw,
                                "text_mismatch": raw is not None and to_plain(raw) != text})
@@ -113,6 +116,7 @@ def summarize(rows: dict, threads: int) -> dict:
                      "forward_passes_per_token": sum(r["forward_passes"] for r in rs) / max(1, tokens),
                      "median_wall_s": statistics.median(r["wall_s"] for r in rs),
                      "total_wall_s": sum(r["wall_s"] for r in rs), "answer_tokens": tokens,
+                     "total_cpu_s": sum(r["cpu_s"] for r in rs),
                      "text_mismatches": sum(r["text_mismatch"] for r in rs),
                      "by_family": {f: sum(r["ok"] for r in rs if r["family"] == f) / n
                                    for f in sorted({r["family"] for r in rs})
@@ -123,6 +127,9 @@ def summarize(rows: dict, threads: int) -> dict:
             "accuracy_control": round(per["control"]["accuracy"], 4),
             "speedup_with_drafts": round(ctrl / per["aspd+drafts"]["total_wall_s"], 3),
             "accuracy_aspd_drafts": round(per["aspd+drafts"]["accuracy"], 4),
+            "speedup_cpu": round(per["control"]["total_cpu_s"] / max(1e-9, per["aspd"]["total_cpu_s"]), 3),
+            "speedup_with_drafts_cpu": round(per["control"]["total_cpu_s"]
+                                             / max(1e-9, per["aspd+drafts"]["total_cpu_s"]), 3),
             "forward_pass_ratio": round(per["control"]["forward_passes_per_token"]
                                         / max(1e-9, per["aspd"]["forward_passes_per_token"]), 3),
             "text_mismatches": sum(m["text_mismatches"] for m in per.values()),

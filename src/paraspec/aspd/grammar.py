@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..sampling.sampler import first_max
 from .markup import MarkupIds
 
 NEG = float("-inf")
@@ -43,21 +44,13 @@ class SerialGrammar:
                           self.title_tokens)
         return g
 
-    def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        """The logits with what the grammar forbids here at -inf (a copy)."""
+    def rule(self) -> tuple[bool, list[int]]:
+        """What the grammar allows here: (True, the only allowed ids) or (False, the banned ids)."""
         i = self.ids
-        out = logits.clone()
         if self.state == "closed":
-            allowed = [i.para] + ([i.title] if self.titles < self.max_titles else [])
-            keep = out[allowed].clone()
-            out.fill_(NEG)
-            out[allowed] = keep
-            return out
+            return True, [i.para] + ([i.title] if self.titles < self.max_titles else [])
         if self.state == "title" and self.title_tokens >= self.max_title_tokens:
-            keep = out[i.end_title].clone()
-            out.fill_(NEG)
-            out[i.end_title] = keep
-            return out
+            return True, [i.end_title]
         banned = list(self._banned_text if self.state in ("text", "after_block") else self._always)
         if self.state == "after_block":
             banned.append(i.title)
@@ -65,8 +58,29 @@ class SerialGrammar:
             banned += [i.title, i.end_title, i.para, *self.eos]
         elif self.state == "title":
             banned += [i.title, i.para, *self.eos]
-        out[banned] = NEG
+        return False, banned
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logits with what the grammar forbids here at -inf (a copy)."""
+        only, ids = self.rule()
+        out = logits.clone()
+        if only:
+            keep = out[ids].clone()
+            out.fill_(NEG)
+            out[ids] = keep
+        else:
+            out[ids] = NEG
         return out
+
+    def greedy(self, logits: torch.Tensor) -> int:
+        """argmax of apply(logits), without copying the vocabulary row where the grammar only bans
+        ids and the plain argmax is not one of them (most steps): that index is then also the first
+        maximum of the masked row, so the token is the same, ties included."""
+        only, ids = self.rule()
+        if only:       # rare (after a title): the plain path
+            return int(self.apply(logits).argmax())
+        t = first_max(logits)
+        return t if t not in ids else int(self.apply(logits).argmax())
 
     def advance(self, token: int) -> None:
         i = self.ids
@@ -88,10 +102,27 @@ class SerialGrammar:
         self.state, self.titles = "after_block", 0
 
 
+def _branch_banned(ids: MarkupIds) -> list[int]:
+    return [ids.title, ids.end_title, ids.para, ids.end_para, ids.branch]
+
+
 def branch_logits(logits: torch.Tensor, ids: MarkupIds) -> torch.Tensor:
     out = logits.clone()
-    out[[ids.title, ids.end_title, ids.para, ids.end_para, ids.branch]] = NEG
+    out[..., _branch_banned(ids)] = NEG
     return out
+
+
+def branch_greedy(logits: torch.Tensor, ids: MarkupIds) -> list[int]:
+    """Per row of logits [rows, vocab]: argmax of branch_logits(row), all rows in one argmax;
+    a row whose plain argmax is allowed (most) needs no masking (see SerialGrammar.greedy)."""
+    best = first_max(logits)
+    banned = _branch_banned(ids)
+    bad = [r for r, t in enumerate(best) if t in banned]
+    if bad:
+        fixed = branch_logits(logits[bad], ids).argmax(-1).tolist()
+        for r, t in zip(bad, fixed):
+            best[r] = t
+    return best
 
 
 def branch_token(token: int, ids: MarkupIds, eos: frozenset[int]) -> int:

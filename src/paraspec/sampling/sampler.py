@@ -26,6 +26,14 @@ def _splitmix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def first_max(logits: torch.Tensor) -> list[int] | int:
+    """torch.argmax over the last axis (the first maximum, as torch's): numpy's SIMD argmax for
+    fp32 CPU rows (~20x faster than torch's over a 49k vocabulary on one thread), torch otherwise."""
+    if logits.dtype == torch.float32 and logits.device.type == "cpu" and not logits.requires_grad:
+        return logits.numpy().argmax(-1).tolist()
+    return logits.argmax(-1).tolist()
+
+
 def uniform(seed: int, index: int) -> float:
     """A uniform number in [0, 1) determined by (seed, index)."""
     return (_splitmix64(_splitmix64(seed & _MASK64) ^ index) >> 11) * (1.0 / (1 << 53))
@@ -59,7 +67,7 @@ class RequestSampler:
         """The next token given logits [vocab] computed with this sequence's exact context."""
         x = self.processed_logits(logits)
         if self.greedy:
-            return int(x.argmax())
+            return first_max(x)
         p = self.params
         probs, ids = filtered_probs(x, p.temperature, p.top_k, p.top_p, p.min_p)
         cdf = probs.double().cumsum(0)
