@@ -28,7 +28,12 @@ class _PeerBase:
     def _measure(self, task: BenchTask, params: RunParams, tokens: list[int], t_first: float, total: float,
                  forwards: int | None, mem: PeakRSS, kv: int | None) -> Measurement:
         n = len(tokens)
-        decode = max(total - t_first, 0.0)
+        decode = total - t_first
+        if n > 1 and decode <= 0:
+            # t_first comes from a separate 1-token call: on a loaded machine (a tiny model's whole
+            # run takes milliseconds) it can outlast the full run. The run's mean time per token
+            # then stands in for the decode, rather than a rate of 0 or infinity.
+            decode = total * (n - 1) / n
         return Measurement(
             suite="main", system=self.info.name, task_set=task.task_set, task_id=task.task_id, mode=params.mode,
             repeat=params.repeat, prompt_tokens=len(task.prompt_ids), generated_tokens=n, wall_s=round(total, 6),
