@@ -16,6 +16,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the paraspec[ray] extra is not installed (make test-ray installs it)")
 
+import openai  # noqa: E402
 from cluster import APP, Cluster, descendants, start_ray  # noqa: E402
 from paraspec import LLM, SamplingParams  # noqa: E402
 from paraspec.ray_serve.options import RayServeOptions  # noqa: E402
@@ -97,6 +98,30 @@ def _complete(cluster, prompt: str, max_tokens: int = 24, plain: bool = False) -
     ext = r.to_dict()["paraspec"]
     return {"text": r.choices[0].text, "replica": ext["choices"][0]["replica"],
             "accepted": ext["mean_accepted_tokens_per_step"]}
+
+
+def _complete_ext(cluster, extra: dict | None = None) -> dict:
+    r = cluster.client.completions.create(model=MODEL, prompt="light update", max_tokens=2, temperature=0,
+                                          extra_body=extra)
+    return r.to_dict()["paraspec"]
+
+
+def _status(cluster, extra: dict) -> int:
+    try:
+        _complete_ext(cluster, extra)
+        return 200
+    except openai.APIStatusError as e:
+        return e.status_code
+
+
+def _until(check, timeout_s: float = 10.0) -> bool:
+    """check() becomes true within timeout_s (the ingress polls its replicas' settings every 2 s)."""
+    start = time.monotonic()
+    while not check():
+        if time.monotonic() - start > timeout_s:
+            return False
+        time.sleep(0.25)
+    return True
 
 
 def _load(fn, items, concurrency: int, budget_s: float) -> list:
@@ -331,9 +356,16 @@ def test_user_config_update_reconfigures_running_replicas(cluster, tmp_path):
         apply({"plugin_params": "none", "speculationGamma": 8})
         assert wait_for({(None, 8)}) == before                      # same processes, same replicas
         assert _complete(cluster, "light update", 8)["accepted"] == 1.0
+        # the ingress follows: responses name the new default drafter (none)
+        assert _until(lambda: _complete_ext(cluster)["plugin"] is None)
         apply({"plugin_params": {**memory, "decoding_length": 4}, "speculationGamma": 4})
         assert wait_for({("memory_decoding", 4)}) == before
         assert _complete(cluster, "light update", 8)["accepted"] >= 1.0
+        assert _until(lambda: _complete_ext(cluster)["plugin"] == "memory_decoding")
+        # and checks a request's plugin_params against the reloaded gamma (4): decoding_length 8 is a 400
+        too_long = {"paraspec": {"plugin_params": {**memory, "decoding_length": 8}}}
+        assert _until(lambda: _status(cluster, too_long) == 400)
+        assert _status(cluster, {"paraspec": {"plugin_params": {**memory, "decoding_length": 4}}}) == 200
     finally:
         serve.delete(name)
 

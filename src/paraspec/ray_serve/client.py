@@ -6,6 +6,8 @@ does). A replica that dies under a request ends that request with HTTP 503 (a st
 error event): Serve retries only calls no replica has accepted yet."""
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -21,6 +23,7 @@ from ..server.engine_client import NOT_READY, Delta, DeltaStream, EngineDeadErro
 logger = logging.getLogger("paraspec.ray_serve")
 
 METRICS_TIMEOUT_S = 5.0
+SETTINGS_POLL_S = 2.0       # how soon the ingress follows a reconfigure() of the replicas
 
 
 class RemoteStream(DeltaStream):
@@ -48,11 +51,13 @@ class ServeEngineClient:
     def __init__(self, handle, config: ServiceConfig, default_plugin: str | None):
         self.handle = handle
         self.stream_handle = handle.options(stream=True)
+        self.config = config
         self.max_in_flight = config.server.max_link_num
         self.default_plugin = default_plugin
         self._streams: dict[int, RemoteStream] = {}
         self._sequences = 0
         self._running = False
+        self._follow: asyncio.Task | None = None
 
     @property
     def is_running(self) -> bool:
@@ -68,9 +73,14 @@ class ServeEngineClient:
 
     async def start(self) -> None:
         self._running = True
+        self._follow = asyncio.get_running_loop().create_task(self._follow_settings())
 
     async def shutdown(self, grace_s: float = 0.0) -> None:
         self._running = False
+        if self._follow is not None:
+            self._follow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follow
         for s in list(self._streams.values()):
             s.close("aborted")
 
@@ -89,6 +99,20 @@ class ServeEngineClient:
         self._streams[id(stream)] = stream
         self._sequences += params.n
         return stream
+
+    async def _follow_settings(self) -> None:
+        """reconfigure() swaps the replicas' drafter and speculationGamma; the app names the default
+        drafter in its responses and checks a request's plugin_params against the gamma, so the
+        ingress follows them: one replica's stats every SETTINGS_POLL_S, off the request path."""
+        while self._running:
+            await asyncio.sleep(SETTINGS_POLL_S)
+            try:
+                stats = await self.handle.stats.remote()
+            except Exception as e:            # a replica restarting: keep the last known settings
+                logger.debug("settings poll failed: %s", e)
+                continue
+            self.default_plugin = stats["plugin"]
+            self.config.model_deploy.speculation_gamma = stats["gamma"]
 
     def _release(self, stream: RemoteStream) -> None:
         if self._streams.pop(id(stream), None) is not None:
