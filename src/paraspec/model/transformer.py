@@ -225,31 +225,45 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     return out.view(n_heads, rows, head_dim)[:, :n_q].transpose(0, 1).reshape(n_q, n_heads * head_dim)
 
 
-def prompt_bias(cache: KVCache, n: int, group: int) -> torch.Tensor:
-    """prompt_attention's additive causal mask [group * n, length + n] for a chunk of n tokens
-    after the committed ones: built once per forward, the same for every layer."""
+PROMPT_BLOCK = 64   # query rows per block of prompt_attention: a block's scores stay in cache
+
+
+def prompt_bias(cache: KVCache, n: int, group: int) -> list[torch.Tensor]:
+    """prompt_attention's additive causal masks for a chunk of n tokens after the committed ones,
+    one per block of PROMPT_BLOCK query rows: [group * rows, keys up to the block's last row].
+    Built once per forward, the same for every layer."""
     start = cache.length
-    visible = torch.ones(n, start + n, dtype=torch.bool).tril_(start)   # row i sees keys <= start + i
-    return torch.zeros(n, start + n).masked_fill_(~visible, float("-inf")).repeat(group, 1)
+    blocks = []
+    for i0 in range(0, n, PROMPT_BLOCK):
+        rows, keys = min(PROMPT_BLOCK, n - i0), start + min(n, i0 + PROMPT_BLOCK)
+        visible = torch.ones(rows, keys, dtype=torch.bool).tril_(start + i0)   # row i sees keys <= start + i0 + i
+        blocks.append(torch.zeros(rows, keys).masked_fill_(~visible, float("-inf")).repeat(group, 1))
+    return blocks
 
 
-def prompt_attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, scale: float) -> torch.Tensor:
+def prompt_attention(q: torch.Tensor, cache: KVCache, layer: int, bias: list[torch.Tensor], scale: float) -> torch.Tensor:
     """Causal attention of a prompt chunk q [n, n_heads, head_dim] (fp32) over the cache's
-    committed keys and its own, in plain fp32 (softmax, then one matmul): on a 1k-token prompt
-    much faster than `attention`, whose fp64 sum over key chunks exists for row invariance.
-    A prompt does not need that: every decoding mode, AR included, starts from the same prefill,
-    so greedy parallel decoding stays identical to greedy AR. (F.scaled_dot_product_attention
-    was slower here, on 2 cores.) Returns [n, n_heads * head_dim]."""
+    committed keys and its own, in plain fp32 (softmax, then one matmul), a block of
+    PROMPT_BLOCK query rows at a time: a block reads only the keys it can see (half the work of
+    a square mask) and its scores stay in cache (a whole chunk's score matrix does not). On a
+    1k-token prompt much faster than `attention`,
+    whose fp64 sum over key chunks exists for row invariance. A prompt does not need that:
+    every decoding mode, AR included, starts from the same prefill, so greedy parallel decoding
+    stays identical to greedy AR. (F.scaled_dot_product_attention was slower here, on 2 cores.)
+    Returns [n, n_heads * head_dim]."""
     n, n_heads, head_dim = q.shape
-    start = cache.length
-    end = start + n
     n_kv = cache.k.shape[1]
     group = n_heads // n_kv
-    k = cache.k[layer, :, :end]                                    # [kv_heads, end, head_dim]
-    v = cache.v[layer, :, :end]                                    # [kv_heads, end, head_dim]
-    qg = q.permute(1, 0, 2).reshape(n_kv, group * n, head_dim)
-    probs = torch.baddbmm(bias, qg, k.transpose(1, 2), alpha=scale).softmax(-1)
-    out = torch.bmm(probs, v)                                      # [kv_heads, group * n, head_dim]
+    qg = q.permute(1, 0, 2).reshape(n_kv, group, n, head_dim)
+    out = q.new_empty(n_kv, group, n, head_dim)
+    for b, block_bias in enumerate(bias):
+        i0 = b * PROMPT_BLOCK
+        rows, keys = block_bias.shape[0] // group, block_bias.shape[1]
+        k = cache.k[layer, :, :keys]                               # [kv_heads, keys, head_dim]
+        v = cache.v[layer, :, :keys]
+        qb = qg[:, :, i0:i0 + rows].reshape(n_kv, group * rows, head_dim)
+        probs = torch.baddbmm(block_bias, qb, k.transpose(1, 2), alpha=scale).softmax(-1)
+        out[:, :, i0:i0 + rows] = torch.bmm(probs, v).view(n_kv, group, rows, head_dim)
     return out.view(n_heads, n, head_dim).transpose(0, 1).reshape(n, n_heads * head_dim)
 
 
