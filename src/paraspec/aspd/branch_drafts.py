@@ -10,7 +10,8 @@ sees the shared prefix, branch k's slots and rows, its ancestors and itself, nev
 a draft node carries is accepted too (its KV is the one the branch's closing step would write).
 
 Which nodes go in: the trie's estimates, calibrated by what branch drafts have been accepted so
-far (one factor per decoder: hits over expected of the continuations a walk could have taken),
+far (per decoder, by depth and estimate band: hits over expected of the continuations a walk
+could have taken; deep nodes are over-estimated, confident shallow ones under-estimated),
 ranked best first over all branches, and the prefix with the most expected tokens per unit of
 forward cost (the engine's measured curve: rows up to a padded stair come free). Greedy only: a
 sampled branch keeps one token a step (the sampler's counter order would differ from the
@@ -18,8 +19,10 @@ no-draft run, so outputs would not be the same draws).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from bisect import bisect_right
 from typing import Hashable, Sequence
+
+import numpy as np
 
 from ..decoding.cost import CostModel
 from ..decoding.memory import PROMPT_WEIGHT
@@ -29,23 +32,33 @@ from .markup import MarkupIds
 MAX_ROWS = 32                # rows of one block step, branch roots and drafts together
 CANDIDATES = 8               # trie nodes offered per branch
 MAX_DEPTH = 8                # deepest branch draft node
-PRIOR_HITS, PRIOR_EXPECTED = 2.0, 4.0   # before evidence, a trie estimate counts at half
-DECAY = 0.998                # per observed step: the factor follows the recent drafts
+DEPTH_EDGES = (2, 3)         # depth bands: 1, 2, 3+ (the trie over-estimates deep nodes more)
+Q_EDGES = (0.2, 0.45, 0.85)  # bands of the trie's conditional estimate
+PRIOR_EXPECTED = 2.0         # the trie's own estimate weighs as this many expected continuations
+DECAY = 0.998                # per observed node: a band follows the recent drafts
 
 
-@dataclass
 class Calibration:
-    """hits / expected of branch draft continuations (decoder-wide, across requests)."""
-    hits: float = 0.0
-    expected: float = 0.0
+    """Per (depth band, estimate band): hits / expected of the trie's conditional estimates for
+    branch draft continuations (decoder-wide, across requests); 1 before evidence."""
 
-    @property
-    def factor(self) -> float:
-        return (self.hits + PRIOR_HITS) / (self.expected + PRIOR_EXPECTED)
+    def __init__(self) -> None:
+        shape = (len(DEPTH_EDGES) + 1, len(Q_EDGES) + 1)
+        self.hits = np.zeros(shape)
+        self.expected = np.zeros(shape)
 
-    def observe(self, hits: float, expected: float) -> None:
-        self.hits = self.hits * DECAY + hits
-        self.expected = self.expected * DECAY + expected
+    @staticmethod
+    def band(depth: int, q: float) -> tuple[int, int]:
+        return bisect_right(DEPTH_EDGES, depth), bisect_right(Q_EDGES, q)
+
+    def factor(self, depth: int, q: float) -> float:
+        b = self.band(depth, q)
+        return float((self.hits[b] + PRIOR_EXPECTED) / (self.expected[b] + PRIOR_EXPECTED))
+
+    def observe(self, depth: int, q: float, hit: bool) -> None:
+        b = self.band(depth, q)
+        self.hits[b] = self.hits[b] * DECAY + hit
+        self.expected[b] = self.expected[b] * DECAY + q
 
 
 class BranchDrafter:
@@ -73,14 +86,12 @@ class BranchDrafter:
     def select(self, trees: list[DraftTree], base_rows: int, cost: CostModel, max_nodes: int) -> list[DraftTree]:
         """Each tree cut to the nodes worth verifying: calibrated estimates, best first over all
         trees, the prefix with the most expected tokens (base_rows count one each) per unit of cost."""
-        f = self.calibration.factor
+        cal_of = self.calibration.factor
         ranked: list[tuple[float, int, int]] = []      # (calibrated p, tree, node)
         for k, tree in enumerate(trees):
             cal: list[float] = []
-            for i, (p, par) in enumerate(zip(tree.probs, tree.parents)):
-                parent_p = 1.0 if par == ROOT else tree.probs[par]
-                q = p / parent_p if parent_p > 0 else 0.0
-                cal.append(min(1.0, f * q) * (1.0 if par == ROOT else cal[par]))
+            for i, (q, d, par) in enumerate(zip(_conditional(tree), tree.depths(), tree.parents)):
+                cal.append(min(1.0, cal_of(d, q) * q) * (1.0 if par == ROOT else cal[par]))
                 ranked.append((cal[i], k, i))
         # stable: a parent (never less likely, earlier in its tree) stays before its children
         ranked.sort(key=lambda e: -e[0])
@@ -96,18 +107,30 @@ class BranchDrafter:
             keep[k].add(i)
         return [_subtree(tree, kept) for tree, kept in zip(trees, keep)]
 
-    def observe(self, tree: DraftTree, accepted: Sequence[int]) -> None:
+    def observe(self, tree: DraftTree, accepted: Sequence[int], skip: int = -1) -> None:
         """A walk reached the root and `accepted` nodes: each child of a reached node was a chance
-        for the text to go on into it (expected: the trie's conditional estimate; a hit if it did)."""
+        for the text to go on into it (expected: the trie's conditional estimate; a hit if it did).
+        Nodes of token `skip` are no trie estimate (a drafted <|/para|>)."""
         reached = {ROOT, *accepted}
-        hits = expected = 0.0
-        for i, (p, par) in enumerate(zip(tree.probs, tree.parents)):
-            if par in reached:
-                parent_p = 1.0 if par == ROOT else tree.probs[par]
-                expected += p / parent_p if parent_p > 0 else 0.0
-                hits += i in reached
-        if expected:
-            self.calibration.observe(hits, expected)
+        for i, (q, d, par, t) in enumerate(zip(_conditional(tree), tree.depths(), tree.parents, tree.tokens)):
+            if par in reached and t != skip:
+                self.calibration.observe(d, q, i in reached)
+
+
+def _conditional(tree: DraftTree) -> list[float]:
+    """Each node's estimate given its parent is accepted: its own over its parent's."""
+    return [p if par == ROOT else (p / tree.probs[par] if tree.probs[par] > 0 else 0.0)
+            for p, par in zip(tree.probs, tree.parents)]
+
+
+def with_close(tree: DraftTree, end_branch: int, end_para: int, max_nodes: int) -> DraftTree:
+    """A copy with `end_para` below each `<|/branch|>` node, while there is room: the block's
+    closing row, certain once its parent is accepted (so its parent's estimate)."""
+    out = DraftTree(list(tree.tokens), list(tree.parents), list(tree.probs))
+    for i, t in enumerate(tree.tokens):
+        if t == end_branch and len(out) < max_nodes:
+            out.add(end_para, i, tree.probs[i])
+    return out
 
 
 def _subtree(tree: DraftTree, kept: set[int]) -> DraftTree:

@@ -39,7 +39,7 @@ from ..decoding.verify import Query
 from ..errors import RequestError
 from ..model.transformer import max_draft_rows
 from ..sequence import SequenceState
-from .branch_drafts import MAX_ROWS, BranchDrafter
+from .branch_drafts import MAX_ROWS, BranchDrafter, with_close
 from .grammar import SerialGrammar, branch_greedy, branch_logits, branch_token
 from .markup import MarkupIds
 from .params import AspdParams
@@ -207,7 +207,10 @@ class AspdState:
                 positions += range(start, start + len(br.pending))
                 tokens += br.pending
                 last = start + len(br.pending) - 1
-                positions += [last + d for d in tree.depths()]
+                # a drafted <|/para|> (the block's last branch) comes after every branch's tokens
+                others = sum(len(o.fed) + len(o.pending) for o in b.branches if o is not br)
+                positions += [last + d + (others if t == self.ids.end_para else 0)
+                              for d, t in zip(tree.depths(), tree.tokens)]
                 tokens += tree.tokens
                 owner += [k] * (len(tokens) - r0)
                 b.spans.append(Span(k, r0, r0 + len(br.pending), tree))
@@ -234,6 +237,12 @@ class AspdState:
                 mask[d0:r1, new0 + d0:new0 + r1] = s.tree.ancestor_mask()[1:, 1:]
             if first:
                 mask[r0:r1, new0] = True   # the <|para|> row
+        ends = [s.d0 + i for s in b.spans for i, t in enumerate(s.tree.tokens) if t == self.ids.end_para]
+        if ends:                           # a drafted <|/para|> also sees every slot and every non-draft row
+            fixed = ([0] if first else []) + [r for s in b.spans for r in range(s.r0, s.d0)]
+            for r in ends:
+                mask[r, :new0] = True
+                mask[r, [new0 + c for c in fixed]] = True
         b.owner = owner
         # logits: each branch's last pending row unless it is <|/branch|>, its drafts, and <|/para|>'s
         rows = [r for s in b.spans for r in ([] if tokens[s.d0 - 1] == self.ids.end_branch else [s.d0 - 1])
@@ -262,6 +271,10 @@ class AspdState:
         if not any(trees):
             return {}
         chosen = d.select(trees, base, ctx.cost, room)
+        if len(open_) == 1 and room > len(chosen[0]):
+            # the last open branch: below a drafted <|/branch|> the block's <|/para|> can be drafted
+            # too (its row then gives the first serial token, as the closing step's row would)
+            chosen[0] = with_close(chosen[0], self.ids.end_branch, self.ids.end_para, room)
         return {k: t for (k, _), t in zip(open_, chosen) if t}
 
     def accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, forward_s: float) -> list[int]:
@@ -283,17 +296,20 @@ class AspdState:
         drawn = drafted = 0
         dropped: set[int] = set()
         accepted: list[list[int]] = []
+        close = q.rows[-1] if q.rows and b.owner[q.rows[-1]] < 0 else None    # the <|/para|> row
         for s in b.spans:
             br = b.branches[s.k]
             br.fed += q.tokens[s.r0:s.d0]
             br.closed = br.fed[-1] == ids.end_branch
             br.pending = []
-            nodes = [] if br.closed else self._walk(seq, br, s, logits, greedy, at)
+            nodes, end = ([], None) if br.closed else self._walk(seq, br, s, logits, greedy, at)
             drawn += 0 if br.closed else len(nodes) + len(br.pending)
             if s.tree:
                 drafted += len(s.tree)
-                self.decoder.branch_drafter.observe(s.tree, nodes)
-                dropped |= set(range(s.d0, s.end)) - {s.d0 + i for i in nodes}
+                self.decoder.branch_drafter.observe(s.tree, nodes, ids.end_para)
+                dropped |= set(range(s.d0, s.end)) - {s.d0 + i for i in nodes + ([end] if end is not None else [])}
+            if end is not None:
+                close = s.d0 + end
             accepted.append(nodes)
         keep = [r for r in range(len(q.tokens)) if r not in dropped]
         cache.commit(keep)
@@ -303,8 +319,8 @@ class AspdState:
         self.branch_draft_tokens += drafted
         self.branch_accepted += sum(len(n) for n in accepted)
         out: list[int] = []
-        if q.rows and b.owner[q.rows[-1]] < 0:    # <|/para|>: back to serial mode
-            r = q.rows[-1]
+        if close is not None:              # <|/para|>: back to serial mode
+            r = close
             self.grammar.block_done()
             self.last_slots = [s for br in b.branches for s in br.slots] + [slot[r]]
             out = self.flattened() + [ids.end_para]
@@ -316,10 +332,11 @@ class AspdState:
         return out or self._budget_cut(seq)
 
     def _walk(self, seq: SequenceState, br: Branch, s: "Span", logits: torch.Tensor,
-              greedy: list[int] | None, at: dict[int, int]) -> list[int]:
+              greedy: list[int] | None, at: dict[int, int]) -> tuple[list[int], int | None]:
         """The acceptance walk down branch br's draft (tree row 0: its last fed token), with the
-        branch grammar on every draw: the draft nodes accepted; br.fed gets their tokens and
-        br.pending the last draw (none when an accepted node closed the branch)."""
+        branch grammar on every draw: the draft nodes accepted (br.fed gets their tokens, br.pending
+        the last draw, none when an accepted node closed the branch), and the node of a drafted
+        <|/para|> below an accepted <|/branch|> (the block closes: with_close), or None."""
         ids, cap = self.ids, self.decoder.params.max_branch_tokens
 
         def draw(tree_row: int) -> int:
@@ -343,9 +360,12 @@ class AspdState:
             nodes.append(child)            # a drafted <|/branch|>: fed, the branch is closed
             br.fed.append(last)
             br.closed = True
+            end = children[child + 1].get(ids.end_para)    # drafted only below the last open branch
+            if end is not None:
+                return nodes, end
         else:
             br.pending = [last]
-        return nodes
+        return nodes, None
 
     def _budget_cut(self, seq: SequenceState) -> list[int]:
         """The block cut where the token budget ends, exactly where decoding without branch drafts
