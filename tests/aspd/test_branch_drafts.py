@@ -137,3 +137,34 @@ def test_with_close_drafts_the_blocks_end_below_each_branch_end():
     out = with_close(tree, 9, 11, 6)
     assert out.tokens == [5, 9, 7, 9, 11, 11] and out.parents == [-1, 0, -1, 2, 1, 3]
     assert out.probs[4:] == [0.8, 0.4] and len(with_close(tree, 9, 11, 5)) == 5
+
+
+@pytest.mark.slow
+def test_trained_adapter_same_answers_fewer_forwards():
+    """The committed LoRA adapter (merged, as `paraspec aspd eval` runs it) on held-out tasks: with
+    branch drafts every answer has the same ids and text as ASPD without drafts and as without
+    branch drafts, in fewer forwards. Each variant has its own engine (its own trie)."""
+    from paraspec import LLM
+    from paraspec.aspd.command import ADAPTER_DIR, EXPORT_DIR
+    from paraspec.aspd.evaluate import ASPD, ASPD_DRAFTS, heldout, model_folder
+    folder = str(model_folder("aspd", ADAPTER_DIR, EXPORT_DIR))
+    params = SamplingParams(temperature=0, max_tokens=200)
+    chats = [[{"role": "user", "content": e.prompt}] for e in heldout()[:6]]
+    first, second = LLM(folder, plugin_params=ASPD), LLM(folder, plugin_params=ASPD)
+    plain = [first.chat(c, params)[0] for c in chats]
+    without = [first.chat(c, params, {**ASPD_DRAFTS, "branch_drafts": False})[0] for c in chats]
+    with_ = [second.chat(c, params, ASPD_DRAFTS)[0] for c in chats]
+    for a, b, c in zip(plain, without, with_):
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids == c.outputs[0].token_ids
+        assert a.outputs[0].text == b.outputs[0].text == c.outputs[0].text
+    assert sum(o.stats["aspd_blocks"] for o in plain) >= 5
+    assert sum(o.stats["aspd_branch_accepted_tokens"] for o in with_) > 0
+    assert sum(o.stats["forward_passes"] for o in with_) < sum(o.stats["forward_passes"] for o in without)
+
+
+def test_budget_cut_is_the_draft_free_step():
+    from paraspec.aspd.branch_drafts import budget_cut
+    tokens = [[1] * 5, [2] * 9]        # branch 1 ended (prefix 2), branch 2 ran ahead with drafts
+    assert budget_cut(tokens, [2, 2], [True, False], 8, 0) == ([1, 1, 1, 1, 2, 2, 2, 2], 7)
+    assert budget_cut(tokens, [2, 2], [True, False], 20, 3) == (None, 7)
+    assert budget_cut([[1] * 4, [2] * 3], [2, 2], [False, False], 5, 0) == ([1, 1, 1, 2, 2, 2], 1)

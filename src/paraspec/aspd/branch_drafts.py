@@ -123,6 +123,24 @@ def _conditional(tree: DraftTree) -> list[float]:
             for p, par in zip(tree.probs, tree.parents)]
 
 
+def budget_cut(tokens: list[list[int]], prefix: list[int], done: list[bool], room: int,
+               checked: int) -> tuple[list[int] | None, int]:
+    """Where the token budget ends inside a block, exactly where decoding without branch drafts
+    ends it: after the first step j with sum_k n_k(j) >= room (the tokens left), n_k(j) =
+    min(prefix_k + j, length_k) being branch k's tokens (fed and pending) after j steps. Drafting
+    branches run ahead of each other, so step j is decided once every unfinished branch has
+    passed it. tokens[k]: branch k's so far; done[k]: it ended. Returns (the block's tokens up to
+    the cut, or None: not yet; the steps decided so far); the caller's emit cuts at the budget."""
+    have = [len(t) for t in tokens]
+    going = [h - p for h, p, d in zip(have, prefix, done) if not d]
+    known = min(going) if going else max(h - p for h, p in zip(have, prefix))
+    for j in range(checked + 1, known + 1):
+        n = [min(p + j, h) for p, h in zip(prefix, have)]
+        if sum(n) >= room:
+            return [t for toks, m in zip(tokens, n) for t in toks[:m]], known
+    return None, max(checked, known)
+
+
 def with_close(tree: DraftTree, end_branch: int, end_para: int, max_nodes: int) -> DraftTree:
     """A copy with `end_para` below each `<|/branch|>` node, while there is room: the block's
     closing row, certain once its parent is accepted (so its parent's estimate)."""

@@ -14,9 +14,14 @@ at most max_branches) open a block, decoded in the same sequence and KV cache:
            feeds it and stops;
   last     with the last `<|/branch|>` rows, `<|/para|>` at p + 1 + (all branch tokens): a serial
            row that sees everything. Its logits give the next serial token.
+  drafts   greedy, with a drafter that keeps a trie: below each open branch's last fed token its
+           own trie draft (branch_drafts.py), node i at that token's position + depth(i), seeing
+           what its branch's rows see plus its ancestors; each branch is verified by the
+           acceptance walk with the branch grammar, its rejected rows dropped (KVCache.commit).
+           Below the last open branch's drafted `<|/branch|>`, `<|/para|>` may be drafted too.
 
-Every fed token stays in the cache (KVCache.commit keeps all rows; slots are interleaved by
-step, which attention does not see); nothing is re-prefilled. The block's tokens are emitted
+Every fed token stays in the cache (KVCache.commit keeps all rows but rejected draft rows; slots
+are interleaved by step, which attention does not see); nothing is re-prefilled. The block's tokens are emitted
 when it closes, in the flattened training order (branch 1, branch 2, ..., `<|/para|>`), so that
 the output ids and layout.layout() describe exactly what the cache holds. Branch k alone sees
 what a plain decode of prefix + branch k sees (same keys, same positions): with the compiled
@@ -39,7 +44,7 @@ from ..decoding.verify import Query
 from ..errors import RequestError
 from ..model.transformer import max_draft_rows
 from ..sequence import SequenceState
-from .branch_drafts import MAX_ROWS, BranchDrafter, with_close
+from .branch_drafts import MAX_ROWS, BranchDrafter, budget_cut, with_close
 from .grammar import SerialGrammar, branch_greedy, branch_logits, branch_token
 from .markup import MarkupIds
 from .params import AspdParams
@@ -368,25 +373,16 @@ class AspdState:
         return nodes, None
 
     def _budget_cut(self, seq: SequenceState) -> list[int]:
-        """The block cut where the token budget ends, exactly where decoding without branch drafts
-        cuts it: that cuts after the first step j with output + sum_k n_k(j) >= max_tokens, where
-        n_k(j) = min(prefix_k + j, length_k) is branch k's tokens after j steps (fed and pending).
-        A drafting branch runs ahead, so step j is decided once every unfinished branch has
-        passed it; the tokens after the cut are dropped (_emit cuts the rest)."""
-        b, end = self.block, self.ids.end_branch
+        """The block cut where the token budget ends (branch_drafts.budget_cut), else []."""
+        b = self.block
         if b is None:
             return []
-        room = seq.max_tokens - len(seq.output)
-        have = [len(br.fed) + len(br.pending) for br in b.branches]
-        going = [h - br.prefix for br, h in zip(b.branches, have) if not (br.closed or br.pending == [end])]
-        known = min(going) if going else max(h - br.prefix for br, h in zip(b.branches, have))
-        for j in range(b.checked + 1, known + 1):
-            n = [min(br.prefix + j, h) for br, h in zip(b.branches, have)]
-            if sum(n) >= room:
-                self.block = None
-                return [t for br, m in zip(b.branches, n) for t in (br.fed + br.pending)[:m]]
-        b.checked = max(b.checked, known)
-        return []
+        done = [br.closed or br.pending == [self.ids.end_branch] for br in b.branches]
+        cut, b.checked = budget_cut([br.fed + br.pending for br in b.branches], [br.prefix for br in b.branches],
+                                    done, seq.max_tokens - len(seq.output), b.checked)
+        if cut is not None:
+            self.block = None
+        return cut or []
 
     def _context(self, br: Branch) -> list[int]:
         """What a branch sees after the sequence's tokens: <|para|> is already in seq.tokens."""
