@@ -168,3 +168,15 @@ def test_budget_cut_is_the_draft_free_step():
     assert budget_cut(tokens, [2, 2], [True, False], 8, 0) == ([1, 1, 1, 1, 2, 2, 2, 2], 7)
     assert budget_cut(tokens, [2, 2], [True, False], 20, 3) == (None, 7)
     assert budget_cut([[1] * 4, [2] * 3], [2, 2], [False, False], 5, 0) == ([1, 1, 1, 2, 2, 2], 1)
+
+
+@pytest.mark.parametrize("inner,drafts", [("memory_decoding", True), ("hybrid", True), ("lookahead", False)])
+def test_branch_drafts_come_from_the_serial_drafters_trie(inner, drafts):
+    reg = DrafterRegistry([2])
+    dec = reg.drafter(parse_plugin_params({"plugin_type": "aspd", "drafter": {"plugin_type": inner}}))
+    assert (dec.branch_drafter is not None) == drafts       # lookahead keeps no trie: none
+    if drafts:
+        assert dec.branch_drafter.trie is dec.drafter.trie
+    off = reg.drafter(parse_plugin_params({"plugin_type": "aspd", "branch_drafts": False,
+                                           "drafter": {"plugin_type": inner}}))
+    assert off.branch_drafter is None
