@@ -180,3 +180,19 @@ def test_branch_drafts_come_from_the_serial_drafters_trie(inner, drafts):
     off = reg.drafter(parse_plugin_params({"plugin_type": "aspd", "branch_drafts": False,
                                            "drafter": {"plugin_type": inner}}))
     assert off.branch_drafter is None
+
+
+def test_batched_drafting_sequences_equal_each_alone(tiny):
+    engine, ids, prompt, titles = tiny
+    other = engine.tokenizer.encode("Shapes and colours: ")
+    alone = [_decode(engine, ids, p, titles, LENGTHS, plugin(ids, None)).output for p in (prompt, other)]
+    dec = _memory(engine)
+    for p in (prompt, other):
+        _decode(engine, ids, p, titles, LENGTHS, dec)                      # the memory
+    scripts = [(p, Script(ids, len(p), titles, LENGTHS)) for p in (prompt, other)]
+    # one hook for both requests: each context starts with its own prompt
+    dec.force = lambda context: next(s for p, s in scripts if list(context[:len(p)]) == p)(context)
+    seqs = [engine.add_request(p, SamplingParams(temperature=0, max_tokens=90, ignore_eos=True), drafter=dec)[0]
+            for p in (prompt, other)]
+    engine.run_until_done()
+    assert [s.output for s in seqs] == alone and all(s.mode.branch_accepted > 0 for s in seqs)
