@@ -10,6 +10,7 @@ from kernel_paths import per_isa
 from paraspec.aspd import decode
 from paraspec.aspd.branch_drafts import with_close
 from paraspec.config import parse_plugin_params
+from paraspec.decoding.cost import CostModel
 from paraspec.decoding.registry import DrafterRegistry
 from paraspec.decoding.tree import DraftTree
 from paraspec.model.transformer import SeqInput
@@ -196,3 +197,34 @@ def test_batched_drafting_sequences_equal_each_alone(tiny):
             for p in (prompt, other)]
     engine.run_until_done()
     assert [s.output for s in seqs] == alone and all(s.mode.branch_accepted > 0 for s in seqs)
+
+
+def test_a_drafted_block_end_gives_the_closing_steps_cache_and_token(tiny, monkeypatch):
+    """Branch contents teacher-forced (distinct tokens, so the memory drafts them to their
+    `<|/branch|>`) and rows free (a flat cost curve: every candidate is verified): the last open
+    branch's drafted `<|/para|>` is accepted, and the cache (prefix, block, `<|/para|>`) and the
+    serial tokens after it equal the run without branch drafts."""
+    engine, ids, prompt, titles = tiny
+    monkeypatch.setattr(engine, "_cost", CostModel({1: 1.0, 64: 1.0}))
+    contents = [list(range(100 + 20 * k, 100 + 20 * k + n)) for k, n in enumerate([2, 20, 3])]
+    runs = []
+    for branch_drafts in (False, True):
+        dec = _memory(engine, branch_drafts)
+        for _ in range(2):     # the first request is the memory
+            dec.force = Script(ids, len(prompt), titles, [2, 20, 3], contents=contents)
+            seq = engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=90, ignore_eos=True),
+                                     drafter=dec)[0]
+            cache = None
+            while engine.has_work():
+                engine.step()
+                cache = seq.cache if seq.cache is not None else cache
+        runs.append((seq, cache))
+    (a, ca), (b, cb) = runs
+    assert a.output == b.output and b.mode.drafted_closes == 1 and a.mode.drafted_closes == 0
+    assert b.mode.parallel_steps < a.mode.parallel_steps
+    para = len(prompt) + a.output.index(ids.para) + 1
+    for seq, cache in runs:
+        seq.order = list(range(para)) + seq.mode.last_slots
+        seq.order += list(range(max(seq.order) + 1, cache.length))        # the serial tail
+    assert len(a.order) == len(b.order) == ca.length == cb.length
+    assert torch.equal(ca.k[:, :, a.order], cb.k[:, :, b.order]) and torch.equal(ca.v[:, :, a.order], cb.v[:, :, b.order])

@@ -130,7 +130,7 @@ class AspdState:
         self.titles: list[list[int]] = []
         self.block: Block | None = None
         self.blocks = self.branches = self.parallel_steps = 0
-        self.branch_draft_tokens = self.branch_accepted = 0
+        self.branch_draft_tokens = self.branch_accepted = self.drafted_closes = 0
         self.last_slots: list[int] = []   # KV slot of each token of the last closed block, flattened order
 
     @property
@@ -242,12 +242,10 @@ class AspdState:
                 mask[d0:r1, new0 + d0:new0 + r1] = s.tree.ancestor_mask()[1:, 1:]
             if first:
                 mask[r0:r1, new0] = True   # the <|para|> row
-        ends = [s.d0 + i for s in b.spans for i, t in enumerate(s.tree.tokens) if t == self.ids.end_para]
-        if ends:                           # a drafted <|/para|> also sees every slot and every non-draft row
-            fixed = ([0] if first else []) + [r for s in b.spans for r in range(s.r0, s.d0)]
-            for r in ends:
-                mask[r, :new0] = True
-                mask[r, [new0 + c for c in fixed]] = True
+        for s in b.spans:                  # a drafted <|/para|> (every other branch closed) sees every slot too
+            for i, t in enumerate(s.tree.tokens):
+                if t == self.ids.end_para:
+                    mask[s.d0 + i, :new0] = True
         b.owner = owner
         # logits: each branch's last pending row unless it is <|/branch|>, its drafts, and <|/para|>'s
         rows = [r for s in b.spans for r in ([] if tokens[s.d0 - 1] == self.ids.end_branch else [s.d0 - 1])
@@ -276,9 +274,10 @@ class AspdState:
         if not any(trees):
             return {}
         chosen = d.select(trees, base, ctx.cost, room)
-        if len(open_) == 1 and room > len(chosen[0]):
-            # the last open branch: below a drafted <|/branch|> the block's <|/para|> can be drafted
-            # too (its row then gives the first serial token, as the closing step's row would)
+        if len(open_) == 1 and room > len(chosen[0]) and all(br.closed for br in b.branches if br is not open_[0][1]):
+            # the last open branch, every other closed: below a drafted <|/branch|> the block's
+            # <|/para|> can be drafted too (its row gives the first serial token, as the closing
+            # step's row would)
             chosen[0] = with_close(chosen[0], self.ids.end_branch, self.ids.end_para, room)
         return {k: t for (k, _), t in zip(open_, chosen) if t}
 
@@ -315,6 +314,7 @@ class AspdState:
                 dropped |= set(range(s.d0, s.end)) - {s.d0 + i for i in nodes + ([end] if end is not None else [])}
             if end is not None:
                 close = s.d0 + end
+                self.drafted_closes += 1
             accepted.append(nodes)
         keep = [r for r in range(len(q.tokens)) if r not in dropped]
         cache.commit(keep)
@@ -397,4 +397,5 @@ class AspdState:
                 "aspd_parallel_steps": self.parallel_steps,
                 "aspd_branch_draft_tokens": self.branch_draft_tokens,
                 "aspd_branch_accepted_tokens": self.branch_accepted,
+                "aspd_drafted_closes": self.drafted_closes,
                 "aspd_raw_text": marked_text(self.tokenizer, seq.output, self.ids)}
