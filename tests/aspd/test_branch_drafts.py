@@ -223,8 +223,8 @@ def test_a_drafted_block_end_gives_the_closing_steps_cache_and_token(tiny, monke
     assert a.output == b.output and b.mode.drafted_closes == 1 and a.mode.drafted_closes == 0
     assert b.mode.parallel_steps < a.mode.parallel_steps
     para = len(prompt) + a.output.index(ids.para) + 1
-    for seq, cache in runs:
-        seq.order = list(range(para)) + seq.mode.last_slots
-        seq.order += list(range(max(seq.order) + 1, cache.length))        # the serial tail
-    assert len(a.order) == len(b.order) == ca.length == cb.length
-    assert torch.equal(ca.k[:, :, a.order], cb.k[:, :, b.order]) and torch.equal(ca.v[:, :, a.order], cb.v[:, :, b.order])
+    oa, ob = (list(range(para)) + s.mode.last_slots for s in (a, b))
+    oa += range(max(oa) + 1, ca.length)                                   # the serial tail
+    ob += range(max(ob) + 1, cb.length)
+    assert len(oa) == len(ob) == ca.length == cb.length
+    assert torch.equal(ca.k[:, :, oa], cb.k[:, :, ob]) and torch.equal(ca.v[:, :, oa], cb.v[:, :, ob])

@@ -20,10 +20,11 @@ at most max_branches) open a block, decoded in the same sequence and KV cache:
            acceptance walk with the branch grammar, its rejected rows dropped (KVCache.commit).
            Below the last open branch's drafted `<|/branch|>`, `<|/para|>` may be drafted too.
 
-Every fed token stays in the cache (KVCache.commit keeps all rows but rejected draft rows; slots
-are interleaved by step, which attention does not see); nothing is re-prefilled. The block's tokens are emitted
-when it closes, in the flattened training order (branch 1, branch 2, ..., `<|/para|>`), so that
-the output ids and layout.layout() describe exactly what the cache holds. Branch k alone sees
+Every fed token stays in the cache (KVCache.commit keeps every row but rejected draft rows;
+slots are interleaved by step, which attention does not see); nothing is re-prefilled. The
+block's tokens are emitted when it closes, in the flattened training order (branch 1, branch 2,
+..., `<|/para|>`), so that the output ids and layout.layout() describe exactly what the cache
+holds. Branch k alone sees
 what a plain decode of prefix + branch k sees (same keys, same positions): with the compiled
 kernels its logits have the same bits (tests/aspd/test_exactness.py).
 """
