@@ -228,3 +228,10 @@ def test_a_drafted_block_end_gives_the_closing_steps_cache_and_token(tiny, monke
     ob += range(max(ob) + 1, cb.length)
     assert len(oa) == len(ob) == ca.length == cb.length
     assert torch.equal(ca.k[:, :, oa], cb.k[:, :, ob]) and torch.equal(ca.v[:, :, oa], cb.v[:, :, ob])
+
+
+def test_branch_drafts_param_is_a_boolean():
+    from paraspec.errors import ConfigError
+    assert parse_plugin_params({"plugin_type": "aspd"}).params.branch_drafts is True
+    with pytest.raises(ConfigError, match="branch_drafts"):
+        parse_plugin_params({"plugin_type": "aspd", "branch_drafts": 1})
