@@ -248,7 +248,7 @@ class Engine:
     def _query(self, seq: SequenceState, ctx: StepContext | None) -> tuple[Query, bool]:
         """The sequence's rows for this step: its last token (the root) and its draft tree; or
         the rows of its decode mode when the mode runs the step (True)."""
-        if seq.mode is not None and (q := seq.mode.query(seq)) is not None:
+        if seq.mode is not None and (q := seq.mode.query(seq, ctx)) is not None:
             return q, True
         remaining = seq.max_tokens - len(seq.output)
         room = seq.cache.capacity - seq.cache.length - 1

@@ -62,12 +62,13 @@ def save_aspd_folder(src: Path, dst: Path) -> Path:
 
 class Script:
     """A forcing hook: writes `titles` as a title list after `after` serial tokens of the answer,
-    and closes branch k after lengths[k] content tokens (the model chooses everything else)."""
+    and closes branch k after lengths[k] content tokens (the model chooses everything else, but
+    branch k's content tokens when `contents` gives them)."""
 
     def __init__(self, ids: MarkupIds, prompt_len: int, titles: list[list[int]], lengths: list[int],
-                 after: int = 2, tail: int | None = None):
+                 after: int = 2, tail: int | None = None, contents: list[list[int]] | None = None):
         self.ids, self.prompt_len, self.after = ids, prompt_len, after
-        self.titles, self.lengths = titles, lengths
+        self.titles, self.lengths, self.contents = titles, lengths, contents
         self.plan = [t for title in titles for t in (ids.title, *title, ids.end_title)] + [ids.para]
         self.tail = tail            # serial tokens after the block before EOS (None: never forced)
 
@@ -82,7 +83,9 @@ class Script:
             title = branch[1:branch.index(ids.colon_space[0]) if ids.colon_space[0] in branch else None]
             k = self.titles.index(title) if title in self.titles else 0
             content = len(branch) - (len(self.titles[k]) + 2)
-            return ids.end_branch if content >= self.lengths[k] else None
+            if content >= self.lengths[k]:
+                return ids.end_branch
+            return self.contents[k][content] if self.contents else None
         return None
 
 

@@ -45,9 +45,9 @@ def _feed(model, cache, tokens, positions, mask=None):
     return logits
 
 
-def _check(engine, ids, prompt, titles, lengths, exact):
+def _check(engine, ids, prompt, titles, lengths, exact, drafter=None):
     same = torch.equal if exact else (lambda a, b: torch.allclose(a, b, rtol=1e-4, atol=1e-4))
-    seq, cache = _run(engine, ids, prompt, titles, lengths)
+    seq, cache = _run(engine, ids, prompt, titles, lengths, drafter=drafter)
     out, model, P = seq.output, engine.runner.model, len(prompt)
     para, end = out.index(ids.para), out.index(ids.end_para)
     slots = seq.mode.last_slots

@@ -58,7 +58,7 @@ class Toy:
     def ends_run(self, token):
         return token == self.plugin.stop_at
 
-    def query(self, seq):
+    def query(self, seq, ctx):
         return build_query(seq.tokens[-1], seq.cache.length, None) if self.plugin.run_steps else None
 
     def accept(self, seq, q, logits, forward_s):

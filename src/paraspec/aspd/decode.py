@@ -14,11 +14,17 @@ at most max_branches) open a block, decoded in the same sequence and KV cache:
            feeds it and stops;
   last     with the last `<|/branch|>` rows, `<|/para|>` at p + 1 + (all branch tokens): a serial
            row that sees everything. Its logits give the next serial token.
+  drafts   greedy, with a drafter that keeps a trie: below each open branch's last fed token its
+           own trie draft (branch_drafts.py), node i at that token's position + depth(i), seeing
+           what its branch's rows see plus its ancestors; each branch is verified by the
+           acceptance walk with the branch grammar, its rejected rows dropped (KVCache.commit).
+           Below the last open branch's drafted `<|/branch|>`, `<|/para|>` may be drafted too.
 
-Every fed token stays in the cache (KVCache.commit keeps all rows; slots are interleaved by
-step, which attention does not see); nothing is re-prefilled. The block's tokens are emitted
-when it closes, in the flattened training order (branch 1, branch 2, ..., `<|/para|>`), so that
-the output ids and layout.layout() describe exactly what the cache holds. Branch k alone sees
+Every fed token stays in the cache (KVCache.commit keeps every row but rejected draft rows;
+slots are interleaved by step, which attention does not see); nothing is re-prefilled. The
+block's tokens are emitted when it closes, in the flattened training order (branch 1, branch 2,
+..., `<|/para|>`), so that the output ids and layout.layout() describe exactly what the cache
+holds. Branch k alone sees
 what a plain decode of prefix + branch k sees (same keys, same positions): with the compiled
 kernels its logits have the same bits (tests/aspd/test_exactness.py).
 """
@@ -31,10 +37,15 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from ..decoding.acceptance import walk
 from ..decoding.mode import ModePlugin
+from ..decoding.proposer import StepContext
+from ..decoding.tree import DraftTree
 from ..decoding.verify import Query
 from ..errors import RequestError
+from ..model.transformer import max_draft_rows
 from ..sequence import SequenceState
+from .branch_drafts import MAX_ROWS, BranchDrafter, budget_cut, with_close
 from .grammar import SerialGrammar, branch_greedy, branch_logits, branch_token
 from .markup import MarkupIds
 from .params import AspdParams
@@ -53,8 +64,18 @@ class AspdDecoder(ModePlugin):
     def __init__(self, params: AspdParams, drafter=None):
         self.params = params
         self.drafter = drafter
-        self.trie = None if drafter is None else drafter.trie
         self.force: Forcer | None = None
+
+    @property
+    def drafter(self):
+        return self._drafter
+
+    @drafter.setter
+    def drafter(self, drafter) -> None:
+        self._drafter = drafter
+        self.trie = getattr(drafter, "trie", None)    # lookahead keeps none
+        # the branches' drafts: from the same trie, greedy only (branch_drafts.py)
+        self.branch_drafter = BranchDrafter(self.trie) if self.trie is not None and self.params.branch_drafts else None
 
     def new_sequence(self, tokenizer, params) -> "AspdState":
         if params.logprobs is not None:
@@ -70,6 +91,23 @@ class Branch:
     pending: list[int] = field(default_factory=list)   # drawn / forced, fed by the next forward
     content: int = 0                                   # tokens drawn by the model
     closed: bool = False                               # its <|/branch|> is in the cache
+    prefix: int = 0                                    # tokens of its forced prefix
+
+
+EMPTY = DraftTree()
+
+
+@dataclass
+class Span:
+    """A branch's rows in the last query: pending tokens r0..d0, then its draft's nodes d0..end."""
+    k: int
+    r0: int
+    d0: int
+    tree: DraftTree
+
+    @property
+    def end(self) -> int:
+        return self.d0 + len(self.tree)
 
 
 @dataclass
@@ -78,6 +116,8 @@ class Block:
     para_pos: int = -1
     para_slot: int = -1       # -1 until the first step has fed <|para|>
     owner: list[int] = field(default_factory=list)     # the last query's rows: branch, or -1
+    spans: list[Span] = field(default_factory=list)    # the last query's branch rows
+    checked: int = 0          # steps of a draft-free decode the token budget was checked for
 
 
 class AspdState:
@@ -91,6 +131,7 @@ class AspdState:
         self.titles: list[list[int]] = []
         self.block: Block | None = None
         self.blocks = self.branches = self.parallel_steps = 0
+        self.branch_draft_tokens = self.branch_accepted = self.drafted_closes = 0
         self.last_slots: list[int] = []   # KV slot of each token of the last closed block, flattened order
 
     @property
@@ -121,7 +162,8 @@ class AspdState:
                 unique.append(t)
         self.titles = []
         colon = self.ids.colon_space[:1]    # ":"; the space goes with the next word (BPE)
-        self.block = Block([Branch(t, pending=[self.ids.branch, *t, *colon]) for t in unique])
+        self.block = Block([Branch(t, pending=[self.ids.branch, *t, *colon], prefix=len(t) + 1 + len(colon))
+                            for t in unique])
         self.blocks += 1
         self.branches += len(unique)
 
@@ -146,7 +188,7 @@ class AspdState:
 
     # -------------------------------------------------------------------------- parallel
 
-    def query(self, seq: SequenceState) -> Query | None:
+    def query(self, seq: SequenceState, ctx: StepContext | None = None) -> Query | None:
         """This step's rows of the open block (see the module doc); None in serial mode."""
         if self.block is None:
             return None
@@ -156,20 +198,28 @@ class AspdState:
             b.para_pos = length
         mask_from = length if first else b.para_slot + 1
         new0 = length - mask_from         # column of the first new row
-        # a branch's pending tokens are consecutive rows; first the rows, then the mask (numpy:
-        # a step builds it with a few slice writes per branch, not per row)
+        # a branch's rows are consecutive: its pending tokens (a causal chain), then its draft
+        # nodes; first the rows, then the mask (numpy: a few slice writes per branch, not per row)
         tokens: list[int] = [self.ids.para] if first else []
         positions: list[int] = [length] if first else []
         owner: list[int] = [-1] if first else []     # per row: its branch, or -1 (<|para|>, <|/para|>)
-        spans: list[tuple[Branch, int, int]] = []
+        closing = all(br.closed or br.pending == [self.ids.end_branch] for br in b.branches)
+        trees = {} if closing else self._branch_drafts(seq, ctx, len(tokens))
+        b.spans = []
         for k, br in enumerate(b.branches):
             if br.pending:
-                spans.append((br, len(tokens), len(tokens) + len(br.pending)))
+                r0, tree = len(tokens), trees.get(k, EMPTY)
                 start = b.para_pos + 1 + len(br.fed)
                 positions += range(start, start + len(br.pending))
                 tokens += br.pending
-                owner += [k] * len(br.pending)
-        closing = all(br.closed or br.pending == [self.ids.end_branch] for br in b.branches)
+                last = start + len(br.pending) - 1
+                # a drafted <|/para|> (the block's last branch) comes after every branch's tokens
+                others = sum(len(o.fed) + len(o.pending) for o in b.branches if o is not br)
+                positions += [last + d + (others if t == self.ids.end_para else 0)
+                              for d, t in zip(tree.depths(), tree.tokens)]
+                tokens += tree.tokens
+                owner += [k] * (len(tokens) - r0)
+                b.spans.append(Span(k, r0, r0 + len(br.pending), tree))
         if closing and not first:
             positions.append(b.para_pos + 1 + sum(len(br.fed) for br in b.branches) + len(owner))
             tokens.append(self.ids.end_para)
@@ -180,75 +230,160 @@ class AspdState:
             mask[0, new0] = True           # <|para|> sees itself (and the slots before mask_from)
         elif owner and owner[-1] < 0:
             mask[n - 1, :new0 + n] = True  # <|/para|> sees everything before it
-        for br, r0, r1 in spans:
+        for s in b.spans:
+            br, r0, d0, r1 = b.branches[s.k], s.r0, s.d0, s.end
             if br.slots:                   # its own committed slots
                 mask[r0:r1, np.asarray(br.slots) - mask_from] = True
-            if r1 - r0 == 1:               # its new rows, causal (one row: itself)
+            if d0 - r0 == 1:               # its pending rows, causal (one row: itself)
                 mask[r0, new0 + r0] = True
             else:
-                mask[r0:r1, new0 + r0:new0 + r1] = np.tri(r1 - r0, dtype=bool)
+                mask[r0:d0, new0 + r0:new0 + d0] = np.tri(d0 - r0, dtype=bool)
+            if r1 > d0:                    # drafts: every pending row, their ancestors, themselves
+                mask[d0:r1, new0 + r0:new0 + d0] = True
+                mask[d0:r1, new0 + d0:new0 + r1] = s.tree.ancestor_mask()[1:, 1:]
             if first:
                 mask[r0:r1, new0] = True   # the <|para|> row
-        mask = torch.from_numpy(mask)
+        for s in b.spans:                  # a drafted <|/para|> (every other branch closed) sees every slot too
+            for i, t in enumerate(s.tree.tokens):
+                if t == self.ids.end_para:
+                    mask[s.d0 + i, :new0] = True
         b.owner = owner
-        # logits: each branch's last row unless it feeds <|/branch|>, and <|/para|>'s
-        rows = [r1 - 1 for br, r0, r1 in spans if tokens[r1 - 1] != self.ids.end_branch]
+        # logits: each branch's last pending row unless it is <|/branch|>, its drafts, and <|/para|>'s
+        rows = [r for s in b.spans for r in ([] if tokens[s.d0 - 1] == self.ids.end_branch else [s.d0 - 1])
+                + list(range(s.d0, s.end))]
         if tokens and tokens[-1] == self.ids.end_para and owner[-1] < 0:
             rows.append(n - 1)
-        return Query(tokens, positions, mask, [{}], 0, mask_from=mask_from, rows=rows)
+        return Query(tokens, positions, torch.from_numpy(mask), [{}], 0, mask_from=mask_from, rows=rows)
+
+    def _branch_drafts(self, seq: SequenceState, ctx: StepContext | None, base: int) -> dict[int, DraftTree]:
+        """Per open branch, its trie draft worth verifying (branch_drafts.py); none for sampled
+        branches, without a trie, or where the rows would not fit (the token budget, the cache,
+        one key bucket: the torch attention's exactness needs the step's rows in one)."""
+        d, b = self.decoder.branch_drafter, self.block
+        if d is None or ctx is None or not seq.sampler.argmax_suffices:
+            return {}
+        base += sum(len(br.pending) for br in b.branches)
+        have = sum(len(br.fed) + len(br.pending) for br in b.branches)
+        cache = seq.cache
+        room = min(MAX_ROWS - base, max_draft_rows(cache) + 1 - base, cache.capacity - cache.length - base,
+                   seq.max_tokens - len(seq.output) - have)
+        if room <= 0:
+            return {}
+        open_ = [(k, br) for k, br in enumerate(b.branches)
+                 if br.pending and br.pending[-1] != self.ids.end_branch]
+        trees = [d.candidates(seq.key, br.fed[-2:] + br.pending, self.ids) for _, br in open_]
+        if not any(trees):
+            return {}
+        chosen = d.select(trees, base, ctx.cost, room)
+        if len(open_) == 1 and room > len(chosen[0]) and all(br.closed for br in b.branches if br is not open_[0][1]):
+            # the last open branch, every other closed: below a drafted <|/branch|> the block's
+            # <|/para|> can be drafted too (its row gives the first serial token, as the closing
+            # step's row would)
+            chosen[0] = with_close(chosen[0], self.ids.end_branch, self.ids.end_para, room)
+        return {k: t for (k, _), t in zip(open_, chosen) if t}
 
     def accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, forward_s: float) -> list[int]:
-        """Commit the step's rows, draw each open branch's next token; the tokens to emit (the
-        flattened block and the next serial token) once the block closes, else []."""
+        """Verify each branch's draft (its accepted rows stay in the cache, the rest are dropped)
+        and draw each open branch's next token; the tokens to emit (the flattened block and the
+        next serial token) once the block closes, else []."""
         t0 = time.perf_counter()
         b, ids, cache = self.block, self.ids, seq.cache
-        owner = b.owner
         start = cache.length
-        cache.commit(range(len(q.tokens)))
         if b.para_slot < 0:
             b.para_slot = start
-        for r, (k, t) in enumerate(zip(owner, q.tokens)):
-            if k >= 0:
-                br = b.branches[k]
-                br.fed.append(t)
-                br.slots.append(start + r)
-                br.closed = t == ids.end_branch
-                br.pending = []
         self.parallel_steps += 1
-        drawn = 0
-        out: list[int] = []
         # greedy: every branch row's token in one argmax (the same tokens as one draw per row)
         greedy = None
         if seq.sampler.argmax_suffices:
-            n_branch = len(q.rows) - (owner[q.rows[-1]] < 0 if q.rows else 0)
+            n_branch = len(q.rows) - (b.owner[q.rows[-1]] < 0 if q.rows else 0)
             greedy = branch_greedy(logits[:n_branch], ids) if n_branch else []
-        for row, r in enumerate(q.rows):
-            k = owner[r]
-            if k < 0:                      # <|/para|>: back to serial mode
-                self.grammar.block_done()
-                self.last_slots = [s for br in b.branches for s in br.slots] + [start + r]
-                out = self.flattened() + [ids.end_para]
-                self.block = None
-                t = self._draw_serial(seq, logits[row], lambda: seq.tokens + out)
-                seq.sampler.append(t)
-                out.append(t)
-                break
-            br = b.branches[k]
+        at = {r: i for i, r in enumerate(q.rows)}
+        drawn = drafted = 0
+        dropped: set[int] = set()
+        accepted: list[list[int]] = []
+        close = q.rows[-1] if q.rows and b.owner[q.rows[-1]] < 0 else None    # the <|/para|> row
+        for s in b.spans:
+            br = b.branches[s.k]
+            br.fed += q.tokens[s.r0:s.d0]
+            br.closed = br.fed[-1] == ids.end_branch
+            br.pending = []
+            nodes, end = ([], None) if br.closed else self._walk(seq, br, s, logits, greedy, at)
+            drawn += 0 if br.closed else len(nodes) + len(br.pending)
+            if s.tree:
+                drafted += len(s.tree)
+                self.decoder.branch_drafter.observe(s.tree, nodes, ids.end_para)
+                dropped |= set(range(s.d0, s.end)) - {s.d0 + i for i in nodes + ([end] if end is not None else [])}
+            if end is not None:
+                close = s.d0 + end
+                self.drafted_closes += 1
+            accepted.append(nodes)
+        keep = [r for r in range(len(q.tokens)) if r not in dropped]
+        cache.commit(keep)
+        slot = {r: start + i for i, r in enumerate(keep)}
+        for s, nodes in zip(b.spans, accepted):
+            b.branches[s.k].slots += [slot[r] for r in range(s.r0, s.d0)] + [slot[s.d0 + i] for i in nodes]
+        self.branch_draft_tokens += drafted
+        self.branch_accepted += sum(len(n) for n in accepted)
+        out: list[int] = []
+        if close is not None:              # <|/para|>: back to serial mode
+            r = close
+            self.grammar.block_done()
+            self.last_slots = [s for br in b.branches for s in br.slots] + [slot[r]]
+            out = self.flattened() + [ids.end_para]
+            self.block = None
+            t = self._draw_serial(seq, logits[at[r]], lambda: seq.tokens + out)
+            seq.sampler.append(t)
+            out.append(t)
+        seq.stats.observe_step(drafted, max(drawn, 1), 0.0, forward_s + time.perf_counter() - t0)
+        return out or self._budget_cut(seq)
+
+    def _walk(self, seq: SequenceState, br: Branch, s: "Span", logits: torch.Tensor,
+              greedy: list[int] | None, at: dict[int, int]) -> tuple[list[int], int | None]:
+        """The acceptance walk down branch br's draft (tree row 0: its last fed token), with the
+        branch grammar on every draw: the draft nodes accepted (br.fed gets their tokens, br.pending
+        the last draw, none when an accepted node closed the branch), and the node of a drafted
+        <|/para|> below an accepted <|/branch|> (the block closes: with_close), or None."""
+        ids, cap = self.ids, self.decoder.params.max_branch_tokens
+
+        def draw(tree_row: int) -> int:
+            r = at[s.d0 - 1 + tree_row]
             t = self._forced(lambda: seq.tokens + self._context(br))
             if t is None:
-                t = greedy[row] if greedy is not None else seq.sampler.draw(branch_logits(logits[row], ids))
+                t = greedy[r] if greedy is not None else seq.sampler.draw(branch_logits(logits[r], ids))
                 t = branch_token(t, ids, self.eos)
                 br.content += 1
-            if br.content >= self.decoder.params.max_branch_tokens:
+            if br.content >= cap:
                 t = ids.end_branch
             seq.sampler.append(t)
-            br.pending = [t]
-            drawn += 1
-        seq.stats.observe_step(0, max(drawn, 1), 0.0, forward_s + time.perf_counter() - t0)
-        if not out and len(seq.output) + sum(len(br.fed) + len(br.pending) for br in b.branches) >= seq.max_tokens:
-            out = self.flattened(with_pending=True)    # the budget ends inside the block: _emit cuts it
+            br.fed.append(t)               # for now: the hook sees the path so far
+            return t
+
+        children = s.tree.children()
+        acc = walk(children, draw, len(s.tree) + 1, lambda t: t == ids.end_branch)
+        nodes = acc.nodes
+        last = br.fed.pop()
+        if last == ids.end_branch and (child := children[nodes[-1] + 1 if nodes else 0].get(last)) is not None:
+            nodes.append(child)            # a drafted <|/branch|>: fed, the branch is closed
+            br.fed.append(last)
+            br.closed = True
+            end = children[child + 1].get(ids.end_para)    # drafted only below the last open branch
+            if end is not None:
+                return nodes, end
+        else:
+            br.pending = [last]
+        return nodes, None
+
+    def _budget_cut(self, seq: SequenceState) -> list[int]:
+        """The block cut where the token budget ends (branch_drafts.budget_cut), else []."""
+        b = self.block
+        if b is None:
+            return []
+        done = [br.closed or br.pending == [self.ids.end_branch] for br in b.branches]
+        cut, b.checked = budget_cut([br.fed + br.pending for br in b.branches], [br.prefix for br in b.branches],
+                                    done, seq.max_tokens - len(seq.output), b.checked)
+        if cut is not None:
             self.block = None
-        return out
+        return cut or []
 
     def _context(self, br: Branch) -> list[int]:
         """What a branch sees after the sequence's tokens: <|para|> is already in seq.tokens."""
@@ -261,4 +396,7 @@ class AspdState:
         """Blocks, branches and parallel steps, and the raw answer with its markup (`.text` is plain)."""
         return {"aspd_blocks": self.blocks, "aspd_branches": self.branches,
                 "aspd_parallel_steps": self.parallel_steps,
+                "aspd_branch_draft_tokens": self.branch_draft_tokens,
+                "aspd_branch_accepted_tokens": self.branch_accepted,
+                "aspd_drafted_closes": self.drafted_closes,
                 "aspd_raw_text": marked_text(self.tokenizer, seq.output, self.ids)}

@@ -1,6 +1,7 @@
 """plugin_params of ASPD: {"plugin_type": "aspd", "max_branches": 8, "max_branch_tokens": 256,
-"max_title_tokens": 16, "drafter": {"plugin_type": "memory_decoding", ...}} (drafter: optional, the
-drafter of the serial segments, any other plugin_params)."""
+"max_title_tokens": 16, "branch_drafts": true, "drafter": {"plugin_type": "memory_decoding", ...}}
+(drafter: optional, the drafter of the serial segments, any other plugin_params; branch_drafts:
+with a drafter that keeps a trie, greedy branches also draft from it, branch_drafts.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ class AspdParams:
     max_branch_tokens: int = 256    # a branch's content tokens before the engine closes it
     max_title_tokens: int = 16      # a title's tokens before the grammar closes it
     drafter: Any = None             # PluginConfig of the serial segments' drafter, or None
+    branch_drafts: bool = True      # branches draft from the drafter's trie too (when it has one)
 
     @property
     def decoding_length(self) -> int:
@@ -25,11 +27,15 @@ class AspdParams:
 
     @classmethod
     def from_dict(cls, d: dict) -> "AspdParams":
-        unknown = sorted(set(d) - set(LIMITS) - {"drafter"})
+        unknown = sorted(set(d) - set(LIMITS) - {"drafter", "branch_drafts"})
         if unknown:
             raise ConfigError(f"plugin_params.{unknown[0]} is not an aspd parameter; use "
-                              f"{', '.join(LIMITS)} or drafter")
-        kw = {}
+                              f"{', '.join(LIMITS)}, branch_drafts or drafter")
+        kw: dict[str, Any] = {}
+        if "branch_drafts" in d:
+            if not isinstance(d["branch_drafts"], bool):
+                raise ConfigError(f"plugin_params.branch_drafts={d['branch_drafts']!r} is invalid; use true or false")
+            kw["branch_drafts"] = d["branch_drafts"]
         for key, (lo, hi) in LIMITS.items():
             if key in d:
                 v = d[key]

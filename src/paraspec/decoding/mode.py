@@ -8,8 +8,10 @@ the points where a mode may differ from plain speculative decoding:
   add_request   plugin.new_sequence(tokenizer, params) -> the state (it may refuse the request),
                 state.detokenizer() -> how output ids become the user's text;
   first token   state.draw(seq, logits, []);
-  each step     state.query(seq) -> the step's rows when the mode runs the step itself
-                (else None: the engine drafts with plugin.drafter and verifies as usual);
+  each step     state.query(seq, ctx) -> the step's rows when the mode runs the step itself
+                (else None: the engine drafts with plugin.drafter and verifies as usual); ctx is
+                the step's StepContext as drafters get it (batch size, cost curve), None when no
+                sequence of the step has a drafter;
                 state.accept(seq, q, logits, forward_s) -> the tokens to emit, for a step it ran;
                 in the engine's own steps every token is state.draw(...) and a run of accepted
                 tokens ends early after a token where state.ends_run(token);
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from ..model.tokenizer import Tokenizer
     from ..sampling.params import SamplingParams
     from ..sequence import SequenceState
-    from .proposer import Proposer
+    from .proposer import Proposer, StepContext
     from .verify import Query
 
 
@@ -53,7 +55,7 @@ class SequenceMode(Protocol):
         """True when no draft token may be accepted after `token` (the mode changes there)."""
         ...
 
-    def query(self, seq: SequenceState) -> Query | None: ...
+    def query(self, seq: SequenceState, ctx: StepContext | None) -> Query | None: ...
 
     def accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, forward_s: float) -> list[int]: ...
 
