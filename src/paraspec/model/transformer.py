@@ -371,10 +371,10 @@ class Transformer:
             if pad:
                 outs.append(qkv.new_zeros(pad, n_heads * hd))
             o = outs[0] if len(outs) == 1 else torch.cat(outs)
-            x = x + layer.wo(o, prompt)                            # a bf16 output promotes to fp32
+            x += layer.wo(o, prompt)        # in place (x is this forward's own); a bf16 output promotes to fp32
             # feed-forward block (SwiGLU)
             gate, up = layer.w_gate_up.norm_linear(x, layer.ffn_norm, a.norm_eps, prompt).chunk(2, dim=-1)
-            x = x + layer.w_down(F.silu(gate) * up, prompt)
+            x += layer.w_down(F.silu(gate).mul_(up), prompt)
 
         x = x[:n_tokens] if logits_rows is None else x[logits_rows]
         return self.lm_head.norm_linear(x, self.norm, a.norm_eps, prompt).float()
