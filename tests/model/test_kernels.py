@@ -28,10 +28,10 @@ from paraspec.model import ggml, quant
 from paraspec.model.args import ModelArgs
 from paraspec.model.kernels import TORCH, Kernels
 from paraspec.model.kv_cache import KVCache
-from paraspec.model.transformer import attention as torch_attention, attention_bias
+from paraspec.model.transformer import apply_rope, attention as torch_attention, attention_bias, rope_tables
 
 ISAS = ("avx512", "avx2")
-VERSION = 10
+VERSION = 11
 
 
 def _load(isa: str) -> tuple[ModuleType | None, str]:
@@ -137,6 +137,29 @@ def test_attention_row_invariance(isa, hd, group):
             twin.v[0, :, :len(slots)] = cache.v[0, :, slots]
             alone = _run(mod, q[i:i + 1], twin, None)
             assert torch.equal(alone[0], out[i]), f"row {i} of 16 differs from its one-row twin"
+
+
+@pytest.mark.parametrize("isa", per_isa())
+@pytest.mark.parametrize("hd", [64, 36])
+def test_rope_attention_is_rope_write_attention(isa, hd):
+    """One call (RoPE of q and k, their cache write, attention) gives the bits of the three steps
+    as the torch forward spells them (apply_rope, KVCache.write, the kernel's attention), cache
+    included; q passed to attention as a row-strided slice of the rotated projections."""
+    mod = RUNNABLE[isa]
+    kv, group, start, n = 2, 3, 40, 7
+    heads = kv * group
+    fused, steps = _cache(hd, kv, group, start, n, seed=1), _cache(hd, kv, group, start, n, seed=1)
+    qkv = torch.randn(n, heads + 2 * kv, hd, generator=torch.Generator().manual_seed(2))
+    cos, sin = rope_tables(fused.args, 128)
+    pos = torch.arange(start, start + n)
+    cos, sin = cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)
+    for mask in (torch.empty(0, dtype=torch.bool), _tree(n, seed=3)):
+        got = mod.rope_attention(qkv, cos, sin, fused.k[0], fused.v[0], start, start, mask, hd ** -0.5)
+        qk = apply_rope(qkv[:, :heads + kv], cos, sin)
+        steps.write(0, qk[:, heads:], qkv[:, heads + kv:])
+        want = mod.attention(qk[:, :heads], steps.k[0], steps.v[0], start, mask, hd ** -0.5)
+        assert torch.equal(got, want)
+        assert torch.equal(fused.k, steps.k) and torch.equal(fused.v, steps.v)
 
 
 def test_attention_isas_agree():

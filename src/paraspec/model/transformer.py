@@ -21,6 +21,7 @@ attention (prompt_attention).
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -347,7 +348,7 @@ class Transformer:
             if s.tree_mask is not None and tuple(s.tree_mask.shape) != (s.num_tokens, s.cache.length + s.num_tokens - s.start):
                 raise ValueError(f"tree_mask has shape {tuple(s.tree_mask.shape)}; it must cover the "
                                  f"{s.num_tokens} new rows and the slots from {s.start} to the last new one")
-        kernel = None if prompt else self.kernels.attention
+        kernel = None if prompt else self.kernels.rope_attention
         group = n_heads // n_kv
         biases = [prompt_bias(s.cache, s.num_tokens, group) if prompt else
                   None if kernel else attention_bias(s.cache, s.num_tokens, s.tree_mask, group, s.mask_from)
@@ -357,7 +358,8 @@ class Transformer:
         if pad:  # dummy rows (copies of the last token) keep every matmul at a multiple of 4 rows
             tokens = torch.cat([tokens, tokens[-1:].expand(pad)])
             positions = torch.cat([positions, positions[-1:].expand(pad)])
-        spans = [s.num_tokens for s in seqs] + ([pad] if pad else [])   # zip below drops the pad span
+        ends = itertools.accumulate(s.num_tokens for s in seqs)
+        rows = [slice(end - s.num_tokens, end) for s, end in zip(seqs, ends)]   # each sequence's rows
         cos = self.rope_cos[positions].unsqueeze(1)                # [T, 1, head_dim]
         sin = self.rope_sin[positions].unsqueeze(1)
 
@@ -369,25 +371,24 @@ class Transformer:
                 qkv = torch.cat([rms_norm(qkv[:, :n_heads], layer.q_norm, a.norm_eps),
                                  rms_norm(qkv[:, n_heads:n_heads + n_kv], layer.k_norm, a.norm_eps),
                                  qkv[:, n_heads + n_kv:]], dim=1)
-            qk = apply_rope(qkv[:, :n_heads + n_kv], cos, sin)     # q and k rotated in one go
-            q, k, v = qk[:, :n_heads], qk[:, n_heads:], qkv[:, n_heads + n_kv:]
-            outs = []
-            for s, bias, qs, ks, vs in zip(seqs, biases, q.split(spans), k.split(spans), v.split(spans)):
-                s.cache.write(i, ks, vs)
-                if prompt:
-                    outs.append(prompt_attention(qs, s.cache, i, bias, self.scale))
-                elif kernel is not None:
-                    outs.append(kernel(qs.contiguous(), s.cache.k[i], s.cache.v[i], s.start,
-                                       _EMPTY if s.tree_mask is None else s.tree_mask, self.scale))
-                else:
-                    outs.append(attention(qs, s.cache, i, bias, self.scale))
+            if kernel is not None:  # csrc: RoPE, the cache write and attention in one call per sequence
+                outs = [kernel(qkv[r], cos[r], sin[r], s.cache.k[i], s.cache.v[i], s.cache.length, s.start,
+                               _EMPTY if s.tree_mask is None else s.tree_mask, self.scale) for s, r in zip(seqs, rows)]
+            else:
+                qk = apply_rope(qkv[:, :n_heads + n_kv], cos, sin)     # q and k rotated in one go
+                q, k, v = qk[:, :n_heads], qk[:, n_heads:], qkv[:, n_heads + n_kv:]
+                outs = []
+                for s, bias, r in zip(seqs, biases, rows):
+                    s.cache.write(i, k[r], v[r])
+                    attend = prompt_attention if prompt else attention
+                    outs.append(attend(q[r], s.cache, i, bias, self.scale))
             if pad:
-                outs.append(q.new_zeros(pad, n_heads * hd))
+                outs.append(qkv.new_zeros(pad, n_heads * hd))
             o = outs[0] if len(outs) == 1 else torch.cat(outs)
-            x = x + layer.wo(o, prompt)                            # a bf16 output promotes to fp32
+            x += layer.wo(o, prompt)        # in place (x is this forward's own); a bf16 output promotes to fp32
             # feed-forward block (SwiGLU)
             gate, up = layer.w_gate_up.norm_linear(x, layer.ffn_norm, a.norm_eps, prompt).chunk(2, dim=-1)
-            x = x + layer.w_down(F.silu(gate) * up, prompt)
+            x += layer.w_down(F.silu(gate).mul_(up), prompt)
 
         x = x[:n_tokens] if logits_rows is None else x[logits_rows]
         return self.lm_head.norm_linear(x, self.norm, a.norm_eps, prompt).float()

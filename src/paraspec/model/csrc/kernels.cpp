@@ -104,7 +104,8 @@ std::vector<std::string> variant_names() {
   return names;
 }
 
-// q [n_q, n_heads, hd] fp32; k and v [n_kv, cap, hd] fp32 (one layer). Every row sees the
+// q [n_q, n_heads, hd] fp32, heads contiguous (rows may be strided: a slice of qkv); k and v
+// [n_kv, cap, hd] fp32 (one layer). Every row sees the
 // keys [0, start); visible [n_q, m] bool (m >= n_q) says which of the slots [start, start + m)
 // row i sees: the new rows' keys are the last n_q of them (m == n_q: the usual draft tree over
 // the committed cache; m > n_q: committed slots under a mask too, as ASPD's sibling branches).
@@ -112,10 +113,11 @@ std::vector<std::string> variant_names() {
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t start,
                      at::Tensor visible, double scale) {
   require_cpu();
-  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.is_contiguous(), "q: [n_q, heads, hd] fp32");
+  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.stride(2) == 1 && q.stride(1) == q.size(2),
+              "q: [n_q, heads, hd] fp32 with contiguous heads");
   TORCH_CHECK(k.dim() == 3 && k.scalar_type() == at::kFloat && k.is_contiguous(), "k: [kv, cap, hd] fp32");
   TORCH_CHECK(v.dim() == 3 && v.scalar_type() == at::kFloat && v.is_contiguous(), "v: [kv, cap, hd] fp32");
-  const int64_t n_q = q.size(0), n_heads = q.size(1), hd = q.size(2);
+  const int64_t n_q = q.size(0), n_heads = q.size(1), hd = q.size(2), q_ld = q.stride(0);
   const int64_t n_kv = k.size(0), cap = k.size(1);
   TORCH_CHECK(k.size(2) == hd && v.size(2) == hd && v.size(1) == cap && v.size(0) == n_kv && n_kv > 0 &&
               n_heads % n_kv == 0, "shapes");
@@ -165,12 +167,53 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
       for (int64_t r = 0; r < nr; ++r)
         keys[r] = {start, extra[i0 + r].data(), static_cast<int64_t>(extra[i0 + r].size())};
       const int64_t h0 = kv * group;
-      isa::attend_block(qp + (i0 * n_heads + h0) * hd, n_heads * hd, nr, group, kp + kv * cap * hd,
+      isa::attend_block(qp + i0 * q_ld + h0 * hd, q_ld, nr, group, kp + kv * cap * hd,
                         vp + kv * cap * hd, hd, keys.data(), sc, s.data(), e.data(), ld, sum.data(), vw.data(),
                         op + (i0 * n_heads + h0) * hd, n_heads * hd);
     }
   });
   return out;
+}
+
+// One decode/verify layer's attention from its fused projections, in one call per sequence:
+// qkv [n_q, n_heads + 2 * n_kv, hd] fp32 (heads contiguous), rotary tables cos, sin [n_q, hd]
+// (rotate-half layout); rotates q and k (x * cos + rotate_half(x) * sin, each product and the
+// sum rounded as the torch path's apply_rope rounds them), writes k and v to the cache slots
+// [length, length + n_q), then attention(q, k, v, start, visible, scale).
+at::Tensor rope_attention(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& k,
+                          const at::Tensor& v, int64_t length, int64_t start, at::Tensor visible, double scale) {
+  require_cpu();
+  TORCH_CHECK(qkv.dim() == 3 && qkv.scalar_type() == at::kFloat && qkv.stride(2) == 1 &&
+              qkv.stride(1) == qkv.size(2), "qkv: [n_q, heads + 2 kv heads, hd] fp32 with contiguous heads");
+  TORCH_CHECK(k.dim() == 3 && k.scalar_type() == at::kFloat && k.is_contiguous() && v.is_contiguous() &&
+              v.sizes() == k.sizes() && v.scalar_type() == at::kFloat, "k, v: [kv, cap, hd] fp32");
+  const int64_t n_q = qkv.size(0), hd = qkv.size(2), n_kv = k.size(0), n_heads = qkv.size(1) - 2 * n_kv;
+  TORCH_CHECK(n_heads > 0 && k.size(2) == hd && hd % 2 == 0, "shapes");
+  TORCH_CHECK(cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat && cos.is_contiguous() &&
+              sin.is_contiguous() && cos.numel() == n_q * hd && sin.numel() == n_q * hd, "cos, sin: [n_q, hd] fp32");
+  TORCH_CHECK(length >= 0 && length + n_q <= k.size(1), "the new rows must fit in the cache");
+  auto q = at::empty({n_q, n_heads, hd}, qkv.options());
+  const int64_t cap = k.size(1), half = hd / 2;
+  const float* x = qkv.data_ptr<float>();
+  const float* c = cos.data_ptr<float>();
+  const float* sn = sin.data_ptr<float>();
+  float* qp = q.data_ptr<float>();
+  float* kp = k.data_ptr<float>();
+  float* vp = v.data_ptr<float>();
+  for (int64_t i = 0; i < n_q; ++i) {
+    const float* row = x + i * qkv.stride(0);
+    const float* ci = c + i * hd;
+    const float* si = sn + i * hd;
+    for (int64_t h = 0; h < n_heads + n_kv; ++h) {  // q heads, then k heads
+      const float* a = row + h * hd;
+      float* o = h < n_heads ? qp + (i * n_heads + h) * hd : kp + ((h - n_heads) * cap + length + i) * hd;
+      for (int64_t d = 0; d < half; ++d) o[d] = a[d] * ci[d] + (-a[d + half]) * si[d];
+      for (int64_t d = half; d < hd; ++d) o[d] = a[d] * ci[d] + a[d - half] * si[d];
+    }
+    for (int64_t h = 0; h < n_kv; ++h)
+      std::memcpy(vp + (h * cap + length + i) * hd, row + (n_heads + n_kv + h) * hd, hd * sizeof(float));
+  }
+  return attention(q, k, v, start, std::move(visible), scale);
 }
 
 // x [M, K] fp32 or bf16 (rows contiguous); packed [Np/32 * Kp/4 * 128] int8; comp [Np] int32
@@ -387,11 +430,14 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 10;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
+  m.attr("VERSION") = 11;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
   m.def("attention", &attention, "decode / draft-verify attention (row-invariant, fp64 sum of V widened from fp32)",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("start"), py::arg("visible"), py::arg("scale"));
+  m.def("rope_attention", &rope_attention, "rotary embedding of q and k, their cache write, then attention",
+        py::arg("qkv"), py::arg("cos"), py::arg("sin"), py::arg("k"), py::arg("v"), py::arg("length"),
+        py::arg("start"), py::arg("visible"), py::arg("scale"));
   m.def("w8a8_linear", &w8a8_linear, "per-row W8A8 linear", py::arg("x"), py::arg("packed"),
         py::arg("comp"), py::arg("w_scale"), py::arg("bias"), py::arg("n"), py::arg("passes"),
         py::arg("norm") = py::none(), py::arg("eps") = 0.0, py::arg("variant") = "");
