@@ -10,7 +10,9 @@
 // the block (s8, read in place from xq), C = A x B for channels 0-15 and 16-31 (TDPBSUD: s8 x u8;
 // Q8_0 TDPBSSD: s8 x s8), exact int32 block sums, the same integers the VNNI loop makes. The
 // float step after it is gguf_loop.h's, op for op, so each row's bits are the same on either
-// loop, whatever the row count: kernels.cpp may run any call on either.
+// loop, whatever the row count: kernels.cpp may run any call on either. Q6_K stays on the VNNI
+// loop: on tiles (its two 16-wide halves as two products, then its int32 scaling per row) it was
+// slower here than VNNI.
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c,amx-tile,amx-int8")
 namespace isa {
@@ -30,13 +32,8 @@ constexpr int64_t kChunk = 16;  // blocks unpacked at a time (16 KB, in L1 with 
 // in memory: GCC 12 drops stores to a local it sees no read of (ldtilecfg's operand is not one).
 alignas(64) inline constexpr TileConfig kTiles = {1, 0, {}, {32, 32, 64, 64, 64, 64, 64, 64},
                                                   {16, 16, 8, 8, 16, 16, 16, 16}};
-// Q6_K's sums are per 16-wide half (steps 0-3, 4-7), each with its own int8 scale: tmm0, tmm1 A:
-// 16 sub-rows x the halves' 16 s8; tmm2-5 B: 4 steps x 64 bytes (channels 0-15 | 16-31 of each
-// half); tmm6, tmm7 C: 16 sub-rows x 16 int32, one half at a time.
-alignas(64) inline constexpr TileConfig kTilesQ6 = {1, 0, {}, {16, 16, 64, 64, 64, 64, 64, 64},
-                                                    {16, 16, 4, 4, 4, 4, 16, 16}};
 // per thread, before its first tile instruction
-inline void begin(int fmt) { _tile_loadconfig(fmt == kQ6_K ? &kTilesQ6 : &kTiles); }
+inline void begin() { _tile_loadconfig(&kTiles); }
 inline void end() { _tile_release(); }  // the thread's tile state back to init (cheaper context switches)
 
 constexpr int64_t kPass = 32;  // sub-rows per pass over a chunk (two A tiles)
@@ -52,7 +49,7 @@ void panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const f
            const float* xm, int64_t rows, float* acc) {
   using G = vnni512::GOp;
   constexpr bool Q8 = FMT == kQ8_0, Q5 = FMT == kQ5_0, Q41 = FMT == kQ4_1, Q4K = FMT == kQ4_K;
-  static_assert(FMT != kQ6_K, "Q6_K's 16-wide halves: panel_q6");
+  static_assert(FMT != kQ6_K, "Q6_K's 16-wide halves stay on the VNNI loop");
   constexpr GgufLayout LAY = gguf_layout(FMT);
   constexpr int64_t SB = LAY.scales, REC = LAY.record, HDR = LAY.header, SUPER = HDR + 8 * REC;
   constexpr int32_t C = FMT == kQ4_0 ? 8 : Q5 ? 16 : 0;  // the stored values' offset (Q8_0: none, s8 x s8)
@@ -154,83 +151,7 @@ void panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const f
   }
 }
 
-// Q6_K (kTilesQ6): per 16 sub-rows and block, the two halves' exact sums ca, cb; then gguf_loop.h's
-// integer step v = (ca - 32 xh) sc_a + (cb - 32 (xs - xh)) sc_b (the same int32 its tiles make)
-// and its float step t = float(v) * (d * dx), f += t, op for op.
-void panel_q6(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const float* dx, const int32_t* xs,
-              const int32_t* xh, int64_t rows, float* acc) {
-  using G = vnni512::GOp;
-  constexpr GgufLayout LAY = gguf_layout(kQ6_K);
-  constexpr int64_t SB = LAY.scales, REC = LAY.record, HDR = LAY.header, SUPER = HDR + 8 * REC;
-  alignas(64) uint8_t wu[kChunk * 1024];  // [block][channel half][step][64]
-  alignas(64) int32_t cs[kSub][2][16 * 32];  // per block: the halves' sums as [row][32 channels]
-  for (int64_t b0 = 0; b0 < B; b0 += kChunk) {
-    const int64_t b1 = std::min(b0 + kChunk, B);
-    for (int64_t b = b0; b < b1; ++b) {
-      const uint8_t* wq = panel + (b >> 3) * SUPER + HDR + (b & 7) * REC + SB;
-      uint8_t* out = wu + (b - b0) * 1024;
-      for (int k = 0; k < 8; ++k) {
-        __m512i w0, w1, w2, w3;
-        G::load_q6(wq + 64 * k, wq + 512 + 32 * k, w0, w1, w2, w3);
-        _mm512_store_si512(out + 64 * k, w0);
-        _mm512_store_si512(out + 512 + 64 * k, w1);
-      }
-    }
-    for (int64_t r = 0; r < rows; r += 16) {
-      const int64_t n = std::min<int64_t>(16, rows - r);
-      const int8_t* xr = xq + r * K;
-      for (int64_t e0 = b0; e0 < b1; e0 += kSub) {
-        const int64_t e1 = std::min(e0 + kSub, b1);
-        for (int64_t b = e0; b < e1; ++b) {
-          const uint8_t* w = wu + (b - b0) * 1024;
-          _tile_loadd(0, xr + 32 * b, K);
-          _tile_loadd(1, xr + 32 * b + 16, K);
-          _tile_loadd(2, w, 64);
-          _tile_loadd(3, w + 512, 64);
-          _tile_loadd(4, w + 256, 64);
-          _tile_loadd(5, w + 768, 64);
-          _tile_zero(6);
-          _tile_zero(7);
-          _tile_dpbsud(6, 0, 2);
-          _tile_dpbsud(7, 0, 3);
-          _tile_stored(6, cs[b - e0][0], 128);
-          _tile_stored(7, cs[b - e0][0] + 16, 128);
-          _tile_zero(6);
-          _tile_zero(7);
-          _tile_dpbsud(6, 1, 4);
-          _tile_dpbsud(7, 1, 5);
-          _tile_stored(6, cs[b - e0][1], 128);
-          _tile_stored(7, cs[b - e0][1] + 16, 128);
-        }
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t s = (r + i) * B;
-          float* f = acc + 32 * (r + i);
-          __m512 f0 = G::load_f(f), f1 = G::load_f(f + 16);
-          for (int64_t b = e0; b < e1; ++b) {
-            const uint8_t* hdr = panel + (b >> 3) * SUPER;
-            const uint8_t* blk = hdr + HDR + (b & 7) * REC;
-            const int32_t* ca = cs[b - e0][0] + 32 * i;
-            const int32_t* cb = cs[b - e0][1] + 32 * i;
-            const __m512i oa = G::set1_i(-32 * xh[s + b]), ob = G::set1_i(-32 * (xs[s + b] - xh[s + b]));
-            const __m512i v0 = G::add_i(G::mullo(G::add_i(_mm512_load_si512(ca), oa), G::s8x(blk)),
-                                        G::mullo(G::add_i(_mm512_load_si512(cb), ob), G::s8x(blk + 32)));
-            const __m512i v1 = G::add_i(G::mullo(G::add_i(_mm512_load_si512(ca + 16), oa), G::s8x(blk + 16)),
-                                        G::mullo(G::add_i(_mm512_load_si512(cb + 16), ob), G::s8x(blk + 48)));
-            const uint16_t* d = reinterpret_cast<const uint16_t*>(hdr);
-            const __m512 sx = G::set1_f(dx[s + b]);
-            f0 = G::add_f(f0, G::mul_f(G::to_float(v0), G::mul_f(G::half(d), sx)));
-            f1 = G::add_f(f1, G::mul_f(G::to_float(v1), G::mul_f(G::half(d + 16), sx)));
-          }
-          G::store_f(f, f0);
-          G::store_f(f + 16, f1);
-        }
-      }
-    }
-  }
-}
-
-constexpr GgufAmx kGgufAmx = {begin, end, {panel<kQ4_0>, panel<kQ4_1>, panel<kQ8_0>, panel<kQ5_0>, panel<kQ4_K>},
-                              panel_q6};
+constexpr GgufAmx kGgufAmx = {begin, end, {panel<kQ4_0>, panel<kQ4_1>, panel<kQ8_0>, panel<kQ5_0>, panel<kQ4_K>, nullptr}};
 
 }  // namespace amx
 }  // namespace isa

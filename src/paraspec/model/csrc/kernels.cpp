@@ -42,18 +42,14 @@ struct W8A8Loop {
 // GgufFormat: Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q6_K), the loop over a panel's blocks for 1..8 rows.
 using GgufFn = void (*)(const uint8_t*, int64_t, int64_t, const int32_t*, int64_t, const float*, const int32_t*,
                         const int32_t*, int64_t, float*, bool);
-// The AMX variant's loop (gguf_amx.h): per format all sub-rows of a row block over one panel
-// (Q6_K apart: its sums need xh too), with the tile state set up per thread and format by
-// begin() and released by end().
+// The AMX variant's loop (gguf_amx.h): per format (none for Q6_K) all sub-rows of a row block
+// over one panel, with the tile state set up per thread by begin() and released by end().
 using GgufAmxFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const float*, const int32_t*,
                            const float*, int64_t, float*);
-using GgufAmxQ6Fn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const float*, const int32_t*,
-                             const int32_t*, int64_t, float*);
 struct GgufAmx {
-  void (*begin)(int);
+  void (*begin)();
   void (*end)();
-  GgufAmxFn fn[kGgufFormats];  // none for Q6_K
-  GgufAmxQ6Fn q6;
+  GgufAmxFn fn[kGgufFormats];
 };
 struct GgufLoop {
   int rows;
