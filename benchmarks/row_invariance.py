@@ -62,6 +62,7 @@ def main() -> None:
 
 
 def gguf_rows() -> None:
+    """The same table for the GGUF linears, per format and kernel variant."""
     import gguf
     import numpy as np
 
@@ -72,7 +73,8 @@ def gguf_rows() -> None:
              "Q4_K": quantize_q4_k, "Q6_K": quantize_q6_k}
     print(f"{'format':9} {'N x K':12} {'path':18} {'M whose first rows differ from M=4':36} rows of 16 differing alone")
     for kind, fn in quant.items():
-        for n, k in [(960, 576), (3072, 576), (576, 1536), (4096, 768)]:
+        shapes = [(960, 576), (3072, 576), (576, 1536)] if kind[-1] != "K" else [(960, 768), (3072, 768), (768, 1536)]
+        for n, k in shapes:                              # K-quants: K a multiple of 256
             w = ggml.GGUFWeight(kind, fn((np.random.default_rng(0).standard_normal((n, k)) * 0.05).astype(np.float32)))
             x = torch.randn(64, k)
             for kern in kernels.runnable():
