@@ -2,7 +2,12 @@
 8, 16) on a ~500-token cache, per kernel path this CPU runs (avx512:vnni512, avx2:avxvnni,
 avx2:avx2), quantization "gguf":
 
-    python benchmarks/gguf_verify_cost.py [--model PATH|default|q4_k_m] [--reps 9] [--threads 2]
+    python benchmarks/gguf_verify_cost.py [--model PATH|default|q4_k_m] [--reps 9] [--threads 2] [--all-rows]
+                                          [--paths avx512:vnni512,avx2:avx2]
+
+--all-rows: logits for every one of the k rows (as a verify step asks), not only the last row's.
+On one thread (--threads 1) the clock is the thread's CPU time, which other processes on a shared
+machine do not stretch (they still share its caches).
 
 --model q4_k_m (or q6_k, q4_k_s...): the bundled model requantised by llama.cpp (gguf_requant.py;
 needs llama-cpp-python once, then cached in ~/.cache/paraspec). Paths are measured round-robin, rep by
@@ -25,10 +30,11 @@ from paraspec.model.transformer import SeqInput
 KS = (1, 4, 8, 16)
 
 
-def one_forward(model, cache, prompt: torch.Tensor, k: int) -> float:
-    t = time.perf_counter()
-    model.forward(prompt[:k], torch.arange(500, 500 + k), [SeqInput(cache, k)], logits_rows=torch.tensor([k - 1]))
-    return time.perf_counter() - t
+def one_forward(model, cache, prompt: torch.Tensor, k: int, all_rows: bool, clock=time.perf_counter) -> float:
+    rows = torch.arange(k) if all_rows else torch.tensor([k - 1])
+    t = clock()
+    model.forward(prompt[:k], torch.arange(500, 500 + k), [SeqInput(cache, k)], logits_rows=rows)
+    return clock() - t
 
 
 def main() -> None:
@@ -36,13 +42,17 @@ def main() -> None:
     p.add_argument("--model", default="q4_k_m")
     p.add_argument("--reps", type=int, default=9)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--all-rows", action="store_true", help="logits for all k rows (a verify step's)")
+    p.add_argument("--paths", default="", help="comma-separated kernel labels, in load order (default: every one this CPU runs)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     feats = kernels.cpu_features()
     print("cpu flags:", " ".join(f for f in kernels.SHOWN if f in feats))
     path = bench_model(a.model)
-    paths = {k.label: LLM(path, quantization="gguf", kernels=k.label).model
-             for k in kernels.runnable() if k.module is not None}
+    labels = a.paths.split(",") if a.paths else [k.label for k in kernels.runnable() if k.module is not None]
+    # loaded (and measured) in this order; the model loaded first measured 5-10 % slower here at
+    # every k, whatever its path: to compare two paths, run both orders
+    paths = {label: LLM(path, quantization="gguf", kernels=label).model for label in labels}
     prompt = torch.randint(100, 1000, (500,))
     caches = {}
     for label, model in paths.items():
@@ -50,12 +60,15 @@ def main() -> None:
         model.forward(prompt, torch.arange(500), [SeqInput(caches[label], 500)], prompt=True)
         caches[label].length = 500
     times = {label: {k: [] for k in KS} for label in paths}
+    clock = time.thread_time if a.threads == 1 else time.perf_counter  # one thread: CPU time (module doc)
     for _ in range(a.reps):
         for label, model in paths.items():
             for k in KS:
-                times[label][k].append(one_forward(model, caches[label], prompt, k))
+                times[label][k].append(one_forward(model, caches[label], prompt, k, a.all_rows, clock))
     kinds = sorted({lin.kind for lin in vars(next(iter(paths.values())).layers[0]).values() if hasattr(lin, "kind")})
-    print(f"model {path}: layer-0 blocks {', '.join(kinds)}; {a.threads} threads; median of {a.reps}")
+    rows = "all k rows" if a.all_rows else "the last row"
+    print(f"model {path}: layer-0 blocks {', '.join(kinds)}; {a.threads} threads; logits of {rows}; median of {a.reps}"
+          f" ({'CPU' if a.threads == 1 else 'wall'} time)")
     for label, t in times.items():
         med = {k: statistics.median(v) * 1e3 for k, v in t.items()}
         print(f"  {label:15s} " + "  ".join(f"k={k}: {v:6.2f} ms ({v / med[1]:.2f})" for k, v in med.items()))

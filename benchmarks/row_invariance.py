@@ -9,7 +9,10 @@ For SmolLM2-135M's linear shapes and a few small ones, fp32 and bf16 weights: th
 M-row call are compared with the same rows in a 4-row call (M = 1..64) and with each row
 computed alone (padded to 4 rows, as the forward pads). Paths: torch F.linear (MKL for fp32),
 oneDNN's prepacked matmul (what transformer.Linear uses where it exists), and paraspec's own
-csrc linear for every ISA module this CPU runs (row-invariant by construction).
+csrc linear for every ISA module this CPU runs (row-invariant by construction). Then the GGUF
+block linears (quantization "gguf": Q4_1, Q8_0, Q4_K, Q6_K, two activation passes) on every kernel
+variant this CPU runs (avx512:amx switches to AMX tiles at 10 sub-rows, so its M = 5+ calls take
+another loop than M < 5: they must still agree bit for bit).
 """
 from __future__ import annotations
 
@@ -54,6 +57,35 @@ def main() -> None:
                 y16 = fn(x[:16])
                 alone = [i for i in range(16) if not torch.equal(fn(x[i:i + 1].expand(4, -1).contiguous())[0], y16[i])]
                 print(f"{str(dtype)[6:]:9} {f'{n}x{k}':12} {name:18} {str(bad) if bad else 'none':36} "
+                      f"{alone if alone else 'none'}")
+    gguf_rows()
+
+
+def gguf_rows() -> None:
+    """The same table for the GGUF linears, per format and kernel variant."""
+    import gguf
+    import numpy as np
+
+    from paraspec.model import ggml, kernels
+    from paraspec.model.ggml_kquants import quantize_q4_k, quantize_q6_k
+    quant = {"Q4_1": lambda w: gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_1),
+             "Q8_0": lambda w: gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0),
+             "Q4_K": quantize_q4_k, "Q6_K": quantize_q6_k}
+    print(f"{'format':9} {'N x K':12} {'path':18} {'M whose first rows differ from M=4':36} rows of 16 differing alone")
+    for kind, fn in quant.items():
+        shapes = [(960, 576), (3072, 576), (576, 1536)] if kind[-1] != "K" else [(960, 768), (3072, 768), (768, 1536)]
+        for n, k in shapes:                              # K-quants: K a multiple of 256
+            w = ggml.GGUFWeight(kind, fn((np.random.default_rng(0).standard_normal((n, k)) * 0.05).astype(np.float32)))
+            x = torch.randn(64, k)
+            for kern in kernels.runnable():
+                if kern.module is None:
+                    continue
+                lin = ggml.GGUFLinear(w, kernels=kern)
+                ref = lin(x[:4])
+                bad = [m for m in ROWS if not torch.equal(lin(x[:m])[:min(m, 4)], ref[:min(m, 4)])]
+                y16 = lin(x[:16])
+                alone = [i for i in range(16) if not torch.equal(lin(x[i:i + 1])[0], y16[i])]
+                print(f"{kind:9} {f'{n}x{k}':12} {kern.label:18} {str(bad) if bad else 'none':36} "
                       f"{alone if alone else 'none'}")
 
 

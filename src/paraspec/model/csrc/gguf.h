@@ -90,27 +90,35 @@ void gguf_quantize_rows(const T* x, int64_t ldx, int64_t M, int64_t K, int P, co
 }
 
 constexpr int64_t kGgufRowBlock = 64;  // rows per pass over the weights (their float sums in L1)
+constexpr int64_t kGgufAmxRows = 10;   // sub-rows from which a row block runs on AMX tiles (fewer: the VNNI tiles are faster here)
 constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB; whole superblocks) every row tile runs while in L1
 
 // Panels [p0, p1) for sub-rows [0, M) (P per output row; kGgufRowBlock is even): one thread's
 // contiguous share of the weights. A single row tile walks each panel once; with more, each
 // chunk of blocks is run by every tile while it sits in L1, so the weights leave DRAM once per
-// call. acc: 32 * min(M, kGgufRowBlock) floats.
+// call. A variant with AMX tiles (gguf_amx.h) runs row blocks of kGgufAmxRows sub-rows or more
+// on them instead (Q6_K excepted); xm: dx * float(xs) for them. acc: 32 * min(M, kGgufRowBlock) floats.
 inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, const int8_t* xq,
-                        const float* dx, const int32_t* xs, const int32_t* xh, int64_t M, int P, int64_t K,
+                        const float* dx, const int32_t* xs, const int32_t* xh, const float* xm, int64_t M, int P, int64_t K,
                         const uint8_t* wp, const float* bias, float* y, int64_t N, float* acc) {
   const int64_t B = K / 32, K4 = K / 4, pb = gguf_panel_bytes(fmt, B), R = loop.rows;
   const int32_t* xw = reinterpret_cast<const int32_t*>(xq);  // 4 features as one dword
+  const GgufAmxFn amx = loop.amx && M >= kGgufAmxRows ? loop.amx->fn[fmt] : nullptr;
+  if (amx) loop.amx->begin();
   for (int64_t r0 = 0; r0 < M; r0 += kGgufRowBlock) {
     const int64_t r1 = std::min(r0 + kGgufRowBlock, M);
     const int64_t chunk = r1 - r0 <= R ? B : kGgufChunk;
     for (int64_t p = p0; p < p1; ++p) {
       const uint8_t* panel = wp + p * pb;
       std::memset(acc, 0, sizeof(float) * 32 * (r1 - r0));
-      for (int64_t b0 = 0; b0 < B; b0 += chunk)
-        for (int64_t r = r0; r < r1; r += R)
-          loop.fn[fmt][std::min(R, r1 - r)](panel, b0, std::min(b0 + chunk, B), xw + r * K4, K4, dx + r * B,
-                                             xs + r * B, xh + r * B, B, acc + (r - r0) * 32, r == r0);
+      if (amx && r1 - r0 >= kGgufAmxRows) {  // the same bits as the tiles below (gguf_amx.h)
+        amx(panel, B, xq + r0 * K, K, dx + r0 * B, xs + r0 * B, xm + r0 * B, r1 - r0, acc);
+      } else {
+        for (int64_t b0 = 0; b0 < B; b0 += chunk)
+          for (int64_t r = r0; r < r1; r += R)
+            loop.fn[fmt][std::min(R, r1 - r)](panel, b0, std::min(b0 + chunk, B), xw + r * K4, K4, dx + r * B,
+                                               xs + r * B, xh + r * B, B, acc + (r - r0) * 32, r == r0);
+      }
       for (int h = 0; h < 2; ++h) {
         const int64_t n = p * 32 + 16 * h;
         if (n >= N) break;
@@ -124,6 +132,7 @@ inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, c
       }
     }
   }
+  if (amx) loop.amx->end();
 }
 
 }  // namespace isa

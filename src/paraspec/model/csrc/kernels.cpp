@@ -16,7 +16,10 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/utils/pybind.h>  // pybind11 and its at::Tensor type caster
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -39,9 +42,19 @@ struct W8A8Loop {
 // GgufFormat: Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q6_K), the loop over a panel's blocks for 1..8 rows.
 using GgufFn = void (*)(const uint8_t*, int64_t, int64_t, const int32_t*, int64_t, const float*, const int32_t*,
                         const int32_t*, int64_t, float*, bool);
+// The AMX variant's loop (gguf_amx.h): per format (none for Q6_K) all sub-rows of a row block
+// over one panel, with the tile state set up per thread by begin() and released by end().
+using GgufAmxFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const float*, const int32_t*,
+                           const float*, int64_t, float*);
+struct GgufAmx {
+  void (*begin)();
+  void (*end)();
+  GgufAmxFn fn[kGgufFormats];
+};
 struct GgufLoop {
   int rows;
   GgufFn fn[kGgufFormats][9];
+  const GgufAmx* amx = nullptr;  // where the AMX variant runs: calls of kGgufAmxRows sub-rows or more
 };
 constexpr int64_t kPrefetch = 8192;  // bytes ahead in the weight stream
 
@@ -60,9 +73,33 @@ constexpr int64_t kPrefetch = 8192;  // bytes ahead in the weight stream
 #include "gguf_dequant.h"
 #include "linear.h"
 #pragma GCC pop_options
+#if defined(PARASPEC_AVX512) && defined(__linux__)
+#define PARASPEC_AMX 1
+#include "gguf_amx.h"  // its own target region (AMX), after the module's
+#endif
 
 // ---- plain x86-64 from here on ----
 namespace {
+
+#ifdef PARASPEC_AMX
+// CPUID has AMX-TILE and AMX-INT8, and Linux lets this process use the tile data state (it
+// must be asked for once, ARCH_REQ_XCOMP_PERM, before the first tile instruction).
+bool amx_usable() {
+  static const bool ok = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
+  }();
+  return ok;
+}
+// vnni512's loops, and AMX tiles for calls with many sub-rows
+const GgufLoop kAmxLoop = [] {
+  GgufLoop l = isa::vnni512::kGgufLoop;
+  l.amx = &isa::amx::kGgufAmx;
+  return l;
+}();
+#endif
 
 bool cpu_supported() {
   static const bool ok = [] {
@@ -87,7 +124,12 @@ struct Variant {
 std::vector<Variant> variants() {
   if (!cpu_supported()) return {};
 #if defined(PARASPEC_AVX512)
-  return {{"vnni512", &isa::vnni512::kLoop, &isa::vnni512::kGgufLoop}};
+  std::vector<Variant> v;
+#ifdef PARASPEC_AMX
+  if (amx_usable()) v.push_back({"amx", &isa::vnni512::kLoop, &kAmxLoop});
+#endif
+  v.push_back({"vnni512", &isa::vnni512::kLoop, &isa::vnni512::kGgufLoop});
+  return v;
 #else
   std::vector<Variant> v;
 #ifdef PARASPEC_AVXVNNI
@@ -320,7 +362,7 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
   at::Tensor y = at::empty({M, N}, x.options().dtype(at::kFloat));
   if (M == 0 || N == 0) return y;
   const int64_t rows = M * P;  // sub-rows
-  at::Tensor xq = at::empty({rows * K}, x.options().dtype(at::kChar));
+  at::Tensor xq = at::empty({(rows + 15) * K}, x.options().dtype(at::kChar));  // AMX loads 16 rows at a time
   at::Tensor dx = at::empty({rows * B}, x.options().dtype(at::kFloat));
   at::Tensor xs = at::empty({2, rows * B}, x.options().dtype(at::kInt));  // block sums, first-half sums
   int8_t* xqp = xq.data_ptr<int8_t>();
@@ -341,12 +383,17 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
       isa::gguf_quantize_rows(static_cast<const float*>(xp) + m0 * ldx, ldx, m1 - m0, K, P, g, e, v.data(),
                               xqp + m0 * P * K, dxp + m0 * P * B, xsp + m0 * P * B, xhp + m0 * P * B);
   });
+  std::vector<float> xm;  // dx * float(xs), the float step's row term, once per call (the AMX loop's)
+  if (loop->amx && rows >= isa::kGgufAmxRows) {
+    xm.resize(rows * B);
+    for (int64_t i = 0; i < rows * B; ++i) xm[i] = dxp[i] * static_cast<float>(xsp[i]);
+  }
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {  // contiguous weight ranges
     std::vector<float> acc(32 * std::min(rows, isa::kGgufRowBlock));
-    isa::gguf_panels(*loop, f, p0, p1, xqp, dxp, xsp, xhp, rows, P, K, wp, bp, yp, N, acc.data());
+    isa::gguf_panels(*loop, f, p0, p1, xqp, dxp, xsp, xhp, xm.data(), rows, P, K, wp, bp, yp, N, acc.data());
   });
   return y;
 }
