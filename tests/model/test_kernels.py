@@ -31,7 +31,7 @@ from paraspec.model.kv_cache import KVCache
 from paraspec.model.transformer import apply_rope, attention as torch_attention, attention_bias, rope_tables
 
 ISAS = ("avx512", "avx2")
-VERSION = 11
+VERSION = 12
 
 
 def _load(isa: str) -> tuple[ModuleType | None, str]:
