@@ -35,6 +35,7 @@ on its Q4_K_M requantisation (mostly Q5_0) a 1000-token TTFT 1.4-1.9x shorter (b
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -297,9 +298,13 @@ def reference_dot(q: torch.Tensor, dx: torch.Tensor, xs: torch.Tensor, wq: torch
     return acc
 
 
+@functools.cache
 def dense_dtype() -> torch.dtype:
-    """What prompt chunks multiply in: bf16 where the CPU has bf16 matmul instructions."""
-    return torch.bfloat16 if {"amx_bf16", "avx512_bf16"} & cpu_features() else torch.float32
+    """What prompt chunks multiply in: bf16 where the CPU has bf16 matmul instructions and torch
+    may use them (ATEN_CPU_CAPABILITY / an AVX2 cap leaves oneDNN's bf16 matmul emulated, several
+    times slower than fp32 FMAs)."""
+    usable = torch.backends.cpu.get_cpu_capability().upper().startswith("AVX512")
+    return torch.bfloat16 if usable and {"amx_bf16", "avx512_bf16"} & cpu_features() else torch.float32
 
 
 _local = threading.local()   # one scratch per thread: forwards of two engines may overlap
