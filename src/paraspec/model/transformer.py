@@ -247,10 +247,9 @@ def prompt_attention(q: torch.Tensor, cache: KVCache, layer: int, bias: list[tor
     committed keys and its own, in plain fp32 (softmax, then one matmul), a block of
     PROMPT_BLOCK query rows at a time: a block reads only the keys it can see (half the work of
     a square mask) and its scores stay in cache (a whole chunk's score matrix does not). On a
-    1k-token prompt much faster than `attention`,
-    whose fp64 sum over key chunks exists for row invariance. A prompt does not need that:
-    every decoding mode, AR included, starts from the same prefill, so greedy parallel decoding
-    stays identical to greedy AR. (F.scaled_dot_product_attention was slower here, on 2 cores.)
+    1k-token prompt much faster than `attention`, whose fp64 sum over key chunks exists for row
+    invariance. A prompt does not need that: every decoding mode, AR included, starts from the
+    same prefill, so greedy parallel decoding stays identical to greedy AR. (F.scaled_dot_product_attention was slower here, on 2 cores.)
     Returns [n, n_heads * head_dim]."""
     n, n_heads, head_dim = q.shape
     n_kv = cache.k.shape[1]
@@ -377,10 +376,10 @@ class Transformer:
             else:
                 qk = apply_rope(qkv[:, :n_heads + n_kv], cos, sin)     # q and k rotated in one go
                 q, k, v = qk[:, :n_heads], qk[:, n_heads:], qkv[:, n_heads + n_kv:]
+                attend = prompt_attention if prompt else attention
                 outs = []
                 for s, bias, r in zip(seqs, biases, rows):
                     s.cache.write(i, k[r], v[r])
-                    attend = prompt_attention if prompt else attention
                     outs.append(attend(q[r], s.cache, i, bias, self.scale))
             if pad:
                 outs.append(qkv.new_zeros(pad, n_heads * hd))

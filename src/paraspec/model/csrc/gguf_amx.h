@@ -39,6 +39,25 @@ inline void end() { _tile_release(); }  // the thread's tile state back to init 
 constexpr int64_t kPass = 32;  // sub-rows per pass over a chunk (two A tiles)
 constexpr int64_t kSub = 4;    // blocks whose sums are out at once: 4 x 32 rows x 32 int32 (16 KB)
 
+// 16 sub-rows' exact block sums for both channel halves (B tiles tmm2, tmm3 loaded): A = tmm X
+// from x, C = tmm C0, C1, written out as [row][32 channels] at c. A macro: GCC's tile
+// intrinsics paste their register numbers into the instruction, so they must be literals.
+#define AMX_SUMS16(Q8, X, C0, C1, x, K, c) \
+  do {                                     \
+    _tile_zero(C0);                        \
+    _tile_zero(C1);                        \
+    _tile_loadd(X, x, K);                  \
+    if constexpr (Q8) {                    \
+      _tile_dpbssd(C0, X, 2);              \
+      _tile_dpbssd(C1, X, 3);              \
+    } else {                               \
+      _tile_dpbsud(C0, X, 2);              \
+      _tile_dpbsud(C1, X, 3);              \
+    }                                      \
+    _tile_stored(C0, c, 128);              \
+    _tile_stored(C1, (c) + 16, 128);       \
+  } while (0)
+
 // gguf_loop.h's panel_tile over blocks [0, B) for `rows` sub-rows (xq, dx, xs, xm from the first;
 // xq readable 15 rows past the last: an A tile always loads 16), acc[32 * row + channel] added
 // to. xm = dx * float(xs), once per call: the float step's per-row term (Q4_1, Q4_K).
@@ -82,34 +101,10 @@ void panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const f
           const uint8_t* w = Q8 ? blk + SB : wu + (b - b0) * 1024;
           constexpr int64_t ldw = Q8 ? 128 : 64, half = Q8 ? 64 : 512;
           int32_t* c = cs[b - e0];
-          _tile_zero(4);
-          _tile_zero(5);
-          _tile_loadd(0, xr + 32 * b, K);
           _tile_loadd(2, w, ldw);
           _tile_loadd(3, w + half, ldw);
-          if constexpr (Q8) {
-            _tile_dpbssd(4, 0, 2);
-            _tile_dpbssd(5, 0, 3);
-          } else {
-            _tile_dpbsud(4, 0, 2);
-            _tile_dpbsud(5, 0, 3);
-          }
-          _tile_stored(4, c, 128);
-          _tile_stored(5, c + 16, 128);
-          if (two) {
-            _tile_zero(6);
-            _tile_zero(7);
-            _tile_loadd(1, xr + 16 * K + 32 * b, K);
-            if constexpr (Q8) {
-              _tile_dpbssd(6, 1, 2);
-              _tile_dpbssd(7, 1, 3);
-            } else {
-              _tile_dpbsud(6, 1, 2);
-              _tile_dpbsud(7, 1, 3);
-            }
-            _tile_stored(6, c + 16 * 32, 128);
-            _tile_stored(7, c + 16 * 32 + 16, 128);
-          }
+          AMX_SUMS16(Q8, 0, 4, 5, xr + 32 * b, K, c);
+          if (two) AMX_SUMS16(Q8, 1, 6, 7, xr + 16 * K + 32 * b, K, c + 16 * 32);
           // gguf_loop.h's channel scales: d (fp16), Q4_1's m, Q4_K's d * sc and dmin * mn (exact)
           const uint16_t* d = reinterpret_cast<const uint16_t*>(Q4K ? hdr : blk);
           __m512 ds0 = G::half(d), ds1 = G::half(d + 16), dm0 = _mm512_setzero_ps(), dm1 = dm0;
@@ -150,6 +145,8 @@ void panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const f
     }
   }
 }
+
+#undef AMX_SUMS16
 
 constexpr GgufAmx kGgufAmx = {begin, end, {panel<kQ4_0>, panel<kQ4_1>, panel<kQ8_0>, panel<kQ5_0>, panel<kQ4_K>, nullptr}};
 
