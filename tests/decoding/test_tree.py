@@ -48,3 +48,14 @@ def test_extended_keeps_the_tree_and_adds_missing_nodes_up_to_a_size():
     assert len(t) == 4                                                      # a copy, not in place
     assert t.extended([[1, 2, 3]], max_nodes=10).tokens == t.tokens         # nothing new to add
     assert len(t.extended([[8, 8, 8]], max_nodes=2)) == 4                   # never shrinks
+
+
+def test_pruned_drops_a_rejected_node_with_its_subtree():
+    t = DraftTree()
+    a = t.add(5, prob=0.9)
+    b = t.add(6, a, 0.5)
+    t.add(7, b, 0.4)
+    c = t.add(8, prob=0.3)
+    t.add(9, c, 0.2)
+    kept = t.pruned(lambda i: t.tokens[i] != 6)
+    assert kept.tokens == [5, 8, 9] and kept.parents == [-1, -1, 1] and kept.probs == [0.9, 0.3, 0.2]

@@ -25,6 +25,7 @@ from typing import Hashable, Sequence
 import numpy as np
 
 from ..decoding.cost import CostModel
+from ..decoding.draft_policy import conditional
 from ..decoding.memory import PROMPT_WEIGHT
 from ..decoding.tree import ROOT, DraftTree
 from .markup import MarkupIds
@@ -75,13 +76,8 @@ class BranchDrafter:
         if not m:
             return m
         banned = {ids.title, ids.end_title, ids.para, ids.end_para, ids.branch}
-        out = DraftTree()
-        new: dict[int, int] = {}
-        for i, (t, par) in enumerate(zip(m.tokens, m.parents)):
-            if t in banned or (par != ROOT and (par not in new or m.tokens[par] == ids.end_branch)):
-                continue
-            new[i] = out.add(t, ROOT if par == ROOT else new[par], m.probs[i])
-        return out
+        return m.pruned(lambda i: m.tokens[i] not in banned
+                        and (m.parents[i] == ROOT or m.tokens[m.parents[i]] != ids.end_branch))
 
     def select(self, trees: list[DraftTree], base_rows: int, cost: CostModel, max_nodes: int) -> list[DraftTree]:
         """Each tree cut to the nodes worth verifying: calibrated estimates, best first over all
@@ -90,7 +86,7 @@ class BranchDrafter:
         ranked: list[tuple[float, int, int]] = []      # (calibrated p, tree, node)
         for k, tree in enumerate(trees):
             cal: list[float] = []
-            for i, (q, d, par) in enumerate(zip(_conditional(tree), tree.depths(), tree.parents)):
+            for i, (q, d, par) in enumerate(zip(conditional(tree, tree.probs), tree.depths(), tree.parents)):
                 cal.append(min(1.0, cal_of(d, q) * q) * (1.0 if par == ROOT else cal[par]))
                 ranked.append((cal[i], k, i))
         # stable: a parent (never less likely, earlier in its tree) stays before its children
@@ -105,22 +101,16 @@ class BranchDrafter:
         keep: list[set[int]] = [set() for _ in trees]
         for _, k, i in ranked[:best_n]:
             keep[k].add(i)
-        return [_subtree(tree, kept) for tree, kept in zip(trees, keep)]
+        return [tree.pruned(kept.__contains__) for tree, kept in zip(trees, keep)]
 
     def observe(self, tree: DraftTree, accepted: Sequence[int], skip: int = -1) -> None:
         """A walk reached the root and `accepted` nodes: each child of a reached node was a chance
         for the text to go on into it (expected: the trie's conditional estimate; a hit if it did).
         Nodes of token `skip` are no trie estimate (a drafted <|/para|>)."""
         reached = {ROOT, *accepted}
-        for i, (q, d, par, t) in enumerate(zip(_conditional(tree), tree.depths(), tree.parents, tree.tokens)):
+        for i, (q, d, par, t) in enumerate(zip(conditional(tree, tree.probs), tree.depths(), tree.parents, tree.tokens)):
             if par in reached and t != skip:
                 self.calibration.observe(d, q, i in reached)
-
-
-def _conditional(tree: DraftTree) -> list[float]:
-    """Each node's estimate given its parent is accepted: its own over its parent's."""
-    return [p if par == ROOT else (p / tree.probs[par] if tree.probs[par] > 0 else 0.0)
-            for p, par in zip(tree.probs, tree.parents)]
 
 
 def budget_cut(tokens: list[list[int]], prefix: list[int], done: list[bool], room: int,
@@ -148,14 +138,4 @@ def with_close(tree: DraftTree, end_branch: int, end_para: int, max_nodes: int) 
     for i, t in enumerate(tree.tokens):
         if t == end_branch and len(out) < max_nodes:
             out.add(end_para, i, tree.probs[i])
-    return out
-
-
-def _subtree(tree: DraftTree, kept: set[int]) -> DraftTree:
-    """The kept nodes (closed under parents) as a tree, in the original order."""
-    out = DraftTree()
-    new: dict[int, int] = {}
-    for i, (t, par) in enumerate(zip(tree.tokens, tree.parents)):
-        if i in kept:
-            new[i] = out.add(t, ROOT if par == ROOT else new[par], tree.probs[i])
     return out

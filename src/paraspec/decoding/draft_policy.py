@@ -59,7 +59,7 @@ def streak_state(accepted: int) -> int:
     return _band(STREAK_EDGES, accepted)
 
 
-def _conditional(tree: DraftTree, own: Sequence[float]) -> list[float]:
+def conditional(tree: DraftTree, own: Sequence[float]) -> list[float]:
     """Each node's estimate given its parent is accepted: its own over its parent's."""
     return [o if par == ROOT else (o / own[par] if own[par] > 0 else 0.0) for o, par in zip(own, tree.parents)]
 
@@ -199,7 +199,7 @@ class DraftPolicy:
                 continue
             factor = self._factors(st)[st.state][s]
             own = tree.probs or [1.0] * len(tree)
-            cond = _conditional(tree, own)
+            cond = conditional(tree, own)
             conds.append(cond)
             here: list[int] = []                    # source node -> merged node
             for i, (tok, par) in enumerate(zip(tree.tokens, tree.parents)):

@@ -12,7 +12,7 @@ derived here once.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -132,6 +132,15 @@ class DraftTree:
     def truncated(self, max_nodes: int) -> "DraftTree":
         """The first `max_nodes` nodes (still a valid tree: parents come first)."""
         return DraftTree(self.tokens[:max_nodes], self.parents[:max_nodes], self.probs[:max_nodes])
+
+    def pruned(self, keep: Callable[[int], bool]) -> "DraftTree":
+        """The nodes `keep` accepts whose parents are kept too, in their order (parents first)."""
+        out = DraftTree()
+        new: dict[int, int] = {}
+        for i, (t, par) in enumerate(zip(self.tokens, self.parents)):
+            if (par == ROOT or par in new) and keep(i):
+                new[i] = out.add(t, ROOT if par == ROOT else new[par], self.probs[i] if self.probs else None)
+        return out
 
 
 def descend(children: list[dict[int, int]], row: int, tokens: Sequence[int]) -> list[int]:
