@@ -36,6 +36,9 @@ def features() -> list[str]:
     avx2 = cpu_kernels._load("avx2")[0]
     if avx2 is not None and "avxvnni" in avx2.w8a8_variants():
         feats.add("avx_vnni")
+    avx512 = cpu_kernels._load("avx512")[0]
+    if avx512 is not None and "amx" in avx512.w8a8_variants():   # CPUID's AMX-INT8 and the OS's tile grant
+        feats.add("amx_int8")
     return [f for f in cpu_kernels.SHOWN if f in feats]
 
 
@@ -57,6 +60,7 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
     k = kernels or cpu_kernels.default()
     compiled = k.module is not None
     numerics = cpu_kernels.default_numerics(k)
+    gguf = cpu_kernels.gguf_numerics(k) if compiled else None
     return {
         "cpu": cpu_name(), "machine": platform.machine(), "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -71,9 +75,14 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
             "w8a8 linear": f"csrc w8a8, {k.label}" if compiled else "torch (quant.int_dot: exact fp32 matmuls)",
             "decode/verify linear": f"csrc linear, {k.name} (fp32 and bf16 weights)" if compiled else
             f"torch, rows padded to 4: bf16 {_torch_linear('bfloat16')}, fp32 {_torch_linear('float32')}",
+            "gguf linear": (f"csrc gguf blocks, {k.label}" + (" (AMX int8 tiles for calls of 10+ sub-rows)"
+                                                              if k.w8a8_variant == "amx" else "")
+                            if compiled else "none: a GGUF file is dequantised to bf16/fp32"),
             "prompt linear": f"torch: bf16 {_torch_linear('bfloat16')}, fp32 F.linear",
         },
         "default_numerics": {"dtype": numerics.dtype, "quantization": numerics.quantization, "why": numerics.why},
+        "gguf_numerics": None if gguf is None else
+        {"dtype": gguf.dtype, "quantization": gguf.quantization, "why": gguf.why},
     }
 
 
@@ -130,7 +139,10 @@ def format_report(r: dict) -> str:
     lines += [f"  not {isa:7}{why}" for isa, why in r["not_running"].items()]
     lines += [f"  {op:24} {how}" for op, how in r["ops"].items()]
     n = r["default_numerics"]
-    lines.append(f"default      {n['dtype']}{' + ' + n['quantization'] if n['quantization'] else ''}   ({n['why']})")
+    lines.append(f"default      safetensors: {n['dtype']}{' + ' + n['quantization'] if n['quantization'] else ''}"
+                 f"   ({n['why']})")
+    if r.get("gguf_numerics"):
+        lines.append(f"             gguf file: its own blocks   ({r['gguf_numerics']['why']})")
     for name, t in r.get("numerics", {}).items():
         lines.append(f"{name:12} 1 row {t['ms_1_rows']:.1f} ms, 8 rows {t['ms_8_rows']:.1f} ms a decode step")
     if "forward_cost" in r:

@@ -12,6 +12,7 @@ import time
 import numpy as np
 import torch
 
+from .decoding.cost import monotone
 from .decoding.verify import Query
 from .model.kv_cache import KVCache, round_up
 from .model.transformer import ROW_MULTIPLE, SeqInput, Transformer
@@ -53,7 +54,7 @@ class ModelRunner:
                     times[k].append(time.perf_counter() - t0)
             # one row runs padded to ROW_MULTIPLE rows: it costs what the smallest size does;
             # and noise must not make a longer query look cheaper than a shorter one
-            measured = np.maximum.accumulate([float(np.median(times[k])) for k in sizes])
+            measured = monotone([float(np.median(times[k])) for k in sizes])
             measured /= measured[0]
             self._cost = {k: float(np.interp(round_up(k, multiple), sizes, measured))
                           for k in range(1, max(sizes) + 1)}

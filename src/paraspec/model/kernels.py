@@ -39,7 +39,7 @@ VERSION = 12                                    # csrc modules' VERSION this cod
 REQUIRES = {"avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "fma"}),   # as csrc's
             "avx2": frozenset({"avx2", "fma", "f16c"})}                                                  # cpu_supported()
 SHOWN = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
-         "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "asimd", "asimddp", "sve", "bf16")
+         "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "asimd", "asimddp", "sve", "bf16")
 
 # numpy's runtime dispatcher reads CPUID (and XGETBV, so OS support is included); its names -> Linux's
 _NUMPY_NAMES = {"AVX2": "avx2", "FMA3": "fma", "F16C": "f16c", "AVX512F": "avx512f", "AVX512BW": "avx512bw",
