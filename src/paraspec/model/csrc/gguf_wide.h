@@ -106,8 +106,8 @@ inline void wide_sums(const uint8_t* w, const int32_t* x, int64_t K4, typename G
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         const auto xi = gprep<Q8>(x[i * K4 + k]);
-        a[i][0] = gmac<Q8>(a[i][0], xi, w0);
-        a[i][1] = gmac<Q8>(a[i][1], xi, w1);
+        a[i][0] = opaque(gmac<Q8>(a[i][0], xi, w0));
+        a[i][1] = opaque(gmac<Q8>(a[i][1], xi, w1));
       }
     }
   }
@@ -196,10 +196,16 @@ void wide_panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, co
   }
 }
 
-// from 3 sub-rows (2 are one gguf_loop.h tile, which streams the weights once without a buffer)
+// From 3 sub-rows (2 are one gguf_loop.h tile, which streams the weights once without a
+// buffer), for the formats GOp::wide_formats() names: where the wide tiles were not faster than
+// gguf_loop.h's here (measured), that loop keeps them.
+template <int FMT>
+constexpr GgufWideFn wide_fn() {
+  return GOp::wide_formats() >> FMT & 1 ? wide_panel<FMT> : nullptr;
+}
 constexpr GgufWide kGgufWide = {
     3, nullptr, nullptr,
-    {wide_panel<kQ4_0>, wide_panel<kQ4_1>, wide_panel<kQ8_0>, wide_panel<kQ5_0>, wide_panel<kQ4_K>, wide_panel<kQ6_K>}};
+    {wide_fn<kQ4_0>(), wide_fn<kQ4_1>(), wide_fn<kQ8_0>(), wide_fn<kQ5_0>(), wide_fn<kQ4_K>(), wide_fn<kQ6_K>()}};
 constexpr GgufLoop kGgufWideLoop = [] {
   GgufLoop l = kGgufLoop;
   l.wide = &kGgufWide;
