@@ -62,15 +62,6 @@ void wide_unpack(const uint8_t* panel, int64_t b0, int64_t b1, uint8_t* wu, floa
   }
 }
 
-// GCC otherwise rewrites the int16 sums as wide add trees (all products live: spills) and keeps a
-// pointer per (row, step) across blocks: a value it must take as computed, at no cost.
-template <typename T>
-inline T opaque(T v) {
-  if constexpr (std::is_integral_v<T>) asm("" : "+r"(v));
-  else asm("" : "+x"(v));
-  return v;
-}
-
 // a[i][j] += the products of steps [k0, k1) for R rows (x: row i's step k at x[i * K4 + k]) and
 // the 16 channels of w (step k's two vectors at w + 128 * k)
 template <int R, int FMT, int K0, int K1>
@@ -91,8 +82,8 @@ inline void wide_sums(const uint8_t* w, const int32_t* x, int64_t K4, typename G
 #pragma GCC unroll 8
         for (int i = 0; i < R; ++i) {
           const A xi = GOp::prep4(x[i * K4 + g + s]);
-          p[i][0] = opaque(GOp::add16(p[i][0], GOp::dot16(w0, xi)));
-          p[i][1] = opaque(GOp::add16(p[i][1], GOp::dot16(w1, xi)));
+          p[i][0] = gmac<false, true>(p[i][0], xi, w0);
+          p[i][1] = gmac<false, true>(p[i][1], xi, w1);
         }
       }
 #pragma GCC unroll 8
