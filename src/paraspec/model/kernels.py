@@ -7,7 +7,8 @@ extension modules, and a module is imported only when this CPU has every feature
 
     avx512  paraspec.model._kernels_avx512   AVX-512F/BW/VL + AVX512-VNNI + FMA (variant amx: GGUF
                                              calls of 10+ sub-rows on AMX int8 tiles, where CPUID has them)
-    avx2    paraspec.model._kernels_avx2     AVX2 + FMA (W8A8 with AVX-VNNI where the CPU has it)
+    avx2    paraspec.model._kernels_avx2     AVX2 + FMA (W8A8 with AVX-VNNI where the CPU has it; GGUF
+                                             calls of 3+ sub-rows on wide tiles over unpacked blocks)
     torch   no compiled code                 torch attention (fp64 sums), quant.int_dot W8A8
 
 Every path is row-invariant, so parallel decoding is exact on each; they differ in speed and in
@@ -35,7 +36,7 @@ logger = logging.getLogger("paraspec.kernels")
 ENV = "PARASPEC_KERNELS"
 ISAS = ("avx512", "avx2")                       # best first
 PATHS = (*ISAS, "torch")
-VERSION = 12                                    # csrc modules' VERSION this code calls
+VERSION = 13                                    # csrc modules' VERSION this code calls
 REQUIRES = {"avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "fma"}),   # as csrc's
             "avx2": frozenset({"avx2", "fma", "f16c"})}                                                  # cpu_supported()
 SHOWN = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",

@@ -96,23 +96,24 @@ constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB; whole sup
 // Panels [p0, p1) for sub-rows [0, M) (P per output row; kGgufRowBlock is even): one thread's
 // contiguous share of the weights. A single row tile walks each panel once; with more, each
 // chunk of blocks is run by every tile while it sits in L1, so the weights leave DRAM once per
-// call. A variant with AMX tiles (gguf_amx.h) runs row blocks of kGgufAmxRows sub-rows or more
-// on them instead (Q6_K excepted); xm: dx * float(xs) for them. acc: 32 * min(M, kGgufRowBlock) floats.
+// call. A variant with a wide loop (AMX tiles: gguf_amx.h; AVX2: gguf_wide.h) runs row blocks
+// of its min_rows sub-rows or more on it instead (where it has the format); xm: dx * float(xs)
+// for it. acc: 32 * min(M, kGgufRowBlock) floats.
 inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, const int8_t* xq,
                         const float* dx, const int32_t* xs, const int32_t* xh, const float* xm, int64_t M, int P, int64_t K,
                         const uint8_t* wp, const float* bias, float* y, int64_t N, float* acc) {
   const int64_t B = K / 32, K4 = K / 4, pb = gguf_panel_bytes(fmt, B), R = loop.rows;
   const int32_t* xw = reinterpret_cast<const int32_t*>(xq);  // 4 features as one dword
-  const GgufAmxFn amx = loop.amx && M >= kGgufAmxRows ? loop.amx->fn[fmt] : nullptr;
-  if (amx) loop.amx->begin();
+  const GgufWide* w = loop.wide && M >= loop.wide->min_rows && loop.wide->fn[fmt] ? loop.wide : nullptr;
+  if (w && w->begin) w->begin();
   for (int64_t r0 = 0; r0 < M; r0 += kGgufRowBlock) {
     const int64_t r1 = std::min(r0 + kGgufRowBlock, M);
     const int64_t chunk = r1 - r0 <= R ? B : kGgufChunk;
     for (int64_t p = p0; p < p1; ++p) {
       const uint8_t* panel = wp + p * pb;
       std::memset(acc, 0, sizeof(float) * 32 * (r1 - r0));
-      if (amx && r1 - r0 >= kGgufAmxRows) {  // the same bits as the tiles below (gguf_amx.h)
-        amx(panel, B, xq + r0 * K, K, dx + r0 * B, xs + r0 * B, xm + r0 * B, r1 - r0, acc);
+      if (w && r1 - r0 >= w->min_rows) {  // the same bits as the tiles below
+        w->fn[fmt](panel, B, xq + r0 * K, K, dx + r0 * B, xs + r0 * B, xh + r0 * B, xm + r0 * B, r1 - r0, acc);
       } else {
         for (int64_t b0 = 0; b0 < B; b0 += chunk)
           for (int64_t r = r0; r < r1; r += R)
@@ -132,7 +133,7 @@ inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, c
       }
     }
   }
-  if (amx) loop.amx->end();
+  if (w && w->end) w->end();
 }
 
 }  // namespace isa

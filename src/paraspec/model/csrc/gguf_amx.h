@@ -65,7 +65,7 @@ constexpr int64_t kSub = 4;    // blocks whose sums are out at once: 4 x 32 rows
 // sums in registers: the float step, op for op gguf_loop.h's, is what bounds this loop.
 template <int FMT>
 void panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const float* dx, const int32_t* xs,
-           const float* xm, int64_t rows, float* acc) {
+           const int32_t* /* xh: Q6_K's, not here */, const float* xm, int64_t rows, float* acc) {
   using G = vnni512::GOp;
   constexpr bool Q8 = FMT == kQ8_0, Q5 = FMT == kQ5_0, Q41 = FMT == kQ4_1, Q4K = FMT == kQ4_K;
   static_assert(FMT != kQ6_K, "Q6_K's 16-wide halves stay on the VNNI loop");
@@ -148,7 +148,7 @@ void panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const f
 
 #undef AMX_SUMS16
 
-constexpr GgufAmx kGgufAmx = {begin, end, {panel<kQ4_0>, panel<kQ4_1>, panel<kQ8_0>, panel<kQ5_0>, panel<kQ4_K>, nullptr}};
+constexpr GgufWide kGgufAmx = {kGgufAmxRows, begin, end, {panel<kQ4_0>, panel<kQ4_1>, panel<kQ8_0>, panel<kQ5_0>, panel<kQ4_K>, nullptr}};
 
 }  // namespace amx
 }  // namespace isa

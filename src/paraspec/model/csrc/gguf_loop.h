@@ -16,10 +16,26 @@ inline auto gprep(int32_t x4) {
   if constexpr (Q8) return GOp::prep8(x4);
   else return GOp::prep4(x4);
 }
-template <bool Q8, typename X>
-inline typename GOp::Acc gmac(typename GOp::Acc a, const X& x, typename GOp::Acc w) {
-  if constexpr (Q8) return GOp::mac8(a, x, w);
-  else return GOp::mac4(a, x, w);
+// P16 (AVX2's Q4 formats): vpmaddubsw pairs summed in int16 over the block's 8 steps (u8 <= 15
+// by s8: 16 products of at most 15 * 128 < 2^15), widened to int32 once after them.
+// GCC otherwise rewrites the int16 sums as wide add trees (all products live: spills) and keeps
+// a pointer per (row, step) across blocks (gguf_wide.h): a value it must take as computed, at no cost.
+template <typename T>
+inline T opaque(T v) {
+  if constexpr (std::is_integral_v<T>) asm("" : "+r"(v));
+  else asm("" : "+x"(v));
+  return v;
+}
+template <bool Q8, bool P16 = false, typename G = GOp, typename X>
+inline typename G::Acc gmac(typename G::Acc a, const X& x, typename G::Acc w) {
+  if constexpr (P16) return opaque(G::add16(a, G::dot16(w, x)));
+  else if constexpr (Q8) return G::mac8(a, x, w);
+  else return G::mac4(a, x, w);
+}
+template <bool P16, typename G = GOp>
+inline typename G::Acc gwiden(int32_t c, typename G::Acc a) {  // c + the int16 sums (P16) in int32
+  if constexpr (P16) return G::add_i(G::set1_i(c), G::widen16(a));
+  else return a;
 }
 
 template <int R, int FMT>
@@ -32,6 +48,7 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
   constexpr GgufLayout LAY = gguf_layout(FMT);
   constexpr int64_t SB = LAY.scales, REC = LAY.record, HDR = LAY.header, SUPER = HDR + 8 * REC;
   constexpr int32_t C = FMT == 0 ? 8 : Q5 ? 16 : Q8 ? GOp::kQ8Offset : 0;  // the sums' excess per xs
+  constexpr bool P16 = GOp::kPairs16 && !Q8 && !Q5 && !Q6;  // int16 sums (gmac), from zero
   // Named accumulators (not arrays), as w8a8_loop.h: GCC 12 would copy an array every step.
 #define PS_F1(i, j) F f##i##j = (R > i && V > j) ? GOp::load_f(acc + 32 * i + L * j) : GOp::zero_f();
 #define PS_F(i) PS_F1(i, 0) PS_F1(i, 1) PS_F1(i, 2) PS_F1(i, 3)
@@ -46,18 +63,18 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
     const int32_t* xb = xw + 8 * b;
     // the sums start at -C * xs (exact integers): the excess is gone before the float step
 #define PS_ACC1(i, j)                                                                 \
-  A a##i##j = (C != 0 && R > i) ? GOp::set1_i(-C * xs[i * B + b])                    \
+  A a##i##j = (C != 0 && R > i && !P16) ? GOp::set1_i(-C * xs[i * B + b])            \
               : (Q6 && R > i)   ? GOp::set1_i(-32 * xh[i * B + b]) : GOp::zero_acc();
 #define PS_ACC(i) PS_ACC1(i, 0) PS_ACC1(i, 1) PS_ACC1(i, 2) PS_ACC1(i, 3)
     PS_ACC(0) PS_ACC(1) PS_ACC(2) PS_ACC(3) PS_ACC(4) PS_ACC(5) PS_ACC(6) PS_ACC(7)
 #define PS_ROW(i)                                         \
   if constexpr (R > i) {                                  \
     const auto x = gprep<Q8>(xb[i * ldx + k]);            \
-    a##i##0 = gmac<Q8>(a##i##0, x, w0);                   \
-    a##i##1 = gmac<Q8>(a##i##1, x, w1);                   \
+    a##i##0 = gmac<Q8, P16>(a##i##0, x, w0);              \
+    a##i##1 = gmac<Q8, P16>(a##i##1, x, w1);              \
     if constexpr (V > 2) {                                \
-      a##i##2 = gmac<Q8>(a##i##2, x, w2);                 \
-      a##i##3 = gmac<Q8>(a##i##3, x, w3);                 \
+      a##i##2 = gmac<Q8, P16>(a##i##2, x, w2);            \
+      a##i##3 = gmac<Q8, P16>(a##i##3, x, w3);            \
     }                                                     \
   }
 #define PS_STEPS(k0, k1)                                                       \
@@ -93,6 +110,14 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
 #undef PS_H1
     } else {
       PS_STEPS(0, 8)
+    }
+    if constexpr (P16) {  // the int16 sums widened, from -C * xs (exact)
+#define PS_W1(i, j) \
+  if constexpr (R > i && V > j) a##i##j = gwiden<P16>(-C * xs[i * B + b], a##i##j);
+#define PS_W(i) PS_W1(i, 0) PS_W1(i, 1) PS_W1(i, 2) PS_W1(i, 3)
+      PS_W(0) PS_W(1) PS_W(2) PS_W(3) PS_W(4) PS_W(5) PS_W(6) PS_W(7)
+#undef PS_W
+#undef PS_W1
     }
     // gguf.h's float step for each format; f += t. The block's channel scales first (shared by
     // the rows): d (fp16), Q4_1's m, Q4_K's d * sc and dmin * mn (exact), Q6_K's superblock d.

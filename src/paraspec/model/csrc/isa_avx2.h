@@ -189,6 +189,13 @@ struct Ymm8x4 {  // loads and stores shared by both ymm steps
   static Acc mullo(Acc a, Acc b) { return _mm256_mullo_epi32(a, b); }
   static Acc u8x(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
   static Acc s8x(const uint8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+  // gguf_wide.h: its L1 buffer of unpacked steps, and AVX2's int16 pair sums (vpmaddubsw, summed
+  // over steps with vpaddw while they cannot overflow, then widened by vpmaddwd with ones)
+  static Acc load_b(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+  static void store_b(uint8_t* p, Acc a) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), a); }
+  static Acc dot16(Acc w, Acc x) { return _mm256_maddubs_epi16(w, x); }
+  static Acc add16(Acc a, Acc b) { return _mm256_add_epi16(a, b); }
+  static Acc widen16(Acc a) { return _mm256_madd_epi16(a, _mm256_set1_epi16(1)); }
   using Flt = __m256;
   static Flt load_f(const float* p) { return _mm256_loadu_ps(p); }
   static void store_f(float* p, Flt a) { _mm256_storeu_ps(p, a); }
@@ -224,6 +231,10 @@ struct Op : Ymm8x4 {
 struct GOp : Ymm8x4 {
   static constexpr int kRows = 2;        // 8 accumulators + 4 weights + constants
   static constexpr int kQ8Offset = 0;
+  static constexpr bool kPairs16 = true;  // gguf_wide.h sums Q4 / Q5 / Q6 products in int16 groups
+  // the formats gguf_wide.h runs (bit per GgufFormat): not Q8_0, whose 4 instructions per step
+  // (vpsignb, vpmaddubsw, vpmaddwd, vpaddd) are the same either way, and no faster there
+  static constexpr int wide_formats() { return 0b111011; }
   static void load_q8(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
     w0 = load_w(reinterpret_cast<const int8_t*>(p)), w1 = load_w(reinterpret_cast<const int8_t*>(p + 32));
     w2 = load_w(reinterpret_cast<const int8_t*>(p + 64)), w3 = load_w(reinterpret_cast<const int8_t*>(p + 96));
@@ -243,6 +254,7 @@ struct GOp : Ymm8x4 {
   }
 };
 #include "gguf_loop.h"
+#include "gguf_wide.h"
 }  // namespace avx2
 
 }  // namespace isa
@@ -270,6 +282,10 @@ struct Op : Ymm8x4 {
 struct GOp : Ymm8x4 {
   static constexpr int kRows = 2;  // 8 accumulators + 4 weights + activation
   static constexpr int kQ8Offset = 128;
+  static constexpr bool kPairs16 = false;  // vpdpbusd sums into int32 directly
+  // the formats gguf_wide.h runs: Q4_0, Q5_0, Q4_K, Q6_K. With one vpdpbusd per step Q4_1 and
+  // Q8_0 were no faster on its tiles here (sub-rows 4-32, measured), and slower up to 8.
+  static constexpr int wide_formats() { return 0b111001; }
   static void load_q8(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
     const __m256i flip = _mm256_set1_epi8(-128);
     w0 = _mm256_xor_si256(load_w(reinterpret_cast<const int8_t*>(p)), flip);
@@ -283,6 +299,7 @@ struct GOp : Ymm8x4 {
   static Acc mac8(Acc acc, Acc x, Acc w) { return _mm256_dpbusd_avx_epi32(acc, w, x); }
 };
 #include "gguf_loop.h"
+#include "gguf_wide.h"
 }  // namespace avxvnni
 
 }  // namespace isa

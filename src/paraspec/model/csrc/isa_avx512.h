@@ -131,6 +131,7 @@ struct GOp {
   static constexpr int kVecs = 2;       // accumulators per row (16 channels each)
   static constexpr int kRows = 4;       // rows per register tile: 8 int + 8 float accumulators
   static constexpr int kQ8Offset = 128;
+  static constexpr bool kPairs16 = false;  // (AVX2's int16 sums: isa_avx2.h)
   static void load_q4(const uint8_t* p, Acc& w0, Acc& w1, Acc&, Acc&) {
     const __m512i b = _mm512_loadu_si512(p), lo = _mm512_set1_epi8(0x0F);
     w0 = _mm512_and_si512(b, lo);

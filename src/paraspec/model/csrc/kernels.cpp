@@ -42,19 +42,21 @@ struct W8A8Loop {
 // GgufFormat: Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q6_K), the loop over a panel's blocks for 1..8 rows.
 using GgufFn = void (*)(const uint8_t*, int64_t, int64_t, const int32_t*, int64_t, const float*, const int32_t*,
                         const int32_t*, int64_t, float*, bool);
-// The AMX variant's loop (gguf_amx.h): per format (none for Q6_K) all sub-rows of a row block
-// over one panel, with the tile state set up per thread by begin() and released by end().
-using GgufAmxFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const float*, const int32_t*,
-                           const float*, int64_t, float*);
-struct GgufAmx {
+// A variant's loop for calls of several sub-rows (AMX tiles: gguf_amx.h; AVX2's wide tiles:
+// gguf_wide.h): per format (nullptr: none) all sub-rows of a row block over one panel; begin()
+// and end() (where not nullptr) set up and release per-thread state (AMX's tile state).
+using GgufWideFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const float*, const int32_t*,
+                            const int32_t*, const float*, int64_t, float*);
+struct GgufWide {
+  int64_t min_rows;  // sub-rows from which a row block runs on it (fewer: the kRows tiles)
   void (*begin)();
   void (*end)();
-  GgufAmxFn fn[kGgufFormats];
+  GgufWideFn fn[kGgufFormats];
 };
 struct GgufLoop {
   int rows;
   GgufFn fn[kGgufFormats][9];
-  const GgufAmx* amx = nullptr;  // where the AMX variant runs: calls of kGgufAmxRows sub-rows or more
+  const GgufWide* wide = nullptr;  // calls of wide->min_rows sub-rows or more
 };
 constexpr int64_t kPrefetch = 8192;  // bytes ahead in the weight stream
 
@@ -96,7 +98,7 @@ bool amx_usable() {
 // vnni512's loops, and AMX tiles for calls with many sub-rows
 const GgufLoop kAmxLoop = [] {
   GgufLoop l = isa::vnni512::kGgufLoop;
-  l.amx = &isa::amx::kGgufAmx;
+  l.wide = &isa::amx::kGgufAmx;
   return l;
 }();
 #endif
@@ -133,9 +135,9 @@ std::vector<Variant> variants() {
 #else
   std::vector<Variant> v;
 #ifdef PARASPEC_AVXVNNI
-  if (__builtin_cpu_supports("avxvnni")) v.push_back({"avxvnni", &isa::avxvnni::kLoop, &isa::avxvnni::kGgufLoop});
+  if (__builtin_cpu_supports("avxvnni")) v.push_back({"avxvnni", &isa::avxvnni::kLoop, &isa::avxvnni::kGgufWideLoop});
 #endif
-  v.push_back({"avx2", &isa::avx2::kLoop, &isa::avx2::kGgufLoop});
+  v.push_back({"avx2", &isa::avx2::kLoop, &isa::avx2::kGgufWideLoop});
   return v;
 #endif
 }
@@ -383,8 +385,8 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
       isa::gguf_quantize_rows(static_cast<const float*>(xp) + m0 * ldx, ldx, m1 - m0, K, P, g, e, v.data(),
                               xqp + m0 * P * K, dxp + m0 * P * B, xsp + m0 * P * B, xhp + m0 * P * B);
   });
-  std::vector<float> xm;  // dx * float(xs), the float step's row term, once per call (the AMX loop's)
-  if (loop->amx && rows >= isa::kGgufAmxRows) {
+  std::vector<float> xm;  // dx * float(xs), the float step's row term, once per call (the wide loops')
+  if (loop->wide && rows >= loop->wide->min_rows) {
     xm.resize(rows * B);
     for (int64_t i = 0; i < rows * B; ++i) xm[i] = dxp[i] * static_cast<float>(xsp[i]);
   }
@@ -477,7 +479,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 12;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
+  m.attr("VERSION") = 13;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
   m.def("attention", &attention, "decode / draft-verify attention (row-invariant, fp64 sum of V widened from fp32)",
