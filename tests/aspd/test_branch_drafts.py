@@ -235,3 +235,26 @@ def test_branch_drafts_param_is_a_boolean():
     assert parse_plugin_params({"plugin_type": "aspd"}).params.branch_drafts is True
     with pytest.raises(ConfigError, match="branch_drafts"):
         parse_plugin_params({"plugin_type": "aspd", "branch_drafts": 1})
+
+
+def test_a_branch_repeating_itself_drafts_from_its_own_context_at_once(tiny, monkeypatch):
+    """A fresh memory holds none of the branches' tokens (a block enters the trie when it
+    closes): a branch that repeats its own earlier tokens is drafted from its context in the
+    very first request (context_match), with the same ids as without drafts, in fewer steps; the
+    draft policy's branch streams end with the block."""
+    engine, ids, prompt, titles = tiny
+    monkeypatch.setattr(engine, "_cost", CostModel({1: 1.0, 64: 1.0}))
+    motif = [[100, 101, 102, 103], [120, 121, 122], [140, 141, 142, 143, 144]]
+    contents = [(m * 6)[:n] for m, n in zip(motif, [16, 14, 18])]
+    runs = []
+    for branch_drafts in (False, True):
+        dec = _memory(engine, branch_drafts)
+        dec.force = Script(ids, len(prompt), titles, [16, 14, 18], contents=contents)
+        seq = engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=90, ignore_eos=True),
+                                 drafter=dec)[0]
+        engine.run_until_done()
+        runs.append((seq, dec))
+    (a, _), (b, dec) = runs
+    assert a.output == b.output and a.text == b.text
+    assert b.mode.branch_accepted >= 20 and b.mode.parallel_steps < a.mode.parallel_steps - 5
+    assert dec.branch_drafter.policy._requests == {} and dec.branch_drafter._blocks == {}
