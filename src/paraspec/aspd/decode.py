@@ -50,6 +50,7 @@ from .context_match import ContextIndex, anchored
 from .grammar import SerialGrammar, branch_greedy, branch_logits, branch_token
 from .markup import MarkupIds
 from .params import AspdParams
+from .serial_drafts import SerialDrafts
 from .stream import PlainDetokenizer, marked_text
 
 # a test hook: (context tokens) -> a token that replaces the model's draw, or None
@@ -69,11 +70,12 @@ class AspdDecoder(ModePlugin):
 
     @property
     def drafter(self):
+        """The serial steps' drafter, its drafts cut to what serial mode accepts (serial_drafts.py)."""
         return self._drafter
 
     @drafter.setter
     def drafter(self, drafter) -> None:
-        self._drafter = drafter
+        self._drafter = None if drafter is None else SerialDrafts(drafter)
         self.trie = getattr(drafter, "trie", None)    # lookahead keeps none
         # the branches' drafts: from the same trie, greedy only (branch_drafts.py)
         self.branch_drafter = BranchDrafter(self.trie) if self.trie is not None and self.params.branch_drafts else None
@@ -81,7 +83,10 @@ class AspdDecoder(ModePlugin):
     def new_sequence(self, tokenizer, params) -> "AspdState":
         if params.logprobs is not None:
             raise RequestError("logprobs are not available with plugin aspd; drop logprobs or the plugin")
-        return AspdState(self, MarkupIds.from_tokenizer(tokenizer), tokenizer)
+        ids = MarkupIds.from_tokenizer(tokenizer)
+        if self._drafter is not None:
+            self._drafter.ids = ids
+        return AspdState(self, ids, tokenizer)
 
 
 @dataclass
