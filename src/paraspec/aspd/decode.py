@@ -31,7 +31,6 @@ kernels its logits have the same bits (tests/aspd/test_exactness.py).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -45,6 +44,7 @@ from ..decoding.verify import Query
 from ..errors import RequestError
 from ..model.transformer import max_draft_rows
 from ..sequence import SequenceState
+from .block import EMPTY, Block, Branch, Span
 from .branch_drafts import MAX_DEPTH, MAX_ROWS, BranchDrafter, budget_cut, prefix_texts, with_close
 from .context_match import ContextIndex, anchored
 from .grammar import SerialGrammar, branch_greedy, branch_logits, branch_token
@@ -87,49 +87,6 @@ class AspdDecoder(ModePlugin):
         if self._drafter is not None:
             self._drafter.ids = ids
         return AspdState(self, ids, tokenizer)
-
-
-@dataclass
-class Branch:
-    title: list[int]
-    fed: list[int] = field(default_factory=list)       # tokens in the cache, in order
-    slots: list[int] = field(default_factory=list)     # their KV slots
-    pending: list[int] = field(default_factory=list)   # drawn / forced, fed by the next forward
-    content: int = 0                                   # tokens drawn by the model
-    closed: bool = False                               # its <|/branch|> is in the cache
-    prefix: int = 0                                    # tokens of its forced prefix
-
-
-EMPTY = DraftTree()
-
-
-@dataclass
-class Span:
-    """A branch's rows in the last query: pending tokens r0..d0, then its draft's nodes d0..end."""
-    k: int
-    r0: int
-    d0: int
-    tree: DraftTree
-
-    @property
-    def end(self) -> int:
-        return self.d0 + len(self.tree)
-
-
-@dataclass
-class Block:
-    branches: list[Branch]
-    para_pos: int = -1
-    para_slot: int = -1       # -1 until the first step has fed <|para|>
-    owner: list[int] = field(default_factory=list)     # the last query's rows: branch, or -1
-    spans: list[Span] = field(default_factory=list)    # the last query's branch rows
-    checked: int = 0          # steps of a draft-free decode the token budget was checked for
-    # branch drafts (set on the block's first drafting step): the draft policy's stream of each
-    # branch, the prefix's match index, each branch's anchored continuations (branch_drafts.py)
-    stream: tuple = ()
-    keys: list | None = None
-    index: ContextIndex | None = None
-    anchors: list[list[list[int]]] = field(default_factory=list)
 
 
 class AspdState:
@@ -362,7 +319,7 @@ class AspdState:
         seq.stats.observe_step(drafted, max(drawn, 1), 0.0, forward_s + time.perf_counter() - t0)
         return out or self._budget_cut(seq)
 
-    def _walk(self, seq: SequenceState, br: Branch, s: "Span", logits: torch.Tensor,
+    def _walk(self, seq: SequenceState, br: Branch, s: Span, logits: torch.Tensor,
               greedy: list[int] | None, at: dict[int, int]) -> tuple[list[int], int | None]:
         """The acceptance walk down branch br's draft (tree row 0: its last fed token), with the
         branch grammar on every draw: the draft nodes accepted (br.fed gets their tokens, br.pending
