@@ -33,7 +33,7 @@ from ..decoding.cost import CostModel
 from ..decoding.draft_policy import DraftPolicy, PolicyStats
 from ..decoding.memory import PROMPT_WEIGHT
 from ..decoding.tree import ROOT, DraftTree
-from .context_match import ContextIndex, anchored, anchored_drafts
+from .context_match import ContextIndex, anchored_drafts
 from .markup import MarkupIds
 
 MAX_ROWS = 32                # rows of one block step, branch roots and drafts together
