@@ -53,18 +53,28 @@ class BranchDrafter:
 
     # ----------------------------------------------------------------- a block's streams
     def open_block(self, block: Hashable, n_branches: int) -> list[Hashable]:
-        """Policy streams for a new block's branches (the oldest blocks' dropped past LIVE_BLOCKS)."""
-        while len(self._blocks) >= LIVE_BLOCKS:
-            self.close_block(next(iter(self._blocks)))
+        """Policy streams for a new block's branches (past LIVE_BLOCKS the oldest block's end: a
+        request aborted inside a block never closes it; a live block that lost its streams gets
+        fresh ones at its next step, _stream)."""
         keys = [(block, k) for k in range(n_branches)]
         for key in keys:
-            self.policy.begin(key)
-        self._blocks[block] = keys
+            self._stream(key)
         return keys
 
     def close_block(self, block: Hashable) -> None:
         for key in self._blocks.pop(block, []):
             self.policy.end(key)
+
+    def _stream(self, key: tuple) -> None:
+        block = key[0]
+        if key in self._blocks.get(block, ()):
+            return
+        if block not in self._blocks:
+            while len(self._blocks) >= LIVE_BLOCKS:
+                self.close_block(next(iter(self._blocks)))
+            self._blocks[block] = []
+        self.policy.begin(key)
+        self._blocks[block].append(key)
 
     # ----------------------------------------------------------------------- one step
     def candidates(self, key: Hashable, own: Sequence[int], content: Sequence[int], index: ContextIndex,
@@ -86,6 +96,8 @@ class BranchDrafter:
         """Per branch (policy stream keys[k], its full context), its merged calibrated draft cut to
         the nodes worth verifying: best first over all branches, the prefix with the most expected
         tokens (base_rows count one each) per unit of cost."""
+        for key in keys:
+            self._stream(key)
         merged = [self.policy.merged(key, ctx, cands) for key, ctx, cands in zip(keys, contexts, candidates)]
         ranked = [(p, k, i) for k, (tree, _) in enumerate(merged) for i, p in enumerate(tree.probs)]
         # stable: within a tree the order is best first, parents first, so each tree keeps a prefix
@@ -109,6 +121,7 @@ class BranchDrafter:
 
     def observe(self, key: Hashable, committed: Sequence[int]) -> None:
         """The branch's tokens this step (accepted draft tokens, then its next draw if any)."""
+        self._stream(key)
         self.policy.observe(key, committed)
 
 
