@@ -235,3 +235,46 @@ def test_branch_drafts_param_is_a_boolean():
     assert parse_plugin_params({"plugin_type": "aspd"}).params.branch_drafts is True
     with pytest.raises(ConfigError, match="branch_drafts"):
         parse_plugin_params({"plugin_type": "aspd", "branch_drafts": 1})
+
+
+def test_a_branch_repeating_itself_drafts_from_its_own_context_at_once(tiny, monkeypatch):
+    """A fresh memory holds none of the branches' tokens (a block enters the trie when it
+    closes): a branch that repeats its own earlier tokens is drafted from its context in the
+    very first request (context_match), with the same ids as without drafts, in fewer steps; the
+    draft policy's branch streams end with the block."""
+    engine, ids, prompt, titles = tiny
+    monkeypatch.setattr(engine, "_cost", CostModel({1: 1.0, 64: 1.0}))
+    motif = [[100, 101, 102, 103], [120, 121, 122], [140, 141, 142, 143, 144]]
+    contents = [(m * 6)[:n] for m, n in zip(motif, [16, 14, 18])]
+    runs = []
+    for branch_drafts in (False, True):
+        dec = _memory(engine, branch_drafts)
+        dec.force = Script(ids, len(prompt), titles, [16, 14, 18], contents=contents)
+        seq = engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=90, ignore_eos=True),
+                                 drafter=dec)[0]
+        engine.run_until_done()
+        runs.append((seq, dec))
+    (a, _), (b, dec) = runs
+    assert a.output == b.output and a.text == b.text
+    assert b.mode.branch_accepted >= 20 and b.mode.parallel_steps < a.mode.parallel_steps - 5
+    assert dec.branch_drafter.policy._requests == {} and dec.branch_drafter._blocks == {}
+
+
+def test_more_open_blocks_than_live_streams_still_decode_alike(tiny, monkeypatch):
+    """Past LIVE_BLOCKS the oldest block's policy streams end (an aborted request's would stay
+    forever); a block still decoding gets fresh ones and nothing else changes."""
+    from paraspec.aspd import branch_drafts
+    monkeypatch.setattr(branch_drafts, "LIVE_BLOCKS", 1)
+    engine, ids, prompt, titles = tiny
+    other = engine.tokenizer.encode("Shapes and colours: ")
+    alone = [_decode(engine, ids, p, titles, LENGTHS, plugin(ids, None)).output for p in (prompt, other)]
+    dec = _memory(engine)
+    for p in (prompt, other):
+        _decode(engine, ids, p, titles, LENGTHS, dec)
+    scripts = [(p, Script(ids, len(p), titles, LENGTHS)) for p in (prompt, other)]
+    dec.force = lambda context: next(s for p, s in scripts if list(context[:len(p)]) == p)(context)
+    seqs = [engine.add_request(p, SamplingParams(temperature=0, max_tokens=90, ignore_eos=True), drafter=dec)[0]
+            for p in (prompt, other)]
+    engine.run_until_done()
+    assert [s.output for s in seqs] == alone and all(s.mode.branch_accepted > 0 for s in seqs)
+    assert len(dec.branch_drafter._blocks) <= 1 and len(dec.branch_drafter.policy._requests) <= 3

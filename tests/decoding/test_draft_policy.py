@@ -78,3 +78,23 @@ def test_streak_state_marks_copying_and_sources_gains():
     assert pol.observe("r", [1, 2, 3, 4, 5, 6], sources=(0,)) == 5
     assert pol.state("r") == 2
     assert pol.stats.gain[0] > 0.1 and pol.stats.gain[1] == pytest.approx(0.1)   # only 0 ran
+
+
+def test_merged_then_sent_is_select_for_a_caller_that_sizes_drafts_itself():
+    """ASPD's branches size their drafts together: merged() + sent() must leave the policy where
+    select() would (same tree, same owners, same streak and calibration after observe)."""
+    pols = [DraftPolicy(2), DraftPolicy(2)]
+    for pol in pols:
+        pol.begin("r")
+    ctx = [0]
+    for i in range(12):
+        cands = [tree([[1, 2, 3], [4]], 0.6), tree([[1, 2, 9]], 0.3)]
+        draft, _ = pols[0].select("r", ctx, cands, 3, FLAT)
+        full, owners = pols[1].merged("r", ctx, cands)
+        pols[1].sent("r", full.truncated(3), owners[:3], FLAT(4))
+        assert draft == full.truncated(3) and pols[0]._requests["r"].owners == owners[:3]
+        committed = [1, 2, 3, 5] if i % 2 else [4, 7]
+        assert pols[0].observe("r", committed) == pols[1].observe("r", committed)
+        ctx += committed
+    assert pols[0].calibrated("r", 0, 2, 0.6) == pols[1].calibrated("r", 0, 2, 0.6)
+    assert pols[0].state("r") == pols[1].state("r")

@@ -1,95 +1,106 @@
-"""Drafts inside an ASPD block: each open branch carries its own trie draft below its last token,
+"""Drafts inside an ASPD block: each open branch carries its own draft below its last token,
 all of them verified in the block's one forward (APAR: branching and speculation multiply).
 
-Branch k's draft is the serial drafter's trie matched on the branch's own context (the prefix,
-then branch k's tokens: its last two), so a branch drafts what it would draft decoded alone. Its
-rows hang below branch k's last fed token: node i sits at that token's position + depth(i) and
-sees the shared prefix, branch k's slots and rows, its ancestors and itself, never a sibling
+Sources of a branch's candidates, each seeing exactly what the branch sees (the prefix, then
+branch k's own tokens, never a sibling's):
+  0. the serial drafter's trie, matched on the branch's last two tokens (past requests' output
+     and this prompt);
+  1. the branch's own context, longest suffix match (context_match.ContextIndex): what followed
+     the text it just wrote where that text occurred before (the prompt, the serial answer, its
+     own earlier tokens, which the trie does not hold until the block closes);
+  2. the prompt after the branch's title (context_match.anchored), while the branch restates it.
+Branch k's rows hang below its last fed token: node i sits at that token's position + depth(i)
+and sees the shared prefix, branch k's slots and rows, its ancestors and itself, never a sibling
 (decode.AspdState.query builds the mask). Verification is the engine's acceptance walk
 (acceptance.walk) per branch, with the branch grammar on every draw; a drawn `<|/branch|>` that
 a draft node carries is accepted too (its KV is the one the branch's closing step would write).
 
-Which nodes go in: the trie's estimates, calibrated by what branch drafts have been accepted so
-far (per decoder, by depth and estimate band: hits over expected of the continuations a walk
-could have taken; deep nodes are over-estimated, confident shallow ones under-estimated),
-ranked best first over all branches, and the prefix with the most expected tokens per unit of
-forward cost (the engine's measured curve: rows up to a padded stair come free). Greedy only: a
-sampled branch keeps one token a step (the sampler's counter order would differ from the
-no-draft run, so outputs would not be the same draws).
+Which nodes go in: the one draft policy of every drafter (decoding/draft_policy.py) calibrates
+and merges each branch's sources (per source, depth band, estimate band and copy streak, from
+what branch drafts have been accepted so far: each branch is a stream of the policy, its
+statistics shared by every branch of the decoder); the merged trees are ranked best first over
+all branches, and the prefix with the most expected tokens per unit of forward cost is sent (the
+engine's measured curve: rows up to a padded stair come free; each branch's share of it is a
+best-first prefix of its tree). Greedy only: a sampled branch keeps one token a step (the
+sampler's counter order would differ from the no-draft run, so outputs would not be the same
+draws).
 """
 from __future__ import annotations
 
-from bisect import bisect_right
 from typing import Hashable, Sequence
 
-import numpy as np
-
 from ..decoding.cost import CostModel
-from ..decoding.draft_policy import conditional
+from ..decoding.draft_policy import DraftPolicy, PolicyStats
 from ..decoding.memory import PROMPT_WEIGHT
 from ..decoding.tree import ROOT, DraftTree
+from .context_match import ContextIndex, anchored_drafts
 from .markup import MarkupIds
 
 MAX_ROWS = 32                # rows of one block step, branch roots and drafts together
-CANDIDATES = 8               # trie nodes offered per branch
+CANDIDATES = 8               # nodes offered per branch and source
 MAX_DEPTH = 8                # deepest branch draft node
-DEPTH_EDGES = (2, 3)         # depth bands: 1, 2, 3+ (the trie over-estimates deep nodes more)
-Q_EDGES = (0.2, 0.45, 0.85)  # bands of the trie's conditional estimate
-PRIOR_EXPECTED = 2.0         # the trie's own estimate weighs as this many expected continuations
-DECAY = 0.998                # per observed node: a band follows the recent drafts
-
-
-class Calibration:
-    """Per (depth band, estimate band): hits / expected of the trie's conditional estimates for
-    branch draft continuations (decoder-wide, across requests); 1 before evidence."""
-
-    def __init__(self) -> None:
-        shape = (len(DEPTH_EDGES) + 1, len(Q_EDGES) + 1)
-        self.hits = np.zeros(shape)
-        self.expected = np.zeros(shape)
-
-    @staticmethod
-    def band(depth: int, q: float) -> tuple[int, int]:
-        return bisect_right(DEPTH_EDGES, depth), bisect_right(Q_EDGES, q)
-
-    def factor(self, depth: int, q: float) -> float:
-        b = self.band(depth, q)
-        return float((self.hits[b] + PRIOR_EXPECTED) / (self.expected[b] + PRIOR_EXPECTED))
-
-    def observe(self, depth: int, q: float, hit: bool) -> None:
-        b = self.band(depth, q)
-        self.hits[b] = self.hits[b] * DECAY + hit
-        self.expected[b] = self.expected[b] * DECAY + q
+SOURCES = ("trie", "context", "title")
+LIVE_BLOCKS = 64             # blocks whose branch streams the policy keeps (an aborted request's go)
 
 
 class BranchDrafter:
-    """Trie drafts for the open branches of a block step (one per AspdDecoder)."""
+    """Drafts for the open branches of a block step (one per AspdDecoder)."""
 
     def __init__(self, trie):
         self.trie = trie
-        self.calibration = Calibration()
+        self.policy = DraftPolicy(len(SOURCES), PolicyStats(len(SOURCES)))
+        self._blocks: dict[Hashable, list[Hashable]] = {}     # block -> its branches' policy keys
 
-    def candidates(self, key: Hashable, context: Sequence[int], ids: MarkupIds) -> DraftTree:
-        """The trie's continuations of a branch's context, without the nodes no walk can reach:
-        markup a branch never draws, and anything below `<|/branch|>` (the branch ends there)."""
-        m = self.trie.match(context[-2:], key, CANDIDATES, True, PROMPT_WEIGHT, max_depth=MAX_DEPTH)
-        if not m:
-            return m
+    # ----------------------------------------------------------------- a block's streams
+    def open_block(self, block: Hashable, n_branches: int) -> list[Hashable]:
+        """Policy streams for a new block's branches (past LIVE_BLOCKS the oldest block's end: a
+        request aborted inside a block never closes it; a live block that lost its streams gets
+        fresh ones at its next step, _stream)."""
+        keys = [(block, k) for k in range(n_branches)]
+        for key in keys:
+            self._stream(key)
+        return keys
+
+    def close_block(self, block: Hashable) -> None:
+        for key in self._blocks.pop(block, []):
+            self.policy.end(key)
+
+    def _stream(self, key: tuple) -> None:
+        block = key[0]
+        if key in self._blocks.get(block, ()):
+            return
+        if block not in self._blocks:
+            while len(self._blocks) >= LIVE_BLOCKS:
+                self.close_block(next(iter(self._blocks)))
+            self._blocks[block] = []
+        self.policy.begin(key)
+        self._blocks[block].append(key)
+
+    # ----------------------------------------------------------------------- one step
+    def candidates(self, key: Hashable, own: Sequence[int], content: Sequence[int], index: ContextIndex,
+                   anchors: Sequence[Sequence[int]], ids: MarkupIds) -> list[DraftTree]:
+        """Per source, its continuations of the branch's context (the block's prefix + `own`,
+        the branch's tokens so far; `content`: those after its forced prefix), without the nodes
+        no walk can reach: markup a branch never draws, anything below `<|/branch|>`."""
+        context = (index.prefix[-2:] + list(own))[-2:]
+        trees = [self.trie.match(context, key, CANDIDATES, True, PROMPT_WEIGHT, max_depth=MAX_DEPTH),
+                 index.drafts(own, CANDIDATES, MAX_DEPTH),
+                 anchored_drafts(anchors, content)]
         banned = {ids.title, ids.end_title, ids.para, ids.end_para, ids.branch}
-        return m.pruned(lambda i: m.tokens[i] not in banned
-                        and (m.parents[i] == ROOT or m.tokens[m.parents[i]] != ids.end_branch))
+        return [m.pruned(lambda i, m=m: m.tokens[i] not in banned
+                         and (m.parents[i] == ROOT or m.tokens[m.parents[i]] != ids.end_branch))
+                for m in trees]
 
-    def select(self, trees: list[DraftTree], base_rows: int, cost: CostModel, max_nodes: int) -> list[DraftTree]:
-        """Each tree cut to the nodes worth verifying: calibrated estimates, best first over all
-        trees, the prefix with the most expected tokens (base_rows count one each) per unit of cost."""
-        cal_of = self.calibration.factor
-        ranked: list[tuple[float, int, int]] = []      # (calibrated p, tree, node)
-        for k, tree in enumerate(trees):
-            cal: list[float] = []
-            for i, (q, d, par) in enumerate(zip(conditional(tree, tree.probs), tree.depths(), tree.parents)):
-                cal.append(min(1.0, cal_of(d, q) * q) * (1.0 if par == ROOT else cal[par]))
-                ranked.append((cal[i], k, i))
-        # stable: a parent (never less likely, earlier in its tree) stays before its children
+    def select(self, keys: list[Hashable], contexts: list[Sequence[int]], candidates: list[list[DraftTree]],
+               base_rows: int, cost: CostModel, max_nodes: int) -> list[DraftTree]:
+        """Per branch (policy stream keys[k], its full context), its merged calibrated draft cut to
+        the nodes worth verifying: best first over all branches, the prefix with the most expected
+        tokens (base_rows count one each) per unit of cost."""
+        for key in keys:
+            self._stream(key)
+        merged = [self.policy.merged(key, ctx, cands) for key, ctx, cands in zip(keys, contexts, candidates)]
+        ranked = [(p, k, i) for k, (tree, _) in enumerate(merged) for i, p in enumerate(tree.probs)]
+        # stable: within a tree the order is best first, parents first, so each tree keeps a prefix
         ranked.sort(key=lambda e: -e[0])
         ranked = ranked[:max(0, max_nodes)]
         best_n, best, gain = 0, base_rows / cost(base_rows), 0.0
@@ -98,19 +109,25 @@ class BranchDrafter:
             rate = (base_rows + gain) / cost(base_rows + n)
             if rate > best:
                 best_n, best = n, rate
-        keep: list[set[int]] = [set() for _ in trees]
-        for _, k, i in ranked[:best_n]:
-            keep[k].add(i)
-        return [tree.pruned(kept.__contains__) for tree, kept in zip(trees, keep)]
+        keep = [0] * len(keys)
+        for _, k, _ in ranked[:best_n]:
+            keep[k] += 1
+        step_cost = cost(base_rows + best_n)
+        out = []
+        for key, (tree, owners), n in zip(keys, merged, keep):
+            self.policy.sent(key, tree.truncated(n), owners[:n], step_cost)
+            out.append(tree.truncated(n))
+        return out
 
-    def observe(self, tree: DraftTree, accepted: Sequence[int], skip: int = -1) -> None:
-        """A walk reached the root and `accepted` nodes: each child of a reached node was a chance
-        for the text to go on into it (expected: the trie's conditional estimate; a hit if it did).
-        Nodes of token `skip` are no trie estimate (a drafted <|/para|>)."""
-        reached = {ROOT, *accepted}
-        for i, (q, d, par, t) in enumerate(zip(conditional(tree, tree.probs), tree.depths(), tree.parents, tree.tokens)):
-            if par in reached and t != skip:
-                self.calibration.observe(d, q, i in reached)
+    def observe(self, key: Hashable, committed: Sequence[int]) -> None:
+        """The branch's tokens this step (accepted draft tokens, then its next draw if any)."""
+        self._stream(key)
+        self.policy.observe(key, committed)
+
+
+def prefix_texts(tokenizer, prompt: Sequence[int]) -> list[str]:
+    """Each prompt token's text (anchored's input)."""
+    return [tokenizer.decode([t]) for t in prompt]
 
 
 def budget_cut(tokens: list[list[int]], prefix: list[int], done: list[bool], room: int,

@@ -31,7 +31,6 @@ kernels its logits have the same bits (tests/aspd/test_exactness.py).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -45,10 +44,13 @@ from ..decoding.verify import Query
 from ..errors import RequestError
 from ..model.transformer import max_draft_rows
 from ..sequence import SequenceState
-from .branch_drafts import MAX_ROWS, BranchDrafter, budget_cut, with_close
+from .block import EMPTY, Block, Branch, Span
+from .branch_drafts import MAX_DEPTH, MAX_ROWS, BranchDrafter, budget_cut, prefix_texts, with_close
+from .context_match import ContextIndex, anchored
 from .grammar import SerialGrammar, branch_greedy, branch_logits, branch_token
 from .markup import MarkupIds
 from .params import AspdParams
+from .serial_drafts import SerialDrafts
 from .stream import PlainDetokenizer, marked_text
 
 # a test hook: (context tokens) -> a token that replaces the model's draw, or None
@@ -68,11 +70,12 @@ class AspdDecoder(ModePlugin):
 
     @property
     def drafter(self):
+        """The serial steps' drafter, its drafts cut to what serial mode accepts (serial_drafts.py)."""
         return self._drafter
 
     @drafter.setter
     def drafter(self, drafter) -> None:
-        self._drafter = drafter
+        self._drafter = None if drafter is None else SerialDrafts(drafter)
         self.trie = getattr(drafter, "trie", None)    # lookahead keeps none
         # the branches' drafts: from the same trie, greedy only (branch_drafts.py)
         self.branch_drafter = BranchDrafter(self.trie) if self.trie is not None and self.params.branch_drafts else None
@@ -80,44 +83,10 @@ class AspdDecoder(ModePlugin):
     def new_sequence(self, tokenizer, params) -> "AspdState":
         if params.logprobs is not None:
             raise RequestError("logprobs are not available with plugin aspd; drop logprobs or the plugin")
-        return AspdState(self, MarkupIds.from_tokenizer(tokenizer), tokenizer)
-
-
-@dataclass
-class Branch:
-    title: list[int]
-    fed: list[int] = field(default_factory=list)       # tokens in the cache, in order
-    slots: list[int] = field(default_factory=list)     # their KV slots
-    pending: list[int] = field(default_factory=list)   # drawn / forced, fed by the next forward
-    content: int = 0                                   # tokens drawn by the model
-    closed: bool = False                               # its <|/branch|> is in the cache
-    prefix: int = 0                                    # tokens of its forced prefix
-
-
-EMPTY = DraftTree()
-
-
-@dataclass
-class Span:
-    """A branch's rows in the last query: pending tokens r0..d0, then its draft's nodes d0..end."""
-    k: int
-    r0: int
-    d0: int
-    tree: DraftTree
-
-    @property
-    def end(self) -> int:
-        return self.d0 + len(self.tree)
-
-
-@dataclass
-class Block:
-    branches: list[Branch]
-    para_pos: int = -1
-    para_slot: int = -1       # -1 until the first step has fed <|para|>
-    owner: list[int] = field(default_factory=list)     # the last query's rows: branch, or -1
-    spans: list[Span] = field(default_factory=list)    # the last query's branch rows
-    checked: int = 0          # steps of a draft-free decode the token budget was checked for
+        ids = MarkupIds.from_tokenizer(tokenizer)
+        if self._drafter is not None:
+            self._drafter.ids = ids
+        return AspdState(self, ids, tokenizer)
 
 
 class AspdState:
@@ -133,6 +102,7 @@ class AspdState:
         self.blocks = self.branches = self.parallel_steps = 0
         self.branch_draft_tokens = self.branch_accepted = self.drafted_closes = 0
         self.last_slots: list[int] = []   # KV slot of each token of the last closed block, flattened order
+        self._prompt_texts: list[str] | None = None
 
     @property
     def parallel(self) -> bool:
@@ -262,6 +232,14 @@ class AspdState:
         d, b = self.decoder.branch_drafter, self.block
         if d is None or ctx is None or not seq.sampler.argmax_suffices:
             return {}
+        if b.keys is None:     # the block's first step (seq.tokens ends with <|para|>)
+            b.stream = (seq.key, self.blocks)
+            b.keys = d.open_block(b.stream, len(b.branches))
+            b.index = ContextIndex(seq.tokens)
+            if self._prompt_texts is None:
+                self._prompt_texts = prefix_texts(self.tokenizer, seq.prompt)
+            b.anchors = [anchored(seq.prompt, self._prompt_texts, self.tokenizer.decode(br.title), MAX_DEPTH)
+                         for br in b.branches]
         base += sum(len(br.pending) for br in b.branches)
         have = sum(len(br.fed) + len(br.pending) for br in b.branches)
         cache = seq.cache
@@ -271,10 +249,12 @@ class AspdState:
             return {}
         open_ = [(k, br) for k, br in enumerate(b.branches)
                  if br.pending and br.pending[-1] != self.ids.end_branch]
-        trees = [d.candidates(seq.key, br.fed[-2:] + br.pending, self.ids) for _, br in open_]
-        if not any(trees):
+        own = [br.fed + br.pending for _, br in open_]
+        cands = [d.candidates(seq.key, o, o[br.prefix:], b.index, b.anchors[k], self.ids)
+                 for (k, br), o in zip(open_, own)]
+        if not any(t for c in cands for t in c):
             return {}
-        chosen = d.select(trees, base, ctx.cost, room)
+        chosen = d.select([b.keys[k] for k, _ in open_], [seq.tokens + o for o in own], cands, base, ctx.cost, room)
         if len(open_) == 1 and room > len(chosen[0]) and all(br.closed for br in b.branches if br is not open_[0][1]):
             # the last open branch, every other closed: below a drafted <|/branch|> the block's
             # <|/para|> can be drafted too (its row gives the first serial token, as the closing
@@ -307,11 +287,13 @@ class AspdState:
             br.fed += q.tokens[s.r0:s.d0]
             br.closed = br.fed[-1] == ids.end_branch
             br.pending = []
+            n0 = len(br.fed)
             nodes, end = ([], None) if br.closed else self._walk(seq, br, s, logits, greedy, at)
             drawn += 0 if br.closed else len(nodes) + len(br.pending)
+            if b.keys is not None and n0 < len(br.fed) + len(br.pending):   # the branch's tokens this step
+                self.decoder.branch_drafter.observe(b.keys[s.k], br.fed[n0:] + br.pending)
             if s.tree:
                 drafted += len(s.tree)
-                self.decoder.branch_drafter.observe(s.tree, nodes, ids.end_para)
                 dropped |= set(range(s.d0, s.end)) - {s.d0 + i for i in nodes + ([end] if end is not None else [])}
             if end is not None:
                 close = s.d0 + end
@@ -330,14 +312,14 @@ class AspdState:
             self.grammar.block_done()
             self.last_slots = [s for br in b.branches for s in br.slots] + [slot[r]]
             out = self.flattened() + [ids.end_para]
-            self.block = None
+            self._close_block()
             t = self._draw_serial(seq, logits[at[r]], lambda: seq.tokens + out)
             seq.sampler.append(t)
             out.append(t)
         seq.stats.observe_step(drafted, max(drawn, 1), 0.0, forward_s + time.perf_counter() - t0)
         return out or self._budget_cut(seq)
 
-    def _walk(self, seq: SequenceState, br: Branch, s: "Span", logits: torch.Tensor,
+    def _walk(self, seq: SequenceState, br: Branch, s: Span, logits: torch.Tensor,
               greedy: list[int] | None, at: dict[int, int]) -> tuple[list[int], int | None]:
         """The acceptance walk down branch br's draft (tree row 0: its last fed token), with the
         branch grammar on every draw: the draft nodes accepted (br.fed gets their tokens, br.pending
@@ -382,8 +364,13 @@ class AspdState:
         cut, b.checked = budget_cut([br.fed + br.pending for br in b.branches], [br.prefix for br in b.branches],
                                     done, seq.max_tokens - len(seq.output), b.checked)
         if cut is not None:
-            self.block = None
+            self._close_block()
         return cut or []
+
+    def _close_block(self) -> None:
+        if self.block.keys is not None:
+            self.decoder.branch_drafter.close_block(self.block.stream)
+        self.block = None
 
     def _context(self, br: Branch) -> list[int]:
         """What a branch sees after the sequence's tokens: <|para|> is already in seq.tokens."""

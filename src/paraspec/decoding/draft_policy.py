@@ -125,6 +125,17 @@ class DraftPolicy:
         send_all: at least the first send_all nodes when together their value is positive
         (MindIE's static draft length). score=False: the candidates are not kept for
         calibration (a second look at a step)."""
+        tree, owners = self.merged(key, context, candidates, score)
+        n, expected = self._size(self._requests[key], tree.probs, budget, cost, extra_rows, send_all)
+        draft = tree.truncated(n)
+        self.sent(key, draft, owners[:n], cost(1 + n + extra_rows))
+        return draft, expected
+
+    def merged(self, key: str, context: Sequence[int], candidates: Sequence[DraftTree | None],
+               score: bool = True) -> tuple[DraftTree, list[int]]:
+        """select's first half, for a caller that sizes drafts itself (ASPD's branches share one
+        forward): the candidates calibrated and merged, best first, and per node its sources
+        (bitmask). Report what went out with sent()."""
         st = self._requests[key]
         self._sync(st, context)
         tree, owners, conds, depth = self._merge(st, candidates)
@@ -132,10 +143,13 @@ class DraftPolicy:
             if len(st.pending) >= MAX_PENDING:
                 st.pending.pop(0)
             st.pending.append(_Pending(len(context), st.state, list(candidates), conds, depth))
-        n, expected = self._size(st, tree.probs, budget, cost, extra_rows, send_all)
-        st.sent, st.owners = tree.truncated(n), owners[:n]
-        st.step_cost = cost(1 + n + extra_rows)
-        return st.sent, expected
+        return tree, owners
+
+    def sent(self, key: str, draft: DraftTree, owners: list[int], step_cost: float) -> None:
+        """What was verified this step (a best-first prefix of merged()'s tree and its owners)
+        and the step's cost relative to one row: observe() scores against it."""
+        st = self._requests[key]
+        st.sent, st.owners, st.step_cost = draft, owners, step_cost
 
     def observe(self, key: str, committed: Sequence[int], sources: Sequence[int] | None = None) -> int:
         """After verification, the tokens committed. Returns the draft tokens of the sent tree
