@@ -29,43 +29,25 @@ struct Keys {
   int64_t operator[](int64_t u) const { return u < start ? u : extra[u - start]; }
 };
 
-// q . k over n floats, 16 lanes at a time, before hsum's steps
-inline F16 dot16(const float* a, const float* b, int64_t n) {
+// q . k over n floats, 16 lanes at a time, folded to 8 lanes (the first step of hsum).
+inline __m256 dot_fold(const float* a, const float* b, int64_t n) {
   F16 acc = zero();
   int64_t d = 0;
   for (; d + 16 <= n; d += 16) acc = fmadd(load(a + d), load(b + d), acc);
   if (d < n) acc = fmadd(loadn(a + d, n - d), loadn(b + d, n - d), acc);
-  return acc;
+  return fold(acc);
 }
-// dot16 folded to 8 lanes (the first step of hsum)
-inline __m256 dot_fold(const float* a, const float* b, int64_t n) { return fold(dot16(a, b, n)); }
 
 // s[p][t] = q_p . K[keys[t]] * sc for t in [t0, t1) and the pairs p = r * G + g of rows
-// [0, nr) x G heads (query q + r * q_ld + g * hd). Keys go 16 at a time where sum16 exists
-// (AVX-512), then 8 at a time, each key's K row read from L1 for every pair, and 16 (8) dot
-// products are reduced together (sum16, sum8: the same additions as hsum's, so either gives a
-// score the same bits). N: the head size when it is known at compile time (64), else 0.
+// [0, nr) x G heads (query q + r * q_ld + g * hd). Keys go 8 at a time, each key's K row read
+// from L1 for every pair, and 8 dot products are reduced together (sum8, the same additions
+// as hsum's). N: the head size when it is known at compile time (64), else 0.
 template <int64_t N>
 void scores(const float* q, int64_t q_ld, int64_t nr, int64_t G, const float* kb, int64_t hd, float sc,
             int64_t t0, int64_t t1, const Keys& keys, float* s, int64_t ld) {
   const int64_t n = N ? N : hd;
   const __m256 vsc = _mm256_set1_ps(sc);
   int64_t t = t0;
-#ifdef PARASPEC_SUM16
-  // one sum16 tree (isa_avx512.h) for 16 dot products: fewer shuffles per score than 16 folds
-  // and two sum8, which made the scores ~25 % cheaper at 16 rows (docs/verify-cost-breakdown.md)
-  for (; t + 16 <= t1; t += 16) {
-    const float* kr[16];
-    for (int j = 0; j < 16; ++j) kr[j] = kb + keys[t + j] * n;
-    for (int64_t r = 0; r < nr; ++r)
-      for (int64_t g = 0; g < G; ++g) {
-        const float* qp = q + r * q_ld + g * n;
-        F16 f[16];
-        for (int j = 0; j < 16; ++j) f[j] = dot16(qp, kr[j], n);
-        store(s + (r * G + g) * ld + t, mul(sum16(f), set1(sc)));
-      }
-  }
-#endif
   for (; t + 8 <= t1; t += 8) {
     const float* kr[8];
     for (int j = 0; j < 8; ++j) kr[j] = kb + keys[t + j] * n;
