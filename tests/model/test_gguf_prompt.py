@@ -78,7 +78,7 @@ def test_tall_prompt_chunks_multiply_dequantised_weights(kernels, kind):
     bias = torch.randn(100)
     lin = ggml.GGUFLinear(w, bias, kernels=kernels)
     dt = ggml.dense_dtype()
-    x = torch.randn(ggml.PROMPT_ROWS, 256)
+    x = torch.randn(ggml.prompt_rows(kernels), 256)
     want = F.linear(x.to(dt), ggml.dequantize(w).to(dt), bias.to(dt)).float()
     assert torch.equal(lin(x, prompt=True), want)
     gamma = torch.rand(256) + 0.5
@@ -86,9 +86,16 @@ def test_tall_prompt_chunks_multiply_dequantised_weights(kernels, kind):
     assert torch.equal(lin.norm_linear(x, gamma, 1e-5, prompt=True), F.linear(normed.to(dt), ggml.dequantize(w).to(dt),
                                                                                 bias.to(dt)).float())
     # shorter chunks and decode rows keep the integer kernel's row-invariant bits
-    short = x[:ggml.PROMPT_ROWS - 1]
+    short = x[:ggml.prompt_rows(kernels) - 1]
     assert torch.equal(lin(short, prompt=True), lin(short))
     assert torch.equal(lin(x)[:5], lin(x[:5]))
+
+
+def _dense_from(rows: int, monkeypatch) -> None:
+    """Prompt chunks of `rows` or more take the dense road on every kernel variant (small chunks
+    keep the tests quick; the real thresholds are taller)."""
+    for variant in ggml.PROMPT_ROWS:
+        monkeypatch.setitem(ggml.PROMPT_ROWS, variant, rows)
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +122,7 @@ PROMPT = list(range(5, 125)) + list(range(5, 45))              # 160 tokens: 48-
 @pytest.mark.parametrize("quant", ["Q4_K", "Q6_K", "Q5_0", pytest.param("Q4_K_M", marks=pytest.mark.skipif(
     not have_llamacpp(), reason="llama-cpp-python (llama.cpp's K quantiser, an optional peer) is not installed"))])
 def test_prompt_logits_are_the_dequantised_weights(prompt_models, kernels, quant, monkeypatch):
+    _dense_from(32, monkeypatch)
     """A long prompt's logits through the kernel's dense road equal those with every tall
     chunk's weight taken from the torch reference dequantize() of the file's own blocks."""
     kept, ran = {}, []
@@ -146,19 +154,17 @@ def test_prompt_logits_are_the_dequantised_weights(prompt_models, kernels, quant
 
 @pytest.mark.parametrize("kernels", COMPILED)
 @pytest.mark.parametrize("quant", ["Q4_1", "Q4_K", "Q6_K", "Q5_0"])
-def test_long_prompt_parallel_decoding_identical(prompt_models, kernels, quant):
+def test_long_prompt_parallel_decoding_identical(prompt_models, kernels, quant, monkeypatch):
     """A prompt of several tall chunks (dense prompt road), then greedy decoding: every drafter
     gives AR's tokens, and the prompt's logits stay close to the integer kernel's."""
+    _dense_from(32, monkeypatch)
     llm = LLM(str(prompt_models(quant)), quantization="gguf", kernels=kernels.label, prefill_chunk=48)
     params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
     ar = llm.generate([PROMPT], params)[0].token_ids
     for plugin in ('{"plugin_type": "memory_decoding", "decoding_length": 16}', '{"plugin_type": "hybrid"}'):
         assert llm.generate([PROMPT], params, plugin_params=plugin)[0].token_ids == ar
     dense = llm.runner.prefill(llm.runner.new_cache(200), PROMPT)
-    old, ggml.PROMPT_ROWS = ggml.PROMPT_ROWS, 10 ** 9
-    try:
-        integer = llm.runner.prefill(llm.runner.new_cache(200), PROMPT)
-    finally:
-        ggml.PROMPT_ROWS = old
+    _dense_from(10 ** 9, monkeypatch)
+    integer = llm.runner.prefill(llm.runner.new_cache(200), PROMPT)
     assert not torch.equal(dense, integer)                       # the two roads really differ
     assert (dense - integer).abs().max() < 0.05 * integer.abs().max()

@@ -24,7 +24,7 @@ copy of the same values (pack()), or where none runs, the torch reference below,
 same fp32 operations in the same order: both give the same bits (with a fused RMSNorm, the norm's
 sum of squares runs in another order, as in quant.py).
 
-Prompt chunks of PROMPT_ROWS rows or more take another road: a prompt is compute-bound, not
+Prompt chunks of prompt_rows() rows or more take another road: a prompt is compute-bound, not
 bandwidth-bound, and needs no row invariance (every decoding mode starts from the same prefill).
 The kernel writes the layer's weight back to a plain [N, K] matrix in a reused scratch buffer
 (csrc/gguf_dequant.h, the values dequantize() gives, in every format) and torch's matmul runs it:
@@ -52,7 +52,16 @@ BLOCK_SIZE = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q8_0": (32, 34), "Q5_0": (32,
 FORMATS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q4_K": 4, "Q6_K": 5}   # csrc/gguf_layout.h
 PANEL = 32                                           # output channels per packed panel
 DENSE_KINDS = tuple(FORMATS)             # the formats csrc/gguf_dequant.h writes back: all
-PROMPT_ROWS = 32   # a prompt chunk this tall runs dequantised weights through torch's matmul (module doc)
+# Rows from which a prompt chunk runs dequantised weights through torch's matmul (module doc), per
+# kernel variant. That road pays a dequantisation of the whole weight per chunk, the integer kernel
+# a cost per row, so where rows are cheap (AMX tiles) the kernel wins taller chunks; on AVX2 the
+# dense road multiplies in fp32 and hardly ever wins (benchmarks/prompt_rows.py measures both).
+PROMPT_ROWS = {"amx": 128, "vnni512": 80, "": 256}
+
+
+def prompt_rows(kernels: Kernels) -> int:
+    """The row count from which a prompt chunk takes the dense road on these kernels."""
+    return PROMPT_ROWS.get(kernels.w8a8_variant, PROMPT_ROWS[""])
 
 
 @dataclass
@@ -232,14 +241,14 @@ class GGUFLinear:
             self.sub = None if u.sub is None else u.sub.t().contiguous()
 
     def __call__(self, x: torch.Tensor, prompt: bool = False) -> torch.Tensor:
-        if prompt and x.shape[0] >= PROMPT_ROWS and self.dense:
+        if prompt and self.dense and x.shape[0] >= prompt_rows(self.kernels):
             return self._dense(x)
         return self._run(x, None, 0.0)
 
     def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, prompt: bool = False) -> torch.Tensor:
         """self(rms_norm(x, norm_weight, eps)), the norm fused into the activation quantisation
         (block quantisation is invariant to a per-row factor: 1/rms scales each dx)."""
-        if prompt and x.shape[0] >= PROMPT_ROWS and self.dense:
+        if prompt and self.dense and x.shape[0] >= prompt_rows(self.kernels):
             return self._dense(F.rms_norm(x.float(), norm_weight.shape, norm_weight.float(), eps))
         return self._run(x, norm_weight.float(), eps)
 
