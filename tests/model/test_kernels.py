@@ -26,12 +26,11 @@ import torch
 
 from paraspec.model import ggml, quant
 from paraspec.model.args import ModelArgs
-from paraspec.model.kernels import TORCH, Kernels, cpu_features
+from paraspec.model.kernels import TORCH, VERSION, Kernels, cpu_features
 from paraspec.model.kv_cache import KVCache
 from paraspec.model.transformer import apply_rope, attention as torch_attention, attention_bias, rope_tables
 
 ISAS = ("avx512", "avx2")
-VERSION = 12
 
 
 def _load(isa: str) -> tuple[ModuleType | None, str]:
