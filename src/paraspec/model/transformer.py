@@ -226,6 +226,11 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     return out.view(n_heads, rows, head_dim)[:, :n_q].transpose(0, 1).reshape(n_q, n_heads * head_dim)
 
 
+# Prompt chunks shorter than PROMPT_ATTENTION_ROWS over at most PROMPT_ATTENTION_KEYS keys attend
+# through the csrc kernel (forward): torch's per-layer op overhead dominates a short chunk; taller
+# chunks or longer caches are faster in torch (benchmarks/prompt_rows.py --attention).
+PROMPT_ATTENTION_ROWS = 64
+PROMPT_ATTENTION_KEYS = 1024
 PROMPT_BLOCK = 64   # query rows per block of prompt_attention: a block's scores stay in cache
 
 
@@ -347,12 +352,13 @@ class Transformer:
             if s.tree_mask is not None and tuple(s.tree_mask.shape) != (s.num_tokens, s.cache.length + s.num_tokens - s.start):
                 raise ValueError(f"tree_mask has shape {tuple(s.tree_mask.shape)}; it must cover the "
                                  f"{s.num_tokens} new rows and the slots from {s.start} to the last new one")
-        kernel = None if prompt else self.kernels.rope_attention
-        group = n_heads // n_kv
-        biases = [prompt_bias(s.cache, s.num_tokens, group) if prompt else
-                  None if kernel else attention_bias(s.cache, s.num_tokens, s.tree_mask, group, s.mask_from)
-                  for s in seqs]
         n_tokens = tokens.shape[0]
+        short = n_tokens < PROMPT_ATTENTION_ROWS and all(s.cache.length + s.num_tokens <= PROMPT_ATTENTION_KEYS for s in seqs)
+        kernel = self.kernels.rope_attention if not prompt or short else None
+        group = n_heads // n_kv
+        biases = [None if kernel else prompt_bias(s.cache, s.num_tokens, group) if prompt else
+                  attention_bias(s.cache, s.num_tokens, s.tree_mask, group, s.mask_from)
+                  for s in seqs]
         pad = round_up(n_tokens, self.row_multiple) - n_tokens
         if pad:  # dummy rows (copies of the last token) keep every matmul at a multiple of 4 rows
             tokens = torch.cat([tokens, tokens[-1:].expand(pad)])
