@@ -183,7 +183,9 @@ def test_branch_drafts_come_from_the_serial_drafters_trie(inner, drafts):
     assert off.branch_drafter is None
 
 
-def test_batched_drafting_sequences_equal_each_alone(tiny):
+def _two_batched_requests(tiny):
+    """Two requests decoded together with branch drafts; asserts each equals its decode alone.
+    Returns the drafter."""
     engine, ids, prompt, titles = tiny
     other = engine.tokenizer.encode("Shapes and colours: ")
     alone = [_decode(engine, ids, p, titles, LENGTHS, plugin(ids, None)).output for p in (prompt, other)]
@@ -197,6 +199,11 @@ def test_batched_drafting_sequences_equal_each_alone(tiny):
             for p in (prompt, other)]
     engine.run_until_done()
     assert [s.output for s in seqs] == alone and all(s.mode.branch_accepted > 0 for s in seqs)
+    return dec
+
+
+def test_batched_drafting_sequences_equal_each_alone(tiny):
+    _two_batched_requests(tiny)
 
 
 def test_a_drafted_block_end_gives_the_closing_steps_cache_and_token(tiny, monkeypatch):
@@ -265,16 +272,5 @@ def test_more_open_blocks_than_live_streams_still_decode_alike(tiny, monkeypatch
     forever); a block still decoding gets fresh ones and nothing else changes."""
     from paraspec.aspd import branch_drafts
     monkeypatch.setattr(branch_drafts, "LIVE_BLOCKS", 1)
-    engine, ids, prompt, titles = tiny
-    other = engine.tokenizer.encode("Shapes and colours: ")
-    alone = [_decode(engine, ids, p, titles, LENGTHS, plugin(ids, None)).output for p in (prompt, other)]
-    dec = _memory(engine)
-    for p in (prompt, other):
-        _decode(engine, ids, p, titles, LENGTHS, dec)
-    scripts = [(p, Script(ids, len(p), titles, LENGTHS)) for p in (prompt, other)]
-    dec.force = lambda context: next(s for p, s in scripts if list(context[:len(p)]) == p)(context)
-    seqs = [engine.add_request(p, SamplingParams(temperature=0, max_tokens=90, ignore_eos=True), drafter=dec)[0]
-            for p in (prompt, other)]
-    engine.run_until_done()
-    assert [s.output for s in seqs] == alone and all(s.mode.branch_accepted > 0 for s in seqs)
+    dec = _two_batched_requests(tiny)
     assert len(dec.branch_drafter._blocks) <= 1 and len(dec.branch_drafter.policy._requests) <= 3
