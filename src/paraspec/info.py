@@ -57,6 +57,7 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
     import torch
 
     from .model import kernels as cpu_kernels
+    from .model.transformer import PROMPT_ATTENTION_KEYS, PROMPT_ATTENTION_ROWS
     k = kernels or cpu_kernels.default()
     compiled = k.module is not None
     numerics = cpu_kernels.default_numerics(k)
@@ -71,7 +72,9 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
         "not_running": {isa: cpu_kernels.why_not(isa) for isa in cpu_kernels.ISAS if cpu_kernels.why_not(isa)},
         "ops": {
             "decode/verify attention": f"csrc attention, {k.name}" if compiled else "torch (fp64 sums over key chunks)",
-            "prompt attention": "torch fp32 (prefill needs no row invariance)",
+            "prompt attention": (f"csrc attention for chunks under {PROMPT_ATTENTION_ROWS} rows over at most "
+                                 f"{PROMPT_ATTENTION_KEYS} keys, else " if compiled else "") +
+            "torch fp32 (prefill needs no row invariance)",
             "w8a8 linear": f"csrc w8a8, {k.label}" if compiled else "torch (quant.int_dot: exact fp32 matmuls)",
             "decode/verify linear": f"csrc linear, {k.name} (fp32 and bf16 weights)" if compiled else
             f"torch, rows padded to 4: bf16 {_torch_linear('bfloat16')}, fp32 {_torch_linear('float32')}",
