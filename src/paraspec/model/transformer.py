@@ -353,7 +353,8 @@ class Transformer:
                 raise ValueError(f"tree_mask has shape {tuple(s.tree_mask.shape)}; it must cover the "
                                  f"{s.num_tokens} new rows and the slots from {s.start} to the last new one")
         n_tokens = tokens.shape[0]
-        short = n_tokens < PROMPT_ATTENTION_ROWS and all(s.cache.length + s.num_tokens <= PROMPT_ATTENTION_KEYS for s in seqs)
+        short = prompt and n_tokens < PROMPT_ATTENTION_ROWS and all(
+            s.cache.length + s.num_tokens <= PROMPT_ATTENTION_KEYS for s in seqs)
         kernel = self.kernels.rope_attention if not prompt or short else None
         group = n_heads // n_kv
         biases = [None if kernel else prompt_bias(s.cache, s.num_tokens, group) if prompt else
