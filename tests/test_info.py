@@ -24,3 +24,17 @@ def test_text_report_with_the_cost_curve_of_a_model(tiny_model_dir, capsys):
     assert "features" in out and "kernels" in out and "default" in out
     curve = next(line for line in out.splitlines() if line.startswith("t(k)/t(1)"))
     assert "1:1.00" in curve and "16:" in curve
+
+
+
+def test_w8a8_line_names_the_loop_that_runs_w8a8():
+    """The amx variant's tiles run GGUF blocks only, its W8A8 calls the VNNI loop: the line says
+    which loop runs, on every kernel path this CPU has."""
+    from paraspec.info import cpu_report
+    paths = [k for k in kernels.runnable() if k.module is not None]
+    for k in paths:
+        line = cpu_report(k)["ops"]["w8a8 linear"]
+        if k.w8a8_variant == "amx":
+            assert line.startswith(f"csrc w8a8, {k.name}:vnni512"), line
+        else:
+            assert line == f"csrc w8a8, {k.label}", line

@@ -75,7 +75,9 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
             "prompt attention": (f"csrc attention for chunks under {PROMPT_ATTENTION_ROWS} rows over at most "
                                  f"{PROMPT_ATTENTION_KEYS} keys, else " if compiled else "") +
             "torch fp32 (prefill needs no row invariance)",
-            "w8a8 linear": f"csrc w8a8, {k.label}" if compiled else "torch (quant.int_dot: exact fp32 matmuls)",
+            # the amx variant's tiles serve GGUF blocks only: its W8A8 calls run vnni512's loop
+            "w8a8 linear": (f"csrc w8a8, {k.name}:vnni512 (AMX tiles are for GGUF blocks)" if k.w8a8_variant == "amx"
+                            else f"csrc w8a8, {k.label}") if compiled else "torch (quant.int_dot: exact fp32 matmuls)",
             "decode/verify linear": f"csrc linear, {k.name} (fp32 and bf16 weights)" if compiled else
             f"torch, rows padded to 4: bf16 {_torch_linear('bfloat16')}, fp32 {_torch_linear('float32')}",
             "gguf linear": (f"csrc gguf blocks, {k.label}" + (" (AMX int8 tiles for calls of 10+ sub-rows)"
