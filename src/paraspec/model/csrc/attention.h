@@ -92,17 +92,17 @@ inline float softmax_numerators(float* s, int64_t nv) {
 // sum[p][d] += sum_{u in [u0, u1)} e[p][u] V[keys[u]][d] for T (row, head) pairs and the lanes
 // d of n slices of 16 * B floats from d0 (or, with Part, of the last hd - d0 < 16 lanes, masked),
 // each lane's terms added in u order by one fp32 fma each; pair p's sums are the row
-// sum + p * ld_sum. T * B accumulators stay in registers while the chunk's V rows (in L1) pass
+// sum + p * hd. T * B accumulators stay in registers while the chunk's V rows (in L1) pass
 // once per slice. C: the keys are committed ones (key u in slot u), so the V row needs no lookup.
 template <int T, int B, bool C, bool Part = false>
 void v_sum(const float* e, int64_t ld, const float* vb, int64_t hd, const Keys& keys, int64_t u0, int64_t u1,
-           float* sum, int64_t ld_sum, int64_t d0, int64_t n) {
+           float* sum, int64_t d0, int64_t n) {
   const int64_t w = hd - d0;  // Part: the lanes left
   for (int64_t d = d0; d < d0 + 16 * B * n; d += 16 * B) {
     F16 acc[T][B];
     for (int p = 0; p < T; ++p)
       for (int b = 0; b < B; ++b)
-        acc[p][b] = Part ? loadn(sum + p * ld_sum + d, w) : load(sum + p * ld_sum + d + 16 * b);
+        acc[p][b] = Part ? loadn(sum + p * hd + d, w) : load(sum + p * hd + d + 16 * b);
     for (int64_t u = u0; u < u1; ++u) {
       const float* vr = vb + (C ? u : keys[u]) * hd + d;
       F16 vv[B];
@@ -114,45 +114,45 @@ void v_sum(const float* e, int64_t ld, const float* vb, int64_t hd, const Keys& 
     }
     for (int p = 0; p < T; ++p)
       for (int b = 0; b < B; ++b) {
-        if (Part) storen(sum + p * ld_sum + d, acc[p][b], w);
-        else store(sum + p * ld_sum + d + 16 * b, acc[p][b]);
+        if (Part) storen(sum + p * hd + d, acc[p][b], w);
+        else store(sum + p * hd + d + 16 * b, acc[p][b]);
       }
   }
 }
 
 template <int T, bool C>
 void v_sum_tile(const float* e, int64_t ld, const float* vb, int64_t hd, const Keys& keys, int64_t u0, int64_t u1,
-                float* sum, int64_t ld_sum) {
+                float* sum) {
   constexpr int B = T * 4 <= kVAcc ? 4 : T * 2 <= kVAcc ? 2 : 1;  // vectors per slice
   const int64_t full = hd / (16 * B), rest = hd % (16 * B) / 16;
-  if (full) v_sum<T, B, C>(e, ld, vb, hd, keys, u0, u1, sum, ld_sum, 0, full);
-  if (rest) v_sum<T, 1, C>(e, ld, vb, hd, keys, u0, u1, sum, ld_sum, 16 * B * full, rest);
-  if (hd % 16) v_sum<T, 1, C, true>(e, ld, vb, hd, keys, u0, u1, sum, ld_sum, hd / 16 * 16, 1);
+  if (full) v_sum<T, B, C>(e, ld, vb, hd, keys, u0, u1, sum, 0, full);
+  if (rest) v_sum<T, 1, C>(e, ld, vb, hd, keys, u0, u1, sum, 16 * B * full, rest);
+  if (hd % 16) v_sum<T, 1, C, true>(e, ld, vb, hd, keys, u0, u1, sum, hd / 16 * 16, 1);
 }
 
 // v_sum_tile for T <= kVPairs pairs chosen at run time
 template <bool C>
 void v_sum_tile_n(int64_t T, const float* e, int64_t ld, const float* vb, int64_t hd, const Keys& keys, int64_t u0,
-                  int64_t u1, float* sum, int64_t ld_sum) {
+                  int64_t u1, float* sum) {
   static_assert(kVPairs >= 1 && kVPairs <= 4);
   switch (T) {
-    case 1: v_sum_tile<1, C>(e, ld, vb, hd, keys, u0, u1, sum, ld_sum); break;
-    case 2: v_sum_tile<std::min(2, kVPairs), C>(e, ld, vb, hd, keys, u0, u1, sum, ld_sum); break;
-    case 3: v_sum_tile<std::min(3, kVPairs), C>(e, ld, vb, hd, keys, u0, u1, sum, ld_sum); break;
-    default: v_sum_tile<kVPairs, C>(e, ld, vb, hd, keys, u0, u1, sum, ld_sum); break;
+    case 1: v_sum_tile<1, C>(e, ld, vb, hd, keys, u0, u1, sum); break;
+    case 2: v_sum_tile<std::min(2, kVPairs), C>(e, ld, vb, hd, keys, u0, u1, sum); break;
+    case 3: v_sum_tile<std::min(3, kVPairs), C>(e, ld, vb, hd, keys, u0, u1, sum); break;
+    default: v_sum_tile<kVPairs, C>(e, ld, vb, hd, keys, u0, u1, sum); break;
   }
 }
 
 // Pairs [0, P) over keys [u0, u1) of one list, in chunks of V rows (~24 KB) that stay in L1
 // while every tile of pairs passes, so V leaves memory once for all the pairs, not once per pair.
 inline void v_sum_pairs(const float* e, int64_t ld, int64_t P, const float* vb, int64_t hd, const Keys& keys,
-                        int64_t u0, int64_t u1, float* sum, int64_t ld_sum) {
+                        int64_t u0, int64_t u1, float* sum) {
   const int64_t chunk = std::max<int64_t>(16, 24 * 1024 / (4 * hd));
   for (int64_t c0 = u0; c0 < u1; c0 += chunk) {
     const int64_t c1 = std::min(c0 + chunk, u1);
     const auto tile = c1 <= keys.start ? v_sum_tile_n<true> : v_sum_tile_n<false>;
     for (int64_t p = 0; p < P; p += kVPairs)
-      tile(std::min<int64_t>(kVPairs, P - p), e + p * ld, ld, vb, hd, keys, c0, c1, sum + p * ld_sum, ld_sum);
+      tile(std::min<int64_t>(kVPairs, P - p), e + p * ld, ld, vb, hd, keys, c0, c1, sum + p * hd);
   }
 }
 
@@ -176,9 +176,9 @@ inline void attend_block(const float* q, int64_t q_ld, int64_t nr, int64_t G, co
   float* den = sum + P * hd;
   for (int64_t p = 0; p < P; ++p) den[p] = softmax_numerators(s + p * ld, keys[p / G].size());
   std::fill(sum, sum + P * hd, 0.0f);
-  v_sum_pairs(s, ld, P, vb, hd, keys[0], 0, start, sum, hd);
+  v_sum_pairs(s, ld, P, vb, hd, keys[0], 0, start, sum);
   for (int64_t r = 0; r < nr; ++r)
-    v_sum_pairs(s + r * G * ld, ld, G, vb, hd, keys[r], start, keys[r].size(), sum + r * G * hd, hd);
+    v_sum_pairs(s + r * G * ld, ld, G, vb, hd, keys[r], start, keys[r].size(), sum + r * G * hd);
   for (int64_t p = 0; p < P; ++p) {
     float* o = out + p / G * out_ld + p % G * hd;
     const float* sp = sum + p * hd;
