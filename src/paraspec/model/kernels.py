@@ -115,8 +115,8 @@ class Kernels:
 
     @property
     def rope_attention(self):
-        """csrc rope_attention(qkv, cos, sin, k, v, length, start, visible, scale) (rotary, the
-        cache write and attention in one call), or None for the torch path."""
+        """csrc rope_attention(qkv, cos, sin, k, v, length, start, visible, scale, order=None)
+        (rotary, the cache write and attention in one call), or None for the torch path."""
         return None if self.module is None else self.module.rope_attention
 
     def w8a8_linear(self, *args, **kwargs):
