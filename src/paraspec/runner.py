@@ -93,7 +93,7 @@ class ModelRunner:
             tokens += q.tokens
             positions += q.positions
             rows += [offset + r for r in q.logits_rows]
-            seqs.append(SeqInput(cache, len(q.tokens), q.mask, q.mask_from))
+            seqs.append(SeqInput(cache, len(q.tokens), q.mask, q.mask_from, q.key_order))
             offset += len(q.tokens)
         logits = self.model.forward(torch.tensor(tokens), torch.tensor(positions), seqs, torch.tensor(rows))
         return list(logits.split([len(q.logits_rows) for q in queries]))

@@ -2,7 +2,8 @@
 the slots after, committed ones included (ASPD's branches, whose siblings sit in committed slots).
 
 Each row must equal its twin: one row over a compacted cache holding exactly its visible keys in
-slot order (bit for bit on the compiled paths, by construction; to fp64-regrouping error on torch).
+slot order, or in the order given (bit for bit on the compiled paths, by construction; to
+fp64-regrouping error on torch).
 """
 import pytest
 import torch
@@ -26,11 +27,11 @@ def _cache(n: int, length: int, seed: int) -> KVCache:
     return cache
 
 
-def _attend(kernels, q, cache, mask, mask_from):
+def _attend(kernels, q, cache, mask, mask_from, order=None):
     if kernels.attention is not None:
         start = cache.length if mask_from is None else mask_from
         return kernels.attention(q.contiguous(), cache.k[0], cache.v[0], start,
-                                 torch.empty(0, dtype=torch.bool) if mask is None else mask, HD ** -0.5)
+                                 torch.empty(0, dtype=torch.bool) if mask is None else mask, HD ** -0.5, order)
     return attention(q, cache, 0, attention_bias(cache, q.shape[0], mask, GROUP, mask_from), HD ** -0.5)
 
 
@@ -58,6 +59,33 @@ def test_rows_equal_their_compacted_twins(kernels):
         if exact:
             assert torch.equal(alone[0], out[r]), f"row {r} differs from its twin"
         else:
+            torch.testing.assert_close(alone[0], out[r], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("kernels", per_isa())
+def test_key_order_ranks_the_masked_slots(kernels):
+    """With an order (ASPD's flattened order over a block's slots, which are interleaved by
+    step), each row equals its twin over a cache holding its visible keys in rank order."""
+    mask_from, length, n_new = 40, 70, 2
+    cache = _cache(length + n_new, length, seed=5)
+    branch_of = [i % 3 for i in range(length - mask_from)] + [1, 3]    # new row 1 sees every branch
+    m = len(branch_of)
+    order = torch.tensor([b * 1000 + j for j, b in enumerate(branch_of)])
+    mask = torch.zeros(n_new, m, dtype=torch.bool)
+    mask[0] = torch.tensor([b == 1 for b in branch_of[:-1]] + [False])
+    mask[1] = True
+    q = torch.randn(n_new, KV * GROUP, HD, generator=torch.Generator().manual_seed(6))
+    out = _attend(kernels, q, cache, mask, mask_from, order)
+    for r in range(n_new):
+        seen = sorted(mask[r].nonzero().flatten().tolist(), key=lambda j: int(order[j]))
+        slots = list(range(mask_from)) + [mask_from + j for j in seen]
+        twin = _cache(len(slots), len(slots) - 1, seed=0)
+        twin.k[0, :, :len(slots)] = cache.k[0, :, slots]
+        twin.v[0, :, :len(slots)] = cache.v[0, :, slots]
+        alone = _attend(kernels, q[r:r + 1], twin, None, None)
+        if kernels.attention is not None:
+            assert torch.equal(alone[0], out[r]), f"row {r} differs from its twin in rank order"
+        else:   # the torch path's fp64 sums do not take an order
             torch.testing.assert_close(alone[0], out[r], rtol=1e-6, atol=1e-7)
 
 

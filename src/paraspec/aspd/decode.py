@@ -21,10 +21,12 @@ at most max_branches) open a block, decoded in the same sequence and KV cache:
            Below the last open branch's drafted `<|/branch|>`, `<|/para|>` may be drafted too.
 
 Every fed token stays in the cache (KVCache.commit keeps every row but rejected draft rows;
-slots are interleaved by step, which attention does not see); nothing is re-prefilled. The
-block's tokens are emitted when it closes, in the flattened training order (branch 1, branch 2,
-..., `<|/para|>`), so that the output ids and layout.layout() describe exactly what the cache
-holds. Branch k alone sees
+slots are interleaved by step); nothing is re-prefilled. A `<|/para|>` row takes the block's
+slots in the flattened order (SeqInput.key_order: the csrc attention's fp32 sums depend on the
+order), and when the block closes its KV moves into that order, so later rows take it so too.
+The block's tokens are emitted when it closes, in the flattened training order (branch 1,
+branch 2, ..., `<|/para|>`), so that the output ids and layout.layout() describe exactly what
+the cache holds. Branch k alone sees
 what a plain decode of prefix + branch k sees (same keys, same positions): with the compiled
 kernels its logits have the same bits (tests/aspd/test_exactness.py).
 """
@@ -223,7 +225,21 @@ class AspdState:
                 + list(range(s.d0, s.end))]
         if tokens and tokens[-1] == self.ids.end_para and owner[-1] < 0:
             rows.append(n - 1)
-        return Query(tokens, positions, torch.from_numpy(mask), [{}], 0, mask_from=mask_from, rows=rows)
+        return Query(tokens, positions, torch.from_numpy(mask), [{}], 0, mask_from=mask_from, rows=rows,
+                     key_order=self._flat_order(b, owner, tokens, positions, new0) if self.ids.end_para in tokens
+                     else None)
+
+    def _flat_order(self, b: Block, owner: list[int], tokens: list[int], positions: list[int],
+                    new0: int) -> torch.Tensor:
+        """Each mask column's rank in the flattened order (branch 1's tokens, branch 2's, ...,
+        `<|/para|>`), in which a `<|/para|>` row must take the block's interleaved slots."""
+        big = 1 << 32     # branch k's token at position p ranks (k + 1) * big + p - para_pos
+        rank = np.zeros(new0 + len(tokens), dtype=np.int64)
+        for k, br in enumerate(b.branches):
+            rank[np.asarray(br.slots, dtype=np.int64) - (b.para_slot + 1)] = (k + 1) * big + 1 + np.arange(len(br.slots))
+        for r, (k, t, p) in enumerate(zip(owner, tokens, positions)):
+            rank[new0 + r] = np.iinfo(np.int64).max if t == self.ids.end_para else (k + 1) * big + p - b.para_pos
+        return torch.from_numpy(rank)
 
     def _branch_drafts(self, seq: SequenceState, ctx: StepContext | None, base: int) -> dict[int, DraftTree]:
         """Per open branch, its trie draft worth verifying (branch_drafts.py); none for sampled
@@ -310,7 +326,7 @@ class AspdState:
         if close is not None:              # <|/para|>: back to serial mode
             r = close
             self.grammar.block_done()
-            self.last_slots = [s for br in b.branches for s in br.slots] + [slot[r]]
+            self.last_slots = self._flatten_slots(cache, [s for br in b.branches for s in br.slots] + [slot[r]])
             out = self.flattened() + [ids.end_para]
             self._close_block()
             t = self._draw_serial(seq, logits[at[r]], lambda: seq.tokens + out)
@@ -318,6 +334,16 @@ class AspdState:
             out.append(t)
         seq.stats.observe_step(drafted, max(drawn, 1), 0.0, forward_s + time.perf_counter() - t0)
         return out or self._budget_cut(seq)
+
+    def _flatten_slots(self, cache, slots: list[int]) -> list[int]:
+        """Move the closed block's KV (`slots`: its tokens' slots in flattened order) into that
+        order, in which every later row must take it. Returns the block's slots."""
+        lo = self.block.para_slot + 1
+        assert sorted(slots) == list(range(lo, cache.length)), "a closed block holds the slots after <|para|>"
+        if slots != list(range(lo, cache.length)):
+            cache.k[:, :, lo:cache.length] = cache.k[:, :, slots]
+            cache.v[:, :, lo:cache.length] = cache.v[:, :, slots]
+        return list(range(lo, cache.length))
 
     def _walk(self, seq: SequenceState, br: Branch, s: Span, logits: torch.Tensor,
               greedy: list[int] | None, at: dict[int, int]) -> tuple[list[int], int | None]:

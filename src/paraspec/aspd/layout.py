@@ -8,7 +8,8 @@ The rules (aspd.md §2.2-2.4, the training layout, which the engine reproduces e
   branch's earlier tokens and itself, never a sibling; serial tokens see every earlier token.
 
 The flattened order is branch 1's tokens, then branch 2's, ...; at inference the KV slots are
-interleaved by step instead, which attention does not see (keys carry their own positions).
+interleaved by step instead (keys carry their own positions); the rows that see several branches
+take them in the flattened order, and a closed block's KV is moved into it (aspd/decode.py).
 """
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ class Query:
     lookahead_rows: list[int] = field(default_factory=list)  # rows whose argmax the drafter wants
     mask_from: int | None = None        # see transformer.SeqInput (ASPD's branch steps)
     rows: list[int] | None = None       # logits rows, when not the root + drafts + lookahead (ASPD)
+    key_order: torch.Tensor | None = None  # see transformer.SeqInput (ASPD's flattened order)
 
     @property
     def logits_rows(self) -> list[int]:

@@ -36,7 +36,7 @@ logger = logging.getLogger("paraspec.kernels")
 ENV = "PARASPEC_KERNELS"
 ISAS = ("avx512", "avx2")                       # best first
 PATHS = (*ISAS, "torch")
-VERSION = 13                                    # csrc modules' VERSION this code calls
+VERSION = 14                                    # csrc modules' VERSION this code calls
 REQUIRES = {"avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "fma"}),   # as csrc's
             "avx2": frozenset({"avx2", "fma", "f16c"})}                                                  # cpu_supported()
 SHOWN = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
@@ -115,8 +115,8 @@ class Kernels:
 
     @property
     def rope_attention(self):
-        """csrc rope_attention(qkv, cos, sin, k, v, length, start, visible, scale) (rotary, the
-        cache write and attention in one call), or None for the torch path."""
+        """csrc rope_attention(qkv, cos, sin, k, v, length, start, visible, scale, order=None)
+        (rotary, the cache write and attention in one call), or None for the torch path."""
         return None if self.module is None else self.module.rope_attention
 
     def w8a8_linear(self, *args, **kwargs):

@@ -51,6 +51,11 @@ class SeqInput:
     # see slots [0, mask_from) and tree_mask [q, length + q - mask_from] covers the slots from
     # mask_from on, committed ones included (ASPD: a branch must not see its siblings' slots)
     mask_from: int | None = None
+    # None: each row takes the slots the mask lets it see in slot order. [length + q - start]
+    # int64: by ascending rank (ties by slot), on the csrc kernel, whose fp32 sums depend on the
+    # order (ASPD: its flattened order over slots interleaved by step); the torch path's fp64
+    # sums hide the order (~1e-16), so it ignores this
+    key_order: torch.Tensor | None = None
 
     @property
     def start(self) -> int:
@@ -379,7 +384,8 @@ class Transformer:
                                  qkv[:, n_heads + n_kv:]], dim=1)
             if kernel is not None:  # csrc: RoPE, the cache write and attention in one call per sequence
                 outs = [kernel(qkv[r], cos[r], sin[r], s.cache.k[i], s.cache.v[i], s.cache.length, s.start,
-                               _EMPTY if s.tree_mask is None else s.tree_mask, self.scale) for s, r in zip(seqs, rows)]
+                               _EMPTY if s.tree_mask is None else s.tree_mask, self.scale, s.key_order)
+                        for s, r in zip(seqs, rows)]
             else:
                 qk = apply_rope(qkv[:, :n_heads + n_kv], cos, sin)     # q and k rotated in one go
                 q, k, v = qk[:, :n_heads], qk[:, n_heads:], qkv[:, n_heads + n_kv:]

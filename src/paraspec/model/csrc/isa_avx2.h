@@ -16,9 +16,8 @@ namespace isa {
 
 struct F16 { __m256 lo, hi; };
 struct I16 { __m256i lo, hi; };
-struct D8 { __m256d lo, hi; };
 
-// attention sums V in tiles of up to kVPairs (row, head) pairs, with kVAcc D8 accumulators (ymm pairs)
+// attention sums V in tiles of up to kVPairs (row, head) pairs, with kVAcc F16 accumulators (ymm pairs)
 constexpr int kVPairs = 2, kVAcc = 4;
 // the dense linear's register tile: kLinRows rows x kLinCols channels of accumulators
 constexpr int kLinRows = 2, kLinCols = 3;
@@ -66,11 +65,10 @@ inline void storen(float* p, F16 a, int64_t n) {
 PS_LANEWISE(F16, add, _mm256_add_ps)
 PS_LANEWISE(F16, sub, _mm256_sub_ps)
 PS_LANEWISE(F16, mul, _mm256_mul_ps)
+PS_LANEWISE(F16, div, _mm256_div_ps)
 PS_LANEWISE(F16, max, _mm256_max_ps)
 PS_LANEWISE(I16, add, _mm256_add_epi32)
 PS_LANEWISE(I16, sub, _mm256_sub_epi32)
-PS_LANEWISE(D8, add, _mm256_add_pd)
-PS_LANEWISE(D8, div, _mm256_div_pd)
 #undef PS_LANEWISE
 inline F16 fmadd(F16 a, F16 b, F16 c) {  // a * b + c
   return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
@@ -122,20 +120,6 @@ inline void store_bytes(uint8_t* p, I16 a, int64_t n) {  // low byte of each lan
   _mm_store_si128(reinterpret_cast<__m128i*>(t),
                   _mm_unpacklo_epi64(_mm256_castsi256_si128(lo), _mm256_castsi256_si128(hi)));
   std::memcpy(p, t, std::min<int64_t>(n, 16));
-}
-
-inline D8 zero_d() { return {_mm256_setzero_pd(), _mm256_setzero_pd()}; }
-inline D8 set1(double x) { return {_mm256_set1_pd(x), _mm256_set1_pd(x)}; }
-inline D8 load(const double* p) { return {_mm256_loadu_pd(p), _mm256_loadu_pd(p + 4)}; }
-inline D8 load_wide(const float* p) {  // 8 fp32 -> fp64 (exact)
-  return {_mm256_cvtps_pd(_mm_loadu_ps(p)), _mm256_cvtps_pd(_mm_loadu_ps(p + 4))};
-}
-inline void store(double* p, D8 a) { _mm256_storeu_pd(p, a.lo); _mm256_storeu_pd(p + 4, a.hi); }
-inline D8 fmadd(D8 a, D8 b, D8 c) { return {_mm256_fmadd_pd(a.lo, b.lo, c.lo), _mm256_fmadd_pd(a.hi, b.hi, c.hi)}; }
-inline double lane0(D8 a) { return _mm256_cvtsd_f64(a.lo); }
-inline void store_float(float* p, D8 a) {
-  _mm_storeu_ps(p, _mm256_cvtpd_ps(a.lo));
-  _mm_storeu_ps(p + 4, _mm256_cvtpd_ps(a.hi));
 }
 
 // W8A8 inner steps (w8a8_loop.h); a 32-channel panel step is 4 ymm of 8 channels x 4 features.

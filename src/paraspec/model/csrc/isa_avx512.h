@@ -2,8 +2,8 @@
 // its `#pragma GCC push_options` region: everything defined here and in the algorithm headers
 // after it is compiled for the target below; the module's init code stays plain x86-64.
 //
-// The algorithm headers see a 16-lane float vector (F16), a 16-lane int32 vector (I16) and an
-// 8-lane double vector (D8); here each is one register. isa_avx2.h has the same API on pairs
+// The algorithm headers see a 16-lane float vector (F16) and a 16-lane int32 vector (I16); here
+// each is one register. isa_avx2.h has the same API on pairs
 // of ymm registers, lane for lane the same arithmetic, so both modules give the same bits.
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,fma")
 
@@ -18,10 +18,9 @@ namespace isa {
 
 struct F16 { __m512 v; };
 struct I16 { __m512i v; };
-struct D8 { __m512d v; };
 
-// attention sums V in tiles of up to kVPairs (row, head) pairs, with kVAcc D8 accumulators (zmm)
-constexpr int kVPairs = 3, kVAcc = 16;
+// attention sums V in tiles of up to kVPairs (row, head) pairs, with kVAcc F16 accumulators (zmm)
+constexpr int kVPairs = 4, kVAcc = 16;
 // the dense linear's register tile: kLinRows rows x kLinCols channels of accumulators
 constexpr int kLinRows = 4, kLinCols = 6;
 constexpr int64_t kLinSeg = 768;  // most floats of K per segment when several row tiles share a block
@@ -50,6 +49,7 @@ inline void storen(float* p, F16 a, int64_t n) { _mm512_mask_storeu_ps(p, first(
 inline F16 add(F16 a, F16 b) { return {_mm512_add_ps(a.v, b.v)}; }
 inline F16 sub(F16 a, F16 b) { return {_mm512_sub_ps(a.v, b.v)}; }
 inline F16 mul(F16 a, F16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline F16 div(F16 a, F16 b) { return {_mm512_div_ps(a.v, b.v)}; }
 inline F16 fmadd(F16 a, F16 b, F16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }    // a * b + c
 inline F16 fnmadd(F16 a, F16 b, F16 c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)}; }  // c - a * b
 inline F16 max(F16 a, F16 b) { return {_mm512_max_ps(a.v, b.v)}; }
@@ -95,17 +95,6 @@ inline I16 to_int(F16 a) { return {_mm512_cvtps_epi32(a.v)}; }  // rounds half t
 inline void store_bytes(uint8_t* p, I16 a, int64_t n) {  // low byte of each lane
   _mm_mask_storeu_epi8(p, first(n), _mm512_cvtepi32_epi8(a.v));
 }
-
-inline D8 zero_d() { return {_mm512_setzero_pd()}; }
-inline D8 set1(double x) { return {_mm512_set1_pd(x)}; }
-inline D8 load(const double* p) { return {_mm512_loadu_pd(p)}; }
-inline D8 load_wide(const float* p) { return {_mm512_cvtps_pd(_mm256_loadu_ps(p))}; }  // 8 fp32 -> fp64 (exact)
-inline void store(double* p, D8 a) { _mm512_storeu_pd(p, a.v); }
-inline D8 fmadd(D8 a, D8 b, D8 c) { return {_mm512_fmadd_pd(a.v, b.v, c.v)}; }
-inline D8 add(D8 a, D8 b) { return {_mm512_add_pd(a.v, b.v)}; }
-inline D8 div(D8 a, D8 b) { return {_mm512_div_pd(a.v, b.v)}; }
-inline double lane0(D8 a) { return _mm512_cvtsd_f64(a.v); }
-inline void store_float(float* p, D8 a) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(a.v)); }
 
 // W8A8 inner step (w8a8_loop.h): vpdpbusd, u8 activations (q + 128) times s8 weights, 4
 // products summed into each int32 lane; a 32-channel panel step is 2 registers.

@@ -153,9 +153,12 @@ std::vector<std::string> variant_names() {
 // keys [0, start); visible [n_q, m] bool (m >= n_q) says which of the slots [start, start + m)
 // row i sees: the new rows' keys are the last n_q of them (m == n_q: the usual draft tree over
 // the committed cache; m > n_q: committed slots under a mask too, as ASPD's sibling branches).
-// An empty tensor is a causal chain of new rows at [start, start + n_q). Returns [n_q, n_heads * hd] fp32.
+// An empty tensor is a causal chain of new rows at [start, start + n_q). order [m] int64, if given:
+// a row takes its masked slots by ascending order[j] (ties by slot) instead of by slot: ASPD's
+// flattened order, where a block's slots are interleaved by step (the sum's order is part of its
+// bits). Returns [n_q, n_heads * hd] fp32.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t start,
-                     at::Tensor visible, double scale) {
+                     at::Tensor visible, double scale, const c10::optional<at::Tensor>& order) {
   require_cpu();
   TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.stride(2) == 1 && q.stride(1) == q.size(2),
               "q: [n_q, heads, hd] fp32 with contiguous heads");
@@ -180,6 +183,14 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   for (int64_t i = 0; i < n_q; ++i)
     for (int64_t j = 0; j < m; ++j)
       if (causal ? j <= i : vis[i * m + j]) extra[i].push_back(start + j);
+  if (order && order->numel()) {
+    TORCH_CHECK(order->scalar_type() == at::kLong && order->numel() == m, "order: [m] int64");
+    const at::Tensor o = order->contiguous();
+    const int64_t* rank = o.data_ptr<int64_t>();
+    const auto before = [&](int64_t a, int64_t b) { return rank[a - start] < rank[b - start]; };
+    for (auto& e : extra)
+      if (!std::is_sorted(e.begin(), e.end(), before)) std::stable_sort(e.begin(), e.end(), before);
+  }
 
   auto out = at::empty({n_q, n_heads * hd}, q.options());
   const float* qp = q.data_ptr<float>();
@@ -202,9 +213,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const int64_t ld = start + m + 16;                  // scratch per (row, head): its scores
   at::parallel_for(0, blocks * n_kv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> s(rows * group * ld);
-    std::vector<double> e(rows * group * ld);
-    std::vector<double> sum(rows * group * (hd + 1));
-    std::vector<double> vw(isa::v_scratch(hd));
+    std::vector<float> sum(rows * group * (hd + 1));
     std::vector<isa::Keys> keys(rows);
     for (int64_t w = begin; w < end; ++w) {
       const int64_t i0 = w / n_kv * rows, kv = w % n_kv, nr = std::min(rows, n_q - i0);
@@ -212,7 +221,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         keys[r] = {start, extra[i0 + r].data(), static_cast<int64_t>(extra[i0 + r].size())};
       const int64_t h0 = kv * group;
       isa::attend_block(qp + i0 * q_ld + h0 * hd, q_ld, nr, group, kp + kv * cap * hd,
-                        vp + kv * cap * hd, hd, keys.data(), sc, s.data(), e.data(), ld, sum.data(), vw.data(),
+                        vp + kv * cap * hd, hd, keys.data(), sc, s.data(), ld, sum.data(),
                         op + (i0 * n_heads + h0) * hd, n_heads * hd);
     }
   });
@@ -223,9 +232,10 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // qkv [n_q, n_heads + 2 * n_kv, hd] fp32 (heads contiguous), rotary tables cos, sin [n_q, hd]
 // (rotate-half layout); rotates q and k (x * cos + rotate_half(x) * sin, each product and the
 // sum rounded as the torch path's apply_rope rounds them), writes k and v to the cache slots
-// [length, length + n_q), then attention(q, k, v, start, visible, scale).
+// [length, length + n_q), then attention(q, k, v, start, visible, scale, order).
 at::Tensor rope_attention(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& k,
-                          const at::Tensor& v, int64_t length, int64_t start, at::Tensor visible, double scale) {
+                          const at::Tensor& v, int64_t length, int64_t start, at::Tensor visible, double scale,
+                          const c10::optional<at::Tensor>& order) {
   require_cpu();
   TORCH_CHECK(qkv.dim() == 3 && qkv.scalar_type() == at::kFloat && qkv.stride(2) == 1 &&
               qkv.stride(1) == qkv.size(2), "qkv: [n_q, heads + 2 kv heads, hd] fp32 with contiguous heads");
@@ -257,7 +267,7 @@ at::Tensor rope_attention(const at::Tensor& qkv, const at::Tensor& cos, const at
     for (int64_t h = 0; h < n_kv; ++h)
       std::memcpy(vp + (h * cap + length + i) * hd, row + (n_heads + n_kv + h) * hd, hd * sizeof(float));
   }
-  return attention(q, k, v, start, std::move(visible), scale);
+  return attention(q, k, v, start, std::move(visible), scale, order);
 }
 
 // x [M, K] fp32 or bf16 (rows contiguous); packed [Np/32 * Kp/4 * 128] int8; comp [Np] int32
@@ -479,14 +489,15 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 13;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
+  m.attr("VERSION") = 14;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
-  m.def("attention", &attention, "decode / draft-verify attention (row-invariant, fp64 sum of V widened from fp32)",
-        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("start"), py::arg("visible"), py::arg("scale"));
+  m.def("attention", &attention, "decode / draft-verify attention (row-invariant: a fixed fp32 operation order per row and head)",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("start"), py::arg("visible"), py::arg("scale"),
+        py::arg("order") = py::none());
   m.def("rope_attention", &rope_attention, "rotary embedding of q and k, their cache write, then attention",
         py::arg("qkv"), py::arg("cos"), py::arg("sin"), py::arg("k"), py::arg("v"), py::arg("length"),
-        py::arg("start"), py::arg("visible"), py::arg("scale"));
+        py::arg("start"), py::arg("visible"), py::arg("scale"), py::arg("order") = py::none());
   m.def("w8a8_linear", &w8a8_linear, "per-row W8A8 linear", py::arg("x"), py::arg("packed"),
         py::arg("comp"), py::arg("w_scale"), py::arg("bias"), py::arg("n"), py::arg("passes"),
         py::arg("norm") = py::none(), py::arg("eps") = 0.0, py::arg("variant") = "");
