@@ -69,6 +69,8 @@ PS_LANEWISE(F16, mul, _mm256_mul_ps)
 PS_LANEWISE(F16, max, _mm256_max_ps)
 PS_LANEWISE(I16, add, _mm256_add_epi32)
 PS_LANEWISE(I16, sub, _mm256_sub_epi32)
+PS_LANEWISE(I16, min, _mm256_min_epi32)
+PS_LANEWISE(I16, max, _mm256_max_epi32)
 PS_LANEWISE(D8, add, _mm256_add_pd)
 PS_LANEWISE(D8, div, _mm256_div_pd)
 #undef PS_LANEWISE
@@ -112,6 +114,7 @@ inline int32_t reduce_add(I16 a) {  // exact in any order
   return _mm_cvtsi128_si32(t);
 }
 inline I16 to_int(F16 a) { return {_mm256_cvtps_epi32(a.lo), _mm256_cvtps_epi32(a.hi)}; }  // half to even
+inline I16 clamp(I16 a, int32_t lo, int32_t hi) { return min(max(a, set1(lo)), set1(hi)); }
 inline void store_bytes(uint8_t* p, I16 a, int64_t n) {  // low byte of each lane
   const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                                         0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
@@ -186,6 +189,7 @@ struct Ymm8x4 {  // loads and stores shared by both ymm steps
   static Acc sub_i(Acc a, int32_t c) { return _mm256_sub_epi32(a, _mm256_set1_epi32(c)); }
   static Acc set1_i(int32_t c) { return _mm256_set1_epi32(c); }
   static Acc add_i(Acc a, Acc b) { return _mm256_add_epi32(a, b); }
+  static Acc shl8(Acc a) { return _mm256_slli_epi32(a, 8); }  // 256 a (two's complement)
   static Acc mullo(Acc a, Acc b) { return _mm256_mullo_epi32(a, b); }
   static Acc u8x(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
   static Acc s8x(const uint8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
