@@ -117,7 +117,7 @@ constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB; whole sup
 inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, const int8_t* xq,
                         const float* dx, const int32_t* xs, const int32_t* xh, const float* xm, int64_t M, int P, int64_t K,
                         const uint8_t* wp, const float* bias, float* y, int64_t N, float* acc) {
-  const int64_t B = K / 32, K4 = K / 4, pb = gguf_panel_bytes(fmt, B), R = loop.rows;
+  const int64_t B = K / 32, K4 = K / 4, pb = gguf_panel_bytes(fmt, B), R = loop.rows[P - 1][fmt];
   const int32_t* xw = reinterpret_cast<const int32_t*>(xq);  // 4 features as one dword
   const GgufWide* w = loop.wide && M >= loop.wide->min_rows && loop.wide->fn[P - 1][fmt] ? loop.wide : nullptr;
   if (w && w->begin) w->begin();

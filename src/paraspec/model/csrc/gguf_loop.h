@@ -174,19 +174,24 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
 #undef PS_F1
 }
 
-constexpr int gtile(int r) { return r < GOp::kRows ? r : GOp::kRows; }  // never asked for more than kRows
+// sub-rows per tile: P = 2 tiles (kRows2, even) hold whole rows, whose float sums take half the
+// registers of their sub-rows' (not Q6_K's: its second set of integer sums fills them)
+constexpr int grows(int P, int F) { return P == 2 && F != kQ6_K ? GOp::kRows2 : GOp::kRows; }
+constexpr int gtile(int r, int P, int F) { return r < grows(P, F) ? r : grows(P, F); }  // never asked for more
 
-// P = 2 tiles hold whole rows: an odd sub-row count is never asked for (kRows is even)
+// P = 2: an odd sub-row count is never asked for
 template <int N, int F, int P>
 constexpr GgufFn gtile_fn() {
-  static_assert(GOp::kRows % 2 == 0, "two-pass tiles hold whole rows");
-  if constexpr (P == 2 && gtile(N) % 2 != 0) return nullptr;
-  else return panel_tile<gtile(N), F, P>;
+  static_assert(GOp::kRows2 % 2 == 0 && GOp::kRows % 2 == 0, "two-pass tiles hold whole rows");
+  if constexpr (P == 2 && gtile(N, P, F) % 2 != 0) return nullptr;
+  else return panel_tile<gtile(N, P, F), F, P>;
 }
 #define PS_TILES(F, P)                                                                            \
   {nullptr, gtile_fn<1, F, P>(), gtile_fn<2, F, P>(), gtile_fn<3, F, P>(), gtile_fn<4, F, P>(),    \
    gtile_fn<5, F, P>(), gtile_fn<6, F, P>(), gtile_fn<7, F, P>(), gtile_fn<8, F, P>()}
 #define PS_PASS(P) {PS_TILES(0, P), PS_TILES(1, P), PS_TILES(2, P), PS_TILES(3, P), PS_TILES(4, P), PS_TILES(5, P)}
-constexpr GgufLoop kGgufLoop = {GOp::kRows, {PS_PASS(1), PS_PASS(2)}};
+#define PS_ROWS(P) {grows(P, 0), grows(P, 1), grows(P, 2), grows(P, 3), grows(P, 4), grows(P, 5)}
+constexpr GgufLoop kGgufLoop = {{PS_ROWS(1), PS_ROWS(2)}, {PS_PASS(1), PS_PASS(2)}};
+#undef PS_ROWS
 #undef PS_PASS
 #undef PS_TILES

@@ -234,6 +234,7 @@ struct Op : Ymm8x4 {
 // x's sign, as the W8A8 step above (2 * 127 * 127 < 2^15). vpmaddwd by ones widens to int32.
 struct GOp : Ymm8x4 {
   static constexpr int kRows = 2;        // 8 accumulators + 4 weights + constants
+  static constexpr int kRows2 = 2;
   static constexpr int kQ8Offset = 0;
   static constexpr bool kPairs16 = true;  // gguf_wide.h sums Q4 / Q5 / Q6 products in int16 groups
   // the formats gguf_wide.h runs (bit per GgufFormat): not Q8_0, whose 4 instructions per step
@@ -285,6 +286,7 @@ struct Op : Ymm8x4 {
 // GGUF: the AVX-512 step on ymm (Q8_0 weights flipped to w + 128 for the u8 operand).
 struct GOp : Ymm8x4 {
   static constexpr int kRows = 2;  // 8 accumulators + 4 weights + activation
+  static constexpr int kRows2 = 2;
   static constexpr int kQ8Offset = 128;
   static constexpr bool kPairs16 = false;  // vpdpbusd sums into int32 directly
   // the formats gguf_wide.h runs: Q4_0, Q5_0, Q4_K, Q6_K. With one vpdpbusd per step Q4_1 and

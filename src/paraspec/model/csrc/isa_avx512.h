@@ -133,6 +133,7 @@ struct GOp {
   using Acc = __m512i;
   static constexpr int kVecs = 2;       // accumulators per row (16 channels each)
   static constexpr int kRows = 4;       // rows per register tile: 8 int + 8 float accumulators
+  static constexpr int kRows2 = 8;      // two passes: 4 rows' 16 int + 8 float accumulators
   static constexpr int kQ8Offset = 128;
   static constexpr bool kPairs16 = false;  // (AVX2's int16 sums: isa_avx2.h)
   static void load_q4(const uint8_t* p, Acc& w0, Acc& w1, Acc&, Acc&) {

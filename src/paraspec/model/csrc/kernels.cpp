@@ -54,7 +54,7 @@ struct GgufWide {
   GgufWideFn fn[2][kGgufFormats];  // per pass count P - 1
 };
 struct GgufLoop {
-  int rows;
+  int rows[2][kGgufFormats];  // sub-rows per register tile, per pass count P - 1 and format
   GgufFn fn[2][kGgufFormats][9];  // per pass count P - 1 (P = 2: even sub-row counts only)
   const GgufWide* wide = nullptr;  // calls of wide->min_rows sub-rows or more
 };
