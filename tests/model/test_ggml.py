@@ -59,6 +59,48 @@ def test_row_output_independent_of_other_rows(kernel, kind):
     assert torch.equal(lin(x[:short], prompt=True), full[:short])
 
 
+@pytest.mark.parametrize("kind", FORMATS)
+def test_two_passes_combine_in_int32_before_one_float_step(kind):
+    """The two-pass bits, element by element in Python integers and numpy fp32 scalars (module
+    doc): per block I = 256 (isum_0 - c xs_0) + (isum_1 - c xs_1), xs = 256 xs_0 + xs_1, then one
+    float step on dx1 = dx0 / 256. The reference (and so every kernel, tested above) gives them."""
+    w, _ = _weight(kind, 32, 64, seed=2)
+    x = inputs(3, 64, seed=3)
+    q0, dx0, xs0, q1, dx1, xs1 = ggml.quantize_residual(x)
+    assert torch.equal(dx1, dx0 / 256) and torch.equal(xs1, q1.view(3, 2, 32).sum(-1, dtype=torch.int32))
+    u = ggml.unpack(w)
+    c = ggml.OFFSET.get(kind, 0)
+    f32 = np.float32
+    got = ggml.GGUFLinear(w, kernels=cpu_kernels.TORCH)(x)
+    for r in range(3):
+        for n in range(32):
+            acc = f32(0)
+            for b in range(2):
+                wq = [int(v) for v in u.q[n, 32 * b:32 * b + 32]]
+                s0 = sum(a * int(q) for a, q in zip(wq, q0[r, 32 * b:32 * b + 32])) - c * int(xs0[r, b])
+                s1 = sum(a * int(q) for a, q in zip(wq, q1[r, 32 * b:32 * b + 32])) - c * int(xs1[r, b])
+                big, xs = 256 * s0 + s1, 256 * int(xs0[r, b]) + int(xs1[r, b])
+                d, dx = f32(u.d[n, b]), f32(dx1[r, b])
+                t = f32(big) * (d * dx)
+                if u.m is not None:
+                    t = t + f32(u.m[n, b]) * (dx * f32(xs))
+                acc = acc + t
+            assert acc == f32(got[r, n]), (r, n)
+
+
+def test_residual_pass_is_clamped_to_127():
+    """A residual just under half a step rounds to 128 on dx0 / 256: clamped to 127, on every kernel."""
+    x = torch.zeros(2, 64)
+    x[:, 0], x[:, 1], x[0, 2], x[1, 2] = 127.0, 0.4995, -0.4995, 0.25
+    q0, dx0, _, q1, _, _ = ggml.quantize_residual(x)
+    assert q0[0, 1] == 0 and float(x[0, 1] - q0[0, 1] * dx0[0, 0]) * 256 / float(dx0[0, 0]) > 127.5
+    assert q1[0, 1] == 127 and q1[0, 2] == -127 and q1[1, 2] == 64
+    w, _ = _weight("Q4_1", 32, 64)
+    ref = ggml.GGUFLinear(w, kernels=cpu_kernels.TORCH)(x)
+    for k in cpu_kernels.runnable():
+        assert torch.equal(ggml.GGUFLinear(w, kernels=k)(x), ref), k.label
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_norm_linear_fuses_rms_norm(kernel):
     w, _ = _weight("Q4_1", 64, 96)

@@ -15,10 +15,18 @@ arithmetic (csrc/gguf.h has it in full):
     y = sum of t over the blocks in order (+ bias)
 
 with isum the exact integer dot product of the block's stored values and q. With residual=True
-(the default) each block's rounding residual x - q * dx is quantised again and run as a second
-sub-row, y = y_0 + y_1 (+ bias): the weights stream once either way, and one int8 step per 32
-values alone loses 3-4 % teacher-forced top-1 agreement on the bundled model (the quality gate,
-benchmarks/gguf_quality_gate.py). GGUFLinear runs the
+(the default) each block's rounding residual r = x - q * dx is quantised again on a scale tied to
+the first, dx1 = dx / 256 (exact): q1 = clamp(round(r * (inv * 256)), -127, 127) with inv = 127 /
+amax the factor q came from (quantize_residual). |r| <= ~dx / 2, so q1 has about the resolution
+an own scale (amax_r / 127) would give. The kernels run q1 as a second sub-row of integer sums
+(the weights stream once either way), and the two combine per block before any float:
+
+    I = 256 isum_0 + isum_1 (each less its offset terms; int32, exact), xs = 256 xs_0 + xs_1
+    t = the format's float step above with isum = I, dx = dx1 and that xs        (one per row)
+    Q6_K: 256 v can pass 2^31, so float(v_0) * 256 + float(v_1) (fp32, one rounding) is float(I)
+
+One int8 step per 32 values alone loses 3-4 % teacher-forced top-1 agreement on the bundled model
+(the quality gate, benchmarks/gguf_quality_gate.py); the two passes keep it at ~99.98 %. GGUFLinear runs the
 compiled kernel of the model's kernels (csrc/gguf.h: AVX-512 VNNI, AVX-VNNI or AVX2) on a repacked
 copy of the same values (pack()), or where none runs, the torch reference below, which does the
 same fp32 operations in the same order: both give the same bits (with a fused RMSNorm, the norm's
@@ -194,18 +202,31 @@ def pack(w: GGUFWeight) -> torch.Tensor:
 def quantize_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-row, per-32-block int8 of activations [M, K]: (q int8 [M, K], dx fp32 [M, B],
     xs int32 [M, B] = sum of q per block). The kernel's formula op for op."""
+    q, dx, xs, _ = _quantize(x)
+    return q, dx, xs
+
+
+def _quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """quantize_blocks' (q, dx, xs) and inv [M, B], the factor q was rounded from (x * inv)."""
     m, k = x.shape
     xb = x.float().view(m, k // BLOCK, BLOCK)
     amax = xb.abs().amax(-1)
     inv = torch.where(amax > 0, amax.reciprocal() * 127.0, 0.0)  # zero block -> q = 0
     q = torch.round(xb * inv.unsqueeze(-1)).to(torch.int8)
-    return q.view(m, k), amax * (1 / 127.0), q.sum(-1, dtype=torch.int32)
+    return q.view(m, k), amax * (1 / 127.0), q.sum(-1, dtype=torch.int32), inv
 
 
-def block_residual(x: torch.Tensor, q: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
-    """What quantize_blocks' rounding lost, x - q * dx (the kernel's second pass quantises it)."""
+def quantize_residual(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Both passes of the kernel's two-pass quantisation of x [M, K] (module doc), op for op:
+    (q0, dx0, xs0) = quantize_blocks(x), then the rounding residual r = x - q0 * dx0 on the tied
+    scale dx1 = dx0 / 256: q1 = clamp(round(r * (inv0 * 256)), -127, 127), xs1 its block sums.
+    inv0 * 256 and dx0 * (1 / 256) are exact in fp32 (powers of two). |r| <= ~dx0 / 2, so q1
+    uses about the range an own scale (amax_r / 127) would: the same resolution."""
     m, k = x.shape
-    return (x.float().view(m, -1, BLOCK) - q.float().view(m, -1, BLOCK) * dx.unsqueeze(-1)).view(m, k)
+    q0, dx0, xs0, inv0 = _quantize(x)
+    r = x.float().view(m, -1, BLOCK) - q0.float().view(m, -1, BLOCK) * dx0.unsqueeze(-1)
+    q1 = torch.round(r * (inv0 * 256.0).unsqueeze(-1)).clamp(-127, 127).to(torch.int8)
+    return q0, dx0, xs0, q1.view(m, k), dx0 * (1 / 256.0), q1.sum(-1, dtype=torch.int32)
 
 
 class GGUFLinear:
@@ -273,34 +294,48 @@ class GGUFLinear:
         if norm is not None:
             r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
             x = x * norm
-        q, dx, xs = quantize_blocks(x)
-        y = self._dot(q, dx if r is None else dx * r, xs)
         if self.passes == 2:
-            q1, dx1, xs1 = quantize_blocks(block_residual(x, q, dx))
-            y = y + self._dot(q1, dx1 if r is None else dx1 * r, xs1)
+            q0, _, xs0, q, dx, xs = quantize_residual(x)
+            second = (q0, xs0)
+        else:
+            q, dx, xs = quantize_blocks(x)
+            second = None
+        y = reference_dot(q, dx if r is None else dx * r, xs, self.wq, self.d, self.m, self.kind, self.sub, second)
         return y if self.bias is None else y + self.bias
-
-    def _dot(self, q: torch.Tensor, dx: torch.Tensor, xs: torch.Tensor) -> torch.Tensor:
-        return reference_dot(q, dx, xs, self.wq, self.d, self.m, self.kind, self.sub)
 
 
 def reference_dot(q: torch.Tensor, dx: torch.Tensor, xs: torch.Tensor, wq: torch.Tensor, d: torch.Tensor,
-                  m: torch.Tensor | None, kind: str, sub: torch.Tensor | None = None) -> torch.Tensor:
+                  m: torch.Tensor | None, kind: str, sub: torch.Tensor | None = None,
+                  first: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """The kernel's sums in torch: q [M, K] int8, dx / xs [M, B]; wq [B, 32, N] fp32 holding the
     stored integers, d / m [B, N] fp32 (Q6_K: wq [2B, 16, N], sub [2B, N] its 16-block scales).
-    Block sums are exact in fp32 (|isum| < 2^24; Q6_K's scaled pair of halves too)."""
+    Block sums are exact in fp32 (|isum| < 2^24; Q6_K's scaled pair of halves too).
+    first: two passes (module doc), (q0, xs0) of the first with (q, dx, xs) the residual's:
+    per block the passes combine before the float step, I = 256 s0 + s1 in int32 (exact; Q6_K:
+    256 float(s0) + float(s1) in fp32) with xs = 256 xs0 + xs1, and dx the residual's dx1."""
     rows, nb = dx.shape
-    w = wq.shape[1]
-    isum = torch.bmm(q.float().view(rows, -1, w).transpose(0, 1), wq)       # [K / w, M, N], exact
-    if sub is not None:                                                      # sc_a isum_a + sc_b isum_b
-        isum = isum[0::2] * sub[0::2, None] + isum[1::2] * sub[1::2, None]   # exact integers
+
+    def sums(q: torch.Tensor, xs: torch.Tensor) -> torch.Tensor:   # [B, M, N] exact integers in fp32
+        w = wq.shape[1]
+        isum = torch.bmm(q.float().view(rows, -1, w).transpose(0, 1), wq)
+        if sub is not None:                                                  # sc_a isum_a + sc_b isum_b
+            isum = isum[0::2] * sub[0::2, None] + isum[1::2] * sub[1::2, None]
+        if kind in OFFSET:
+            isum = isum - OFFSET[kind] * xs.t().float().unsqueeze(-1)
+        return isum
+
+    s = sums(q, xs)
+    if first is not None:
+        s0 = sums(first[0], first[1])
+        if sub is not None:                # Q6_K: 256 |s0| can pass 2^31, so the pair adds in fp32
+            s = s0 * 256.0 + s
+        else:                              # |s0| < 2^17: 256 s0 + s1 fits int32
+            s = (s0.to(torch.int32) * 256 + s.to(torch.int32)).float()
+        xs = first[1] * 256 + xs
     xsf = xs.float()
     acc = torch.zeros(rows, wq.shape[2])
     for b in range(nb):
-        s = isum[b]
-        if kind in OFFSET:
-            s = s - OFFSET[kind] * xsf[:, b:b + 1]                           # exact integers
-        t = s * (d[b] * dx[:, b:b + 1])
+        t = s[b] * (d[b] * dx[:, b:b + 1])
         if m is not None:
             t = t + m[b] * (dx[:, b:b + 1] * xsf[:, b:b + 1])
         acc = acc + t

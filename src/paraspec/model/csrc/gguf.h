@@ -22,9 +22,15 @@
 //         16-wide halves, 6-bit values 0..63, sc int8; exact in int32 and in fp32, |v| < 2^24)
 //         t = float(v) * (d * dx)
 //   acc = acc + t, from acc = 0, over the blocks in order;  y = acc (+ bias)
-// With two passes (the default, ggml.py), the block's rounding residual x - q * dx is quantised
-// again the same way and run as a second sub-row: y = acc_0 + acc_1 (+ bias). The weights are
-// streamed once either way; it removes most of the activation error.
+// With two passes (the default, ggml.py), the block's rounding residual r = x - q * dx is
+// quantised again on the tied scale dx1 = dx / 256 (exact): q1 = clamp(round(r * (inv * 256)),
+// -127, 127), inv = (1 / amax) * 127 the factor q was rounded from; it is a second sub-row of the
+// integer loops (the weights are streamed once either way; it removes most of the activation
+// error). Per block the two sub-rows' sums combine before any float, I = 256 * isum_0 + isum_1
+// (each after its offset terms; |isum_0| <= 32 * 16 * 127 for the Q4 / Q5 formats and 32 * 128 * 127
+// for Q8_0, so 256x fits int32), xs = 256 * xs_0 + xs_1, and the float step above runs once per
+// row with isum = I, dx = dx1 and that xs. Q6_K's v can reach 2^24, so 256 v does not fit:
+// there V = float(v_0) * 256 + float(v_1) in fp32 (one rounding) takes float(v)'s place.
 // Every lane is one channel and every step is the same for each row, so a row's bits do not
 // depend on how many rows a call has, where the row sits, or the thread count.
 //
@@ -42,29 +48,36 @@
 namespace isa {
 
 // One 32-block of v -> q (s8), its sum, the sum of its first half, and the returned scale dx.
-// With `residual`, v becomes what the rounding lost, v - q * dx, for a second pass.
-inline float gguf_quantize_block(float* v, int8_t* q, int32_t* sum, int32_t* half, bool residual) {
+// With q1 (two passes), the rounding residual v - q * dx on the tied scale dx / 256 -> q1, its
+// sums (gguf.h's top; ggml.py quantize_residual, op for op).
+inline float gguf_quantize_block(const float* v, int8_t* q, int32_t* sum, int32_t* half, int8_t* q1, int32_t* sum1,
+                                 int32_t* half1) {
   const F16 x0 = load(v), x1 = load(v + 16);
   const float a = reduce_max(max(abs(x0), abs(x1)));  // max is exact in any order
-  const F16 inv = set1(a > 0.f ? (1.f / a) * 127.f : 0.f);
-  const I16 i0 = to_int(mul(x0, inv)), i1 = to_int(mul(x1, inv));  // half to even, as torch.round
+  const float inv = a > 0.f ? (1.f / a) * 127.f : 0.f;
+  const I16 i0 = to_int(mul(x0, set1(inv))), i1 = to_int(mul(x1, set1(inv)));  // half to even, as torch.round
   store_bytes(reinterpret_cast<uint8_t*>(q), i0, 16);
   store_bytes(reinterpret_cast<uint8_t*>(q) + 16, i1, 16);
   *half = reduce_add(i0);  // integer sums: exact in any order
   *sum = *half + reduce_add(i1);
   const float scale = a * static_cast<float>(1.0 / 127.0);
-  if (residual) {
-    store(v, sub(x0, mul(to_float(i0), set1(scale))));
-    store(v + 16, sub(x1, mul(to_float(i1), set1(scale))));
+  if (q1) {
+    const F16 s = set1(scale), inv1 = set1(inv * 256.f);  // exact: a power of two
+    const I16 j0 = clamp(to_int(mul(sub(x0, mul(to_float(i0), s)), inv1)), -127, 127);
+    const I16 j1 = clamp(to_int(mul(sub(x1, mul(to_float(i1), s)), inv1)), -127, 127);
+    store_bytes(reinterpret_cast<uint8_t*>(q1), j0, 16);
+    store_bytes(reinterpret_cast<uint8_t*>(q1) + 16, j1, 16);
+    *half1 = reduce_add(j0);
+    *sum1 = *half1 + reduce_add(j1);
   }
   return scale;
 }
 
 // Row m of x (K a multiple of 32) -> P sub-rows m * P + p of xq [.][K] s8, dx and xs [.][K / 32]:
-// pass 0 quantises x, pass 1 (P = 2) the residual x - q0 * dx0, block by block (as w8a8.h's
-// passes, per block). With `norm` the row is RMS-normalised first, as w8a8.h does it: x * gamma
-// is quantised and 1 / rms(x) multiplies each block's scale (block quantisation is invariant to
-// a per-row factor). v: K floats of scratch; xh: the blocks' first-half sums.
+// pass 0 quantises x, pass 1 (P = 2) the residual x - q0 * dx0 on dx1 = dx0 / 256, block by block.
+// With `norm` the row is RMS-normalised first, as w8a8.h does it: x * gamma is quantised and
+// 1 / rms(x) multiplies each block's scale (block quantisation is invariant to a per-row factor).
+// v: K floats of scratch; xh: the blocks' first-half sums.
 template <typename T>
 void gguf_quantize_rows(const T* x, int64_t ldx, int64_t M, int64_t K, int P, const float* norm, float eps,
                         float* v, int8_t* xq, float* dx, int32_t* xs, int32_t* xh) {
@@ -80,11 +93,12 @@ void gguf_quantize_rows(const T* x, int64_t ldx, int64_t M, int64_t K, int P, co
       store(v + k, f);
     }
     const float r = norm ? 1.f / std::sqrt(hsum(ss) / static_cast<float>(K) + eps) : 1.f;
-    for (int p = 0; p < P; ++p) {
-      const int64_t s = m * P + p;
-      for (int64_t b = 0; b < B; ++b)
-        dx[s * B + b] = gguf_quantize_block(v + 32 * b, xq + s * K + 32 * b, xs + s * B + b, xh + s * B + b,
-                                            p + 1 < P) * r;
+    const int64_t s = m * P, t = s + P - 1;  // the sub-rows (the same one with P = 1)
+    for (int64_t b = 0; b < B; ++b) {
+      const float scale = gguf_quantize_block(v + 32 * b, xq + s * K + 32 * b, xs + s * B + b, xh + s * B + b,
+                                              P == 2 ? xq + t * K + 32 * b : nullptr, xs + t * B + b, xh + t * B + b);
+      dx[s * B + b] = scale * r;
+      if (P == 2) dx[t * B + b] = scale * (1.f / 256.f) * r;
     }
   }
 }
@@ -98,13 +112,14 @@ constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB; whole sup
 // chunk of blocks is run by every tile while it sits in L1, so the weights leave DRAM once per
 // call. A variant with a wide loop (AMX tiles: gguf_amx.h; AVX2: gguf_wide.h) runs row blocks
 // of its min_rows sub-rows or more on it instead (where it has the format); xm: dx * float(xs)
-// for it. acc: 32 * min(M, kGgufRowBlock) floats.
+// for it (with P = 2: dx1 * float(256 xs_0 + xs_1) at the row's second sub-row). Each row's float
+// sums land at its first sub-row's place in acc: 32 * min(M, kGgufRowBlock) floats.
 inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, const int8_t* xq,
                         const float* dx, const int32_t* xs, const int32_t* xh, const float* xm, int64_t M, int P, int64_t K,
                         const uint8_t* wp, const float* bias, float* y, int64_t N, float* acc) {
-  const int64_t B = K / 32, K4 = K / 4, pb = gguf_panel_bytes(fmt, B), R = loop.rows;
+  const int64_t B = K / 32, K4 = K / 4, pb = gguf_panel_bytes(fmt, B), R = loop.rows[P - 1][fmt];
   const int32_t* xw = reinterpret_cast<const int32_t*>(xq);  // 4 features as one dword
-  const GgufWide* w = loop.wide && M >= loop.wide->min_rows && loop.wide->fn[fmt] ? loop.wide : nullptr;
+  const GgufWide* w = loop.wide && M >= loop.wide->min_rows && loop.wide->fn[P - 1][fmt] ? loop.wide : nullptr;
   if (w && w->begin) w->begin();
   for (int64_t r0 = 0; r0 < M; r0 += kGgufRowBlock) {
     const int64_t r1 = std::min(r0 + kGgufRowBlock, M);
@@ -113,20 +128,19 @@ inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, c
       const uint8_t* panel = wp + p * pb;
       std::memset(acc, 0, sizeof(float) * 32 * (r1 - r0));
       if (w && r1 - r0 >= w->min_rows) {  // the same bits as the tiles below
-        w->fn[fmt](panel, B, xq + r0 * K, K, dx + r0 * B, xs + r0 * B, xh + r0 * B, xm + r0 * B, r1 - r0, acc);
+        w->fn[P - 1][fmt](panel, B, xq + r0 * K, K, dx + r0 * B, xs + r0 * B, xh + r0 * B, xm + r0 * B, r1 - r0, acc);
       } else {
         for (int64_t b0 = 0; b0 < B; b0 += chunk)
           for (int64_t r = r0; r < r1; r += R)
-            loop.fn[fmt][std::min(R, r1 - r)](panel, b0, std::min(b0 + chunk, B), xw + r * K4, K4, dx + r * B,
+            loop.fn[P - 1][fmt][std::min(R, r1 - r)](panel, b0, std::min(b0 + chunk, B), xw + r * K4, K4, dx + r * B,
                                                xs + r * B, xh + r * B, B, acc + (r - r0) * 32, r == r0);
       }
       for (int h = 0; h < 2; ++h) {
         const int64_t n = p * 32 + 16 * h;
         if (n >= N) break;
         const F16 bv = bias ? loadn(bias + n, N - n) : zero();
-        for (int64_t r = r0; r < r1; r += P) {  // y = acc of pass 0 (+ acc of pass 1) (+ bias)
+        for (int64_t r = r0; r < r1; r += P) {  // y = the row's sums (+ bias)
           F16 v = load(acc + (r - r0) * 32 + 16 * h);
-          if (P == 2) v = add(v, load(acc + (r + 1 - r0) * 32 + 16 * h));
           if (bias) v = add(v, bv);
           storen(y + r / P * N + n, v, N - n);
         }

@@ -62,8 +62,10 @@ constexpr int64_t kSub = 4;    // blocks whose sums are out at once: 4 x 32 rows
 // xq readable 15 rows past the last: an A tile always loads 16), acc[32 * row + channel] added
 // to. xm = dx * float(xs), once per call: the float step's per-row term (Q4_1, Q4_K).
 // The tiles write kSub blocks' sums out, then each row runs its float steps over them with its
-// sums in registers: the float step, op for op gguf_loop.h's, is what bounds this loop.
-template <int FMT>
+// sums in registers: the float step, op for op gguf_loop.h's, is what bounds this loop. P = 2:
+// a row's two sub-rows (never split: kPass is even) combine in int32 first, one float step per
+// row (gguf.h), its sums at the first sub-row's place.
+template <int FMT, int P>
 void panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const float* dx, const int32_t* xs,
            const int32_t* /* xh: Q6_K's, not here */, const float* xm, int64_t rows, float* acc) {
   using G = vnni512::GOp;
@@ -118,19 +120,25 @@ void panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const f
           G::store_f(sc[b - e0][0], ds0), G::store_f(sc[b - e0][1], ds1);
           G::store_f(sc[b - e0][2], dm0), G::store_f(sc[b - e0][3], dm1);
         }
-        for (int64_t i = 0; i < n; ++i) {  // gguf_loop.h's float steps, f += t, block by block
-          const int64_t s = (r + i) * B;
+        for (int64_t i = 0; i < n; i += P) {  // gguf_loop.h's float steps, f += t, block by block
+          const int64_t s = (r + i) * B, e = s + (P - 1) * B;  // the row's first and last sub-row
           float* f = acc + 32 * (r + i);
           __m512 f0 = G::load_f(f), f1 = G::load_f(f + 16);
           for (int64_t b = e0; b < e1; ++b) {
             const int32_t* c = cs[b - e0] + 32 * i;
             __m512i a0 = _mm512_load_si512(c), a1 = _mm512_load_si512(c + 16);
-            if constexpr (C != 0) a0 = G::sub_i(a0, C * xs[s + b]), a1 = G::sub_i(a1, C * xs[s + b]);
-            const __m512 sx = G::set1_f(dx[s + b]);
+            int32_t x = xs[s + b];
+            if constexpr (P == 2) {  // I = 256 isum_0 + isum_1, xs = 256 xs_0 + xs_1: exact in int32
+              a0 = G::add_i(G::shl8(a0), _mm512_load_si512(c + 32));
+              a1 = G::add_i(G::shl8(a1), _mm512_load_si512(c + 48));
+              x = 256 * x + xs[e + b];
+            }
+            if constexpr (C != 0) a0 = G::sub_i(a0, C * x), a1 = G::sub_i(a1, C * x);
+            const __m512 sx = G::set1_f(dx[e + b]);
             __m512 t0 = G::mul_f(G::to_float(a0), G::mul_f(G::load_f(sc[b - e0][0]), sx));
             __m512 t1 = G::mul_f(G::to_float(a1), G::mul_f(G::load_f(sc[b - e0][1]), sx));
             if constexpr (Q41 || Q4K) {
-              const __m512 sm = G::set1_f(xm[s + b]);
+              const __m512 sm = G::set1_f(xm[e + b]);
               const __m512 m0 = G::mul_f(G::load_f(sc[b - e0][2]), sm), m1 = G::mul_f(G::load_f(sc[b - e0][3]), sm);
               if constexpr (Q41) t0 = G::add_f(t0, m0), t1 = G::add_f(t1, m1);
               else t0 = G::sub_f(t0, m0), t1 = G::sub_f(t1, m1);
@@ -148,7 +156,9 @@ void panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const f
 
 #undef AMX_SUMS16
 
-constexpr GgufWide kGgufAmx = {kGgufAmxRows, begin, end, {panel<kQ4_0>, panel<kQ4_1>, panel<kQ8_0>, panel<kQ5_0>, panel<kQ4_K>, nullptr}};
+constexpr GgufWide kGgufAmx = {kGgufAmxRows, begin, end,
+                               {{panel<kQ4_0, 1>, panel<kQ4_1, 1>, panel<kQ8_0, 1>, panel<kQ5_0, 1>, panel<kQ4_K, 1>, nullptr},
+                                {panel<kQ4_0, 2>, panel<kQ4_1, 2>, panel<kQ8_0, 2>, panel<kQ5_0, 2>, panel<kQ4_K, 2>, nullptr}}};
 
 }  // namespace amx
 }  // namespace isa

@@ -8,7 +8,9 @@
 // VNNI Q8_0 sums carry C * xs extra, the sums' starting value here; Q6_K's two halves are scaled and summed in int32,
 // exact), then gguf.h's float step for each row and
 // channel, added to the tile's running sums acc[32 * r + channel] (read at the start, written
-// at the end). Integer and float accumulators stay in registers across the blocks.
+// at the end). Integer and float accumulators stay in registers across the blocks. P = 2: the
+// R sub-rows are R / 2 rows' two passes (R even), combined per block in int32 (Q6_K: in fp32)
+// before the one float step of the row, whose sums sit at its first sub-row's place.
 
 // Q4 and Q8_0 steps may hold activations in different forms (AVX2's Q8_0 needs |x| and x).
 template <bool Q8>
@@ -38,7 +40,7 @@ inline typename G::Acc gwiden(int32_t c, typename G::Acc a) {  // c + the int16 
   else return a;
 }
 
-template <int R, int FMT>
+template <int R, int FMT, int P>
 void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw, int64_t ldx, const float* dx,
                 const int32_t* xs, const int32_t* xh, int64_t B, float* acc, bool prefetch) {
   using A = typename GOp::Acc;
@@ -50,7 +52,7 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
   constexpr int32_t C = FMT == 0 ? 8 : Q5 ? 16 : Q8 ? GOp::kQ8Offset : 0;  // the sums' excess per xs
   constexpr bool P16 = GOp::kPairs16 && !Q8 && !Q5 && !Q6;  // int16 sums (gmac), from zero
   // Named accumulators (not arrays), as w8a8_loop.h: GCC 12 would copy an array every step.
-#define PS_F1(i, j) F f##i##j = (R > i && V > j) ? GOp::load_f(acc + 32 * i + L * j) : GOp::zero_f();
+#define PS_F1(i, j) F f##i##j = (R > i && V > j && i % P == 0) ? GOp::load_f(acc + 32 * i + L * j) : GOp::zero_f();
 #define PS_F(i) PS_F1(i, 0) PS_F1(i, 1) PS_F1(i, 2) PS_F1(i, 3)
   PS_F(0) PS_F(1) PS_F(2) PS_F(3) PS_F(4) PS_F(5) PS_F(6) PS_F(7)
   for (int64_t b = b0; b < b1; ++b) {
@@ -133,29 +135,36 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
     }                                                                                         \
   }
     PS_S1(0) PS_S1(1) PS_S1(2) PS_S1(3)
-#define PS_EPI1(i, j)                                                                         \
+  // the row's integers as one float (gguf.h: P = 2 combines sub-rows i, i1 = i + 1)
+#define PS_I(i, i1, j)                                                                        \
+  (P == 1 ? GOp::to_float(a##i##j)                                                            \
+   : Q6   ? GOp::add_f(GOp::mul_f(GOp::to_float(a##i##j), GOp::set1_f(256.f)), GOp::to_float(a##i1##j)) \
+          : GOp::to_float(GOp::add_i(GOp::shl8(a##i##j), a##i1##j)))
+#define PS_EPI1(i, i1, j)                                                                     \
   if constexpr (R > i && V > j) {                                                             \
-    F t = GOp::mul_f(GOp::to_float(a##i##j), GOp::mul_f(ds##j, sx));                           \
+    F t = GOp::mul_f(PS_I(i, i1, j), GOp::mul_f(ds##j, sx));                                   \
     if constexpr (Q41) t = GOp::add_f(t, GOp::mul_f(dm##j, sm));                              \
     if constexpr (Q4K) t = GOp::sub_f(t, GOp::mul_f(dm##j, sm));                              \
     f##i##j = GOp::add_f(f##i##j, t);                                                         \
   }
-#define PS_EPI(i)                                                         \
-  if constexpr (R > i) {                                                  \
-    const int32_t s = xs[i * B + b];                                      \
-    const F sx = GOp::set1_f(dx[i * B + b]);                              \
-    const F sm = GOp::set1_f(Q41 || Q4K ? dx[i * B + b] * static_cast<float>(s) : 0.f); \
-    PS_EPI1(i, 0) PS_EPI1(i, 1) PS_EPI1(i, 2) PS_EPI1(i, 3)               \
+#define PS_EPI(i, i1)                                                     \
+  if constexpr (R > i && i % P == 0) {                                    \
+    const int64_t e = (i + P - 1) * B + b; /* the row's last sub-row */   \
+    const int32_t s = P == 2 ? 256 * xs[i * B + b] + xs[e] : xs[e];       \
+    const F sx = GOp::set1_f(dx[e]);                                      \
+    const F sm = GOp::set1_f(Q41 || Q4K ? dx[e] * static_cast<float>(s) : 0.f); \
+    PS_EPI1(i, i1, 0) PS_EPI1(i, i1, 1) PS_EPI1(i, i1, 2) PS_EPI1(i, i1, 3) \
   }
-    PS_EPI(0) PS_EPI(1) PS_EPI(2) PS_EPI(3) PS_EPI(4) PS_EPI(5) PS_EPI(6) PS_EPI(7)
+    PS_EPI(0, 1) PS_EPI(1, 1) PS_EPI(2, 3) PS_EPI(3, 3) PS_EPI(4, 5) PS_EPI(5, 5) PS_EPI(6, 7) PS_EPI(7, 7)
   }
-#define PS_OUT1(i, j) if constexpr (R > i && V > j) GOp::store_f(acc + 32 * i + L * j, f##i##j);
+#define PS_OUT1(i, j) if constexpr (R > i && V > j && i % P == 0) GOp::store_f(acc + 32 * i + L * j, f##i##j);
 #define PS_OUT(i) PS_OUT1(i, 0) PS_OUT1(i, 1) PS_OUT1(i, 2) PS_OUT1(i, 3)
   PS_OUT(0) PS_OUT(1) PS_OUT(2) PS_OUT(3) PS_OUT(4) PS_OUT(5) PS_OUT(6) PS_OUT(7)
 #undef PS_OUT
 #undef PS_OUT1
 #undef PS_EPI
 #undef PS_EPI1
+#undef PS_I
 #undef PS_S1
 #undef PS_STEPS
 #undef PS_ROW
@@ -165,12 +174,24 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
 #undef PS_F1
 }
 
-constexpr int gtile(int r) { return r < GOp::kRows ? r : GOp::kRows; }  // never asked for more than kRows
+// sub-rows per tile: P = 2 tiles (kRows2, even) hold whole rows, whose float sums take half the
+// registers of their sub-rows' (not Q6_K's: its second set of integer sums fills them)
+constexpr int grows(int P, int F) { return P == 2 && F != kQ6_K ? GOp::kRows2 : GOp::kRows; }
+constexpr int gtile(int r, int P, int F) { return r < grows(P, F) ? r : grows(P, F); }  // never asked for more
 
-#define PS_TILES(F)                                                                             \
-  {nullptr, panel_tile<gtile(1), F>, panel_tile<gtile(2), F>, panel_tile<gtile(3), F>,          \
-   panel_tile<gtile(4), F>, panel_tile<gtile(5), F>, panel_tile<gtile(6), F>, panel_tile<gtile(7), F>, \
-   panel_tile<gtile(8), F>}
-constexpr GgufLoop kGgufLoop = {GOp::kRows, {PS_TILES(0), PS_TILES(1), PS_TILES(2), PS_TILES(3), PS_TILES(4),
-                                              PS_TILES(5)}};
+// P = 2: an odd sub-row count is never asked for
+template <int N, int F, int P>
+constexpr GgufFn gtile_fn() {
+  static_assert(GOp::kRows2 % 2 == 0 && GOp::kRows % 2 == 0, "two-pass tiles hold whole rows");
+  if constexpr (P == 2 && gtile(N, P, F) % 2 != 0) return nullptr;
+  else return panel_tile<gtile(N, P, F), F, P>;
+}
+#define PS_TILES(F, P)                                                                            \
+  {nullptr, gtile_fn<1, F, P>(), gtile_fn<2, F, P>(), gtile_fn<3, F, P>(), gtile_fn<4, F, P>(),    \
+   gtile_fn<5, F, P>(), gtile_fn<6, F, P>(), gtile_fn<7, F, P>(), gtile_fn<8, F, P>()}
+#define PS_PASS(P) {PS_TILES(0, P), PS_TILES(1, P), PS_TILES(2, P), PS_TILES(3, P), PS_TILES(4, P), PS_TILES(5, P)}
+#define PS_ROWS(P) {grows(P, 0), grows(P, 1), grows(P, 2), grows(P, 3), grows(P, 4), grows(P, 5)}
+constexpr GgufLoop kGgufLoop = {{PS_ROWS(1), PS_ROWS(2)}, {PS_PASS(1), PS_PASS(2)}};
+#undef PS_ROWS
+#undef PS_PASS
 #undef PS_TILES

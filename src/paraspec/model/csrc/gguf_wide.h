@@ -11,15 +11,17 @@
 // 8 steps of 2 * 15 * 128 < 2^15; <= 31: 4 steps; <= 63: 2 steps), one vpmaddwd per group.
 // The block sums are the same exact integers as gguf_loop.h's, and the float step below is
 // its op sequence, per lane, so every row's bits equal the 1-row loop's, whatever the row
-// count or place (kernels.cpp runs a call on either loop).
+// count or place (kernels.cpp runs a call on either loop). With P = 2 a tile holds whole rows
+// (WR even) and combines each row's two sub-rows before its one float step (gguf.h).
 
 // sub-rows per wide tile: 2 * WR accumulators (two per (row, channel half) where int16 groups
-// or Q6_K's halves need a second), 2 weights and the activation forms in 16 registers
-template <int FMT>
+// or Q6_K's halves need a second), 2 weights and the activation forms in 16 registers; P = 2:
+// an even count (whole rows)
+template <int FMT, int P>
 constexpr int wide_rows() {
   constexpr bool Q5 = FMT == kQ5_0, Q6 = FMT == kQ6_K, Q8 = FMT == kQ8_0;
-  if constexpr (GOp::kPairs16) return Q8 ? 4 : Q5 ? 3 : Q6 ? 2 : 4;
-  else return Q6 ? 3 : 6;
+  constexpr int r = GOp::kPairs16 ? (Q8 ? 4 : Q5 ? 3 : Q6 ? 2 : 4) : (Q6 ? 3 : 6);
+  return P == 2 ? r & ~1 : r;
 }
 
 constexpr int64_t kWideChunk = 16;  // blocks unpacked at a time: 16 KB of bytes, in L1 with the rows' activations
@@ -105,8 +107,9 @@ inline void wide_sums(const uint8_t* w, const int32_t* x, int64_t K4, typename G
 }
 
 // R rows x channels 16h..16h+15 over blocks [b0, b1) (unpacked at wu, sc from b0): the exact
-// block sums, then gguf_loop.h's float step, f += t, with f at acc[32 * i + 16h + ...].
-template <int R, int FMT>
+// block sums, then gguf_loop.h's float step, f += t, with f at acc[32 * i + 16h + ...] (P = 2:
+// per row, at its first sub-row i, after the two sub-rows combine as gguf.h says).
+template <int R, int FMT, int P>
 void wide_tile(const uint8_t* panel, int64_t b0, int64_t b1, const uint8_t* wu, const float* sc, int h,
                const int32_t* xw, int64_t K4, const float* dx, const int32_t* xs, const int32_t* xh,
                const float* xm, int64_t B, float* acc) {
@@ -143,15 +146,20 @@ void wide_tile(const uint8_t* panel, int64_t b0, int64_t b1, const uint8_t* wu, 
     } else {
       wide_sums<R, FMT, 0, 8>(w, x, K4, a);
     }
-    // gguf_loop.h's float step, op for op: t = float(a) * (ds * sx) (+ or - dm * sm); f += t
+    // gguf_loop.h's float step, op for op: t = float(I) * (ds * sx) (+ or - dm * sm); f += t
     const float* s = sc + (b - b0) * 64 + 16 * h;
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) {
-      const F sx = GOp::set1_f(dx[i * B + b]);
-      const F sm = GOp::set1_f(Q41 || Q4K ? xm[i * B + b] : 0.f);  // dx * float(xs)
+    for (int i = 0; i + P - 1 < R; i += P) {
+      const int e = i + P - 1;  // the row's last sub-row: its dx, and xm = dx * float(xs) (gguf.h)
+      const F sx = GOp::set1_f(dx[e * B + b]);
+      const F sm = GOp::set1_f(Q41 || Q4K ? xm[e * B + b] : 0.f);
 #pragma GCC unroll 2
       for (int j = 0; j < 2; ++j) {
-        F t = GOp::mul_f(GOp::to_float(a[i][j]), GOp::mul_f(GOp::load_f(s + 8 * j), sx));
+        F v;
+        if constexpr (P == 1) v = GOp::to_float(a[i][j]);
+        else if constexpr (Q6) v = GOp::add_f(GOp::mul_f(GOp::to_float(a[i][j]), GOp::set1_f(256.f)), GOp::to_float(a[e][j]));
+        else v = GOp::to_float(GOp::add_i(GOp::shl8(a[i][j]), a[e][j]));
+        F t = GOp::mul_f(v, GOp::mul_f(GOp::load_f(s + 8 * j), sx));
         if constexpr (Q41) t = GOp::add_f(t, GOp::mul_f(GOp::load_f(s + 32 + 8 * j), sm));
         if constexpr (Q4K) t = GOp::sub_f(t, GOp::mul_f(GOp::load_f(s + 32 + 8 * j), sm));
         float* f = acc + 32 * i + 16 * h + 8 * j;
@@ -163,14 +171,15 @@ void wide_tile(const uint8_t* panel, int64_t b0, int64_t b1, const uint8_t* wu, 
 
 // gguf.h's GgufWideFn: every sub-row of a row block over one panel (blocks [0, B)), acc[32 * row
 // + channel] added to; xq, dx, xs, xh, xm from the block's first sub-row.
-template <int FMT>
+template <int FMT, int P>
 void wide_panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const float* dx, const int32_t* xs,
                 const int32_t* xh, const float* xm, int64_t rows, float* acc) {
-  constexpr int WR = wide_rows<FMT>();
+  constexpr int WR = wide_rows<FMT, P>();
   using Tile = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t*, const float*, int, const int32_t*, int64_t,
                         const float*, const int32_t*, const int32_t*, const float*, int64_t, float*);
-  constexpr Tile tiles[] = {nullptr, wide_tile<1, FMT>, wide_tile<WR < 2 ? WR : 2, FMT>, wide_tile<WR < 3 ? WR : 3, FMT>,
-                            wide_tile<WR < 4 ? WR : 4, FMT>, wide_tile<WR < 5 ? WR : 5, FMT>, wide_tile<WR, FMT>};
+  constexpr Tile tiles[] = {nullptr, wide_tile<1, FMT, P>, wide_tile<WR < 2 ? WR : 2, FMT, P>,
+                            wide_tile<WR < 3 ? WR : 3, FMT, P>, wide_tile<WR < 4 ? WR : 4, FMT, P>,
+                            wide_tile<WR < 5 ? WR : 5, FMT, P>, wide_tile<WR, FMT, P>};  // P = 2: even counts only
   alignas(32) uint8_t wu[kWideChunk * 1024];
   alignas(32) float sc[kWideChunk * 64];
   const int64_t K4 = K / 4;
@@ -190,13 +199,14 @@ void wide_panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, co
 // From 3 sub-rows (2 are one gguf_loop.h tile, which streams the weights once without a
 // buffer), for the formats GOp::wide_formats() names: where the wide tiles were not faster than
 // gguf_loop.h's here (measured), that loop keeps them.
-template <int FMT>
+template <int FMT, int P>
 constexpr GgufWideFn wide_fn() {
-  return GOp::wide_formats() >> FMT & 1 ? wide_panel<FMT> : nullptr;
+  return GOp::wide_formats() >> FMT & 1 ? wide_panel<FMT, P> : nullptr;
 }
-constexpr GgufWide kGgufWide = {
-    3, nullptr, nullptr,
-    {wide_fn<kQ4_0>(), wide_fn<kQ4_1>(), wide_fn<kQ8_0>(), wide_fn<kQ5_0>(), wide_fn<kQ4_K>(), wide_fn<kQ6_K>()}};
+#define PS_WIDE(P) {wide_fn<kQ4_0, P>(), wide_fn<kQ4_1, P>(), wide_fn<kQ8_0, P>(), wide_fn<kQ5_0, P>(), \
+                    wide_fn<kQ4_K, P>(), wide_fn<kQ6_K, P>()}
+constexpr GgufWide kGgufWide = {3, nullptr, nullptr, {PS_WIDE(1), PS_WIDE(2)}};
+#undef PS_WIDE
 constexpr GgufLoop kGgufWideLoop = [] {
   GgufLoop l = kGgufLoop;
   l.wide = &kGgufWide;

@@ -69,6 +69,8 @@ PS_LANEWISE(F16, div, _mm256_div_ps)
 PS_LANEWISE(F16, max, _mm256_max_ps)
 PS_LANEWISE(I16, add, _mm256_add_epi32)
 PS_LANEWISE(I16, sub, _mm256_sub_epi32)
+PS_LANEWISE(I16, min, _mm256_min_epi32)
+PS_LANEWISE(I16, max, _mm256_max_epi32)
 #undef PS_LANEWISE
 inline F16 fmadd(F16 a, F16 b, F16 c) {  // a * b + c
   return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
@@ -110,6 +112,7 @@ inline int32_t reduce_add(I16 a) {  // exact in any order
   return _mm_cvtsi128_si32(t);
 }
 inline I16 to_int(F16 a) { return {_mm256_cvtps_epi32(a.lo), _mm256_cvtps_epi32(a.hi)}; }  // half to even
+inline I16 clamp(I16 a, int32_t lo, int32_t hi) { return min(max(a, set1(lo)), set1(hi)); }
 inline void store_bytes(uint8_t* p, I16 a, int64_t n) {  // low byte of each lane
   const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                                         0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
@@ -170,6 +173,7 @@ struct Ymm8x4 {  // loads and stores shared by both ymm steps
   static Acc sub_i(Acc a, int32_t c) { return _mm256_sub_epi32(a, _mm256_set1_epi32(c)); }
   static Acc set1_i(int32_t c) { return _mm256_set1_epi32(c); }
   static Acc add_i(Acc a, Acc b) { return _mm256_add_epi32(a, b); }
+  static Acc shl8(Acc a) { return _mm256_slli_epi32(a, 8); }  // 256 a (two's complement)
   static Acc mullo(Acc a, Acc b) { return _mm256_mullo_epi32(a, b); }
   static Acc u8x(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
   static Acc s8x(const uint8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
@@ -214,6 +218,7 @@ struct Op : Ymm8x4 {
 // x's sign, as the W8A8 step above (2 * 127 * 127 < 2^15). vpmaddwd by ones widens to int32.
 struct GOp : Ymm8x4 {
   static constexpr int kRows = 2;        // 8 accumulators + 4 weights + constants
+  static constexpr int kRows2 = 2;
   static constexpr int kQ8Offset = 0;
   static constexpr bool kPairs16 = true;  // gguf_wide.h sums Q4 / Q5 / Q6 products in int16 groups
   // the formats gguf_wide.h runs (bit per GgufFormat): not Q8_0, whose 4 instructions per step
@@ -265,6 +270,7 @@ struct Op : Ymm8x4 {
 // GGUF: the AVX-512 step on ymm (Q8_0 weights flipped to w + 128 for the u8 operand).
 struct GOp : Ymm8x4 {
   static constexpr int kRows = 2;  // 8 accumulators + 4 weights + activation
+  static constexpr int kRows2 = 2;
   static constexpr int kQ8Offset = 128;
   static constexpr bool kPairs16 = false;  // vpdpbusd sums into int32 directly
   // the formats gguf_wide.h runs: Q4_0, Q5_0, Q4_K, Q6_K. With one vpdpbusd per step Q4_1 and

@@ -92,6 +92,9 @@ inline I16 sub(I16 a, I16 b) { return {_mm512_sub_epi32(a.v, b.v)}; }
 inline F16 to_float(I16 a) { return {_mm512_cvtepi32_ps(a.v)}; }
 inline int32_t reduce_add(I16 a) { return _mm512_reduce_add_epi32(a.v); }  // exact in any order
 inline I16 to_int(F16 a) { return {_mm512_cvtps_epi32(a.v)}; }  // rounds half to even
+inline I16 clamp(I16 a, int32_t lo, int32_t hi) {
+  return {_mm512_min_epi32(_mm512_max_epi32(a.v, _mm512_set1_epi32(lo)), _mm512_set1_epi32(hi))};
+}
 inline void store_bytes(uint8_t* p, I16 a, int64_t n) {  // low byte of each lane
   _mm_mask_storeu_epi8(p, first(n), _mm512_cvtepi32_epi8(a.v));
 }
@@ -119,6 +122,7 @@ struct GOp {
   using Acc = __m512i;
   static constexpr int kVecs = 2;       // accumulators per row (16 channels each)
   static constexpr int kRows = 4;       // rows per register tile: 8 int + 8 float accumulators
+  static constexpr int kRows2 = 8;      // two passes: 4 rows' 16 int + 8 float accumulators
   static constexpr int kQ8Offset = 128;
   static constexpr bool kPairs16 = false;  // (AVX2's int16 sums: isa_avx2.h)
   static void load_q4(const uint8_t* p, Acc& w0, Acc& w1, Acc&, Acc&) {
@@ -157,6 +161,7 @@ struct GOp {
   static Acc sub_i(Acc a, int32_t c) { return _mm512_sub_epi32(a, _mm512_set1_epi32(c)); }
   static Acc set1_i(int32_t c) { return _mm512_set1_epi32(c); }
   static Acc add_i(Acc a, Acc b) { return _mm512_add_epi32(a, b); }
+  static Acc shl8(Acc a) { return _mm512_slli_epi32(a, 8); }  // 256 a (two's complement)
   static Acc mullo(Acc a, Acc b) { return _mm512_mullo_epi32(a, b); }
   static Acc u8x(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static Acc s8x(const uint8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
