@@ -46,7 +46,7 @@ from ..decoding.verify import Query
 from ..errors import RequestError
 from ..model.transformer import max_draft_rows
 from ..sequence import SequenceState
-from .block import EMPTY, Block, Branch, Span
+from .block import EMPTY, Block, Branch, Span, flat_order, flatten_slots
 from .branch_drafts import MAX_DEPTH, MAX_ROWS, BranchDrafter, budget_cut, prefix_texts, with_close
 from .context_match import ContextIndex, anchored
 from .grammar import SerialGrammar, branch_greedy, branch_logits, branch_token
@@ -226,20 +226,8 @@ class AspdState:
         if tokens and tokens[-1] == self.ids.end_para and owner[-1] < 0:
             rows.append(n - 1)
         return Query(tokens, positions, torch.from_numpy(mask), [{}], 0, mask_from=mask_from, rows=rows,
-                     key_order=self._flat_order(b, owner, tokens, positions, new0) if self.ids.end_para in tokens
+                     key_order=flat_order(b, owner, tokens, positions, new0, self.ids.end_para) if self.ids.end_para in tokens
                      else None)
-
-    def _flat_order(self, b: Block, owner: list[int], tokens: list[int], positions: list[int],
-                    new0: int) -> torch.Tensor:
-        """Each mask column's rank in the flattened order (branch 1's tokens, branch 2's, ...,
-        `<|/para|>`), in which a `<|/para|>` row must take the block's interleaved slots."""
-        big = 1 << 32     # branch k's token at position p ranks (k + 1) * big + p - para_pos
-        rank = np.zeros(new0 + len(tokens), dtype=np.int64)
-        for k, br in enumerate(b.branches):
-            rank[np.asarray(br.slots, dtype=np.int64) - (b.para_slot + 1)] = (k + 1) * big + 1 + np.arange(len(br.slots))
-        for r, (k, t, p) in enumerate(zip(owner, tokens, positions)):
-            rank[new0 + r] = np.iinfo(np.int64).max if t == self.ids.end_para else (k + 1) * big + p - b.para_pos
-        return torch.from_numpy(rank)
 
     def _branch_drafts(self, seq: SequenceState, ctx: StepContext | None, base: int) -> dict[int, DraftTree]:
         """Per open branch, its trie draft worth verifying (branch_drafts.py); none for sampled
@@ -326,7 +314,7 @@ class AspdState:
         if close is not None:              # <|/para|>: back to serial mode
             r = close
             self.grammar.block_done()
-            self.last_slots = self._flatten_slots(cache, [s for br in b.branches for s in br.slots] + [slot[r]])
+            self.last_slots = flatten_slots(b, cache, [s for br in b.branches for s in br.slots] + [slot[r]])
             out = self.flattened() + [ids.end_para]
             self._close_block()
             t = self._draw_serial(seq, logits[at[r]], lambda: seq.tokens + out)
@@ -334,16 +322,6 @@ class AspdState:
             out.append(t)
         seq.stats.observe_step(drafted, max(drawn, 1), 0.0, forward_s + time.perf_counter() - t0)
         return out or self._budget_cut(seq)
-
-    def _flatten_slots(self, cache, slots: list[int]) -> list[int]:
-        """Move the closed block's KV (`slots`: its tokens' slots in flattened order) into that
-        order, in which every later row must take it. Returns the block's slots."""
-        lo = self.block.para_slot + 1
-        assert sorted(slots) == list(range(lo, cache.length)), "a closed block holds the slots after <|para|>"
-        if slots != list(range(lo, cache.length)):
-            cache.k[:, :, lo:cache.length] = cache.k[:, :, slots]
-            cache.v[:, :, lo:cache.length] = cache.v[:, :, slots]
-        return list(range(lo, cache.length))
 
     def _walk(self, seq: SequenceState, br: Branch, s: Span, logits: torch.Tensor,
               greedy: list[int] | None, at: dict[int, int]) -> tuple[list[int], int | None]:
