@@ -34,6 +34,7 @@ from .lookahead import LookaheadParams
 from .lookahead_source import PoolSource
 from .memory import COPYING, MemoryDecodingParams, TrieSource
 from .proposer import DEFAULT_CONTEXT, Proposal, StepContext
+from .suffix import SuffixSource
 from .tree import DraftTree
 from .trie import TokenTrie
 
@@ -46,7 +47,7 @@ WINDOW_BELOW = 1.0   # accepted trie draft tokens per step under which the windo
 # below that it sits out, and runs one eligible step in LA_PROBE_EVERY to keep measuring.
 LA_MIN_GAIN = 0.02
 LA_PROBE_EVERY = 8
-TRIE, POOL = 0, 1               # the policy's sources
+TRIE, POOL, SUFFIX = 0, 1, 2    # the policy's sources
 
 
 @dataclass(frozen=True)
@@ -109,10 +110,11 @@ class HybridDrafter:
         self.params = (params or HybridParams()).validate()
         self.memory = TrieSource(self.params.memory, tuple(eos_token_ids), trie)
         self.pool = PoolSource(self.params.lookahead, eos_token_ids)
+        self.suffix = SuffixSource(eos_token_ids)
         self.trie = self.memory.trie
         # window or not: learnt across this configuration's requests
         self.arms = arms if arms is not None else ArmStats(2)
-        self.policy = DraftPolicy(2, stats)
+        self.policy = DraftPolicy(3, stats)
         self._eligible = 0
         self._requests: dict[str, _Request] = {}
 
@@ -122,6 +124,7 @@ class HybridDrafter:
         self.arms.suppose(1, self.window_prior(ctx.cost))
         self.memory.begin(request_id, prompt)
         self.pool.begin(request_id, prompt, seed)
+        self.suffix.begin(request_id, prompt)
         self.policy.begin(request_id)
         self._requests[request_id] = _Request(ArmSelector(2, shared=self.arms))
 
@@ -135,9 +138,10 @@ class HybridDrafter:
         st.arm = st.selector.choose() if choosing else 0
         st.scored = choosing and (st.arm == 0 or self.pool.warm(request_id))
         m = self.memory.candidates(request_id, context, budget, copying)
+        s = self.suffix.candidates(request_id, context, budget)
         # what the trie alone would send: the window's paired baseline, and whether the pool can
         # add anything for free (the tree fills its stair: it could only add rows a step up)
-        alone, _ = self.policy.select(request_id, context, [m, None], budget, cost, score=False)
+        alone, _ = self.policy.select(request_id, context, [m, None, s], budget, cost, score=False)
         st.memory_tree, st.memory_cost = alone, cost(1 + len(alone))
         st.pool_ran = st.arm == 1 or not alone or (len(alone) < budget and cost.free_rows(1 + len(alone)) > 0)
         if st.pool_ran and st.arm == 0 and self.policy.stats.gain[POOL] < LA_MIN_GAIN:
@@ -145,12 +149,12 @@ class HybridDrafter:
             self._eligible += 1
             st.pool_ran = self._eligible % LA_PROBE_EVERY == 0
         if not st.pool_ran:
-            draft, expected = self.policy.select(request_id, context, [m, None], budget, cost)
+            draft, expected = self.policy.select(request_id, context, [m, None, s], budget, cost)
             st.cost = cost(1 + len(draft))
             return Proposal(draft, expected=expected)
         tree, branch = self.pool.step(request_id, context, self.params.lookahead.window if st.arm == 1 else 0)
         window_rows = len(branch.tokens) if branch else 0
-        draft, expected = self.policy.select(request_id, context, [m, tree], budget, cost, window_rows)
+        draft, expected = self.policy.select(request_id, context, [m, tree, s], budget, cost, window_rows)
         st.cost = cost(1 + len(draft) + window_rows)
         return Proposal(draft, branch, expected)
 
@@ -168,7 +172,7 @@ class HybridDrafter:
             # relative to that
             base = (1 + by_memory, st.memory_cost) if st.arm == 1 else (len(committed), st.cost)
             st.selector.update(len(committed), st.cost, base)
-        self.policy.observe(request_id, committed, sources=(TRIE, POOL) if st.pool_ran else (TRIE,))
+        self.policy.observe(request_id, committed, sources=(TRIE, POOL, SUFFIX) if st.pool_ran else (TRIE, SUFFIX))
         self.memory.observe(request_id, committed)
         if st.pool_ran:
             self.pool.observe(request_id, committed, lookahead_argmax)
@@ -177,6 +181,7 @@ class HybridDrafter:
     def end(self, request_id: str) -> None:
         self.memory.end(request_id)
         self.pool.end(request_id)
+        self.suffix.end(request_id)
         self.policy.end(request_id)
         self._requests.pop(request_id, None)
 
