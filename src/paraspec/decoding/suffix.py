@@ -30,6 +30,7 @@ from .tree import ROOT, DraftTree
 MAX_MATCH = 32          # suffix tokens compared: a longer match says little more
 OCCURRENCES = 4         # earlier occurrences whose continuations are offered
 RECENT = 48             # candidate occurrences looked at, the most recent first
+DEPTH_PER_MATCH = 3     # draft depth allowed per token of match, plus one
 CANDIDATES = 2          # nodes offered per node the budget allows (the policy picks among them)
 # match length 1, 2, 3-4, 5-8, 9+ -> a conditional estimate in a band of its own (Q_EDGES)
 MATCH_EDGES = (2, 3, 5, 9)
@@ -95,7 +96,10 @@ class SuffixSource:
         scored = suffix_matches(toks, len(toks), ctx.candidates(), MAX_MATCH)
         if not scored:
             return DraftTree()
-        c = continuations(toks, len(toks), scored, OCCURRENCES, budget, _weight, periodic=True)
+        # SuffixDecoding's cap: a short match does not earn a deep draft (the policy would not
+        # send its deep nodes anyway; building them costs Python time every step)
+        depth = min(budget, DEPTH_PER_MATCH * (scored[0][0] + 1))
+        c = continuations(toks, len(toks), scored, OCCURRENCES, depth, _weight, periodic=True)
         tree, score, best = c.tree, c.score, c.best
         probs: list[float] = []
         for i, par in enumerate(tree.parents):

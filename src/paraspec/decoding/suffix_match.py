@@ -50,20 +50,22 @@ def continuations(seq: Sequence[int], end: int, scored: Sequence[tuple[int, int]
                   max_depth: int, weight: Callable[[int], float], periodic: bool = False) -> Continuations:
     """The continuations of the first `occurrences` of `scored` ((m, j) from suffix_matches) that
     have at least one token, at most max_depth tokens each, merged into a tree (parents first)."""
-    out = Continuations()
-    tree, score, best = out.tree, out.score, out.best
+    tokens: list[int] = []
+    parents: list[int] = []
+    score: list[float] = []
+    best: list[int] = []
     index: dict[tuple[int, int], int] = {}
-    used = 0
+    used: list[tuple[int, int]] = []
+    total = 0.0
     for m, j in scored:
-        if used >= occurrences:
+        if len(used) >= occurrences:
             break
         stop = j + 1 + max_depth if periodic else min(j + 1 + max_depth, end)
         if stop <= j + 1:
             continue
-        used += 1
-        out.used.append((m, j))
+        used.append((m, j))
         w = weight(m)
-        out.total += w
+        total += w
         parent = ROOT
         path: list[int] = []
         period = end - 1 - j
@@ -73,10 +75,14 @@ def continuations(seq: Sequence[int], end: int, scored: Sequence[tuple[int, int]
             path.append(t)
             node = index.get((parent, t))
             if node is None:
-                node = index[(parent, t)] = tree.add(t, parent)
-                score.append(0.0)
-                best.append(0)
-            score[node] += w
-            best[node] = max(best[node], m)
+                node = index[(parent, t)] = len(tokens)
+                tokens.append(t)
+                parents.append(parent)
+                score.append(w)
+                best.append(m)
+            else:
+                score[node] += w
+                if m > best[node]:
+                    best[node] = m
             parent = node
-    return out
+    return Continuations(DraftTree(tokens, parents), score, best, total, used)
