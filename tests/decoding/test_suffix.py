@@ -121,3 +121,27 @@ def test_drafts_end_at_the_top_of_a_stair_of_the_cost_curve():
     probs = [0.95] * 15 + [0.05] * 25
     draft, _ = pol.select("r", [0], [DraftTree(chain, list(range(-1, 39)), probs)], 40, STAIRS, score=False)
     assert len(draft) == 15
+
+
+def test_finished_outputs_are_matched_on_their_longest_suffix_in_later_requests():
+    src = SuffixSource(eos_token_ids=[2], max_memory=64)
+    first = [10, 11, 12, 13, 14, 15, 16, 17]
+    src.begin("a", [1, 1])
+    src.candidates("a", [1, 1] + first + [2, 99, 98], 4)   # the output, its stop token and after
+    assert not src.memory("a", 4)                          # nothing finished yet
+    src.end("a")
+    src.begin("b", [5, 5])
+    ctx = [5, 5, 3, 12, 13, 14]
+    src.candidates("b", ctx, 6)                            # its own context has no match ...
+    draft = src.memory("b", 6)                             # ... the past output has
+    assert best_path(draft) == [15, 16, 17]                # stopped at the stop token
+    assert 99 not in draft.tokens and 98 not in draft.tokens
+    src.end("b")                                           # a 3-token output joins too
+    for i in range(30):                                    # the memory keeps its newest tokens
+        src.begin(i, [])
+        src.candidates(i, [40 + i, 41 + i, 42 + i], 4)
+        src.end(i)
+    assert len(src._memory.tokens) <= 64
+    src.begin("c", [])
+    src.candidates("c", [69, 70], 4)
+    assert best_path(src.memory("c", 4)) == [71]          # a recent output, within its separator

@@ -51,7 +51,7 @@ WINDOW_BELOW = 1.0   # accepted trie draft tokens per step under which the windo
 # below that it sits out, and runs one eligible step in LA_PROBE_EVERY to keep measuring.
 LA_MIN_GAIN = 0.02
 LA_PROBE_EVERY = 8
-TRIE, POOL, SUFFIX = 0, 1, 2    # the policy's sources
+TRIE, POOL, SUFFIX, PAST = 0, 1, 2, 3    # the policy's sources
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class HybridDrafter:
         self.trie = self.memory.trie
         # window or not: learnt across this configuration's requests
         self.arms = arms if arms is not None else ArmStats(2)
-        self.policy = DraftPolicy(3, stats)
+        self.policy = DraftPolicy(4, stats)
         self._eligible = 0
         self._requests: dict[str, _Request] = {}
 
@@ -143,10 +143,11 @@ class HybridDrafter:
         st.scored = choosing and (st.arm == 0 or self.pool.warm(request_id))
         m = self.memory.candidates(request_id, context, budget, copying)
         s = self.suffix.candidates(request_id, context, budget)
+        h = self.suffix.memory(request_id, budget)
         # what the trie and the suffix source alone would send: the window's paired baseline, and
         # whether the pool can add anything for free (the tree fills its stair: it could only add
         # rows a step up)
-        alone, expected = self.policy.select(request_id, context, [m, None, s], budget, cost)
+        alone, expected = self.policy.select(request_id, context, [m, None, s, h], budget, cost)
         st.memory_tree, st.memory_cost = alone, cost(1 + len(alone))
         st.pool_ran = st.arm == 1 or not alone or (len(alone) < budget and cost.free_rows(1 + len(alone)) > 0)
         if st.pool_ran and st.arm == 0 and self.policy.stats.gain[POOL] < LA_MIN_GAIN:
@@ -158,7 +159,7 @@ class HybridDrafter:
             return Proposal(alone, expected=expected)
         tree, branch = self.pool.step(request_id, context, self.params.lookahead.window if st.arm == 1 else 0)
         window_rows = len(branch.tokens) if branch else 0
-        draft, expected = self.policy.select(request_id, context, [m, tree, s], budget, cost, window_rows)
+        draft, expected = self.policy.select(request_id, context, [m, tree, s, h], budget, cost, window_rows)
         st.cost = cost(1 + len(draft) + window_rows)
         return Proposal(draft, branch, expected)
 
@@ -176,7 +177,7 @@ class HybridDrafter:
             # relative to that
             base = (1 + by_memory, st.memory_cost) if st.arm == 1 else (len(committed), st.cost)
             st.selector.update(len(committed), st.cost, base)
-        self.policy.observe(request_id, committed, sources=(TRIE, POOL, SUFFIX) if st.pool_ran else (TRIE, SUFFIX))
+        self.policy.observe(request_id, committed, sources=(TRIE, POOL, SUFFIX, PAST) if st.pool_ran else (TRIE, SUFFIX, PAST))
         self.memory.observe(request_id, committed)
         if st.pool_ran:
             self.pool.observe(request_id, committed, lookahead_argmax)

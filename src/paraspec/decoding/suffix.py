@@ -31,6 +31,8 @@ MAX_MATCH = 32          # suffix tokens compared: a longer match says little mor
 OCCURRENCES = 4         # earlier occurrences whose continuations are offered
 RECENT = 48             # candidate occurrences looked at, the most recent first
 DEPTH_PER_MATCH = 3     # draft depth allowed per token of match, plus one
+MAX_MEMORY = 1 << 17    # tokens of past outputs kept (the older half goes when it is full)
+SEPARATOR = -1          # between two outputs in the memory: no match or copy crosses it
 CANDIDATES = 2          # nodes offered per node the budget allows (the policy picks among them)
 # match length 1, 2, 3-4, 5-8, 9+ -> a conditional estimate in a band of its own (Q_EDGES)
 MATCH_EDGES = (2, 3, 5, 9)
@@ -44,6 +46,7 @@ def match_prior(m: int) -> float:
 
 @dataclass
 class _Context:
+    """A token sequence indexed by its tokens and bigrams (positions in order)."""
     tokens: list[int] = field(default_factory=list)
     last: dict[int, list[int]] = field(default_factory=dict)              # token -> positions
     pairs: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # bigram -> end positions
@@ -58,48 +61,79 @@ class _Context:
             if i:
                 pairs.setdefault((toks[i - 1], t), []).append(i)
 
-    def candidates(self) -> list[int]:
-        """Earlier positions of the last token, most recent first: those that end the same
-        bigram when there are any (a 1-token match is the weakest), else any."""
-        toks = self.tokens
-        n = len(toks)
-        found = self.pairs.get((toks[-2], toks[-1]), []) if n >= 2 else []
-        if len(found) < 2:
-            found = self.last.get(toks[-1], []) if n else []
-        return [j for j in found[-RECENT - 1:][::-1] if j < n - 1][:RECENT]
+    def positions(self, query: Sequence[int], before: int) -> list[int]:
+        """Positions j < before of query's last token, most recent first: those that end the
+        query's last bigram when there are any (a 1-token match is the weakest), else any."""
+        found = [j for j in self.pairs.get((query[-2], query[-1]), ())[-RECENT - 1:] if j < before]
+        if not found:
+            found = [j for j in self.last.get(query[-1], ())[-RECENT - 1:] if j < before]
+        return found[::-1][:RECENT]
 
 
 class SuffixSource:
-    """Per request, an index of its context; candidates() offers the continuations of the
-    longest suffix matches, with their estimates, as a DraftTree for the draft policy."""
+    """Per request, an index of its context; and a memory of finished requests' outputs (a
+    drafter's requests share it, as the trie's output counts). candidates() offers the
+    continuations of the context's longest suffix matches in its own context, memory() those in
+    the past outputs: two trees for the draft policy, each node with its estimate."""
 
-    def __init__(self, eos_token_ids: Iterable[int] = ()) -> None:
+    def __init__(self, eos_token_ids: Iterable[int] = (), max_memory: int = MAX_MEMORY) -> None:
         self.eos = frozenset(int(t) for t in eos_token_ids)
+        self.max_memory = max_memory
         self._ctx: dict[Hashable, _Context] = {}
+        self._prompt_len: dict[Hashable, int] = {}
+        self._memory = _Context()
 
     def begin(self, key: Hashable, prompt: Sequence[int]) -> None:
         ctx = self._ctx[key] = _Context()
         ctx.extend(prompt)
+        self._prompt_len[key] = len(prompt)
 
     def end(self, key: Hashable) -> None:
-        self._ctx.pop(key, None)
+        """The request's output joins the memory (up to its first stop token)."""
+        ctx = self._ctx.pop(key, None)
+        start = self._prompt_len.pop(key, 0)
+        if ctx is None or len(ctx.tokens) <= start:
+            return
+        out = ctx.tokens[start:]
+        stop = next((i for i, t in enumerate(out) if t in self.eos), len(out))
+        if stop >= 2:
+            if len(self._memory.tokens) + stop + 1 > self.max_memory:    # keep the newer half
+                kept = self._memory.tokens[len(self._memory.tokens) // 2:]
+                self._memory = _Context()
+                self._memory.extend(kept)
+            self._memory.extend(out[:stop] + [SEPARATOR])
 
     def candidates(self, key: Hashable, context: Sequence[int], budget: int) -> DraftTree:
-        """At most CANDIDATES * budget nodes below the root context[-1], best first, none
-        deeper than budget; each with its estimate (the product of its path's conditional ones)."""
+        """At most CANDIDATES * budget nodes below the root context[-1], none deeper than
+        budget, from the request's own context; each with its estimate (the product of its
+        path's conditional ones)."""
         ctx = self._ctx[key]
         if len(context) > len(ctx.tokens):
             ctx.extend(context[len(ctx.tokens):])
         toks = ctx.tokens
         if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos:
             return DraftTree()
-        scored = suffix_matches(toks, len(toks), ctx.candidates(), MAX_MATCH)
+        return self._tree(toks, len(toks), suffix_matches(toks, len(toks), ctx.positions(toks, len(toks) - 1), MAX_MATCH),
+                          budget, True)
+
+    def memory(self, key: Hashable, budget: int) -> DraftTree:
+        """As candidates(), from the memory of past outputs (call candidates() first: it reads
+        the step's context)."""
+        toks, mem = self._ctx[key].tokens, self._memory
+        if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos or not mem.tokens:
+            return DraftTree()
+        n = len(mem.tokens)
+        return self._tree(mem.tokens, n, suffix_matches(mem.tokens, n, mem.positions(toks, n), MAX_MATCH, toks),
+                          budget, False)
+
+    def _tree(self, seq: list[int], end: int, scored: list[tuple[int, int]], budget: int,
+              periodic: bool) -> DraftTree:
         if not scored:
             return DraftTree()
         # SuffixDecoding's cap: a short match does not earn a deep draft (the policy would not
         # send its deep nodes anyway; building them costs Python time every step)
         depth = min(budget, DEPTH_PER_MATCH * (scored[0][0] + 1))
-        c = continuations(toks, len(toks), scored, OCCURRENCES, depth, _weight, periodic=True)
+        c = continuations(seq, end, scored, OCCURRENCES, depth, _weight, periodic)
         tree, score, best = c.tree, c.score, c.best
         probs: list[float] = []
         for i, par in enumerate(tree.parents):

@@ -6,7 +6,7 @@ Two steps, shared by the drafters that copy from a context (decoding/suffix.py: 
 prompt and output; aspd/context_match.py: an ASPD branch's prefix and own tokens):
   * `suffix_matches`: each candidate earlier position j of the sequence's last token, scored by
     how many tokens before it match too (its suffix match length m, capped), longest first, then
-    the most recent;
+    the most recent (or of another sequence's last token: a memory of past outputs);
   * `continuations`: the tokens after the best occurrences merged into one tree, with per node
     the summed weight of the occurrences through it and the longest match among them.
     periodic=True: an occurrence whose continuation runs into the sequence's end goes on with
@@ -20,17 +20,21 @@ from dataclasses import dataclass, field
 from .tree import ROOT, DraftTree
 
 
-def suffix_matches(seq: Sequence[int], end: int, positions: Iterable[int], max_match: int) -> list[tuple[int, int]]:
+def suffix_matches(seq: Sequence[int], end: int, positions: Iterable[int], max_match: int,
+                   query: Sequence[int] | None = None) -> list[tuple[int, int]]:
     """(m, j) for each position j < end - 1 with seq[j] == seq[end - 1]: m = the length of the
     common suffix of seq[:j + 1] and seq[:end], at most max_match; longest first, then the most
-    recent. positions: candidate j's (the caller's index of the last token)."""
-    last = end - 1
+    recent. positions: candidate j's (the caller's index of the last token). With a `query`, its
+    suffix is matched instead, at any j < end (seq is another text: a memory of past outputs)."""
+    q = seq if query is None else query
+    last = (end if query is None else len(query)) - 1
+    limit = last if query is None else end
     out: list[tuple[int, int]] = []
     for j in positions:
-        if j >= last or seq[j] != seq[last]:
+        if j >= limit or seq[j] != q[last]:
             continue
         m = 1
-        while m < max_match and j - m >= 0 and seq[j - m] == seq[last - m]:
+        while m < max_match and j - m >= 0 and m <= last and seq[j - m] == q[last - m]:
             m += 1
         out.append((m, j))
     out.sort(key=lambda e: (-e[0], -e[1]))
@@ -72,6 +76,8 @@ def continuations(seq: Sequence[int], end: int, scored: Sequence[tuple[int, int]
         for i in range(j + 1, stop):
             # past the end the copy goes on with its own tokens, one period back
             t = seq[i] if i < end else path[i - j - 1 - period]
+            if t < 0:               # a separator: the text it ends is not continued
+                break
             path.append(t)
             node = index.get((parent, t))
             if node is None:
