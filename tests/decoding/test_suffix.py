@@ -115,7 +115,8 @@ def test_drafts_end_at_the_top_of_a_stair_of_the_cost_curve():
     chain = [100 + i for i in range(40)]
     for p_each in (0.97, 0.9, 0.8):
         probs = [p_each ** (i + 1) for i in range(40)]
-        draft, _ = pol.select("r", [0], [DraftTree(chain, list(range(-1, 39)), probs)], 40, STAIRS, score=False)
+        tree = DraftTree(chain, list(range(-1, 39)), probs)
+        draft, _ = pol.select("r", [0], [tree], 40, STAIRS, score=False)
         assert draft.tokens == chain[:len(draft)] and len(draft) >= 3 and (1 + len(draft)) % 4 == 0
     # 16 nodes of 0.95 and then weak ones: never a 17th node for a stair it cannot fill
     probs = [0.95] * 15 + [0.05] * 25

@@ -52,6 +52,7 @@ WINDOW_BELOW = 1.0   # accepted trie draft tokens per step under which the windo
 LA_MIN_GAIN = 0.02
 LA_PROBE_EVERY = 8
 TRIE, POOL, SUFFIX, PAST = 0, 1, 2, 3    # the policy's sources
+ALL, NOT_POOL = (TRIE, POOL, SUFFIX, PAST), (TRIE, SUFFIX, PAST)
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ class HybridDrafter:
             # relative to that
             base = (1 + by_memory, st.memory_cost) if st.arm == 1 else (len(committed), st.cost)
             st.selector.update(len(committed), st.cost, base)
-        self.policy.observe(request_id, committed, sources=(TRIE, POOL, SUFFIX, PAST) if st.pool_ran else (TRIE, SUFFIX, PAST))
+        self.policy.observe(request_id, committed, sources=ALL if st.pool_ran else NOT_POOL)
         self.memory.observe(request_id, committed)
         if st.pool_ran:
             self.pool.observe(request_id, committed, lookahead_argmax)

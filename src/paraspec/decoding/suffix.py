@@ -10,6 +10,12 @@ longest suffix matches (suffix_match.py), up to MAX_MATCH tokens, and offers the
 of the best OCCURRENCES of them as one tree (a text that runs into the end of the context goes on
 periodically: a loop keeps looping).
 
+The same matching runs over a memory of finished requests' outputs (memory(): SuffixDecoding's
+global tree, here a token list indexed by bigram, MAX_MEMORY tokens): an answer that repeats an
+earlier one is copied from the place the longest suffix matches, where the trie's 2-token match
+splits its counts among every output that shares those 2 tokens. It is a source of its own for
+the policy (its acceptance differs from the context's).
+
 Estimates: a node's conditional estimate is MATCH_PRIOR of the longest match through it, times
 its share of its parent's occurrences (weighted 2^m: the longer match knows more). The priors
 put each band of match lengths into its own band of the policy's Q_EDGES, so the policy's
@@ -113,8 +119,8 @@ class SuffixSource:
         toks = ctx.tokens
         if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos:
             return DraftTree()
-        return self._tree(toks, len(toks), suffix_matches(toks, len(toks), ctx.positions(toks, len(toks) - 1), MAX_MATCH),
-                          budget, True)
+        n = len(toks)
+        return self._tree(toks, n, suffix_matches(toks, n, ctx.positions(toks, n - 1), MAX_MATCH), budget, True)
 
     def memory(self, key: Hashable, budget: int) -> DraftTree:
         """As candidates(), from the memory of past outputs (call candidates() first: it reads
@@ -123,8 +129,8 @@ class SuffixSource:
         if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos or not mem.tokens:
             return DraftTree()
         n = len(mem.tokens)
-        return self._tree(mem.tokens, n, suffix_matches(mem.tokens, n, mem.positions(toks, n), MAX_MATCH, toks),
-                          budget, False)
+        scored = suffix_matches(mem.tokens, n, mem.positions(toks, n), MAX_MATCH, toks)
+        return self._tree(mem.tokens, n, scored, budget, False)
 
     def _tree(self, seq: list[int], end: int, scored: list[tuple[int, int]], budget: int,
               periodic: bool) -> DraftTree:
