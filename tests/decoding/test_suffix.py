@@ -137,7 +137,15 @@ def test_finished_outputs_are_matched_on_their_longest_suffix_in_later_requests(
     draft = src.memory("b", 6)                             # ... the past output has
     assert best_path(draft) == [15, 16, 17]                # stopped at the stop token
     assert 99 not in draft.tokens and 98 not in draft.tokens
-    src.end("b")                                           # a 3-token output joins too
+    src.end("b")
+    src.begin("x", [])
+    src.candidates("x", [60, 61], 4)
+    src.observe("x", [62, 63])                             # its last step: no propose after it
+    src.end("x")
+    src.begin("y", [])
+    src.candidates("y", [61, 62], 4)
+    assert best_path(src.memory("y", 4)) == [63]
+    src.end("y")
     for i in range(30):                                    # the memory keeps its newest tokens
         src.begin(i, [])
         src.candidates(i, [40 + i, 41 + i, 42 + i], 4)

@@ -180,6 +180,7 @@ class HybridDrafter:
             st.selector.update(len(committed), st.cost, base)
         self.policy.observe(request_id, committed, sources=ALL if st.pool_ran else NOT_POOL)
         self.memory.observe(request_id, committed)
+        self.suffix.observe(request_id, committed)
         if st.pool_ran:
             self.pool.observe(request_id, committed, lookahead_argmax)
         st.memory_tree = None

@@ -94,6 +94,10 @@ class SuffixSource:
         ctx.extend(prompt)
         self._prompt_len[key] = len(prompt)
 
+    def observe(self, key: Hashable, committed: Sequence[int]) -> None:
+        """Tokens committed (the last step's reach the memory at end() even without a next step)."""
+        self._ctx[key].extend(committed)
+
     def end(self, key: Hashable) -> None:
         """The request's output joins the memory (up to its first stop token)."""
         ctx = self._ctx.pop(key, None)
