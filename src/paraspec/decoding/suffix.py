@@ -21,8 +21,8 @@ its share of its parent's occurrences (weighted 2^m: the longer match knows more
 put each band of match lengths into its own band of the policy's Q_EDGES, so the policy's
 calibration table, kept per (source, depth band, q band), measures acceptance per match length
 and depth online; the priors only rank nodes before that evidence. The policy then sizes the
-draft against the forward-cost curve: long matches earn long drafts, a 1-token match rarely
-more than a row or two.
+draft against the forward-cost curve: long matches earn long drafts, a 2-token match rarely
+more than a few rows.
 """
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from .suffix_match import continuations, suffix_matches
 from .tree import ROOT, DraftTree
 
+MIN_MATCH = 2           # a best match shorter than this is left to the trie (its 1-token
+                        # matches are accepted rarely: not worth the Python time)
 MAX_MATCH = 32          # suffix tokens compared: a longer match says little more
 OCCURRENCES = 4         # earlier occurrences whose continuations are offered
 RECENT = 48             # candidate occurrences looked at, the most recent first
@@ -52,27 +54,23 @@ def match_prior(m: int) -> float:
 
 @dataclass
 class _Context:
-    """A token sequence indexed by its tokens and bigrams (positions in order)."""
+    """A token sequence indexed by its bigrams (positions in order)."""
     tokens: list[int] = field(default_factory=list)
-    last: dict[int, list[int]] = field(default_factory=dict)              # token -> positions
     pairs: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # bigram -> end positions
 
     def extend(self, tokens: Iterable[int]) -> None:
-        toks, last, pairs = self.tokens, self.last, self.pairs
+        toks, pairs = self.tokens, self.pairs
         for t in tokens:
             t = int(t)
             i = len(toks)
             toks.append(t)
-            last.setdefault(t, []).append(i)
             if i:
                 pairs.setdefault((toks[i - 1], t), []).append(i)
 
     def positions(self, query: Sequence[int], before: int) -> list[int]:
-        """Positions j < before of query's last token, most recent first: those that end the
-        query's last bigram when there are any (a 1-token match is the weakest), else any."""
+        """Positions j < before that end the query's last bigram, most recent first (a match
+        shorter than 2 tokens is left to the trie)."""
         found = [j for j in self.pairs.get((query[-2], query[-1]), ())[-RECENT - 1:] if j < before]
-        if not found:
-            found = [j for j in self.last.get(query[-1], ())[-RECENT - 1:] if j < before]
         return found[::-1][:RECENT]
 
 
@@ -138,7 +136,7 @@ class SuffixSource:
 
     def _tree(self, seq: list[int], end: int, scored: list[tuple[int, int]], budget: int,
               periodic: bool) -> DraftTree:
-        if not scored:
+        if not scored or scored[0][0] < MIN_MATCH:
             return DraftTree()
         # SuffixDecoding's cap: a short match does not earn a deep draft (the policy would not
         # send its deep nodes anyway; building them costs Python time every step)
