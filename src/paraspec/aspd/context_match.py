@@ -26,6 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..decoding.suffix_match import continuations, suffix_matches
 from ..decoding.tree import ROOT, DraftTree
 
 MAX_MATCH = 8        # suffix tokens compared: a longer match says no more
@@ -58,57 +59,28 @@ class ContextIndex:
         ctx_len = len(self.prefix) + len(own)
         if max_nodes <= 0 or ctx_len < 2:
             return DraftTree()
-        prefix = self.prefix
-
-        def at(i: int) -> int:
-            return prefix[i] if i < len(prefix) else own[i - len(prefix)]
-
-        last = at(ctx_len - 1)
-        scored: list[tuple[int, int]] = []          # (match length, position)
-        for j in self._occurrences(own, last):
-            m = 1
-            while m < MAX_MATCH and j - m >= 0 and at(j - m) == at(ctx_len - 1 - m):
-                m += 1
-            scored.append((m, j))
-        if not scored:
+        seq = self.prefix + list(own)
+        scored = suffix_matches(seq, ctx_len, self._occurrences(own, seq[-1]), MAX_MATCH)
+        c = continuations(seq, ctx_len, scored, OCCURRENCES, max_depth, _weight)
+        if not c.used:
             return DraftTree()
-        scored.sort(key=lambda e: (-e[0], -e[1]))
-        tree = DraftTree(probs=[])
-        weight: list[float] = []
-        index: dict[tuple[int, int], int] = {}
-        total = 0.0
-        seen_paths = 0
-        for m, j in scored:
-            if seen_paths >= OCCURRENCES:
-                break
-            end = min(j + 1 + max_depth, ctx_len)
-            if end <= j + 1:
-                continue
-            seen_paths += 1
-            w = 2.0 ** m
-            total += w
-            parent = ROOT
-            for d, i in enumerate(range(j + 1, end)):
-                t = at(i)
-                node = index.get((parent, t))
-                q = m / (m + 1) * FOLLOW ** d
-                if node is None:
-                    node = index[(parent, t)] = len(tree.tokens)
-                    tree.tokens.append(t)
-                    tree.parents.append(parent)
-                    tree.probs.append(0.0)
-                    weight.append(0.0)
-                weight[node] += w * q
-                parent = node
+        tree = c.tree
+        total = sum(2.0 ** m for m, _ in c.used)
         # a node's estimate: its occurrences' weight over all occurrences' (never above its parent)
-        probs = [min(1.0, wt / total) for wt in weight]
-        for i, par in enumerate(tree.parents):
-            if par != ROOT and probs[i] > probs[par]:
-                probs[i] = probs[par]
+        probs = []
+        for s, d, par in zip(c.score, tree.depths(), tree.parents):
+            p = min(1.0, FOLLOW ** (d - 1) * s / total)
+            probs.append(p if par == ROOT or p <= probs[par] else probs[par])
         tree.probs = probs
         order = sorted(range(len(tree)), key=lambda i: -probs[i])
         keep = set(order[:max_nodes])
         return tree.pruned(keep.__contains__)
+
+
+def _weight(m: int) -> float:
+    """An occurrence's weight in its nodes' estimates: 2^m, times m / (m + 1), the chance that a
+    continuation of a match of length m goes on into its first token."""
+    return 2.0 ** m * m / (m + 1)
 
 
 def anchored(prompt: Sequence[int], texts: Sequence[str], title: str, max_depth: int,

@@ -124,7 +124,7 @@ class DraftPolicy:
         tokens. candidates[s]: source s's tree with its own estimates (None: nothing).
         send_all: at least the first send_all nodes when together their value is positive
         (MindIE's static draft length). score=False: the candidates are not kept for
-        calibration (a second look at a step)."""
+        calibration; a second scored look at the same step replaces the first's candidates."""
         tree, owners = self.merged(key, context, candidates, score)
         n, expected = self._size(self._requests[key], tree.probs, budget, cost, extra_rows, send_all)
         draft = tree.truncated(n)
@@ -140,6 +140,8 @@ class DraftPolicy:
         self._sync(st, context)
         tree, owners, conds, depth = self._merge(st, candidates)
         if score and depth:
+            if st.pending and st.pending[-1].start == len(context):
+                st.pending.pop()            # a second look at the same step replaces the first
             if len(st.pending) >= MAX_PENDING:
                 st.pending.pop(0)
             st.pending.append(_Pending(len(context), st.state, list(candidates), conds, depth))

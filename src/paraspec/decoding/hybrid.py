@@ -1,20 +1,24 @@
-"""hybrid: memory_decoding's trie and lookahead's n-gram pool as two sources of ONE draft tree.
+"""hybrid: memory_decoding's trie, lookahead's n-gram pool and the request's own suffix matches
+(suffix.py) as three sources of ONE draft tree.
 
 MindIE refuses to enable both algorithms at once; here they share one budget and one policy
 (draft_policy.py): each source offers candidates with its own estimates, the policy calibrates
 them on its own measurements, merges them into one tree and sends what pays for its rows (the
 rows the forward pads anyway are filled with the next best candidates, for nothing). Each step:
-- the trie offers first. When its candidates alone fill their stair of the cost curve (the
+- the trie (every request's output, this request's prompt, matched on the last 2 tokens) and
+  the suffix source (this request's prompt and output, matched on the longest suffix: it knows
+  which place of the context a copy comes from, where the trie sees 2 tokens that occur in many
+  places) offer first. When their candidates alone fill their stair of the cost curve (the
   forward pads its rows, so k rows cost what the next multiple of 4 does), the pool stays idle:
-  it could only add rows that cost a step up, for candidates the trie mostly holds already, and
+  it could only add rows that cost a step up, for candidates the others mostly hold already, and
   its Python work would be pure overhead;
 - the pool also sits out where its nodes have not been adding accepted tokens to the trie's
   (the policy measures what each source alone gave, over the steps it ran): below LA_MIN_GAIN a
   step it runs one eligible step in LA_PROBE_EVERY, to keep measuring;
 - the Jacobi window rides along only when it pays: it is considered only while the trie's
-  drafts are accepted less than WINDOW_BELOW tokens a step, and then an ArmSelector compares
-  tokens per unit of forward cost with and without it, learning across the engine's requests,
-  paired: the trie's own tree was verified in the same step, so what that step would have given
+  and suffix drafts are accepted less than WINDOW_BELOW tokens a step, and then an ArmSelector
+  compares tokens per unit of forward cost with and without it, learning across the engine's requests,
+  paired: their own tree was verified in the same step, so what that step would have given
   without the window is known. Before evidence the window is priced by the cost curve
     (cost.window_prior). Batches > 2 never carry it: verification stops being free as the batch
   grows.
@@ -34,6 +38,7 @@ from .lookahead import LookaheadParams
 from .lookahead_source import PoolSource
 from .memory import COPYING, MemoryDecodingParams, TrieSource
 from .proposer import DEFAULT_CONTEXT, Proposal, StepContext
+from .suffix import SuffixSource
 from .tree import DraftTree
 from .trie import TokenTrie
 
@@ -46,7 +51,8 @@ WINDOW_BELOW = 1.0   # accepted trie draft tokens per step under which the windo
 # below that it sits out, and runs one eligible step in LA_PROBE_EVERY to keep measuring.
 LA_MIN_GAIN = 0.02
 LA_PROBE_EVERY = 8
-TRIE, POOL = 0, 1               # the policy's sources
+TRIE, POOL, SUFFIX, PAST = 0, 1, 2, 3    # the policy's sources
+ALL, NOT_POOL = (TRIE, POOL, SUFFIX, PAST), (TRIE, SUFFIX, PAST)
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,7 @@ class HybridParams:
 @dataclass
 class _Request:
     selector: ArmSelector                     # arm 1 = with the window
-    memory_tree: DraftTree | None = None      # what the trie alone would have sent
+    memory_tree: DraftTree | None = None      # what the trie and suffix sources alone would send
     memory_cost: float = 1.0                  # ... and its forward cost
     memory_score: float = 1.0                 # accepted draft tokens per step along it
     cost: float = 1.0                         # the step's forward cost (all its rows)
@@ -109,10 +115,11 @@ class HybridDrafter:
         self.params = (params or HybridParams()).validate()
         self.memory = TrieSource(self.params.memory, tuple(eos_token_ids), trie)
         self.pool = PoolSource(self.params.lookahead, eos_token_ids)
+        self.suffix = SuffixSource(eos_token_ids)
         self.trie = self.memory.trie
         # window or not: learnt across this configuration's requests
         self.arms = arms if arms is not None else ArmStats(2)
-        self.policy = DraftPolicy(2, stats)
+        self.policy = DraftPolicy(4, stats)
         self._eligible = 0
         self._requests: dict[str, _Request] = {}
 
@@ -122,6 +129,7 @@ class HybridDrafter:
         self.arms.suppose(1, self.window_prior(ctx.cost))
         self.memory.begin(request_id, prompt)
         self.pool.begin(request_id, prompt, seed)
+        self.suffix.begin(request_id, prompt)
         self.policy.begin(request_id)
         self._requests[request_id] = _Request(ArmSelector(2, shared=self.arms))
 
@@ -135,22 +143,24 @@ class HybridDrafter:
         st.arm = st.selector.choose() if choosing else 0
         st.scored = choosing and (st.arm == 0 or self.pool.warm(request_id))
         m = self.memory.candidates(request_id, context, budget, copying)
-        # what the trie alone would send: the window's paired baseline, and whether the pool can
-        # add anything for free (the tree fills its stair: it could only add rows a step up)
-        alone, _ = self.policy.select(request_id, context, [m, None], budget, cost, score=False)
+        s = self.suffix.candidates(request_id, context, budget)
+        h = self.suffix.memory(request_id, budget)
+        # what the trie and the suffix source alone would send: the window's paired baseline, and
+        # whether the pool can add anything for free (the tree fills its stair: it could only add
+        # rows a step up)
+        alone, expected = self.policy.select(request_id, context, [m, None, s, h], budget, cost)
         st.memory_tree, st.memory_cost = alone, cost(1 + len(alone))
         st.pool_ran = st.arm == 1 or not alone or (len(alone) < budget and cost.free_rows(1 + len(alone)) > 0)
         if st.pool_ran and st.arm == 0 and self.policy.stats.gain[POOL] < LA_MIN_GAIN:
             # its nodes have not been adding tokens: not worth its Python work, but probed
             self._eligible += 1
             st.pool_ran = self._eligible % LA_PROBE_EVERY == 0
-        if not st.pool_ran:
-            draft, expected = self.policy.select(request_id, context, [m, None], budget, cost)
-            st.cost = cost(1 + len(draft))
-            return Proposal(draft, expected=expected)
+        if not st.pool_ran:         # the pool-less draft is the step's (select scored it)
+            st.cost = st.memory_cost
+            return Proposal(alone, expected=expected)
         tree, branch = self.pool.step(request_id, context, self.params.lookahead.window if st.arm == 1 else 0)
         window_rows = len(branch.tokens) if branch else 0
-        draft, expected = self.policy.select(request_id, context, [m, tree], budget, cost, window_rows)
+        draft, expected = self.policy.select(request_id, context, [m, tree, s, h], budget, cost, window_rows)
         st.cost = cost(1 + len(draft) + window_rows)
         return Proposal(draft, branch, expected)
 
@@ -168,8 +178,9 @@ class HybridDrafter:
             # relative to that
             base = (1 + by_memory, st.memory_cost) if st.arm == 1 else (len(committed), st.cost)
             st.selector.update(len(committed), st.cost, base)
-        self.policy.observe(request_id, committed, sources=(TRIE, POOL) if st.pool_ran else (TRIE,))
+        self.policy.observe(request_id, committed, sources=ALL if st.pool_ran else NOT_POOL)
         self.memory.observe(request_id, committed)
+        self.suffix.observe(request_id, committed)
         if st.pool_ran:
             self.pool.observe(request_id, committed, lookahead_argmax)
         st.memory_tree = None
@@ -177,6 +188,7 @@ class HybridDrafter:
     def end(self, request_id: str) -> None:
         self.memory.end(request_id)
         self.pool.end(request_id)
+        self.suffix.end(request_id)
         self.policy.end(request_id)
         self._requests.pop(request_id, None)
 

@@ -1,0 +1,159 @@
+"""Suffix-match drafts from a request's own context: prompt + output (SuffixDecoding's per-request
+tree, prompt lookup decoding's copy), a source of the one draft policy (draft_policy.py).
+
+The trie (memory_decoding) matches the last 2 tokens, so it cannot tell the place a copy comes
+from when those 2 tokens occur many times; the longer the stretch before the root that matches
+an earlier place of the context, the likelier the text goes on as it did there (replayed on the
+bench's greedy outputs: a 1-token match gives under 1 accepted token of 16, 8+ tokens about 7).
+So each step this source finds the earlier occurrences of the context's last token with the
+longest suffix matches (suffix_match.py), up to MAX_MATCH tokens, and offers the continuations
+of the best OCCURRENCES of them as one tree (a text that runs into the end of the context goes on
+periodically: a loop keeps looping).
+
+The same matching runs over a memory of finished requests' outputs (memory(): SuffixDecoding's
+global tree, here a token list indexed by bigram, MAX_MEMORY tokens): an answer that repeats an
+earlier one is copied from the place the longest suffix matches, where the trie's 2-token match
+splits its counts among every output that shares those 2 tokens. It is a source of its own for
+the policy (its acceptance differs from the context's).
+
+Estimates: a node's conditional estimate is MATCH_PRIOR of the longest match through it, times
+its share of its parent's occurrences (weighted 2^m: the longer match knows more). The priors
+put each band of match lengths into its own band of the policy's Q_EDGES, so the policy's
+calibration table, kept per (source, depth band, q band), measures acceptance per match length
+and depth online; the priors only rank nodes before that evidence. The policy then sizes the
+draft against the forward-cost curve: long matches earn long drafts, a 2-token match rarely
+more than a few rows.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .suffix_match import continuations, suffix_matches
+from .tree import ROOT, DraftTree
+
+MIN_MATCH = 2           # a best match shorter than this is left to the trie (its 1-token
+                        # matches are accepted rarely: not worth the Python time)
+MAX_MATCH = 32          # suffix tokens compared: a longer match says little more
+OCCURRENCES = 4         # earlier occurrences whose continuations are offered
+RECENT = 48             # candidate occurrences looked at, the most recent first
+DEPTH_PER_MATCH = 3     # draft depth allowed per token of match, plus one
+MAX_MEMORY = 1 << 17    # tokens of past outputs kept (the older half goes when it is full)
+SEPARATOR = -1          # between two outputs in the memory: no match or copy crosses it
+CANDIDATES = 2          # nodes offered per node the budget allows (the policy picks among them)
+# match length 1, 2, 3-4, 5-8, 9+ -> a conditional estimate in a band of its own (Q_EDGES)
+MATCH_EDGES = (2, 3, 5, 9)
+MATCH_PRIOR = (0.25, 0.4, 0.55, 0.75, 0.9)
+
+
+def match_prior(m: int) -> float:
+    """The conditional estimate of a copied token whose occurrence matched m tokens."""
+    return MATCH_PRIOR[bisect_right(MATCH_EDGES, m)]
+
+
+@dataclass
+class _Context:
+    """A token sequence indexed by its bigrams (positions in order)."""
+    tokens: list[int] = field(default_factory=list)
+    pairs: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # bigram -> end positions
+
+    def extend(self, tokens: Iterable[int]) -> None:
+        toks, pairs = self.tokens, self.pairs
+        for t in tokens:
+            t = int(t)
+            i = len(toks)
+            toks.append(t)
+            if i:
+                pairs.setdefault((toks[i - 1], t), []).append(i)
+
+    def positions(self, query: Sequence[int], before: int) -> list[int]:
+        """Positions j < before that end the query's last bigram, most recent first (a match
+        shorter than 2 tokens is left to the trie)."""
+        found = [j for j in self.pairs.get((query[-2], query[-1]), ())[-RECENT - 1:] if j < before]
+        return found[::-1][:RECENT]
+
+
+class SuffixSource:
+    """Per request, an index of its context; and a memory of finished requests' outputs (a
+    drafter's requests share it, as the trie's output counts). candidates() offers the
+    continuations of the context's longest suffix matches in its own context, memory() those in
+    the past outputs: two trees for the draft policy, each node with its estimate."""
+
+    def __init__(self, eos_token_ids: Iterable[int] = (), max_memory: int = MAX_MEMORY) -> None:
+        self.eos = frozenset(int(t) for t in eos_token_ids)
+        self.max_memory = max_memory
+        self._ctx: dict[Hashable, _Context] = {}
+        self._prompt_len: dict[Hashable, int] = {}
+        self._memory = _Context()
+
+    def begin(self, key: Hashable, prompt: Sequence[int]) -> None:
+        ctx = self._ctx[key] = _Context()
+        ctx.extend(prompt)
+        self._prompt_len[key] = len(prompt)
+
+    def observe(self, key: Hashable, committed: Sequence[int]) -> None:
+        """Tokens committed (the last step's reach the memory at end() even without a next step)."""
+        self._ctx[key].extend(committed)
+
+    def end(self, key: Hashable) -> None:
+        """The request's output joins the memory (up to its first stop token)."""
+        ctx = self._ctx.pop(key, None)
+        start = self._prompt_len.pop(key, 0)
+        if ctx is None or len(ctx.tokens) <= start:
+            return
+        out = ctx.tokens[start:]
+        stop = next((i for i, t in enumerate(out) if t in self.eos), len(out))
+        if stop >= 2:
+            if len(self._memory.tokens) + stop + 1 > self.max_memory:    # keep the newer half
+                kept = self._memory.tokens[len(self._memory.tokens) // 2:]
+                self._memory = _Context()
+                self._memory.extend(kept)
+            self._memory.extend(out[:stop] + [SEPARATOR])
+
+    def candidates(self, key: Hashable, context: Sequence[int], budget: int) -> DraftTree:
+        """At most CANDIDATES * budget nodes below the root context[-1], none deeper than
+        budget, from the request's own context; each with its estimate (the product of its
+        path's conditional ones)."""
+        ctx = self._ctx[key]
+        if len(context) > len(ctx.tokens):
+            ctx.extend(context[len(ctx.tokens):])
+        toks = ctx.tokens
+        if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos:
+            return DraftTree()
+        n = len(toks)
+        return self._tree(toks, n, suffix_matches(toks, n, ctx.positions(toks, n - 1), MAX_MATCH), budget, True)
+
+    def memory(self, key: Hashable, budget: int) -> DraftTree:
+        """As candidates(), from the memory of past outputs (call candidates() first: it reads
+        the step's context)."""
+        toks, mem = self._ctx[key].tokens, self._memory
+        if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos or not mem.tokens:
+            return DraftTree()
+        n = len(mem.tokens)
+        scored = suffix_matches(mem.tokens, n, mem.positions(toks, n), MAX_MATCH, toks)
+        return self._tree(mem.tokens, n, scored, budget, False)
+
+    def _tree(self, seq: list[int], end: int, scored: list[tuple[int, int]], budget: int,
+              periodic: bool) -> DraftTree:
+        if not scored or scored[0][0] < MIN_MATCH:
+            return DraftTree()
+        # SuffixDecoding's cap: a short match does not earn a deep draft (the policy would not
+        # send its deep nodes anyway; building them costs Python time every step)
+        depth = min(budget, DEPTH_PER_MATCH * (scored[0][0] + 1))
+        c = continuations(seq, end, scored, OCCURRENCES, depth, _weight, periodic)
+        tree, score, best = c.tree, c.score, c.best
+        probs: list[float] = []
+        for i, par in enumerate(tree.parents):
+            share = score[i] / (c.total if par == ROOT else score[par])
+            q = match_prior(best[i]) * share
+            probs.append(q if par == ROOT else probs[par] * q)
+        tree.probs = probs
+        eos = self.eos
+        order = sorted(range(len(tree)), key=lambda i: -probs[i])[:CANDIDATES * budget]
+        keep = {i for i in order if tree.tokens[i] not in eos}
+        return tree.pruned(keep.__contains__)
+
+
+def _weight(m: int) -> float:
+    return 2.0 ** m
