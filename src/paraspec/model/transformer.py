@@ -3,11 +3,11 @@
 One forward takes the new tokens of one or more sequences (flattened), their position ids and,
 per sequence, a boolean mask among its new tokens (a causal chain or a draft tree). Each new
 token sees its sequence's whole committed KV cache plus the new tokens the mask allows (or,
-with SeqInput.mask_from, the committed slots before mask_from and what the mask allows after). Logits
-come back only for the rows asked for.
+with SeqInput.mask_from, the committed slots before mask_from and what the mask allows after).
+Logits come back only for the rows asked for.
 
-Numerics: weights in bf16 or fp32 (or int8, quant.py, or GGUF blocks, ggml.py); the residual stream, norms, RoPE and
-attention in fp32. Row invariance is the design goal: a token's logits must not depend on how
+Numerics: weights in bf16 or fp32 (or int8, quant.py, or GGUF blocks, ggml.py); the residual
+stream, norms, RoPE and attention in fp32. Row invariance is the design goal: a token's logits must not depend on how
 many other tokens share the forward, so that verifying a draft in one pass gives exactly what
 one-token autoregressive steps give. Where compiled kernels run (kernels.py), every decode
 linear and the attention are invariant by construction (csrc: each output one fixed sequence of
@@ -51,10 +51,8 @@ class SeqInput:
     # see slots [0, mask_from) and tree_mask [q, length + q - mask_from] covers the slots from
     # mask_from on, committed ones included (ASPD: a branch must not see its siblings' slots)
     mask_from: int | None = None
-    # None: each row takes the slots the mask lets it see in slot order. [length + q - start]
-    # int64: by ascending rank (ties by slot), on the csrc kernel, whose fp32 sums depend on the
-    # order (ASPD: its flattened order over slots interleaved by step); the torch path's fp64
-    # sums hide the order (~1e-16), so it ignores this
+    # [length + q - start] int64 ranks: the csrc kernel's rows take their masked slots in this
+    # order, not the slots' (its fp32 sums depend on it; ASPD); the torch path's fp64 ones do not
     key_order: torch.Tensor | None = None
 
     @property
