@@ -84,13 +84,12 @@ class Linear:
         self.packed = None
         # oneDNN's packed copy: for bf16 prompts, and for every decode row without kernels
         if hasattr(torch.ops.mkldnn, "_linear_pointwise") and (self.kernel is None or weight.dtype == torch.bfloat16):
-            try:
+            try:   # a torch build that cannot pack (or run) it keeps F.linear
                 packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, 1)
-                x = torch.zeros(1, self.in_features, dtype=weight.dtype)
-                torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+                torch.ops.mkldnn._linear_pointwise(torch.zeros(1, self.in_features, dtype=weight.dtype), packed, None, "none", [], "")
                 self.packed = packed
             except (RuntimeError, AttributeError):
-                self.packed = None
+                pass
 
     def _mm(self, x: torch.Tensor, prompt: bool) -> torch.Tensor:
         if self.packed is not None and not (prompt and x.dtype == torch.float32):
@@ -316,8 +315,7 @@ class Transformer:
             weights = {k: w if isinstance(w, GGUFWeight) or k.rsplit(".", 1)[-1] not in MATMULS else w.to(dtype)
                        for k, w in weights.items()}
         self.lm_head = make_linear(weights.get("lm_head", weights["tok_embeddings"]), None, quantization, kernels)
-        embed = weights["tok_embeddings"]
-        # [vocab, dim]; rows are looked up (GGUF blocks: dequantised per lookup, as the LM head's)
+        embed = weights["tok_embeddings"]   # [vocab, dim]; rows looked up (GGUF: dequantised per lookup)
         self.tok_embeddings = embed if isinstance(embed, GGUFWeight) else embed.to(dtype)
         self.norm = weights["norm"]                                # [dim] fp32
         self.layers = [Layer(args, {k.split(".", 2)[2]: v for k, v in weights.items()
@@ -347,16 +345,15 @@ class Transformer:
         `prompt_attention`, fast but not row-invariant."""
         a = self.args
         n_heads, n_kv, hd = a.n_heads, a.n_kv_heads, a.head_dim
-        for s in seqs:
-            s.cache.reserve(s.cache.length + s.num_tokens)
         if prompt and any(s.tree_mask is not None for s in seqs):
             raise ValueError("forward(prompt=True) takes causal chunks only (no tree mask)")
         for s in seqs:
+            s.cache.reserve(s.cache.length + s.num_tokens)
             if s.tree_mask is not None and tuple(s.tree_mask.shape) != (s.num_tokens, s.cache.length + s.num_tokens - s.start):
                 raise ValueError(f"tree_mask has shape {tuple(s.tree_mask.shape)}; it must cover the "
                                  f"{s.num_tokens} new rows and the slots from {s.start} to the last new one")
         n_tokens = tokens.shape[0]
-        short = prompt and n_tokens < PROMPT_ATTENTION_ROWS and all(
+        short = prompt and n_tokens < PROMPT_ATTENTION_ROWS and all(  # short chunks: the csrc kernel
             s.cache.length + s.num_tokens <= PROMPT_ATTENTION_KEYS for s in seqs)
         kernel = self.kernels.rope_attention if not prompt or short else None
         group = n_heads // n_kv
@@ -369,8 +366,7 @@ class Transformer:
             positions = torch.cat([positions, positions[-1:].expand(pad)])
         ends = itertools.accumulate(s.num_tokens for s in seqs)
         rows = [slice(end - s.num_tokens, end) for s, end in zip(seqs, ends)]   # each sequence's rows
-        cos = self.rope_cos[positions].unsqueeze(1)                # [T, 1, head_dim]
-        sin = self.rope_sin[positions].unsqueeze(1)
+        cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)   # [T, 1, head_dim]
 
         x = self.embed(tokens)                                     # [T, dim] residual stream, fp32
         for i, layer in enumerate(self.layers):
