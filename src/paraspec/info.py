@@ -80,7 +80,7 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
                             else f"csrc w8a8, {k.label}") if compiled else "torch (quant.int_dot: exact fp32 matmuls)",
             "decode/verify linear": f"csrc linear, {k.name} (fp32 and bf16 weights)" if compiled else
             f"torch, rows padded to 4: bf16 {_torch_linear('bfloat16')}, fp32 {_torch_linear('float32')}",
-            "gguf linear": (f"csrc gguf blocks, {k.label}" + (" (AMX int8 tiles for calls of 10+ sub-rows)"
+            "gguf linear": (f"csrc gguf blocks, {k.label}" + (" (AMX int8 tiles for calls of 20+ sub-rows)"
                                                               if k.w8a8_variant == "amx" else "")
                             if compiled else "none: a GGUF file is dequantised to bf16/fp32"),
             "prompt linear": f"torch: bf16 {_torch_linear('bfloat16')}, fp32 F.linear",

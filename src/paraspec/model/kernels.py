@@ -6,7 +6,7 @@ kernels (csrc/: decode/verify attention and the W8A8 linear) are built once per 
 extension modules, and a module is imported only when this CPU has every feature it needs:
 
     avx512  paraspec.model._kernels_avx512   AVX-512F/BW/VL + AVX512-VNNI + FMA (variant amx: GGUF
-                                             calls of 10+ sub-rows on AMX int8 tiles, where CPUID has them)
+                                             calls of 20+ sub-rows on AMX int8 tiles, where CPUID has them)
     avx2    paraspec.model._kernels_avx2     AVX2 + FMA (W8A8 with AVX-VNNI where the CPU has it; GGUF
                                              calls of 3+ sub-rows on wide tiles over unpacked blocks)
     torch   no compiled code                 torch attention (fp64 sums), quant.int_dot W8A8

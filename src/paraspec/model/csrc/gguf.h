@@ -104,7 +104,8 @@ void gguf_quantize_rows(const T* x, int64_t ldx, int64_t M, int64_t K, int P, co
 }
 
 constexpr int64_t kGgufRowBlock = 64;  // rows per pass over the weights (their float sums in L1)
-constexpr int64_t kGgufAmxRows = 10;   // sub-rows from which a row block runs on AMX tiles (fewer: the VNNI tiles are faster here)
+constexpr int64_t kGgufAmxRows = 20;   // sub-rows from which a row block runs on AMX tiles (fewer: the VNNI tiles are faster here;
+                                        // benchmarks/engine_steps.py, docs/verify-cost-breakdown.md)
 constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB; whole superblocks) every row tile runs while in L1
 
 // Panels [p0, p1) for sub-rows [0, M) (P per output row; kGgufRowBlock is even): one thread's
