@@ -15,12 +15,22 @@ decoding reproduces token for token, so drafting can be tuned offline against th
 Drafting time is the CPU time of this thread (the drafter is single-threaded Python, so on a
 quiet machine it equals wall time). Modelled speedup = plain time / (sum of forward costs +
 drafting time), with the forward cost of k query tokens from a cost curve: policy's default,
-or the one `paraspec info` measured on a machine (`--cost '{"1": 1, "8": 1.2, "16": 1.5}'`).
+or the one `paraspec info` measured on a machine (`--cost '{"1": 1, "8": 1.2, "16": 1.5}'`),
+and a one-row step of `--step-ms` (drafting time is weighed against it). Over all of a group's
+tokens, and as the median of its requests' speedups (what `paraspec bench` reports per set).
 It is an estimate; wall-clock numbers come from `paraspec bench`.
+
+`bound` replays an oracle instead of a drafter: each step it drafts the longest run of the
+recorded future that occurs earlier in the request's prompt + output (a copy from the best
+place, up to --depth tokens, as a chain of the length that pays most under the cost curve). No
+drafter that copies from the request's own context can accept more; what it leaves is text that
+occurs nowhere before it in the request (a memory of other requests' outputs can still hold it:
+the bench's `repeated` set).
 
     python -m paraspec.tools.replay make copy out.jsonl --n 40      # needs the bundled tokenizer
     python -m paraspec.tools.replay record bench.jsonl --n 10      # bench tasks, greedy, bundled model
-    python -m paraspec.tools.replay run bench.jsonl --plugin '{"plugin_type": "hybrid"}' 
+    python -m paraspec.tools.replay run bench.jsonl --plugin '{"plugin_type": "hybrid"}'
+    python -m paraspec.tools.replay bound bench.jsonl --cost '{"1": 1, "4": 1.4, "16": 2.9}'
 """
 from __future__ import annotations
 
@@ -30,8 +40,9 @@ import json
 import random
 import re
 import sysconfig
+import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -46,6 +57,11 @@ class Record:
     group: str = ""             # records of one group share a drafter (a bench task set)
 
 
+# A one-row decode step of the bundled SmolLM2-135M Q4_1 on the 2-core CPU (docs/bench): the
+# unit drafting's CPU time is weighed against.
+STEP_S = 0.007
+
+
 @dataclass
 class ReplayReport:
     requests: int = 0
@@ -57,6 +73,7 @@ class ReplayReport:
     prompt_tokens: int = 0
     begin_s: float = 0.0        # CPU time inside begin (prompt insertion)
     cost: float = 0.0           # sum of forward costs, in units of t(1)
+    per_request: list[tuple[int, float, float]] = field(default_factory=list)  # (tokens, cost, draft_s)
 
     @property
     def tokens_per_step(self) -> float:
@@ -71,16 +88,23 @@ class ReplayReport:
     def begin_ms_per_2k(self) -> float:
         return 1e3 * self.begin_s * 2048 / max(self.prompt_tokens, 1)
 
-    def speedup(self, t1_s: float = 0.030) -> float:
+    def speedup(self, t1_s: float = STEP_S) -> float:
         """Plain decoding time / modelled time of this run."""
         return self.tokens * t1_s / (self.cost * t1_s + self.draft_s)
 
-    def summary(self, t1_s: float = 0.030) -> dict[str, float]:
-        d = {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
+    def median_speedup(self, t1_s: float = STEP_S) -> float:
+        """The median over requests of their modelled speedups (the bench's per-set figure)."""
+        return statistics.median(n * t1_s / (c * t1_s + d) for n, c, d in self.per_request if c) \
+            if self.per_request else 1.0
+
+    def summary(self, t1_s: float = STEP_S) -> dict[str, float]:
+        d = {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()
+             if k != "per_request"}
         d.update(tokens_per_step=round(self.tokens_per_step, 3),
                  draft_us_per_step=round(self.draft_us_per_step, 1),
                  begin_ms_per_2k_tokens=round(self.begin_ms_per_2k, 2),
-                 modelled_speedup=round(self.speedup(t1_s), 3))
+                 modelled_speedup=round(self.speedup(t1_s), 3),
+                 median_request_speedup=round(self.median_speedup(t1_s), 3))
         return d
 
 
@@ -103,6 +127,7 @@ def replay(drafter: Proposer, records: Iterable[Record], max_nodes: int = 15,
         out = rec.output
         context = list(rec.prompt) + out[:1]        # the prefill's token
         pos = 1
+        before = (rep.tokens, rep.cost, rep.draft_s)
         while pos < len(out):
             t = clock()
             draft = drafter.propose(rid, context, max_nodes, ctx).draft
@@ -120,6 +145,42 @@ def replay(drafter: Proposer, records: Iterable[Record], max_nodes: int = 15,
             rep.accepted += n_acc
             rep.cost += ctx.cost(1 + len(draft))
         drafter.end(rid)
+        rep.per_request.append((rep.tokens - before[0], rep.cost - before[1], rep.draft_s - before[2]))
+    return rep
+
+
+def copy_bound(records: Iterable[Record], cost: CostModel | None = None, depth: int = 16) -> ReplayReport:
+    """replay() with an oracle for a drafter (see the module's docstring): the most any drafter
+    that copies from the request's prompt and output could accept, and its modelled speedup."""
+    cost = cost or CostModel()
+    rep = ReplayReport()
+    for rec in records:
+        if not rec.output:
+            continue
+        text = list(rec.prompt) + list(rec.output)
+        end = len(text) - 1                         # the last token is never drafted (replay())
+        places: dict[int, list[int]] = {}           # token -> its earlier positions
+        for j, t in enumerate(text[:len(rec.prompt) + 1]):
+            places.setdefault(t, []).append(j)
+        cur, tokens, spent, steps = len(rec.prompt) + 1, 0, 0.0, 0
+        while cur < len(text):
+            run = 0                                 # the longest earlier copy of text[cur:]
+            for j in places.get(text[cur], ()):
+                n = 0
+                while n < depth and cur + n < end and text[j + n] == text[cur + n]:
+                    n += 1
+                run = max(run, n)
+            d = max(range(run + 1), key=lambda k: (k + 1) / cost(k + 1))  # the chain that pays most
+            for q in range(cur, min(cur + d + 1, len(text))):
+                places.setdefault(text[q], []).append(q)
+            tokens, spent, steps = tokens + min(d + 1, len(text) - cur), spent + cost(d + 1), steps + 1
+            cur += d + 1
+        rep.requests += 1
+        rep.prompt_tokens += len(rec.prompt)
+        rep.steps += steps
+        rep.tokens += tokens
+        rep.cost += spent
+        rep.per_request.append((tokens, spent, 0.0))
     return rep
 
 
@@ -286,11 +347,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.add_argument("--mode", choices=["tree", "chain"], default="tree")
     run.add_argument("--decoding-length", type=int, default=16)
     run.add_argument("--dynamic", action="store_true")
-    run.add_argument("--cost", default=None, help="forward cost curve t(k)/t(1) as JSON {k: cost} "
-                     "(default: policy's), told to the drafter and used for the speedup")
     run.add_argument("--budget", type=int, default=None, help="max draft nodes a step (default "
                      "decoding_length - 1)")
     run.add_argument("--eos", type=int, nargs="*", default=[0, 2], help="stop token ids (default: SmolLM2's)")
+    bound = sub.add_parser("bound", help="the oracle copy drafter's acceptance and speedup per group")
+    bound.add_argument("records", nargs="+")
+    bound.add_argument("--depth", type=int, default=16, help="most tokens copied a step (default 16)")
+    for p in (run, bound):
+        p.add_argument("--cost", default=None, help="forward cost curve t(k)/t(1) as JSON {k: cost} "
+                       "(default: policy's), told to the drafter and used for the speedup")
+        p.add_argument("--step-ms", type=float, default=1e3 * STEP_S,
+                       help=f"a one-row step's time, drafting is weighed against it (default {1e3 * STEP_S:g})")
     args = ap.parse_args(argv)
     if args.cmd == "make":
         encode, eos = _bundled_tokenizer()
@@ -300,17 +367,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         write_records(args.out, record_bench(args.tasks.split(","), args.n, args.seed, args.max_new_tokens))
         return
     cost = CostModel({int(k): float(v) for k, v in json.loads(args.cost).items()}) if args.cost else None
+    t1_s = args.step_ms / 1e3
+    if args.cmd == "bound":
+        for path in args.records:
+            records = read_records(path)
+            for group in dict.fromkeys(r.group for r in records):
+                rep = copy_bound([r for r in records if r.group == group], cost, args.depth)
+                print(json.dumps({"records": path, "group": group, "depth": args.depth, **rep.summary(t1_s)}))
+        return
     if args.plugin:
         for path in args.records:
             for group, rep in replay_groups(args.plugin, read_records(path), args.eos, cost).items():
-                print(json.dumps({"records": path, "group": group, **rep.summary()}))
+                print(json.dumps({"records": path, "group": group, **rep.summary(t1_s)}))
         return
     params = MemoryDecodingParams(decoding_length=args.decoding_length, dynamic_algo=args.dynamic,
                                   mode=args.mode)
     for path in args.records:
         drafter = MemoryDrafter(params, eos_token_ids=args.eos)
         rep = replay(drafter, read_records(path), args.budget or params.max_draft, cost)
-        print(json.dumps({"records": path, "mode": args.mode, **rep.summary()}))
+        print(json.dumps({"records": path, "mode": args.mode, **rep.summary(t1_s)}))
 
 
 if __name__ == "__main__":
