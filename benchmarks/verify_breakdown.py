@@ -11,7 +11,10 @@ lm_head; each call includes its activation quantisation and fused RMSNorm); rope
 the forward (torch views, chunk, residual adds, the rotary-table lookup, Python). Each piece is
 timed around its call, so the timers' own cost lands in the pieces. On one thread (the default)
 the clock is the thread's CPU time, which other processes on a shared machine do not stretch;
-with --threads 2 it is the wall clock. Cells are medians over --reps forwards.
+with --threads 2 it is the wall clock. Cells are medians over --reps forwards. The pieces are
+timed around the Python layer loop's calls; the engine's forward runs a GGUF model's layers in
+one csrc call instead (gguf_decoder.py), timed first, untouched, on the last line: what it saves
+is most of "glue".
 
 --engine N: also decode N grounded bench tasks with the hybrid drafter (greedy) and print the
 share of the run spent outside the model's forward (tree and mask building, acceptance, argmax,
@@ -56,7 +59,10 @@ class Timed:
 
 
 def instrument(model, spent: dict, clock) -> None:
-    """Wrap the model's pieces (see the module doc) so that each call adds to spent[piece]."""
+    """Wrap the model's pieces (see the module doc) so that each call adds to spent[piece]. The
+    layers then run in the Python loop, whose calls the wrappers time, not in the one csrc call
+    the default forward makes (gguf_decoder.py): that one has next to no glue."""
+    model.decoder = None
     for layer in model.layers:
         for name in LINEARS:
             setattr(layer, name, Timed(getattr(layer, name), name, spent, clock))
@@ -86,21 +92,26 @@ def main() -> None:
     if a.engine:
         engine_share(llm, a.engine, clock)
     spent: dict[str, float] = defaultdict(float)
-    instrument(model, spent, clock)
     tokens = torch.randint(100, 1000, (CACHED + max(KS),), generator=torch.Generator().manual_seed(0))
     cache = model.new_cache(CACHED + 2 * max(KS))
     model.forward(tokens[:CACHED], torch.arange(CACHED), [SeqInput(cache, CACHED)], prompt=True)
     cache.length = CACHED
+    fused = model.decoder is not None
     totals: dict[int, list[float]] = {k: [] for k in KS}
+    uninstrumented: dict[int, list[float]] = {k: [] for k in KS}
     parts: dict[int, dict[str, list[float]]] = {k: defaultdict(list) for k in KS}
-    for rep in range(a.reps + 1):
+    for rep in range(2 * a.reps + 1):   # a warm-up round, reps as the engine runs it, reps timed in pieces
+        if rep == a.reps + 1:
+            instrument(model, spent, clock)
         for k in KS:   # the new rows are written past the cache's length, never committed
             spent.clear()
             t = clock()
             model.forward(tokens[CACHED:CACHED + k], torch.arange(CACHED, CACHED + k), [SeqInput(cache, k)],
                           logits_rows=torch.arange(k))
             total = clock() - t
-            if rep:   # the first round warms up
+            if 0 < rep <= a.reps:
+                uninstrumented[k].append(total)
+            elif rep:
                 totals[k].append(total)
                 for name, s in spent.items():
                     parts[k][name].append(s)
@@ -117,6 +128,10 @@ def main() -> None:
     grow = {n: (statistics.median(parts[k][n]) - statistics.median(parts[1][n])) * 1e3 for n in names}
     print(f"k={k} minus k=1 ({med[k] - med[1]:.2f} ms): " +
           ", ".join(f"{n} {v:+.2f} ({v / (med[k] - med[1]):.0%})" for n, v in sorted(grow.items(), key=lambda x: -x[1])))
+    plain = {k: statistics.median(v) * 1e3 for k, v in uninstrumented.items() if v}
+    if plain:
+        print(f"the forward as the engine runs it ({'layers in one csrc call' if fused else 'the Python loop'},"
+              " no timers), ms: " + ", ".join(f"k={k} {v:.2f} ({v / plain[1]:.2f})" for k, v in plain.items()))
 
 
 def engine_share(llm: LLM, n: int, clock) -> None:

@@ -155,6 +155,28 @@ def dequantize(w: GGUFWeight, rows: torch.Tensor | None = None) -> torch.Tensor:
     return out.view(n, k)
 
 
+class EmbeddingRows:
+    """A GGUF embedding table looked up by token id: rows dequantised on first use and kept, up
+    to max_bytes of fp32 (then the kept ones are dropped and it starts over). Dequantising a
+    row costs about as much as a decoder layer's Python on a one-row step; a conversation reuses
+    few distinct tokens. The same function makes every row, so the bits do not depend on it."""
+
+    def __init__(self, weight: GGUFWeight, max_bytes: int = 32 << 20):
+        self.weight = weight
+        self.max_rows = max(1, max_bytes // (4 * weight.shape[1]))
+        self._rows: dict[int, torch.Tensor] = {}
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        ids = tokens.tolist()
+        rows = self._rows
+        missing = sorted({t for t in ids if t not in rows})
+        if missing:
+            if len(rows) + len(missing) > self.max_rows:
+                rows.clear()
+            rows.update(zip(missing, dequantize(self.weight, torch.tensor(missing))))
+        return torch.stack([rows[t] for t in ids])
+
+
 def _panel_major(a: torch.Tensor, pad: int) -> torch.Tensor:
     """[N, X, ...] per-channel fields -> [panels, X, 32 channels, ...] (N padded with zeros)."""
     a = torch.nn.functional.pad(a, (0, 0) * (a.dim() - 2) + (0, 0, 0, pad))

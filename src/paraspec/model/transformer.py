@@ -4,7 +4,8 @@ One forward takes the new tokens of one or more sequences (flattened), their pos
 per sequence, a boolean mask among its new tokens (a causal chain or a draft tree). Each new
 token sees its sequence's whole committed KV cache plus the new tokens the mask allows (or,
 with SeqInput.mask_from, the committed slots before mask_from and what the mask allows after).
-Logits come back only for the rows asked for.
+Logits come back only for the rows asked for. Where every layer is GGUF on the compiled kernels,
+a decode step's layer loop runs as one csrc call with the loop's bits (gguf_decoder.py).
 
 Numerics: weights in bf16 or fp32 (or int8, quant.py, or GGUF blocks, ggml.py); the residual
 stream, norms, RoPE and attention in fp32. Row invariance is the design goal: a token's logits must not depend on how
@@ -30,14 +31,14 @@ import torch.nn.functional as F
 
 from . import kernels as cpu_kernels
 from .args import ModelArgs
-from .ggml import GGUFLinear, GGUFWeight, dequantize
+from .ggml import EmbeddingRows, GGUFLinear, GGUFWeight
+from .gguf_decoder import EMPTY_MASK as _EMPTY, gguf_decoder
 from .kv_cache import KEY_BUCKET, KVCache, round_up
 
 ROW_MULTIPLE = 4  # matmuls run on a multiple of this many rows (row invariance, see module doc)
 
 
 MATMULS = ("wqkv", "wo", "w_gate_up", "w_down", "lm_head", "tok_embeddings")  # weights' short names
-_EMPTY = torch.empty(0, dtype=torch.bool)   # "no tree mask: a causal chain", for the kernel
 
 
 @dataclass
@@ -315,8 +316,8 @@ class Transformer:
             weights = {k: w if isinstance(w, GGUFWeight) or k.rsplit(".", 1)[-1] not in MATMULS else w.to(dtype)
                        for k, w in weights.items()}
         self.lm_head = make_linear(weights.get("lm_head", weights["tok_embeddings"]), None, quantization, kernels)
-        embed = weights["tok_embeddings"]   # [vocab, dim]; rows looked up (GGUF: dequantised per lookup)
-        self.tok_embeddings = embed if isinstance(embed, GGUFWeight) else embed.to(dtype)
+        embed = weights["tok_embeddings"]   # [vocab, dim]; rows looked up (GGUF: dequantised at first use)
+        self.tok_embeddings = EmbeddingRows(embed) if isinstance(embed, GGUFWeight) else embed.to(dtype)
         self.norm = weights["norm"]                                # [dim] fp32
         self.layers = [Layer(args, {k.split(".", 2)[2]: v for k, v in weights.items()
                                     if k.startswith(f"layers.{i}.")}, quantization, kernels)
@@ -327,10 +328,11 @@ class Transformer:
         # count, so there the padding would only cost rows: a decode step runs 1 row, not 4.
         self.row_multiple = 1 if quantization == "gguf" and kernels.module is not None else ROW_MULTIPLE
         self.scale = args.head_dim ** -0.5
+        self.decoder = gguf_decoder(self)   # None: the layer loop runs in Python
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        if isinstance(self.tok_embeddings, GGUFWeight):
-            return dequantize(self.tok_embeddings, tokens)
+        if isinstance(self.tok_embeddings, EmbeddingRows):
+            return self.tok_embeddings(tokens)
         return self.tok_embeddings[tokens].float()
 
     def new_cache(self, capacity: int) -> KVCache:
@@ -369,7 +371,10 @@ class Transformer:
         cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)   # [T, 1, head_dim]
 
         x = self.embed(tokens)                                     # [T, dim] residual stream, fp32
-        for i, layer in enumerate(self.layers):
+        fused = kernel is not None and not prompt and self.decoder is not None
+        if fused:   # the loop below in one csrc call: the same kernels in the same order (gguf_decoder.py)
+            x = self.decoder(x, cos, sin, seqs)
+        for i, layer in enumerate(() if fused else self.layers):
             # attention block
             qkv = layer.wqkv.norm_linear(x, layer.attn_norm, a.norm_eps, prompt).float().view(-1, n_heads + 2 * n_kv, hd)
             if layer.q_norm is not None:

@@ -14,7 +14,10 @@
 // only the torch headers used (torch/extension.h would double the compile time)
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/utils/pybind.h>  // pybind11 and its at::Tensor type caster
 #include <cpuid.h>
 #include <immintrin.h>
@@ -490,11 +493,13 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<
   return y;
 }
 
+#include "decoder.h"
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 15;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
+  m.attr("VERSION") = 16;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
   m.def("attention", &attention, "decode / draft-verify attention (row-invariant: a fixed fp32 operation order per row and head)",
@@ -514,4 +519,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("packed"), py::arg("fmt"), py::arg("n"), py::arg("out"));
   m.def("linear", &linear, "row-invariant fp32/bf16-weight linear, optional fused RMSNorm", py::arg("x"),
         py::arg("w"), py::arg("bias") = py::none(), py::arg("norm") = py::none(), py::arg("eps") = 0.0);
+  py::class_<GgufDecoder>(m, "GgufDecoder", "a decode / verify forward's layers on GGUF linears, one call (decoder.h)")
+      .def(py::init<std::vector<at::Tensor>, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
+                    std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, double, std::string,
+                    int64_t, int64_t, int64_t, double>(),
+           py::arg("packed"), py::arg("fmts"), py::arg("ns"), py::arg("passes"), py::arg("biases"),
+           py::arg("attn_norms"), py::arg("ffn_norms"), py::arg("eps"), py::arg("variant"), py::arg("n_heads"),
+           py::arg("n_kv"), py::arg("head_dim"), py::arg("scale"))
+      .def("forward", &GgufDecoder::forward, py::call_guard<py::gil_scoped_release>(), py::arg("x"), py::arg("cos"),
+           py::arg("sin"), py::arg("ks"), py::arg("vs"), py::arg("rows"), py::arg("lengths"), py::arg("starts"),
+           py::arg("masks"), py::arg("orders"));
 }

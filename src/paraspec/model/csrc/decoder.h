@@ -1,0 +1,77 @@
+// The decoder layers of one decode / verify forward over GGUF linears and the csrc attention, in
+// one call from Python. transformer.forward's layer loop is the readable reference; this runs the
+// same kernels (gguf_linear, rope_attention) and the same ATen ops (cat, add_, silu, mul_) on
+// the same inputs in the same order, so its bits are that loop's. What it saves is the Python
+// between them: about ten calls a layer, each a few microseconds of interpreter and argument
+// parsing, which on a 30-layer 135M model added up to a sixth of a one-row step on 2 threads.
+// Included by kernels.cpp after those functions (plain x86-64 code, inside its namespace).
+
+class GgufDecoder {
+ public:
+  // Per layer, four linears in the order wqkv, wo, w_gate_up, w_down: their packed weights,
+  // formats, output sizes, activation passes and biases (an empty tensor: none); per layer the
+  // fp32 RMSNorm weights fused into wqkv and w_gate_up.
+  GgufDecoder(std::vector<at::Tensor> packed, std::vector<int64_t> fmts, std::vector<int64_t> ns,
+              std::vector<int64_t> passes, std::vector<at::Tensor> biases, std::vector<at::Tensor> attn_norms,
+              std::vector<at::Tensor> ffn_norms, double eps, std::string variant, int64_t n_heads, int64_t n_kv,
+              int64_t head_dim, double scale)
+      : packed_(std::move(packed)), fmts_(std::move(fmts)), ns_(std::move(ns)), passes_(std::move(passes)),
+        attn_norms_(std::move(attn_norms)), ffn_norms_(std::move(ffn_norms)), eps_(eps),
+        variant_(std::move(variant)), n_heads_(n_heads), n_kv_(n_kv), hd_(head_dim), scale_(scale) {
+    const size_t n = attn_norms_.size();
+    TORCH_CHECK(ffn_norms_.size() == n && packed_.size() == 4 * n && fmts_.size() == 4 * n && ns_.size() == 4 * n &&
+                    passes_.size() == 4 * n && biases.size() == 4 * n,
+                "GgufDecoder: four linears and two norms per layer");
+    for (const at::Tensor& b : biases)
+      biases_.push_back(b.numel() ? c10::optional<at::Tensor>(b) : c10::nullopt);
+  }
+
+  // x [T, dim] fp32, the residual stream (updated in place and returned); cos, sin [T, 1, hd]
+  // the rows' rotary tables. Per sequence s (its rows follow the previous sequences'): its
+  // cache's k and v [layers, n_kv, cap, hd], its new rows, committed length, start (SeqInput),
+  // tree mask (empty: causal) and key order (None). Rows after the sequences' are padding.
+  at::Tensor forward(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const std::vector<at::Tensor>& ks,
+                     const std::vector<at::Tensor>& vs, const std::vector<int64_t>& rows,
+                     const std::vector<int64_t>& lengths, const std::vector<int64_t>& starts,
+                     const std::vector<at::Tensor>& masks, const std::vector<c10::optional<at::Tensor>>& orders) {
+    const size_t S = rows.size();
+    TORCH_CHECK(ks.size() == S && vs.size() == S && lengths.size() == S && starts.size() == S && masks.size() == S &&
+                    orders.size() == S, "GgufDecoder.forward: one cache, length, start, mask and order per sequence");
+    TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x: contiguous fp32 [T, dim]");
+    int64_t used = 0;
+    for (int64_t r : rows) used += r;
+    const int64_t pad = x.size(0) - used;
+    TORCH_CHECK(pad >= 0, "GgufDecoder.forward: more sequence rows than x has");
+    for (size_t i = 0; i < attn_norms_.size(); ++i) {
+      const size_t w = 4 * i;
+      at::Tensor qkv = linear(w, x, attn_norms_[i]).view({-1, n_heads_ + 2 * n_kv_, hd_});
+      std::vector<at::Tensor> outs;
+      int64_t r0 = 0;
+      for (size_t s = 0; s < S; ++s) {
+        outs.push_back(rope_attention(qkv.narrow(0, r0, rows[s]), cos.narrow(0, r0, rows[s]),
+                                      sin.narrow(0, r0, rows[s]), ks[s].select(0, i), vs[s].select(0, i), lengths[s],
+                                      starts[s], masks[s], scale_, orders[s]));
+        r0 += rows[s];
+      }
+      if (pad) outs.push_back(at::zeros({pad, n_heads_ * hd_}, x.options()));
+      x.add_(linear(w + 1, outs.size() == 1 ? outs[0] : at::cat(outs), c10::nullopt));
+      std::vector<at::Tensor> gate_up = linear(w + 2, x, ffn_norms_[i]).chunk(2, -1);
+      x.add_(linear(w + 3, at::silu(gate_up[0]).mul_(gate_up[1]), c10::nullopt));
+    }
+    return x;
+  }
+
+ private:
+  at::Tensor linear(size_t j, const at::Tensor& x, const c10::optional<at::Tensor>& norm) const {
+    return gguf_linear(x, packed_[j], fmts_[j], ns_[j], passes_[j], biases_[j], norm, norm ? eps_ : 0.0, variant_);
+  }
+
+  std::vector<at::Tensor> packed_;
+  std::vector<int64_t> fmts_, ns_, passes_;
+  std::vector<c10::optional<at::Tensor>> biases_;
+  std::vector<at::Tensor> attn_norms_, ffn_norms_;
+  double eps_;
+  std::string variant_;
+  int64_t n_heads_, n_kv_, hd_;
+  double scale_;
+};
