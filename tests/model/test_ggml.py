@@ -111,6 +111,18 @@ def test_norm_linear_fuses_rms_norm(kernel):
     assert torch.equal(torch.cat([lin.norm_linear(x[i:i + 1], g, 1e-6) for i in range(12)]), fused)
 
 
+@pytest.mark.parametrize("kernels", [k for k in cpu_kernels.runnable() if k.module is not None], ids=str)
+def test_unknown_variant_is_refused(kernels):
+    lin = ggml.GGUFLinear(_weight("Q8_0", 32, 64)[0], kernels=kernels)
+    for op in ("gguf_linear", "w8a8_linear"):
+        with pytest.raises(RuntimeError, match=f"{op}: variant 'nope' is not one this CPU runs"):
+            if op == "gguf_linear":
+                kernels.module.gguf_linear(torch.zeros(1, 64), lin.packed, ggml.FORMATS["Q8_0"], 32, 2, variant="nope")
+            else:
+                kernels.module.w8a8_linear(torch.zeros(1, 64), torch.zeros(0, dtype=torch.int8), torch.zeros(0, dtype=torch.int32),
+                                           torch.zeros(0), None, 32, 1, variant="nope")
+
+
 def test_unknown_format_is_refused():
     with pytest.raises(ValueError, match="no GGUF kernel for Q5_1"):
         ggml.GGUFLinear(ggml.GGUFWeight("Q5_1", np.zeros((1, 24), np.uint8)))

@@ -145,6 +145,14 @@ std::vector<Variant> variants() {
 #endif
 }
 
+// The variant called `name` ("" for the best); an error naming `op` where this CPU runs none.
+const Variant& variant_named(const std::string& name, const char* op) {
+  static const std::vector<Variant> runnable = variants();  // CPUID and the OS do not change
+  for (const Variant& v : runnable)
+    if (name.empty() || name == v.name) return v;
+  TORCH_CHECK(false, op, ": variant '", name, "' is not one this CPU runs");
+}
+
 std::vector<std::string> variant_names() {
   std::vector<std::string> names;
   for (const Variant& v : variants()) names.emplace_back(v.name);
@@ -283,13 +291,7 @@ at::Tensor w8a8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
                        int64_t passes, const c10::optional<at::Tensor>& norm, double eps,
                        const std::string& variant) {
   require_cpu();
-  const W8A8Loop* loop = nullptr;
-  for (const Variant& v : variants())
-    if (variant.empty() || variant == v.name) {
-      loop = v.loop;
-      break;
-    }
-  TORCH_CHECK(loop, "w8a8_linear: variant '", variant, "' is not one this CPU runs");
+  const W8A8Loop* loop = variant_named(variant, "w8a8_linear").loop;
   TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "x must be 2-D with contiguous rows");
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "x: fp32/bf16");
   TORCH_CHECK(passes == 1 || passes == 2, "passes must be 1 or 2");
@@ -352,13 +354,7 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
                        const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& norm, double eps,
                        const std::string& variant) {
   require_cpu();
-  const GgufLoop* loop = nullptr;
-  for (const Variant& v : variants())
-    if (variant.empty() || variant == v.name) {
-      loop = v.gguf;
-      break;
-    }
-  TORCH_CHECK(loop, "gguf_linear: variant '", variant, "' is not one this CPU runs");
+  const GgufLoop* loop = variant_named(variant, "gguf_linear").gguf;
   TORCH_CHECK(fmt >= 0 && fmt < kGgufFormats, "gguf_linear: fmt must be 0-5 (Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q6_K)");
   TORCH_CHECK(passes == 1 || passes == 2, "gguf_linear: passes must be 1 or 2");
   const int P = static_cast<int>(passes);
