@@ -4,6 +4,7 @@ sizing drafts on a staircase cost curve."""
 from paraspec.decoding.cost import CostModel
 from paraspec.decoding.draft_policy import DraftPolicy
 from paraspec.decoding.hybrid import SUFFIX, HybridDrafter
+from paraspec.decoding.output_memory import OutputMemory
 from paraspec.decoding.suffix import SuffixSource, match_prior
 from paraspec.decoding.suffix_match import continuations, suffix_matches
 from paraspec.decoding.tree import DraftTree
@@ -125,7 +126,7 @@ def test_drafts_end_at_the_top_of_a_stair_of_the_cost_curve():
 
 
 def test_finished_outputs_are_matched_on_their_longest_suffix_in_later_requests():
-    src = SuffixSource(eos_token_ids=[2], max_memory=64)
+    src = SuffixSource(eos_token_ids=[2], output_memory=OutputMemory(max_tokens=64))
     first = [10, 11, 12, 13, 14, 15, 16, 17]
     src.begin("a", [1, 1])
     src.candidates("a", [1, 1] + first + [2, 99, 98], 4)   # the output, its stop token and after
@@ -150,7 +151,7 @@ def test_finished_outputs_are_matched_on_their_longest_suffix_in_later_requests(
         src.begin(i, [])
         src.candidates(i, [40 + i, 41 + i, 42 + i], 4)
         src.end(i)
-    assert len(src._memory.tokens) <= 64
+    assert len(src.output_memory) <= 64
     src.begin("c", [])
     src.candidates("c", [69, 70], 4)
     assert best_path(src.memory("c", 4)) == [71]          # a recent output, within its separator

@@ -11,7 +11,8 @@ of the best OCCURRENCES of them as one tree (a text that runs into the end of th
 periodically: a loop keeps looping).
 
 The same matching runs over a memory of finished requests' outputs (memory(): SuffixDecoding's
-global tree, here a token list indexed by bigram, MAX_MEMORY tokens): an answer that repeats an
+global tree, here a token list indexed by bigram: output_memory.py, owned by the engine and saved
+with the trie like it): an answer that repeats an
 earlier one is copied from the place the longest suffix matches, where the trie's 2-token match
 splits its counts among every output that shares those 2 tokens. It is a source of its own for
 the policy (its acceptance differs from the context's).
@@ -30,6 +31,7 @@ from bisect import bisect_right
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from .output_memory import OutputMemory, TokenIndex
 from .suffix_match import continuations, suffix_matches
 from .tree import ROOT, DraftTree
 
@@ -37,10 +39,7 @@ MIN_MATCH = 2           # a best match shorter than this is left to the trie (it
                         # matches are accepted rarely: not worth the Python time)
 MAX_MATCH = 32          # suffix tokens compared: a longer match says little more
 OCCURRENCES = 4         # earlier occurrences whose continuations are offered
-RECENT = 48             # candidate occurrences looked at, the most recent first
 DEPTH_PER_MATCH = 3     # draft depth allowed per token of match, plus one
-MAX_MEMORY = 1 << 17    # tokens of past outputs kept (the older half goes when it is full)
-SEPARATOR = -1          # between two outputs in the memory: no match or copy crosses it
 CANDIDATES = 2          # nodes offered per node the budget allows (the policy picks among them)
 # match length 1, 2, 3-4, 5-8, 9+ -> a conditional estimate in a band of its own (Q_EDGES)
 MATCH_EDGES = (2, 3, 5, 9)
@@ -52,43 +51,20 @@ def match_prior(m: int) -> float:
     return MATCH_PRIOR[bisect_right(MATCH_EDGES, m)]
 
 
-@dataclass
-class _Context:
-    """A token sequence indexed by its bigrams (positions in order)."""
-    tokens: list[int] = field(default_factory=list)
-    pairs: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # bigram -> end positions
-
-    def extend(self, tokens: Iterable[int]) -> None:
-        toks, pairs = self.tokens, self.pairs
-        for t in tokens:
-            t = int(t)
-            i = len(toks)
-            toks.append(t)
-            if i:
-                pairs.setdefault((toks[i - 1], t), []).append(i)
-
-    def positions(self, query: Sequence[int], before: int) -> list[int]:
-        """Positions j < before that end the query's last bigram, most recent first (a match
-        shorter than 2 tokens is left to the trie)."""
-        found = [j for j in self.pairs.get((query[-2], query[-1]), ())[-RECENT - 1:] if j < before]
-        return found[::-1][:RECENT]
-
-
 class SuffixSource:
-    """Per request, an index of its context; and a memory of finished requests' outputs (a
-    drafter's requests share it, as the trie's output counts). candidates() offers the
+    """Per request, an index of its context; and a memory of finished requests' outputs (the
+    engine's, shared by its drafters as the trie is; a new one if None). candidates() offers the
     continuations of the context's longest suffix matches in its own context, memory() those in
     the past outputs: two trees for the draft policy, each node with its estimate."""
 
-    def __init__(self, eos_token_ids: Iterable[int] = (), max_memory: int = MAX_MEMORY) -> None:
+    def __init__(self, eos_token_ids: Iterable[int] = (), output_memory: OutputMemory | None = None) -> None:
         self.eos = frozenset(int(t) for t in eos_token_ids)
-        self.max_memory = max_memory
-        self._ctx: dict[Hashable, _Context] = {}
+        self.output_memory = output_memory if output_memory is not None else OutputMemory()
+        self._ctx: dict[Hashable, TokenIndex] = {}
         self._prompt_len: dict[Hashable, int] = {}
-        self._memory = _Context()
 
     def begin(self, key: Hashable, prompt: Sequence[int]) -> None:
-        ctx = self._ctx[key] = _Context()
+        ctx = self._ctx[key] = TokenIndex()
         ctx.extend(prompt)
         self._prompt_len[key] = len(prompt)
 
@@ -104,12 +80,7 @@ class SuffixSource:
             return
         out = ctx.tokens[start:]
         stop = next((i for i, t in enumerate(out) if t in self.eos), len(out))
-        if stop >= 2:
-            if len(self._memory.tokens) + stop + 1 > self.max_memory:    # keep the newer half
-                kept = self._memory.tokens[len(self._memory.tokens) // 2:]
-                self._memory = _Context()
-                self._memory.extend(kept)
-            self._memory.extend(out[:stop] + [SEPARATOR])
+        self.output_memory.add(out[:stop])
 
     def candidates(self, key: Hashable, context: Sequence[int], budget: int) -> DraftTree:
         """At most CANDIDATES * budget nodes below the root context[-1], none deeper than
@@ -127,7 +98,7 @@ class SuffixSource:
     def memory(self, key: Hashable, budget: int) -> DraftTree:
         """As candidates(), from the memory of past outputs (call candidates() first: it reads
         the step's context)."""
-        toks, mem = self._ctx[key].tokens, self._memory
+        toks, mem = self._ctx[key].tokens, self.output_memory.index
         if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos or not mem.tokens:
             return DraftTree()
         n = len(mem.tokens)
