@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
 
 from .output_memory import OutputMemory, TokenIndex
 from .suffix_match import continuations, suffix_matches
