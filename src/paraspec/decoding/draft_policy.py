@@ -82,6 +82,12 @@ class _Pending:
     trees: list[DraftTree | None]    # per source, with the sources' own estimates
     conds: list[list[float]]         # per source, each node's conditional estimate
     depth: int                       # deepest node: the truth needed to score them all
+    children: list | None = None     # per source, its tree's children() (walked every observe)
+
+    def walks(self) -> list:
+        if self.children is None:
+            self.children = [t.children() if t else None for t in self.trees]
+        return self.children
 
 
 @dataclass
@@ -240,8 +246,10 @@ class DraftPolicy:
         if not tokens:
             return DraftTree(), [], conds, 0
         # best first, a parent before its children (p never grows down a path; on a tie the
-        # shallower node goes first)
-        order = sorted(range(len(tokens)), key=lambda i: (-probs[i], depths[i], i))
+        # shallower node goes first): two stable sorts with C-level keys, i.e. by (-p, depth, i)
+        order = sorted(range(len(tokens)), key=depths.__getitem__)
+        neg = [-p for p in probs]
+        order.sort(key=neg.__getitem__)
         new = [0] * len(order)
         for k, old in enumerate(order):
             new[old] = k
@@ -305,10 +313,11 @@ class DraftPolicy:
         shared.hits *= SHARED_DECAY
         shared.nodes *= SHARED_DECAY
         for pend, truth in done:
+            walks = pend.walks()
             for s, tree in enumerate(pend.trees):
                 if not tree:
                     continue
-                children = tree.children()
+                children = walks[s]
                 cond = pend.conds[s]
                 rows = descend(children, 0, truth)
                 alive = len(rows) == len(truth)
@@ -332,4 +341,4 @@ class DraftPolicy:
     @staticmethod
     def _fell_off(pend: _Pending, truth: Sequence[int]) -> bool:
         """Every tree's walk along the truth so far has stopped: all its nodes are decided."""
-        return all(not t or len(descend(t.children(), 0, truth)) < len(truth) for t in pend.trees)
+        return all(c is None or len(descend(c, 0, truth)) < len(truth) for c in pend.walks())

@@ -120,7 +120,8 @@ class SuffixSource:
             probs.append(q if par == ROOT else probs[par] * q)
         tree.probs = probs
         eos = self.eos
-        order = sorted(range(len(tree)), key=lambda i: -probs[i])[:CANDIDATES * budget]
+        neg = [-q for q in probs]
+        order = sorted(range(len(tree)), key=neg.__getitem__)[:CANDIDATES * budget]
         keep = {i for i in order if tree.tokens[i] not in eos}
         return tree.pruned(keep.__contains__)
 
