@@ -103,7 +103,7 @@ class _Request:
     step_cost: float = 1.0
     tail: list[int] = field(default_factory=list)     # committed tokens from tail_start on
     tail_start: int = -1
-    factors: list | None = None      # [state][source][depth band][q band], from the tables
+    factors: list | None = None      # [state] -> None or [source][depth band][q band], from the tables
 
 
 class DraftPolicy:
@@ -188,19 +188,23 @@ class DraftPolicy:
         """The chance of a node of `source` at `depth` whose source estimated its continuation at
         `own`, given its parent is accepted, for this request now."""
         st = self._requests[key]
-        f = self._factors(st)[st.state][source][_band(DEPTH_EDGES, depth)][_band(Q_EDGES, own)]
+        f = self._factors(st)[source][_band(DEPTH_EDGES, depth)][_band(Q_EDGES, own)]
         return min(1.0, own * f)
 
     def _factors(self, st: _Request) -> list:
-        """Calibration factors, recomputed after the tables change (see the module docstring)."""
+        """Calibration factors [source][depth band][q band] of the request's streak state now,
+        recomputed after the tables change (see the module docstring). Only the state a step
+        is in: the numpy work is per operation, not per element, and it runs every step."""
+        s = st.state
         if st.factors is None:
-            k, sh, se = PRIOR_TRIALS, self.stats.hits, self.stats.nodes
-            shared_d = (sh.sum(-1) + k) / (se.sum(-1) + k)                        # [state, src, depth]
+            st.factors = [None] * (len(STREAK_EDGES) + 1)
+        if st.factors[s] is None:
+            k, sh, se, h, n = PRIOR_TRIALS, self.stats.hits[s], self.stats.nodes[s], st.hits[s], st.nodes[s]
+            shared_d = (sh.sum(-1) + k) / (se.sum(-1) + k)                        # [src, depth]
             shared = (sh + k * shared_d[..., None]) / (se + k)                    # ... x q band
-            own_d = (st.hits.sum(-1) + k * shared_d) / (st.nodes.sum(-1) + k)
-            st.factors = ((st.hits + k * own_d[..., None] * shared / shared_d[..., None]) /
-                          (st.nodes + k)).tolist()
-        return st.factors
+            own_d = (h.sum(-1) + k * shared_d) / (n.sum(-1) + k)
+            st.factors[s] = ((h + k * own_d[..., None] * shared / shared_d[..., None]) / (n + k)).tolist()
+        return st.factors[s]
 
     # ------------------------------------------------------------------------ internals
     def _merge(self, st: _Request, candidates: Sequence[DraftTree | None]
@@ -219,7 +223,7 @@ class DraftPolicy:
             if not tree:
                 conds.append([])
                 continue
-            factor = self._factors(st)[st.state][s]
+            factor = self._factors(st)[s]
             own = tree.probs or [1.0] * len(tree)
             cond = conditional(tree, own)
             conds.append(cond)
