@@ -228,25 +228,28 @@ class DraftPolicy:
             cond = conditional(tree, own)
             conds.append(cond)
             here: list[int] = []                    # source node -> merged node
-            for i, (tok, par) in enumerate(zip(tree.tokens, tree.parents)):
-                mp = ROOT if par == ROOT else here[par]
-                d = 1 if mp == ROOT else depths[mp] + 1
-                c = cond[i]
+            bit, get, add_here = 1 << s, index.get, here.append
+            for tok, par, c in zip(tree.tokens, tree.parents, cond):
+                if par == ROOT:
+                    mp, d, above = ROOT, 1, 1.0
+                else:
+                    mp = here[par]
+                    d, above = depths[mp] + 1, probs[mp]
                 q = c * factor[depth_band[d] if d < 257 else -1][bisect_right(q_edges, c)]
-                p = (1.0 if mp == ROOT else probs[mp]) * (q if q < 1.0 else 1.0)
-                at = index.get((mp, tok))
+                p = above * (q if q < 1.0 else 1.0)
+                at = get((mp, tok))
                 if at is None:
                     at = index[(mp, tok)] = len(tokens)
                     tokens.append(tok)
                     parents.append(mp)
-                    probs.append(float(p))
-                    owners.append(1 << s)
+                    probs.append(p)
+                    owners.append(bit)
                     depths.append(d)
                 else:
-                    owners[at] |= 1 << s
+                    owners[at] |= bit
                     if p > probs[at]:
-                        probs[at] = float(p)
-                here.append(at)
+                        probs[at] = p
+                add_here(at)
         if not tokens:
             return DraftTree(), [], conds, 0
         # best first, a parent before its children (p never grows down a path; on a tie the

@@ -37,6 +37,7 @@ from .tree import ROOT, DraftTree
 MIN_MATCH = 2           # a best match shorter than this is left to the trie (its 1-token
                         # matches are accepted rarely: not worth the Python time)
 MAX_MATCH = 32          # suffix tokens compared: a longer match says little more
+SETTLED_MATCH = 16      # the context's own match at least this long: the past outputs are not looked up
 OCCURRENCES = 4         # earlier occurrences whose continuations are offered
 DEPTH_PER_MATCH = 3     # draft depth allowed per token of match, plus one
 CANDIDATES = 2          # nodes offered per node the budget allows (the policy picks among them)
@@ -61,6 +62,7 @@ class SuffixSource:
         self.output_memory = output_memory if output_memory is not None else OutputMemory()
         self._ctx: dict[Hashable, TokenIndex] = {}
         self._prompt_len: dict[Hashable, int] = {}
+        self._settled: dict[Hashable, bool] = {}     # the step's own match is long: memory() skips
 
     def begin(self, key: Hashable, prompt: Sequence[int]) -> None:
         ctx = self._ctx[key] = TokenIndex()
@@ -75,6 +77,7 @@ class SuffixSource:
         """The request's output joins the memory (up to its first stop token)."""
         ctx = self._ctx.pop(key, None)
         start = self._prompt_len.pop(key, 0)
+        self._settled.pop(key, None)
         if ctx is None or len(ctx.tokens) <= start:
             return
         out = ctx.tokens[start:]
@@ -92,13 +95,17 @@ class SuffixSource:
         if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos:
             return DraftTree()
         n = len(toks)
-        return self._tree(toks, n, suffix_matches(toks, n, ctx.positions(toks, n - 1), MAX_MATCH), budget, True)
+        scored = suffix_matches(toks, n, ctx.positions(toks, n - 1), MAX_MATCH)
+        # a context that matches itself this long is copying: the past outputs cannot match it
+        # longer, and its own continuation (periodic) already runs as deep as the budget
+        self._settled[key] = bool(scored) and scored[0][0] >= SETTLED_MATCH
+        return self._tree(toks, n, scored, budget, True)
 
     def memory(self, key: Hashable, budget: int) -> DraftTree:
         """As candidates(), from the memory of past outputs (call candidates() first: it reads
         the step's context)."""
         toks, mem = self._ctx[key].tokens, self.output_memory.index
-        if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos or not mem.tokens:
+        if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos or not mem.tokens or self._settled.get(key):
             return DraftTree()
         n = len(mem.tokens)
         scored = suffix_matches(mem.tokens, n, mem.positions(toks, n), MAX_MATCH, toks)
