@@ -319,6 +319,12 @@ class DraftPolicy:
         st.nodes *= DECAY
         shared.hits *= SHARED_DECAY
         shared.nodes *= SHARED_DECAY
+        # the trials, as flat table indices, added at once (np.add.at adds in order, as a loop
+        # of single-element additions would, without their per-element cost)
+        _, n_src, n_depth, n_q = st.hits.shape
+        cells: list[int] = []
+        hits: list[float] = []
+        expect: list[float] = []
         for pend, truth in done:
             walks = pend.walks()
             for s, tree in enumerate(pend.trees):
@@ -328,21 +334,22 @@ class DraftPolicy:
                 cond = pend.conds[s]
                 rows = descend(children, 0, truth)
                 alive = len(rows) == len(truth)
+                base = (pend.state * n_src + s) * n_depth
                 # every row a token was tried from (the failing try included) is a trial of its
                 # children: expected to go on with the sum of their conditional estimates
                 for depth, (r, nxt) in enumerate(zip([0] + rows, rows + [None]), start=1):
                     if nxt is None and alive:
                         break
-                    d = _DEPTH_BAND[depth] if depth < 257 else -1
+                    row = (base + (_DEPTH_BAND[depth] if depth < 257 else n_depth - 1)) * n_q
                     for c in children[r].values():
-                        b = (pend.state, s, d, bisect_right(Q_EDGES, cond[c]))
-                        hit = 1.0 if c + 1 == nxt else 0.0
-                        st.hits[b] += hit
-                        st.nodes[b] += cond[c]
-                        shared.hits[b] += hit
-                        shared.nodes[b] += cond[c]
+                        cells.append(row + bisect_right(Q_EDGES, cond[c]))
+                        hits.append(1.0 if c + 1 == nxt else 0.0)
+                        expect.append(cond[c])
                     if nxt is None:
                         break
+        if cells:
+            for table, values in ((st.hits, hits), (st.nodes, expect), (shared.hits, hits), (shared.nodes, expect)):
+                np.add.at(table.reshape(-1), cells, values)
         st.factors = None
 
     @staticmethod
