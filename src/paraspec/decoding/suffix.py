@@ -12,10 +12,12 @@ periodically: a loop keeps looping).
 
 The same matching runs over a memory of finished requests' outputs (memory(): SuffixDecoding's
 global tree, here a token list indexed by bigram: output_memory.py, owned by the engine and saved
-with the trie like it): an answer that repeats an
-earlier one is copied from the place the longest suffix matches, where the trie's 2-token match
-splits its counts among every output that shares those 2 tokens. It is a source of its own for
-the policy (its acceptance differs from the context's).
+with the trie like it): an answer that repeats an earlier one is copied from the place the
+longest suffix matches, where the trie's 2-token match splits its counts among every output that
+shares those 2 tokens. It is a source of its own for the policy (its acceptance differs from the
+context's). While the context matches itself over SETTLED_MATCH+ tokens (it is copying, and its
+copy runs as deep as the budget) the memory is not searched: replayed, that costs no accepted
+token and saves its Python time.
 
 Estimates: a node's conditional estimate is MATCH_PRIOR of the longest match through it, times
 its share of its parent's occurrences (weighted 2^m: the longer match knows more). The priors
