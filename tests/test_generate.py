@@ -7,6 +7,7 @@ import json
 import pytest
 
 from paraspec import generate
+from paraspec.decoding.memory_file import read_memory_file
 from paraspec.errors import ParaspecError
 
 
@@ -30,9 +31,10 @@ def test_the_prompt_comes_from_the_argument_or_a_file_not_both(tmp_path, tiny_mo
     assert json.loads(capsys.readouterr().out)["token_ids"] == from_file["token_ids"]
 
 
-def test_trie_file_is_saved_after_and_loaded_before(tmp_path, tiny_model_dir, capsys):
+@pytest.mark.parametrize("plugin", ["memory_decoding", "hybrid"])
+def test_trie_file_is_saved_after_and_loaded_before(tmp_path, tiny_model_dir, capsys, plugin):
     trie = tmp_path / "memory.trie"
-    argv = ("--model", str(tiny_model_dir("llama")), "--dtype", "float32", "--plugin", "memory_decoding",
+    argv = ("--model", str(tiny_model_dir("llama")), "--dtype", "float32", "--plugin", plugin,
             "--trie-file", str(trie), "--max-new-tokens", "8", "--json", "abc abc abc")
     assert generate.generate_main(gen_args(*argv)) == 0 and trie.stat().st_size > 0
     first = json.loads(capsys.readouterr().out)
@@ -41,6 +43,9 @@ def test_trie_file_is_saved_after_and_loaded_before(tmp_path, tiny_model_dir, ca
     assert second["token_ids"] == first["token_ids"]                   # lossless, memory or not
     # the answer was in memory: fewer forward passes the second time
     assert second["stats"]["decode_steps"] < first["stats"]["decode_steps"]
+    # one memory file: the trie, and for the hybrid its past outputs (the answer and a separator)
+    outputs = read_memory_file(trie).outputs
+    assert len(outputs) == (len(first["token_ids"]) + 1) * 2 if plugin == "hybrid" else not len(outputs)
 
 
 def test_without_memory_no_trie_file_is_written(tmp_path, tiny_model_dir, capsys):

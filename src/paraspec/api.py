@@ -9,6 +9,7 @@ import torch
 
 from .aspd.markup import MarkupIds
 from .config import DEFAULT_PREFILL_CHUNK, EngineConfig, parse_plugin_params
+from .decoding.memory_file import merge_memory_file, save_memory_file
 from .decoding.stats import sequence_stats
 from .engine import Engine
 from .outputs import TokenLogprob
@@ -120,12 +121,16 @@ class LLM:
     # ------------------------------------------------------------------------------ memory
 
     def save_memory(self, path: str) -> None:
-        """Save memory_decoding's trie (the outputs it remembers) so it survives a restart."""
-        self.engine.drafters.trie().save(path)
+        """Save the engine's drafting memory so it survives a restart: the trie's output counts
+        (memory_decoding, hybrid) and the hybrid's past outputs, in one file (memory_file.py)."""
+        d = self.engine.drafters
+        save_memory_file(path, d.trie(), d.output_memory() if d.has_output_memory else None)
 
     def load_memory(self, path: str) -> None:
-        """Merge a trie saved by save_memory into this engine's memory."""
-        self.engine.drafters.trie().merge_file(path)
+        """Merge a memory saved by save_memory (or an older trie-only file) into this engine's
+        memory; a file that cannot be used raises MemoryFileError and changes nothing."""
+        d = self.engine.drafters
+        merge_memory_file(path, d.trie(), d.output_memory())
 
     # --------------------------------------------------------------------------------------
 

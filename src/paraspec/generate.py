@@ -30,7 +30,8 @@ def add_parser(sub) -> None:
     g.add_argument("--ignore-eos", action="store_true")
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     g.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, finish_reason, stats")
-    g.add_argument("--trie-file", default=None, help="memory_decoding: load the trie from / save it to this file")
+    g.add_argument("--trie-file", default=None, help="memory_decoding, hybrid: load the drafting memory (trie, past outputs) from / "
+                   "save it to this file")
     g.set_defaults(func=generate_main)
 
 

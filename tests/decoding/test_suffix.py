@@ -4,6 +4,7 @@ sizing drafts on a staircase cost curve."""
 from paraspec.decoding.cost import CostModel
 from paraspec.decoding.draft_policy import DraftPolicy
 from paraspec.decoding.hybrid import SUFFIX, HybridDrafter
+from paraspec.decoding.output_memory import OutputMemory
 from paraspec.decoding.suffix import SuffixSource, match_prior
 from paraspec.decoding.suffix_match import continuations, suffix_matches
 from paraspec.decoding.tree import DraftTree
@@ -125,7 +126,7 @@ def test_drafts_end_at_the_top_of_a_stair_of_the_cost_curve():
 
 
 def test_finished_outputs_are_matched_on_their_longest_suffix_in_later_requests():
-    src = SuffixSource(eos_token_ids=[2], max_memory=64)
+    src = SuffixSource(eos_token_ids=[2], output_memory=OutputMemory(max_tokens=64))
     first = [10, 11, 12, 13, 14, 15, 16, 17]
     src.begin("a", [1, 1])
     src.candidates("a", [1, 1] + first + [2, 99, 98], 4)   # the output, its stop token and after
@@ -150,7 +151,43 @@ def test_finished_outputs_are_matched_on_their_longest_suffix_in_later_requests(
         src.begin(i, [])
         src.candidates(i, [40 + i, 41 + i, 42 + i], 4)
         src.end(i)
-    assert len(src._memory.tokens) <= 64
+    assert len(src.output_memory) <= 64
     src.begin("c", [])
     src.candidates("c", [69, 70], 4)
     assert best_path(src.memory("c", 4)) == [71]          # a recent output, within its separator
+
+
+def test_chunked_suffix_comparison_equals_the_token_by_token_one():
+    import random
+    from paraspec.decoding.suffix_match import _common_suffix
+
+    rnd = random.Random(0)
+    for _ in range(3000):
+        a = [rnd.randrange(rnd.choice([2, 3, 50])) for _ in range(rnd.randint(1, 70))]
+        b = a[:] if rnd.random() < 0.5 else [rnd.randrange(3) for _ in range(rnd.randint(1, 70))]
+        i, k = rnd.randrange(len(a)), rnd.randrange(len(b))
+        if a[i] != b[k]:
+            continue
+        cap = min(rnd.randint(1, 40), i + 1, k + 1)
+        m = 1
+        while m < cap and a[i - m] == b[k - m]:
+            m += 1
+        assert _common_suffix(a, i, b, k, cap) == m
+
+
+def test_past_outputs_are_not_looked_up_while_the_context_copies_itself_at_length():
+    from paraspec.decoding.suffix import SETTLED_MATCH
+
+    src = SuffixSource(eos_token_ids=[2])
+    past = list(range(100, 140))
+    src.begin("a", [])
+    src.candidates("a", past, 4)
+    src.end("a")
+    src.begin("b", [5])
+    short = [5] + past[:8]                                  # own context: no match; the past has one
+    src.candidates("b", short, 6)
+    assert best_path(src.memory("b", 6))[:2] == past[8:10]
+    text = past[:SETTLED_MATCH + 2]                         # own context repeats itself at length
+    long = [5] + text + text
+    assert src.candidates("b", long, 6)
+    assert not src.memory("b", 6)                           # ... so the past is not searched

@@ -79,6 +79,7 @@ class AspdDecoder(ModePlugin):
     def drafter(self, drafter) -> None:
         self._drafter = None if drafter is None else SerialDrafts(drafter)
         self.trie = getattr(drafter, "trie", None)    # lookahead keeps none
+        self.output_memory = getattr(drafter, "output_memory", None)     # a hybrid's (saved with the trie)
         # the branches' drafts: from the same trie, greedy only (branch_drafts.py)
         self.branch_drafter = BranchDrafter(self.trie) if self.trie is not None and self.params.branch_drafts else None
 

@@ -19,6 +19,7 @@ import json
 import re
 import time
 
+from ..decoding.memory_file import merge_memory_file
 from .base import GREEDY, SAMPLED_TEMPERATURE, SAMPLED_TOP_P, BenchTask, Measurement, RunParams, SystemInfo
 from .peak_rss import PeakRSS
 
@@ -48,7 +49,7 @@ class ParaspecSystem:
         from ..config import parse_plugin_params
 
         self.llm = llm
-        self.memory_file = memory_file   # a trie saved by LLM.save_memory: pre-fills every set's memory
+        self.memory_file = memory_file   # saved by LLM.save_memory: pre-fills every set's memory
         self.plugin = parse_plugin_params(plugin_params, llm.config.speculation_gamma)  # validates; may raise
         desc = "paraspec, plain autoregressive" if plugin_params is None else f"paraspec, `{json.dumps(plugin_params)}`"
         self.info = SystemInfo(name, "paraspec", desc, plugin_params)
@@ -62,7 +63,7 @@ class ParaspecSystem:
         # every memory system gets a trie of its own: one system's answers must not feed another's
         drafter = self.llm.engine.drafters.private(self.plugin)
         if self.memory_file and drafter.trie is not None:
-            drafter.trie.merge_file(self.memory_file)
+            merge_memory_file(self.memory_file, drafter.trie, getattr(drafter, "output_memory", None))
         return drafter
 
     def prepare(self) -> None:

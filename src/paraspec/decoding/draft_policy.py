@@ -82,6 +82,12 @@ class _Pending:
     trees: list[DraftTree | None]    # per source, with the sources' own estimates
     conds: list[list[float]]         # per source, each node's conditional estimate
     depth: int                       # deepest node: the truth needed to score them all
+    children: list | None = None     # per source, its tree's children() (walked every observe)
+
+    def walks(self) -> list:
+        if self.children is None:
+            self.children = [t.children() if t else None for t in self.trees]
+        return self.children
 
 
 @dataclass
@@ -97,7 +103,7 @@ class _Request:
     step_cost: float = 1.0
     tail: list[int] = field(default_factory=list)     # committed tokens from tail_start on
     tail_start: int = -1
-    factors: list | None = None      # [state][source][depth band][q band], from the tables
+    factors: list | None = None      # [state] -> None or [source][depth band][q band], from the tables
 
 
 class DraftPolicy:
@@ -182,19 +188,23 @@ class DraftPolicy:
         """The chance of a node of `source` at `depth` whose source estimated its continuation at
         `own`, given its parent is accepted, for this request now."""
         st = self._requests[key]
-        f = self._factors(st)[st.state][source][_band(DEPTH_EDGES, depth)][_band(Q_EDGES, own)]
+        f = self._factors(st)[source][_band(DEPTH_EDGES, depth)][_band(Q_EDGES, own)]
         return min(1.0, own * f)
 
     def _factors(self, st: _Request) -> list:
-        """Calibration factors, recomputed after the tables change (see the module docstring)."""
+        """Calibration factors [source][depth band][q band] of the request's streak state now,
+        recomputed after the tables change (see the module docstring). Only the state a step
+        is in: the numpy work is per operation, not per element, and it runs every step."""
+        s = st.state
         if st.factors is None:
-            k, sh, se = PRIOR_TRIALS, self.stats.hits, self.stats.nodes
-            shared_d = (sh.sum(-1) + k) / (se.sum(-1) + k)                        # [state, src, depth]
+            st.factors = [None] * (len(STREAK_EDGES) + 1)
+        if st.factors[s] is None:
+            k, sh, se, h, n = PRIOR_TRIALS, self.stats.hits[s], self.stats.nodes[s], st.hits[s], st.nodes[s]
+            shared_d = (sh.sum(-1) + k) / (se.sum(-1) + k)                        # [src, depth]
             shared = (sh + k * shared_d[..., None]) / (se + k)                    # ... x q band
-            own_d = (st.hits.sum(-1) + k * shared_d) / (st.nodes.sum(-1) + k)
-            st.factors = ((st.hits + k * own_d[..., None] * shared / shared_d[..., None]) /
-                          (st.nodes + k)).tolist()
-        return st.factors
+            own_d = (h.sum(-1) + k * shared_d) / (n.sum(-1) + k)
+            st.factors[s] = ((h + k * own_d[..., None] * shared / shared_d[..., None]) / (n + k)).tolist()
+        return st.factors[s]
 
     # ------------------------------------------------------------------------ internals
     def _merge(self, st: _Request, candidates: Sequence[DraftTree | None]
@@ -213,35 +223,40 @@ class DraftPolicy:
             if not tree:
                 conds.append([])
                 continue
-            factor = self._factors(st)[st.state][s]
+            factor = self._factors(st)[s]
             own = tree.probs or [1.0] * len(tree)
             cond = conditional(tree, own)
             conds.append(cond)
             here: list[int] = []                    # source node -> merged node
-            for i, (tok, par) in enumerate(zip(tree.tokens, tree.parents)):
-                mp = ROOT if par == ROOT else here[par]
-                d = 1 if mp == ROOT else depths[mp] + 1
-                c = cond[i]
+            bit, get, add_here = 1 << s, index.get, here.append
+            for tok, par, c in zip(tree.tokens, tree.parents, cond):
+                if par == ROOT:
+                    mp, d, above = ROOT, 1, 1.0
+                else:
+                    mp = here[par]
+                    d, above = depths[mp] + 1, probs[mp]
                 q = c * factor[depth_band[d] if d < 257 else -1][bisect_right(q_edges, c)]
-                p = (1.0 if mp == ROOT else probs[mp]) * (q if q < 1.0 else 1.0)
-                at = index.get((mp, tok))
+                p = above * (q if q < 1.0 else 1.0)
+                at = get((mp, tok))
                 if at is None:
                     at = index[(mp, tok)] = len(tokens)
                     tokens.append(tok)
                     parents.append(mp)
-                    probs.append(float(p))
-                    owners.append(1 << s)
+                    probs.append(p)
+                    owners.append(bit)
                     depths.append(d)
                 else:
-                    owners[at] |= 1 << s
+                    owners[at] |= bit
                     if p > probs[at]:
-                        probs[at] = float(p)
-                here.append(at)
+                        probs[at] = p
+                add_here(at)
         if not tokens:
             return DraftTree(), [], conds, 0
         # best first, a parent before its children (p never grows down a path; on a tie the
-        # shallower node goes first)
-        order = sorted(range(len(tokens)), key=lambda i: (-probs[i], depths[i], i))
+        # shallower node goes first): two stable sorts with C-level keys, i.e. by (-p, depth, i)
+        order = sorted(range(len(tokens)), key=depths.__getitem__)
+        neg = [-p for p in probs]
+        order.sort(key=neg.__getitem__)
         new = [0] * len(order)
         for k, old in enumerate(order):
             new[old] = k
@@ -304,32 +319,40 @@ class DraftPolicy:
         st.nodes *= DECAY
         shared.hits *= SHARED_DECAY
         shared.nodes *= SHARED_DECAY
+        # the trials, as flat table indices, added at once (np.add.at adds in order, as a loop
+        # of single-element additions would, without their per-element cost)
+        _, n_src, n_depth, n_q = st.hits.shape
+        cells: list[int] = []
+        hits: list[float] = []
+        expect: list[float] = []
         for pend, truth in done:
+            walks = pend.walks()
             for s, tree in enumerate(pend.trees):
                 if not tree:
                     continue
-                children = tree.children()
+                children = walks[s]
                 cond = pend.conds[s]
                 rows = descend(children, 0, truth)
                 alive = len(rows) == len(truth)
+                base = (pend.state * n_src + s) * n_depth
                 # every row a token was tried from (the failing try included) is a trial of its
                 # children: expected to go on with the sum of their conditional estimates
                 for depth, (r, nxt) in enumerate(zip([0] + rows, rows + [None]), start=1):
                     if nxt is None and alive:
                         break
-                    d = _DEPTH_BAND[depth] if depth < 257 else -1
+                    row = (base + (_DEPTH_BAND[depth] if depth < 257 else n_depth - 1)) * n_q
                     for c in children[r].values():
-                        b = (pend.state, s, d, bisect_right(Q_EDGES, cond[c]))
-                        hit = 1.0 if c + 1 == nxt else 0.0
-                        st.hits[b] += hit
-                        st.nodes[b] += cond[c]
-                        shared.hits[b] += hit
-                        shared.nodes[b] += cond[c]
+                        cells.append(row + bisect_right(Q_EDGES, cond[c]))
+                        hits.append(1.0 if c + 1 == nxt else 0.0)
+                        expect.append(cond[c])
                     if nxt is None:
                         break
+        if cells:
+            for table, values in ((st.hits, hits), (st.nodes, expect), (shared.hits, hits), (shared.nodes, expect)):
+                np.add.at(table.reshape(-1), cells, values)
         st.factors = None
 
     @staticmethod
     def _fell_off(pend: _Pending, truth: Sequence[int]) -> bool:
         """Every tree's walk along the truth so far has stopped: all its nodes are decided."""
-        return all(not t or len(descend(t.children(), 0, truth)) < len(truth) for t in pend.trees)
+        return all(c is None or len(descend(c, 0, truth)) < len(truth) for c in pend.walks())

@@ -37,6 +37,7 @@ from .draft_policy import DraftPolicy, PolicyStats
 from .lookahead import LookaheadParams
 from .lookahead_source import PoolSource
 from .memory import COPYING, MemoryDecodingParams, TrieSource
+from .output_memory import OutputMemory
 from .proposer import DEFAULT_CONTEXT, Proposal, StepContext
 from .suffix import SuffixSource
 from .tree import DraftTree
@@ -111,12 +112,13 @@ class HybridDrafter:
 
     def __init__(self, params: HybridParams | None = None, trie: TokenTrie | None = None,
                  eos_token_ids: Iterable[int] = (), arms: ArmStats | None = None,
-                 stats: PolicyStats | None = None):
+                 stats: PolicyStats | None = None, output_memory: OutputMemory | None = None):
         self.params = (params or HybridParams()).validate()
         self.memory = TrieSource(self.params.memory, tuple(eos_token_ids), trie)
         self.pool = PoolSource(self.params.lookahead, eos_token_ids)
-        self.suffix = SuffixSource(eos_token_ids)
-        self.trie = self.memory.trie
+        self.suffix = SuffixSource(eos_token_ids, output_memory)
+        # the engine's memories (drafted from, written to, saved by LLM.save_memory)
+        self.trie, self.output_memory = self.memory.trie, self.suffix.output_memory
         # window or not: learnt across this configuration's requests
         self.arms = arms if arms is not None else ArmStats(2)
         self.policy = DraftPolicy(4, stats)

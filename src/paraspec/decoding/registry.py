@@ -5,6 +5,8 @@ so the config itself is the key of everything cached per configuration. `Drafter
 owned by one engine and holds
   * the token trie, memory_decoding's memory: one per engine, shared by every memory drafter
     (default or per request) so that what any request wrote, all draft from;
+  * the output memory (output_memory.py), the hybrid's suffix-matched past outputs: one per
+    engine likewise, shared by every hybrid drafter, saved with the trie (memory_file.py);
   * the arm statistics of each configuration (whether a lookahead window pays is learnt across
     all of that configuration's requests, and outlives a drafter evicted from the cache);
   * the drafters built per configuration (a request's plugin override reuses the one built for
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .arms import ArmStats
+from .output_memory import OutputMemory
 from .proposer import Proposer
 from .trie import TokenTrie
 
@@ -41,9 +44,9 @@ class PluginConfig:
 
 
 def build_drafter(plugin: PluginConfig, eos_token_ids: Iterable[int], trie: TokenTrie | None = None,
-                  arms: ArmStats | None = None) -> Proposer:
-    """A new drafter for `plugin`. Memory drafters draft from `trie` (a new one if None); drafters
-    with arms record into `arms` (new ones if None)."""
+                  arms: ArmStats | None = None, output_memory: OutputMemory | None = None) -> Proposer:
+    """A new drafter for `plugin`. Memory drafters draft from `trie`, hybrid ones from
+    `output_memory` too (new ones if None); drafters with arms record into `arms` (new ones if None)."""
     eos = frozenset(int(t) for t in eos_token_ids)
     p = plugin.params
     if plugin.plugin_type == "memory_decoding":
@@ -54,10 +57,10 @@ def build_drafter(plugin: PluginConfig, eos_token_ids: Iterable[int], trie: Toke
         return LookaheadDrafter(p, eos_token_ids=eos, arms=arms)
     if plugin.plugin_type == "hybrid":
         from .hybrid import HybridDrafter
-        return HybridDrafter(p, eos_token_ids=eos, trie=trie, arms=arms)
+        return HybridDrafter(p, eos_token_ids=eos, trie=trie, arms=arms, output_memory=output_memory)
     if plugin.plugin_type == "aspd":      # the serial segments' drafter inside the ASPD decoder
         from ..aspd.decode import AspdDecoder
-        return AspdDecoder(p, None if p.drafter is None else build_drafter(p.drafter, eos, trie, arms))
+        return AspdDecoder(p, None if p.drafter is None else build_drafter(p.drafter, eos, trie, arms, output_memory))
     raise ValueError(f"no drafter for plugin_type {plugin.plugin_type!r}")
 
 
@@ -72,11 +75,18 @@ def _memory_params(plugin: PluginConfig):
     return None
 
 
+def _uses_output_memory(plugin: PluginConfig) -> bool:
+    if plugin.plugin_type == "aspd" and plugin.params.drafter is not None:
+        return _uses_output_memory(plugin.params.drafter)
+    return plugin.plugin_type == "hybrid"
+
+
 class DrafterRegistry:
     def __init__(self, eos_token_ids: Iterable[int], max_cached: int = MAX_CACHED_DRAFTERS):
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.max_cached = max_cached
         self._trie: TokenTrie | None = None
+        self._output_memory: OutputMemory | None = None
         self._arms: dict[PluginConfig, ArmStats] = {}
         self._drafters: dict[PluginConfig, Proposer] = {}
 
@@ -92,6 +102,16 @@ class DrafterRegistry:
             self._trie = TokenTrie(**kwargs)
         return self._trie
 
+    @property
+    def has_output_memory(self) -> bool:
+        return self._output_memory is not None
+
+    def output_memory(self) -> OutputMemory:
+        """The engine's memory of finished outputs (the hybrid's suffix source), created on first use."""
+        if self._output_memory is None:
+            self._output_memory = OutputMemory()
+        return self._output_memory
+
     def arm_stats(self, plugin: PluginConfig, n_arms: int = 2) -> ArmStats:
         if plugin not in self._arms:
             self._arms[plugin] = ArmStats(n_arms)
@@ -106,12 +126,13 @@ class DrafterRegistry:
                 self._drafters.pop(next(iter(self._drafters)))
             mem = _memory_params(plugin)
             trie = self.trie(mem.max_trie_nodes, mem.window) if mem is not None else None
-            self._drafters[plugin] = build_drafter(plugin, self.eos, trie, self.arm_stats(plugin))
+            outputs = self.output_memory() if _uses_output_memory(plugin) else None
+            self._drafters[plugin] = build_drafter(plugin, self.eos, trie, self.arm_stats(plugin), outputs)
         return self._drafters[plugin]
 
     def private(self, plugin: PluginConfig) -> Proposer:
-        """A new drafter with an empty trie of its own (a memory cold start: benchmarks whose
-        systems must not see each other's outputs), recording into the engine's arm statistics
+        """A new drafter with an empty trie and output memory of its own (a memory cold start:
+        benchmarks whose systems must not see each other's outputs), recording into the engine's arm statistics
         (whether a window pays is the machine's property, learnt once per configuration)."""
         return build_drafter(plugin, self.eos, None, self.arm_stats(plugin))
 

@@ -11,10 +11,13 @@ of the best OCCURRENCES of them as one tree (a text that runs into the end of th
 periodically: a loop keeps looping).
 
 The same matching runs over a memory of finished requests' outputs (memory(): SuffixDecoding's
-global tree, here a token list indexed by bigram, MAX_MEMORY tokens): an answer that repeats an
-earlier one is copied from the place the longest suffix matches, where the trie's 2-token match
-splits its counts among every output that shares those 2 tokens. It is a source of its own for
-the policy (its acceptance differs from the context's).
+global tree, here a token list indexed by bigram: output_memory.py, owned by the engine and saved
+with the trie like it): an answer that repeats an earlier one is copied from the place the
+longest suffix matches, where the trie's 2-token match splits its counts among every output that
+shares those 2 tokens. It is a source of its own for the policy (its acceptance differs from the
+context's). While the context matches itself over SETTLED_MATCH+ tokens (it is copying, and its
+copy runs as deep as the budget) the memory is not searched: replayed, that costs no accepted
+token and saves its Python time.
 
 Estimates: a node's conditional estimate is MATCH_PRIOR of the longest match through it, times
 its share of its parent's occurrences (weighted 2^m: the longer match knows more). The priors
@@ -28,19 +31,17 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
 
+from .output_memory import OutputMemory, TokenIndex
 from .suffix_match import continuations, suffix_matches
 from .tree import ROOT, DraftTree
 
 MIN_MATCH = 2           # a best match shorter than this is left to the trie (its 1-token
                         # matches are accepted rarely: not worth the Python time)
 MAX_MATCH = 32          # suffix tokens compared: a longer match says little more
+SETTLED_MATCH = 16      # the context's own match at least this long: the past outputs are not looked up
 OCCURRENCES = 4         # earlier occurrences whose continuations are offered
-RECENT = 48             # candidate occurrences looked at, the most recent first
 DEPTH_PER_MATCH = 3     # draft depth allowed per token of match, plus one
-MAX_MEMORY = 1 << 17    # tokens of past outputs kept (the older half goes when it is full)
-SEPARATOR = -1          # between two outputs in the memory: no match or copy crosses it
 CANDIDATES = 2          # nodes offered per node the budget allows (the policy picks among them)
 # match length 1, 2, 3-4, 5-8, 9+ -> a conditional estimate in a band of its own (Q_EDGES)
 MATCH_EDGES = (2, 3, 5, 9)
@@ -52,43 +53,21 @@ def match_prior(m: int) -> float:
     return MATCH_PRIOR[bisect_right(MATCH_EDGES, m)]
 
 
-@dataclass
-class _Context:
-    """A token sequence indexed by its bigrams (positions in order)."""
-    tokens: list[int] = field(default_factory=list)
-    pairs: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # bigram -> end positions
-
-    def extend(self, tokens: Iterable[int]) -> None:
-        toks, pairs = self.tokens, self.pairs
-        for t in tokens:
-            t = int(t)
-            i = len(toks)
-            toks.append(t)
-            if i:
-                pairs.setdefault((toks[i - 1], t), []).append(i)
-
-    def positions(self, query: Sequence[int], before: int) -> list[int]:
-        """Positions j < before that end the query's last bigram, most recent first (a match
-        shorter than 2 tokens is left to the trie)."""
-        found = [j for j in self.pairs.get((query[-2], query[-1]), ())[-RECENT - 1:] if j < before]
-        return found[::-1][:RECENT]
-
-
 class SuffixSource:
-    """Per request, an index of its context; and a memory of finished requests' outputs (a
-    drafter's requests share it, as the trie's output counts). candidates() offers the
+    """Per request, an index of its context; and a memory of finished requests' outputs (the
+    engine's, shared by its drafters as the trie is; a new one if None). candidates() offers the
     continuations of the context's longest suffix matches in its own context, memory() those in
     the past outputs: two trees for the draft policy, each node with its estimate."""
 
-    def __init__(self, eos_token_ids: Iterable[int] = (), max_memory: int = MAX_MEMORY) -> None:
+    def __init__(self, eos_token_ids: Iterable[int] = (), output_memory: OutputMemory | None = None) -> None:
         self.eos = frozenset(int(t) for t in eos_token_ids)
-        self.max_memory = max_memory
-        self._ctx: dict[Hashable, _Context] = {}
+        self.output_memory = output_memory if output_memory is not None else OutputMemory()
+        self._ctx: dict[Hashable, TokenIndex] = {}
         self._prompt_len: dict[Hashable, int] = {}
-        self._memory = _Context()
+        self._settled: dict[Hashable, bool] = {}     # the step's own match is long: memory() skips
 
     def begin(self, key: Hashable, prompt: Sequence[int]) -> None:
-        ctx = self._ctx[key] = _Context()
+        ctx = self._ctx[key] = TokenIndex()
         ctx.extend(prompt)
         self._prompt_len[key] = len(prompt)
 
@@ -100,16 +79,12 @@ class SuffixSource:
         """The request's output joins the memory (up to its first stop token)."""
         ctx = self._ctx.pop(key, None)
         start = self._prompt_len.pop(key, 0)
+        self._settled.pop(key, None)
         if ctx is None or len(ctx.tokens) <= start:
             return
         out = ctx.tokens[start:]
         stop = next((i for i, t in enumerate(out) if t in self.eos), len(out))
-        if stop >= 2:
-            if len(self._memory.tokens) + stop + 1 > self.max_memory:    # keep the newer half
-                kept = self._memory.tokens[len(self._memory.tokens) // 2:]
-                self._memory = _Context()
-                self._memory.extend(kept)
-            self._memory.extend(out[:stop] + [SEPARATOR])
+        self.output_memory.add(out[:stop])
 
     def candidates(self, key: Hashable, context: Sequence[int], budget: int) -> DraftTree:
         """At most CANDIDATES * budget nodes below the root context[-1], none deeper than
@@ -122,13 +97,17 @@ class SuffixSource:
         if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos:
             return DraftTree()
         n = len(toks)
-        return self._tree(toks, n, suffix_matches(toks, n, ctx.positions(toks, n - 1), MAX_MATCH), budget, True)
+        scored = suffix_matches(toks, n, ctx.positions(toks, n - 1), MAX_MATCH)
+        # a context that matches itself this long is copying: the past outputs cannot match it
+        # longer, and its own continuation (periodic) already runs as deep as the budget
+        self._settled[key] = bool(scored) and scored[0][0] >= SETTLED_MATCH
+        return self._tree(toks, n, scored, budget, True)
 
     def memory(self, key: Hashable, budget: int) -> DraftTree:
         """As candidates(), from the memory of past outputs (call candidates() first: it reads
         the step's context)."""
-        toks, mem = self._ctx[key].tokens, self._memory
-        if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos or not mem.tokens:
+        toks, mem = self._ctx[key].tokens, self.output_memory.index
+        if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos or not mem.tokens or self._settled.get(key):
             return DraftTree()
         n = len(mem.tokens)
         scored = suffix_matches(mem.tokens, n, mem.positions(toks, n), MAX_MATCH, toks)
@@ -150,7 +129,8 @@ class SuffixSource:
             probs.append(q if par == ROOT else probs[par] * q)
         tree.probs = probs
         eos = self.eos
-        order = sorted(range(len(tree)), key=lambda i: -probs[i])[:CANDIDATES * budget]
+        neg = [-q for q in probs]
+        order = sorted(range(len(tree)), key=neg.__getitem__)[:CANDIDATES * budget]
         keep = {i for i in order if tree.tokens[i] not in eos}
         return tree.pruned(keep.__contains__)
 

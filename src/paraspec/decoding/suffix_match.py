@@ -33,12 +33,25 @@ def suffix_matches(seq: Sequence[int], end: int, positions: Iterable[int], max_m
     for j in positions:
         if j >= limit or seq[j] != q[last]:
             continue
-        m = 1
-        while m < max_match and j - m >= 0 and m <= last and seq[j - m] == q[last - m]:
-            m += 1
-        out.append((m, j))
+        out.append((_common_suffix(seq, j, q, last, min(max_match, j + 1, last + 1)), j))
     out.sort(key=lambda e: (-e[0], -e[1]))
     return out
+
+
+_CHUNK = 8      # tokens compared at once (a list slice compares in C; copies match for long runs)
+
+
+def _common_suffix(a: Sequence[int], i: int, b: Sequence[int], k: int, cap: int) -> int:
+    """How many tokens a[..i] and b[..k] have in common going back (a[i] == b[k]), at most cap."""
+    m = 1
+    while m < cap:
+        n = min(_CHUNK, cap - m)
+        if a[i - m - n + 1:i - m + 1] != b[k - m - n + 1:k - m + 1]:
+            break
+        m += n
+    while m < cap and a[i - m] == b[k - m]:
+        m += 1
+    return m
 
 
 @dataclass

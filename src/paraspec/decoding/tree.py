@@ -135,12 +135,19 @@ class DraftTree:
 
     def pruned(self, keep: Callable[[int], bool]) -> "DraftTree":
         """The nodes `keep` accepts whose parents are kept too, in their order (parents first)."""
-        out = DraftTree()
-        new: dict[int, int] = {}
+        tokens: list[int] = []
+        parents: list[int] = []
+        kept: list[int] = []
+        new: dict[int, int] = {ROOT: ROOT}
         for i, (t, par) in enumerate(zip(self.tokens, self.parents)):
-            if (par == ROOT or par in new) and keep(i):
-                new[i] = out.add(t, ROOT if par == ROOT else new[par], self.probs[i] if self.probs else None)
-        return out
+            at = new.get(par)
+            if at is not None and keep(i):
+                new[i] = len(tokens)
+                tokens.append(t)
+                parents.append(at)
+                kept.append(i)
+        probs = self.probs
+        return DraftTree(tokens, parents, [probs[i] for i in kept] if probs else [])
 
 
 def descend(children: list[dict[int, int]], row: int, tokens: Sequence[int]) -> list[int]:

@@ -1,6 +1,7 @@
 """A token trie's shared output memory on disk: a versioned, compressed .npz of (parent, token,
 count) arrays in breadth-first order; prompt counts belong to live requests and are not saved.
-Loading and merging add counts along the saved paths (a mixin of TokenTrie, trie.py).
+Loading and merging add counts along the saved paths (a mixin of TokenTrie, trie.py), from a
+trie file or the trie part of an engine's memory file (memory_file.py reads and checks both).
 """
 from __future__ import annotations
 
@@ -9,15 +10,10 @@ import os
 
 import numpy as np
 
-from ..errors import ParaspecError
+from .memory_file import TRIE_FORMAT, TRIE_VERSION, MemoryFileError, read_memory_file
 
 SUPER_ROOT = 0
-_FILE_FORMAT = "paraspec-token-trie"
-_FILE_VERSION = 1
-
-
-class TrieFileError(ParaspecError):
-    """A saved trie file is missing, corrupt or from an incompatible version."""
+TrieFileError = MemoryFileError     # one error for every saved memory, trie-only or not
 
 
 class TrieFile:
@@ -45,7 +41,7 @@ class TrieFile:
         """Write the shared output memory (prompt counts belong to live requests: not saved).
         The file is replaced atomically, so a crash never leaves half a trie."""
         parent, token, count = self._output_arrays()
-        meta = json.dumps({"format": _FILE_FORMAT, "version": _FILE_VERSION, "window": self.window})
+        meta = json.dumps({"format": TRIE_FORMAT, "version": TRIE_VERSION, "window": self.window})
         tmp = f"{os.fspath(path)}.tmp"
         with open(tmp, "wb") as f:
             np.savez_compressed(f, meta=np.array(meta), parent=parent, token=token, count=count)
@@ -88,33 +84,6 @@ class TrieFile:
 
 
 def _read_trie_file(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    def fail(why: str) -> TrieFileError:
-        return TrieFileError(f"trie file {os.fspath(path)!r} {why}; delete it, or save the "
-                             "memory again, to start from a valid file")
-
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            parent, token, count = z["parent"], z["token"], z["count"]
-    except FileNotFoundError:
-        raise TrieFileError(f"trie file {os.fspath(path)!r} does not exist; check the path, "
-                            "or save a trie there first") from None
-    except Exception as e:  # zip, npz, key and json errors all mean the same to the user
-        raise fail(f"cannot be read ({type(e).__name__}: {e})") from None
-    if not isinstance(meta, dict) or meta.get("format") != _FILE_FORMAT:
-        raise fail("is not a paraspec token trie")
-    if meta.get("version") != _FILE_VERSION:
-        raise fail(f"has version {meta.get('version')!r}, this paraspec reads version {_FILE_VERSION}")
-    window = meta.get("window")
-    if not isinstance(window, int) or not 2 <= window <= 255:
-        raise fail(f"has an invalid window {window!r}")
-    n = len(token)
-    if token.ndim != 1 or parent.shape != (n,) or count.shape != (n,):
-        raise fail("has arrays of mismatched shapes")
-    if not (np.issubdtype(parent.dtype, np.integer) and np.issubdtype(token.dtype, np.integer)
-            and np.issubdtype(count.dtype, np.integer)):
-        raise fail("has non-integer arrays")
-    if n and (np.any(parent < 0) or np.any(parent > np.arange(n)) or np.any(token < 0)
-              or np.any(count <= 0)):
-        raise fail("has out-of-order parents, negative tokens or non-positive counts")
-    return parent, token, count, window
+    """The trie part of a memory file (memory_file.py), or of a trie-only one."""
+    c = read_memory_file(path)
+    return c.parent, c.token, c.count, c.window

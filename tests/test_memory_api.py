@@ -1,0 +1,48 @@
+"""LLM.save_memory / load_memory: the drafting memory (trie and the hybrid's past outputs)
+survives a restart, its drafts are used, greedy output is unchanged, and a bad file is one line."""
+import pytest
+
+from paraspec import LLM, SamplingParams
+from paraspec.decoding.memory_file import MemoryFileError
+
+HYBRID = {"plugin_type": "hybrid"}
+PROMPT = "abc abc abc"
+PARAMS = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir) -> str:
+    return str(tiny_model_dir("llama", n_layers=2, hidden=64, heads=4, kv_heads=2))
+
+
+def test_memory_survives_save_and_a_new_llm_drafts_from_it(model, tmp_path):
+    plain = LLM(model, dtype="float32").generate(PROMPT, PARAMS)[0]
+    first_llm = LLM(model, dtype="float32", plugin_params=HYBRID)
+    first = first_llm.generate(PROMPT, PARAMS)[0]
+    path = tmp_path / "memory.npz"
+    first_llm.save_memory(str(path))
+    saved = first_llm.drafter.output_memory.tokens().tolist()
+    assert len(saved) == len(first.token_ids) + 1          # the output and its separator
+
+    second_llm = LLM(model, dtype="float32", plugin_params=HYBRID)
+    second_llm.load_memory(str(path))
+    assert second_llm.drafter.output_memory.tokens().tolist() == saved
+    second = second_llm.generate(PROMPT, PARAMS)[0]
+    assert plain.token_ids == first.token_ids == second.token_ids            # lossless
+    # the answer was in memory: it is drafted whole, in far fewer forward passes
+    assert second.stats["decode_steps"] < first.stats["decode_steps"]
+    assert second.stats["decode_steps"] <= len(second.token_ids) // 4
+
+
+def test_a_corrupt_memory_file_is_one_line_and_changes_nothing(model, tmp_path):
+    llm = LLM(model, dtype="float32", plugin_params=HYBRID)
+    llm.generate(PROMPT, PARAMS)
+    before = llm.drafter.output_memory.tokens().tolist()
+    good = tmp_path / "memory.npz"
+    llm.save_memory(str(good))
+    bad = tmp_path / "truncated.npz"
+    bad.write_bytes(good.read_bytes()[:-40])
+    with pytest.raises(MemoryFileError) as e:
+        llm.load_memory(str(bad))
+    assert "\n" not in str(e.value) and str(bad) in str(e.value) and "save the memory again" in str(e.value)
+    assert llm.drafter.output_memory.tokens().tolist() == before
