@@ -25,16 +25,33 @@ struct alignas(64) TileConfig {
   uint8_t rows[16];
 };
 
+constexpr int64_t kPass = 32;  // sub-rows per pass over a group (two A tiles)
+
 // tmm0, tmm1 A: sub-rows 0-15, 16-31 x 32 s8; tmm2, tmm3 B: 8 steps x 64 bytes (channels 0-15,
-// 16-31); tmm4-7 C: 16 sub-rows x 16 int32 (rows 0-15 x B0, B1, rows 16-31 x B0, B1). A constant
-// in memory: GCC 12 drops stores to a local it sees no read of (ldtilecfg's operand is not one).
-alignas(64) inline constexpr TileConfig kTiles = {1, 0, {}, {32, 32, 64, 64, 64, 64, 64, 64},
-                                                  {16, 16, 8, 8, 16, 16, 16, 16}};
-// per thread, before its first tile instruction
-inline void begin() { _tile_loadconfig(&kTiles); }
+// 16-31); tmm4-7 C: 16 sub-rows x 16 int32 (rows 0-15 x B0, B1, rows 16-31 x B0, B1). A call of
+// n <= kPass sub-rows (one pass) gets tiles of its own height: A0, C4, C5 min(n, 16) rows, A1, C6,
+// C7 the rest (1 if none: a tile of 0 rows is unconfigured), so that it multiplies and stores only
+// its rows (a 16-row tile stored for 4 rows of 10 cost ~10 % of the call). More sub-rows: 16 and
+// 16, every pass. Constants in memory: GCC 12 drops stores to a local it sees no read of
+// (ldtilecfg's operand is not one).
+constexpr TileConfig tile_shape(int n) {
+  const uint8_t r0 = static_cast<uint8_t>(n < 16 ? n : 16), r1 = static_cast<uint8_t>(n > 16 ? n - 16 : 1);
+  return {1, 0, {}, {32, 32, 64, 64, 64, 64, 64, 64}, {r0, r1, 8, 8, r0, r0, r1, r1}};
+}
+struct TileShapes {
+  TileConfig n[kPass + 1];  // [n]: n sub-rows (n[0] unused)
+};
+constexpr TileShapes tile_shapes() {
+  TileShapes t{};
+  for (int n = 0; n <= kPass; ++n) t.n[n] = tile_shape(n < 1 ? kPass : n);
+  return t;
+}
+alignas(64) static constexpr TileShapes kTiles = tile_shapes();  // static: each module its own (GCC makes inline ones process-wide)
+static thread_local int64_t tile_rows = 0;  // the shape this thread's tiles have (0: none yet)
+// per thread, before its first panel: the first panel loads its shape
+inline void begin() { tile_rows = 0; }
 inline void end() { _tile_release(); }  // the thread's tile state back to init (cheaper context switches)
 
-constexpr int64_t kPass = 32;  // sub-rows per pass over a group (two A tiles)
 // Blocks per group: unpacked at once (4 KB) and their sums out at once (4 x 32 rows x 32 int32,
 // 16 KB). Small, so that they, the rows' activations and sums stay in L1 (48 KB here): with 16
 // blocks unpacked at a time (16 KB more) the 16-row calls ran 10-25 % slower (measured).
@@ -78,6 +95,10 @@ void panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const f
   alignas(64) uint8_t wu[kSub * 1024];      // [block][channel half][step][64]
   alignas(64) int32_t cs[kSub][kPass * 32];  // the C tiles out as [row][32 channels]
   alignas(64) float sc[kSub][4][16];         // the blocks' channel scales: ds 0-15, 16-31, dm 0-15, 16-31
+  if (const int64_t shape = std::min(rows, kPass); shape != tile_rows) {
+    _tile_loadconfig(&kTiles.n[shape]);
+    tile_rows = shape;
+  }
   for (int64_t e0 = 0; e0 < B; e0 += kSub) {
     const int64_t e1 = std::min(e0 + kSub, B);
     if constexpr (!Q8)
