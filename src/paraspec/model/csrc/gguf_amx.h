@@ -31,11 +31,11 @@ constexpr int64_t kPass = 32;  // sub-rows per pass over a group (two A tiles)
 // 16-31); tmm4-7 C: 16 sub-rows x 16 int32 (rows 0-15 x B0, B1, rows 16-31 x B0, B1). A call of
 // n <= kPass sub-rows (one pass) gets tiles of its own height: A0, C4, C5 min(n, 16) rows, A1, C6,
 // C7 the rest (1 if none: a tile of 0 rows is unconfigured), so that it multiplies and stores only
-// its rows (a 16-row tile stored for 4 rows of 10 cost ~10 % of the call). More sub-rows: 16 and
-// 16, every pass. Constants in memory: GCC 12 drops stores to a local it sees no read of
-// (ldtilecfg's operand is not one).
+// its rows (at 10-12 rows: 2-6 % of the call, measured). More sub-rows: 16 and 16, every pass.
+// Constants in memory: GCC 12 drops stores to a local it sees no read of (ldtilecfg's operand is
+// not one).
 constexpr TileConfig tile_shape(int n) {
-  const uint8_t r0 = static_cast<uint8_t>(n < 16 ? n : 16), r1 = static_cast<uint8_t>(n > 16 ? n - 16 : 1);
+  const auto r0 = static_cast<uint8_t>(n < 16 ? n : 16), r1 = static_cast<uint8_t>(n > 16 ? n - 16 : 1);
   return {1, 0, {}, {32, 32, 64, 64, 64, 64, 64, 64}, {r0, r1, 8, 8, r0, r0, r1, r1}};
 }
 struct TileShapes {
@@ -46,7 +46,8 @@ constexpr TileShapes tile_shapes() {
   for (int n = 0; n <= kPass; ++n) t.n[n] = tile_shape(n < 1 ? kPass : n);
   return t;
 }
-alignas(64) static constexpr TileShapes kTiles = tile_shapes();  // static: each module its own (GCC makes inline ones process-wide)
+// static, as tile_rows: each module its own (GCC binds an inline variable process-wide, across modules)
+alignas(64) static constexpr TileShapes kTiles = tile_shapes();
 static thread_local int64_t tile_rows = 0;  // the shape this thread's tiles have (0: none yet)
 // per thread, before its first panel: the first panel loads its shape
 inline void begin() { tile_rows = 0; }
@@ -80,9 +81,10 @@ constexpr int64_t kSub = 4;
 // xq readable 15 rows past the last: an A tile always loads 16), acc[32 * row + channel] added
 // to. xm = dx * float(xs), once per call: the float step's per-row term (Q4_1, Q4_K).
 // Per group of kSub blocks (unpacked once, for every pass), the tiles write the blocks' sums
-// out, then each row runs its float steps over them with its sums in registers: the float step, op for op gguf_loop.h's, is what bounds this loop. P = 2:
-// a row's two sub-rows (never split: kPass is even) combine in int32 first, one float step per
-// row (gguf.h), its sums at the first sub-row's place.
+// out, then each row runs its float steps over them with its sums in registers: the float step,
+// op for op gguf_loop.h's, is what bounds this loop. P = 2: a row's two sub-rows (never split:
+// kPass is even) combine in int32 first, one float step per row (gguf.h), its sums at the first
+// sub-row's place.
 template <int FMT, int P>
 void panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const float* dx, const int32_t* xs,
            const int32_t* /* xh: Q6_K's, not here */, const float* xm, int64_t rows, float* acc) {
@@ -175,7 +177,9 @@ void panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const f
 
 #undef AMX_SUMS16
 
-constexpr GgufWide kGgufAmx = {kGgufAmxRows, begin, end,
+constexpr GgufWide kGgufAmx = {{kGgufAmxRows[0], kGgufAmxRows[1], kGgufAmxRows[2], kGgufAmxRows[3], kGgufAmxRows[4],
+                                kGgufAmxRows[5]},
+                               begin, end,
                                {{panel<kQ4_0, 1>, panel<kQ4_1, 1>, panel<kQ8_0, 1>, panel<kQ5_0, 1>, panel<kQ4_K, 1>, nullptr},
                                 {panel<kQ4_0, 2>, panel<kQ4_1, 2>, panel<kQ8_0, 2>, panel<kQ5_0, 2>, panel<kQ4_K, 2>, nullptr}}};
 
