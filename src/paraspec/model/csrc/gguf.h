@@ -107,8 +107,8 @@ constexpr int64_t kGgufRowBlock = 64;  // rows per pass over the weights (their 
 // Sub-rows from which a row block runs on AMX tiles, per format (fewer: the VNNI tiles are faster
 // here; docs/verify-cost-breakdown.md). Q8_0 (the LM head: no unpack on VNNI) stays at 20 (at 16,
 // 8 rows, AMX was 7 % slower); the Q4 / Q5 formats, with tiles of the call's own height
-// (gguf_amx.h), run from 16 (8 rows: 15-25 % faster per call with the weights in cache, ~1 % on a
-// whole forward, where they stream; from 12 the forward was no faster). Q6_K has no AMX loop.
+// (gguf_amx.h), run from 16 (8 rows: 12-25 % faster per call with the weights in cache, 1-12 %
+// with them streamed, ~1 % of a whole forward; from 12 the forward was no faster). Q6_K: no AMX loop.
 constexpr int64_t kGgufAmxRows[kGgufFormats] = {16, 16, 20, 16, 16, 20};
 constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB; whole superblocks) every row tile runs while in L1
 
