@@ -11,8 +11,8 @@ computed alone (padded to 4 rows, as the forward pads). Paths: torch F.linear (M
 oneDNN's prepacked matmul (what transformer.Linear uses where it exists), and paraspec's own
 csrc linear for every ISA module this CPU runs (row-invariant by construction). Then the GGUF
 block linears (quantization "gguf": Q4_1, Q8_0, Q4_K, Q6_K, two activation passes) on every kernel
-variant this CPU runs (avx512:amx switches to AMX tiles at 10 sub-rows, so its M = 5+ calls take
-another loop than M < 5: they must still agree bit for bit).
+variant this CPU runs (avx512:amx switches to AMX tiles at 16 sub-rows, Q8_0 at 20, so its M = 8+
+calls take another loop than M < 8: they must still agree bit for bit).
 """
 from __future__ import annotations
 

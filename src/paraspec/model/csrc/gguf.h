@@ -104,15 +104,19 @@ void gguf_quantize_rows(const T* x, int64_t ldx, int64_t M, int64_t K, int P, co
 }
 
 constexpr int64_t kGgufRowBlock = 64;  // rows per pass over the weights (their float sums in L1)
-constexpr int64_t kGgufAmxRows = 20;   // sub-rows from which a row block runs on AMX tiles (fewer: the VNNI tiles are faster here;
-                                        // benchmarks/engine_steps.py, docs/verify-cost-breakdown.md)
+// Sub-rows from which a row block runs on AMX tiles, per format (fewer: the VNNI tiles are faster
+// here; docs/verify-cost-breakdown.md). Q8_0 (the LM head: no unpack on VNNI) stays at 20 (at 16,
+// 8 rows, AMX was 7 % slower); the Q4 / Q5 formats, with tiles of the call's own height
+// (gguf_amx.h), run from 16 (8 rows: 12-25 % faster per call with the weights in cache, 1-12 %
+// with them streamed, ~1 % of a whole forward; from 12 the forward was no faster). Q6_K: no AMX loop.
+constexpr int64_t kGgufAmxRows[kGgufFormats] = {16, 16, 20, 16, 16, 20};
 constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB; whole superblocks) every row tile runs while in L1
 
 // Panels [p0, p1) for sub-rows [0, M) (P per output row; kGgufRowBlock is even): one thread's
 // contiguous share of the weights. A single row tile walks each panel once; with more, each
 // chunk of blocks is run by every tile while it sits in L1, so the weights leave DRAM once per
 // call. A variant with a wide loop (AMX tiles: gguf_amx.h; AVX2: gguf_wide.h) runs row blocks
-// of its min_rows sub-rows or more on it instead (where it has the format); xm: dx * float(xs)
+// of its min_rows[fmt] sub-rows or more on it instead (where it has the format); xm: dx * float(xs)
 // for it (with P = 2: dx1 * float(256 xs_0 + xs_1) at the row's second sub-row). Each row's float
 // sums land at its first sub-row's place in acc: 32 * min(M, kGgufRowBlock) floats.
 inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, const int8_t* xq,
@@ -120,7 +124,7 @@ inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, c
                         const uint8_t* wp, const float* bias, float* y, int64_t N, float* acc) {
   const int64_t B = K / 32, K4 = K / 4, pb = gguf_panel_bytes(fmt, B), R = loop.rows[P - 1][fmt];
   const int32_t* xw = reinterpret_cast<const int32_t*>(xq);  // 4 features as one dword
-  const GgufWide* w = loop.wide && M >= loop.wide->min_rows && loop.wide->fn[P - 1][fmt] ? loop.wide : nullptr;
+  const GgufWide* w = loop.wide && M >= loop.wide->min_rows[fmt] && loop.wide->fn[P - 1][fmt] ? loop.wide : nullptr;
   if (w && w->begin) w->begin();
   for (int64_t r0 = 0; r0 < M; r0 += kGgufRowBlock) {
     const int64_t r1 = std::min(r0 + kGgufRowBlock, M);
@@ -128,7 +132,7 @@ inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, c
     for (int64_t p = p0; p < p1; ++p) {
       const uint8_t* panel = wp + p * pb;
       std::memset(acc, 0, sizeof(float) * 32 * (r1 - r0));
-      if (w && r1 - r0 >= w->min_rows) {  // the same bits as the tiles below
+      if (w && r1 - r0 >= w->min_rows[fmt]) {  // the same bits as the tiles below
         w->fn[P - 1][fmt](panel, B, xq + r0 * K, K, dx + r0 * B, xs + r0 * B, xh + r0 * B, xm + r0 * B, r1 - r0, acc);
       } else {
         for (int64_t b0 = 0; b0 < B; b0 += chunk)

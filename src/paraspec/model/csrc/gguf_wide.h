@@ -205,7 +205,7 @@ constexpr GgufWideFn wide_fn() {
 }
 #define PS_WIDE(P) {wide_fn<kQ4_0, P>(), wide_fn<kQ4_1, P>(), wide_fn<kQ8_0, P>(), wide_fn<kQ5_0, P>(), \
                     wide_fn<kQ4_K, P>(), wide_fn<kQ6_K, P>()}
-constexpr GgufWide kGgufWide = {3, nullptr, nullptr, {PS_WIDE(1), PS_WIDE(2)}};
+constexpr GgufWide kGgufWide = {{3, 3, 3, 3, 3, 3}, nullptr, nullptr, {PS_WIDE(1), PS_WIDE(2)}};
 #undef PS_WIDE
 constexpr GgufLoop kGgufWideLoop = [] {
   GgufLoop l = kGgufLoop;

@@ -51,7 +51,7 @@ using GgufFn = void (*)(const uint8_t*, int64_t, int64_t, const int32_t*, int64_
 using GgufWideFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const float*, const int32_t*,
                             const int32_t*, const float*, int64_t, float*);
 struct GgufWide {
-  int64_t min_rows;  // sub-rows from which a row block runs on it (fewer: the kRows tiles)
+  int64_t min_rows[kGgufFormats];  // per format, sub-rows from which a row block runs on it (fewer: the kRows tiles)
   void (*begin)();
   void (*end)();
   GgufWideFn fn[2][kGgufFormats];  // per pass count P - 1
@@ -59,7 +59,7 @@ struct GgufWide {
 struct GgufLoop {
   int rows[2][kGgufFormats];  // sub-rows per register tile, per pass count P - 1 and format
   GgufFn fn[2][kGgufFormats][9];  // per pass count P - 1 (P = 2: even sub-row counts only)
-  const GgufWide* wide = nullptr;  // calls of wide->min_rows sub-rows or more
+  const GgufWide* wide = nullptr;  // calls of wide->min_rows[format] sub-rows or more
 };
 constexpr int64_t kPrefetch = 8192;  // bytes ahead in the weight stream
 
@@ -397,7 +397,7 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
   // dx * float(xs), the float step's row term, once per call (the wide loops'); P = 2: at the
   // row's second sub-row, dx1 * float(256 xs_0 + xs_1) (gguf.h)
   std::vector<float> xm;
-  if (loop->wide && rows >= loop->wide->min_rows) {
+  if (loop->wide && rows >= loop->wide->min_rows[f]) {
     xm.resize(rows * B);
     for (int64_t i = 0; i < rows * B; ++i) {
       const int32_t x = P == 2 && i / B % 2 ? 256 * xsp[i - B] + xsp[i] : xsp[i];
@@ -495,7 +495,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 16;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
+  m.attr("VERSION") = 17;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
   m.def("attention", &attention, "decode / draft-verify attention (row-invariant: a fixed fp32 operation order per row and head)",
