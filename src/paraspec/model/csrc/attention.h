@@ -11,7 +11,7 @@
 // autoregressive step at its position sees after the cache is compacted, so its output has the
 // same bits, whatever the number of query rows or the gaps a tree leaves.
 // The dot product's sequence can be run two ways with the same bits: a key's K row in the lanes
-// (scores: fold, then sum8 across keys) or, where many pairs share a K block, 16 keys in the
+// (scores: reduced by sum8 or sum16 across keys) or, where many pairs share a K block, 16 keys in the
 // lanes of a transposed block (scores_keys); which one runs is a matter of speed only.
 // What runs together (rows of a block sharing one pass over the committed keys, the heads of a
 // kv head, tiles of pairs, chunks of keys, threads) decides only which pairs advance side by
@@ -42,19 +42,49 @@ inline __m256 dot_fold(const float* a, const float* b, int64_t n) {
   return fold(acc);
 }
 
+// Asks for the n floats from p (one prefetch per cache line) in L2: the K and V rows a pass will
+// read next, while this one computes (measured: with K and V streamed from memory, as in a
+// forward, 10-20 % off the verify-sized calls).
+inline void prefetch_rows(const float* p, int64_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t b = 0; b < n * 4; b += 64) _mm_prefetch(c + b, _MM_HINT_T1);
+}
+
 // s[p][t] = q_p . K[keys[t]] * sc for t in [t0, t1) and the pairs p = r * G + g of rows
-// [0, nr) x G heads (query q + r * q_ld + g * hd). Keys go 8 at a time, each key's K row read
-// from L1 for every pair, and 8 dot products are reduced together (sum8, the same additions
-// as hsum's). N: the head size when it is known at compile time (64), else 0.
+// [0, nr) x G heads (query q + r * q_ld + g * hd). Keys go 16 (AVX-512: sum16) or 8 at a time,
+// each key's K row read from L1 for every pair, and their dot products are reduced together
+// (sum16, sum8: the same additions as hsum's). N: the head size when it is known at compile time
+// (64), else 0. pv: V of committed keys (keys[t] == t), whose rows are prefetched as K's are read.
 template <int64_t N>
 void scores(const float* q, int64_t q_ld, int64_t nr, int64_t G, const float* kb, int64_t hd, float sc,
-            int64_t t0, int64_t t1, const Keys& keys, float* s, int64_t ld) {
+            int64_t t0, int64_t t1, const Keys& keys, float* s, int64_t ld, const float* pv = nullptr) {
   const int64_t n = N ? N : hd;
   const __m256 vsc = _mm256_set1_ps(sc);
   int64_t t = t0;
+#ifdef PARASPEC_SUM16
+  const F16 vsc16 = set1(sc);
+  for (; t + 16 <= t1; t += 16) {  // sum16: hsum's additions for 16 keys in zmm, fewer shuffles
+    const float* kr[16];
+    for (int j = 0; j < 16; ++j) kr[j] = kb + keys[t + j] * n;
+    if (pv) prefetch_rows(pv + keys[t] * n, 16 * n);
+    for (int64_t r = 0; r < nr; ++r)
+      for (int64_t g = 0; g < G; ++g) {
+        const float* qp = q + r * q_ld + g * n;
+        F16 a[16];
+        for (int j = 0; j < 16; ++j) {
+          a[j] = zero();
+          int64_t d = 0;
+          for (; d + 16 <= n; d += 16) a[j] = fmadd(load(qp + d), load(kr[j] + d), a[j]);
+          if (d < n) a[j] = fmadd(loadn(qp + d, n - d), loadn(kr[j] + d, n - d), a[j]);
+        }
+        store(s + (r * G + g) * ld + t, mul(sum16(a), vsc16));
+      }
+  }
+#endif
   for (; t + 8 <= t1; t += 8) {
     const float* kr[8];
     for (int j = 0; j < 8; ++j) kr[j] = kb + keys[t + j] * n;
+    if (pv) prefetch_rows(pv + keys[t] * n, 8 * n);
     for (int64_t r = 0; r < nr; ++r)
       for (int64_t g = 0; g < G; ++g) {
         const float* qp = q + r * q_ld + g * n;
@@ -121,13 +151,17 @@ void scores_tile(const float* const* q, const float* kt, F16 vsc, float* const* 
 }
 
 // scores_tile for the pairs [0, P) (pair p = r * G + g) over the transposed blocks in kt, whose
-// first key is t: T pairs at a time, the last few one by one.
+// first key is t: T pairs at a time, the last few one by one; the n0 and n1 floats from pf0 and
+// pf1 are prefetched a share per tile (a burst of prefetches would stall on the line buffers).
 template <int T, int B, int NS>
 void scores_pairs(const float* q, int64_t q_ld, int64_t P, int64_t G, const float* kt, F16 vsc, int64_t t,
-                  float* s, int64_t ld) {
+                  float* s, int64_t ld, const float* pf0, int64_t n0, const float* pf1, int64_t n1) {
   const float* qp[T];
   float* sp[T];
+  const int64_t tiles = (P + T - 1) / T, per0 = (n0 + tiles - 1) / tiles, per1 = (n1 + tiles - 1) / tiles;
   for (int64_t p0 = 0; p0 < P; p0 += T) {
+    if (n0 > 0) prefetch_rows(pf0, std::min(per0, n0)), pf0 += per0, n0 -= per0;
+    if (n1 > 0) prefetch_rows(pf1, std::min(per1, n1)), pf1 += per1, n1 -= per1;
     const int64_t n = std::min<int64_t>(T, P - p0);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t p = p0 + i;
@@ -141,11 +175,12 @@ void scores_pairs(const float* q, int64_t q_ld, int64_t P, int64_t G, const floa
 
 // scores of the pairs [0, P) for the committed keys [0, t1) with the keys in lanes: each block of
 // 16 K rows is transposed once for all P pairs (worth it from kLanePairs pairs), B blocks at a
-// time; hd whole slices, at most 128. The same bits as scores (scores_tile), which takes the
-// keys past the last whole block.
+// time; hd = 16 NS. The same bits as scores (scores_tile), which takes the keys past the last
+// whole block. While a group's pairs run, the next group's K rows and this group's V rows (pv)
+// are prefetched.
 template <int T, int B, int NS>
 void scores_keys(const float* q, int64_t q_ld, int64_t P, int64_t G, const float* kb, float sc, int64_t t1,
-                 float* s, int64_t ld) {
+                 float* s, int64_t ld, const float* pv) {
   constexpr int64_t ns = NS, hd = 16 * NS;
   alignas(64) float kt[B * 16 * NS * 16];
   const F16 vsc = set1(sc);
@@ -160,11 +195,16 @@ void scores_keys(const float* q, int64_t q_ld, int64_t P, int64_t G, const float
   int64_t t = 0;
   for (; t + 16 * B <= t1; t += 16 * B) {
     for (int b = 0; b < B; ++b) transpose(t + 16 * b, b);
-    scores_pairs<T, B, NS>(q, q_ld, P, G, kt, vsc, t, s, ld);
+    const int64_t next = std::min<int64_t>(16 * B, (t1 - t - 16 * B) / 16 * 16);  // whole blocks ahead
+    scores_pairs<T, B, NS>(q, q_ld, P, G, kt, vsc, t, s, ld, kb + (t + 16 * B) * hd, next * hd,
+                           pv ? pv + t * hd : nullptr, pv ? 16 * B * hd : 0);
   }
-  for (; t + 16 <= t1; t += 16) transpose(t, 0), scores_pairs<T, 1, NS>(q, q_ld, P, G, kt, vsc, t, s, ld);
+  for (; t + 16 <= t1; t += 16) {
+    transpose(t, 0);
+    scores_pairs<T, 1, NS>(q, q_ld, P, G, kt, vsc, t, s, ld, nullptr, 0, pv ? pv + t * hd : nullptr, pv ? 16 * hd : 0);
+  }
   const Keys committed{t1, nullptr, 0};
-  scores<0>(q, q_ld, P / G, G, kb, hd, sc, t, t1, committed, s, ld);
+  scores<0>(q, q_ld, P / G, G, kb, hd, sc, t, t1, committed, s, ld, pv);
 }
 
 // e[:nv] = exp(s[:nv] - max(s[:nv])) in place, in fp32; returns their sum, the softmax
@@ -272,13 +312,13 @@ inline void attend_block(const float* q, int64_t q_ld, int64_t nr, int64_t G, co
   const int64_t P = nr * G, start = keys[0].start;
   const auto score = hd == 64 ? scores<64> : scores<0>;
   if (P >= kLanePairs && hd == 64)
-    scores_keys<kLaneT, kLaneB, 4>(q, q_ld, P, G, kb, sc, start, s, ld);
+    scores_keys<kLaneT, kLaneB, 4>(q, q_ld, P, G, kb, sc, start, s, ld, vb);
   else if (P >= kLanePairs && hd == 128)
-    scores_keys<kLaneT, kLaneB, 8>(q, q_ld, P, G, kb, sc, start, s, ld);
+    scores_keys<kLaneT, kLaneB, 8>(q, q_ld, P, G, kb, sc, start, s, ld, vb);
   else
-    score(q, q_ld, nr, G, kb, hd, sc, 0, start, keys[0], s, ld);
+    score(q, q_ld, nr, G, kb, hd, sc, 0, start, keys[0], s, ld, vb);
   for (int64_t r = 0; r < nr; ++r)
-    score(q + r * q_ld, q_ld, 1, G, kb, hd, sc, start, keys[r].size(), keys[r], s + r * G * ld, ld);
+    score(q + r * q_ld, q_ld, 1, G, kb, hd, sc, start, keys[r].size(), keys[r], s + r * G * ld, ld, nullptr);
   float* den = sum + P * hd;
   for (int64_t p = 0; p < P; ++p) den[p] = softmax_numerators(s + p * ld, keys[p / G].size());
   std::fill(sum, sum + P * hd, 0.0f);
