@@ -11,7 +11,7 @@
 // autoregressive step at its position sees after the cache is compacted, so its output has the
 // same bits, whatever the number of query rows or the gaps a tree leaves.
 // The dot product's sequence can be run two ways with the same bits: a key's K row in the lanes
-// (scores: reduced by sum8 or sum16 across keys) or, where many pairs share a K block, 16 keys in the
+// (scores: fold, then sum8 across keys) or, where many pairs share a K block, 16 keys in the
 // lanes of a transposed block (scores_keys); which one runs is a matter of speed only.
 // What runs together (rows of a block sharing one pass over the committed keys, the heads of a
 // kv head, tiles of pairs, chunks of keys, threads) decides only which pairs advance side by
@@ -51,40 +51,19 @@ inline void prefetch_rows(const float* p, int64_t n) {
 }
 
 // s[p][t] = q_p . K[keys[t]] * sc for t in [t0, t1) and the pairs p = r * G + g of rows
-// [0, nr) x G heads (query q + r * q_ld + g * hd). Keys go 16 (AVX-512: sum16) or 8 at a time,
-// each key's K row read from L1 for every pair, and their dot products are reduced together
-// (sum16, sum8: the same additions as hsum's). N: the head size when it is known at compile time
-// (64), else 0. pv: V of committed keys (keys[t] == t), whose rows are prefetched as K's are read.
+// [0, nr) x G heads (query q + r * q_ld + g * hd). Keys go 8 at a time, each key's K row read
+// from L1 for every pair, and 8 dot products are reduced together (sum8, the same additions
+// as hsum's). N: the head size when it is known at compile time (64), else 0. (Neither sum16
+// for 16 keys nor prefetching V here was faster for one row, with K and V streamed: measured.)
 template <int64_t N>
 void scores(const float* q, int64_t q_ld, int64_t nr, int64_t G, const float* kb, int64_t hd, float sc,
-            int64_t t0, int64_t t1, const Keys& keys, float* s, int64_t ld, const float* pv = nullptr) {
+            int64_t t0, int64_t t1, const Keys& keys, float* s, int64_t ld) {
   const int64_t n = N ? N : hd;
   const __m256 vsc = _mm256_set1_ps(sc);
   int64_t t = t0;
-#ifdef PARASPEC_SUM16
-  const F16 vsc16 = set1(sc);
-  for (; t + 16 <= t1; t += 16) {  // sum16: hsum's additions for 16 keys in zmm, fewer shuffles
-    const float* kr[16];
-    for (int j = 0; j < 16; ++j) kr[j] = kb + keys[t + j] * n;
-    if (pv) prefetch_rows(pv + keys[t] * n, 16 * n);
-    for (int64_t r = 0; r < nr; ++r)
-      for (int64_t g = 0; g < G; ++g) {
-        const float* qp = q + r * q_ld + g * n;
-        F16 a[16];
-        for (int j = 0; j < 16; ++j) {
-          a[j] = zero();
-          int64_t d = 0;
-          for (; d + 16 <= n; d += 16) a[j] = fmadd(load(qp + d), load(kr[j] + d), a[j]);
-          if (d < n) a[j] = fmadd(loadn(qp + d, n - d), loadn(kr[j] + d, n - d), a[j]);
-        }
-        store(s + (r * G + g) * ld + t, mul(sum16(a), vsc16));
-      }
-  }
-#endif
   for (; t + 8 <= t1; t += 8) {
     const float* kr[8];
     for (int j = 0; j < 8; ++j) kr[j] = kb + keys[t + j] * n;
-    if (pv) prefetch_rows(pv + keys[t] * n, 8 * n);
     for (int64_t r = 0; r < nr; ++r)
       for (int64_t g = 0; g < G; ++g) {
         const float* qp = q + r * q_ld + g * n;
@@ -204,7 +183,7 @@ void scores_keys(const float* q, int64_t q_ld, int64_t P, int64_t G, const float
     scores_pairs<T, 1, NS>(q, q_ld, P, G, kt, vsc, t, s, ld, nullptr, 0, pv ? pv + t * hd : nullptr, pv ? 16 * hd : 0);
   }
   const Keys committed{t1, nullptr, 0};
-  scores<0>(q, q_ld, P / G, G, kb, hd, sc, t, t1, committed, s, ld, pv);
+  scores<0>(q, q_ld, P / G, G, kb, hd, sc, t, t1, committed, s, ld);
 }
 
 // e[:nv] = exp(s[:nv] - max(s[:nv])) in place, in fp32; returns their sum, the softmax
@@ -316,9 +295,9 @@ inline void attend_block(const float* q, int64_t q_ld, int64_t nr, int64_t G, co
   else if (P >= kLanePairs && hd == 128)
     scores_keys<kLaneT, kLaneB, 8>(q, q_ld, P, G, kb, sc, start, s, ld, vb);
   else
-    score(q, q_ld, nr, G, kb, hd, sc, 0, start, keys[0], s, ld, vb);
+    score(q, q_ld, nr, G, kb, hd, sc, 0, start, keys[0], s, ld);
   for (int64_t r = 0; r < nr; ++r)
-    score(q + r * q_ld, q_ld, 1, G, kb, hd, sc, start, keys[r].size(), keys[r], s + r * G * ld, ld, nullptr);
+    score(q + r * q_ld, q_ld, 1, G, kb, hd, sc, start, keys[r].size(), keys[r], s + r * G * ld, ld);
   float* den = sum + P * hd;
   for (int64_t p = 0; p < P; ++p) den[p] = softmax_numerators(s + p * ld, keys[p / G].size());
   std::fill(sum, sum + P * hd, 0.0f);
