@@ -20,7 +20,8 @@ struct I16 { __m256i lo, hi; };
 // attention sums V in tiles of up to kVPairs (row, head) pairs, with kVAcc F16 accumulators (ymm pairs)
 constexpr int kVPairs = 2, kVAcc = 4;
 // attention's scores put the keys in lanes from kLanePairs pairs on, in tiles of kLaneT pairs x
-// kLaneB blocks of 16 keys (measured: with 16 ymm the transposes pay off only from ~16 pairs)
+// kLaneB blocks of 16 keys (measured on AVX-512 hardware: with 16 ymm the transposes pay off only
+// from ~16 pairs, and there about even with the per-key path once K and V come from memory)
 constexpr int kLanePairs = 16, kLaneT = 2, kLaneB = 1;
 // the dense linear's register tile: kLinRows rows x kLinCols channels of accumulators
 constexpr int kLinRows = 2, kLinCols = 3;
