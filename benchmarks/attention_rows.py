@@ -6,8 +6,9 @@ of 9 query / 3 kv heads x 64 over 500 committed keys plus k causal new rows, k =
 One thread, the thread's CPU time (other processes on a shared machine do not stretch it);
 medians of --reps rounds of the 30 calls. Each layer has its own K/V (23 MB for 30 layers at 500
 keys, as the forward streams them); --keys: the committed keys (prompts in the benches reach
-~1,100); --hot reuses one layer's, which stays in cache. --against DIR: also time the same module built elsewhere (an old checkout's _kernels_<isa>*.so in DIR), the two
-interleaved in one process, so that drift hits both alike, and say whether their outputs agree.
+~1,100); --hot reuses one layer's, which stays in cache. --against DIR: also time the same
+module built elsewhere (an old checkout's _kernels_<isa>*.so in DIR), the two interleaved in
+one process, so that drift hits both alike, and say whether their outputs agree.
 """
 from __future__ import annotations
 
