@@ -114,12 +114,15 @@ def test_attention_matches_torch_reference(isa, hd, group):
 
 @pytest.mark.parametrize("isa", per_isa())
 @pytest.mark.parametrize("hd,group,start,n", [(64, 1, 37, 16), (64, 2, 37, 16), (64, 3, 37, 16), (64, 4, 37, 16),
-                                              (32, 3, 37, 16), (36, 2, 37, 16), (64, 3, 301, 20), (36, 2, 333, 17)])
+                                              (32, 3, 37, 16), (36, 2, 37, 16), (64, 3, 301, 20), (36, 2, 333, 17),
+                                              (64, 3, 50, 7), (128, 1, 40, 9)])
 def test_attention_row_invariance(isa, hd, group, start, n):
     """A row's output bits do not depend on the other rows, its place among them, the gaps a
     tree mask leaves between its keys, or the thread count: each row equals the one-row call
     over a compacted cache holding exactly its visible keys (its autoregressive twin). The
-    longer cases cross the V sum's chunks of committed keys and a row block of 16+ rows."""
+    longer cases cross the V sum's chunks of committed keys and a row block of 16+ rows. Many
+    rows score the committed keys with the keys in lanes (scores_keys: blocks of 32 and 16 keys,
+    an odd pair count, hd 64 and 128), their twins one key at a time: the two must agree."""
     mod = RUNNABLE[isa]
     kv = 2
     cache = _cache(hd, kv, group, start, n, seed=7 * group + hd)
@@ -164,12 +167,13 @@ def test_rope_attention_is_rope_write_attention(isa, hd):
 
 
 def test_attention_isas_agree():
-    """Both modules run each lane through the same operations: the same bits. (AVX-512 reduces
-    the scores of 16 keys at a time, AVX2 of 8: committed keys past 16, and a row seeing 16 or
-    more new ones, go through both.)"""
+    """Both modules run each lane through the same operations: the same bits. (They put the
+    committed keys in lanes from different pair counts: (128, 3, 50, 3) has AVX-512 do so and
+    AVX2 not.)"""
     if len(RUNNABLE) < 2:
         pytest.skip("needs both modules runnable here")
-    for hd, group, start, n in ((64, 3, 50, 8), (32, 2, 50, 8), (48, 1, 50, 8), (64, 3, 301, 17), (36, 2, 33, 18)):
+    for hd, group, start, n in ((64, 3, 50, 8), (32, 2, 50, 8), (48, 1, 50, 8), (64, 3, 301, 17), (36, 2, 33, 18),
+                                (128, 3, 50, 3)):
         cache = _cache(hd, 2, group, start, n, seed=hd)
         q = torch.randn(n, 2 * group, hd, generator=torch.Generator().manual_seed(hd)) * 4
         for mask in (None, _tree(n, seed=1)):

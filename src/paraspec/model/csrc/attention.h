@@ -10,6 +10,9 @@
 // exact: a draft node sees exactly the keys, in the same order, that the one-token
 // autoregressive step at its position sees after the cache is compacted, so its output has the
 // same bits, whatever the number of query rows or the gaps a tree leaves.
+// The dot product's sequence can be run two ways with the same bits: a key's K row in the lanes
+// (scores: fold, then sum8 across keys) or, where many pairs share a K block, 16 keys in the
+// lanes of a transposed block (scores_keys); which one runs is a matter of speed only.
 // What runs together (rows of a block sharing one pass over the committed keys, the heads of a
 // kv head, tiles of pairs, chunks of keys, threads) decides only which pairs advance side by
 // side, never a pair's sequence; elementwise steps (scores, exp) do not depend on the vector
@@ -39,10 +42,19 @@ inline __m256 dot_fold(const float* a, const float* b, int64_t n) {
   return fold(acc);
 }
 
+// Asks for the n floats from p (one prefetch per cache line) in L2: the K and V rows a pass will
+// read next, while this one computes (measured: with K and V streamed from memory, as in a
+// forward, 10-20 % off the verify-sized calls).
+inline void prefetch_rows(const float* p, int64_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t b = 0; b < n * 4; b += 64) _mm_prefetch(c + b, _MM_HINT_T1);
+}
+
 // s[p][t] = q_p . K[keys[t]] * sc for t in [t0, t1) and the pairs p = r * G + g of rows
 // [0, nr) x G heads (query q + r * q_ld + g * hd). Keys go 8 at a time, each key's K row read
 // from L1 for every pair, and 8 dot products are reduced together (sum8, the same additions
-// as hsum's). N: the head size when it is known at compile time (64), else 0.
+// as hsum's). N: the head size when it is known at compile time (64), else 0. (Neither sum16
+// for 16 keys nor prefetching V here was faster for one row, with K and V streamed: measured.)
 template <int64_t N>
 void scores(const float* q, int64_t q_ld, int64_t nr, int64_t G, const float* kb, int64_t hd, float sc,
             int64_t t0, int64_t t1, const Keys& keys, float* s, int64_t ld) {
@@ -64,6 +76,114 @@ void scores(const float* q, int64_t q_ld, int64_t nr, int64_t G, const float* kb
     for (int64_t r = 0; r < nr; ++r)
       for (int64_t g = 0; g < G; ++g)
         s[(r * G + g) * ld + t] = hsum8(dot_fold(q + r * q_ld + g * n, kb + keys[t] * n, n)) * sc;
+}
+
+// scores_tile's steps (inlined: each array of vectors must stay in registers): the accumulators of
+// T pairs x B blocks of 16 keys, and the steps of hsum8(fold)'s tree that build them up.
+template <int T, int B>
+using Tile = F16[T][B];
+
+template <int T, int B, int NS>
+[[gnu::always_inline]] inline void lane_chain(const float* const* q, const float* kt, int l, Tile<T, B>& a) {
+  for (int p = 0; p < T; ++p)
+    for (int b = 0; b < B; ++b) a[p][b] = zero();
+  for (int i = 0; i < NS; ++i) {
+    const int d = l + 16 * i;
+    F16 k[B];
+    for (int b = 0; b < B; ++b) k[b] = load_reg(kt + (b * 16 * NS + d) * 16);
+    for (int p = 0; p < T; ++p) {
+      const F16 x = set1(q[p][d]);
+      for (int b = 0; b < B; ++b) a[p][b] = fmadd(x, k[b], a[p][b]);
+    }
+  }
+}
+template <int T, int B>
+[[gnu::always_inline]] inline void add_to(Tile<T, B>& a, const Tile<T, B>& x) {
+  for (int p = 0; p < T; ++p)
+    for (int b = 0; b < B; ++b) a[p][b] = add(a[p][b], x[p][b]);
+}
+template <int T, int B, int NS>  // fold's lane l (< 8): lanes l + 8 and l
+[[gnu::always_inline]] inline void lane_fold(const float* const* q, const float* kt, int l, Tile<T, B>& t) {
+  Tile<T, B> x;
+  lane_chain<T, B, NS>(q, kt, l + 8, t), lane_chain<T, B, NS>(q, kt, l, x), add_to<T, B>(t, x);
+}
+template <int T, int B, int NS>  // hsum8's u[l] (l < 4): fold's lanes l + 4 and l
+[[gnu::always_inline]] inline void lane_quarter(const float* const* q, const float* kt, int l, Tile<T, B>& u) {
+  Tile<T, B> x;
+  lane_fold<T, B, NS>(q, kt, l + 4, u), lane_fold<T, B, NS>(q, kt, l, x), add_to<T, B>(u, x);
+}
+
+// scores' dot products with the keys in lanes, for T pairs and B blocks of 16 keys: kt holds the
+// blocks' K rows transposed (block b, dimension d: kt + (b * 16 * NS + d) * 16, NS = hd / 16
+// slices). Lane j runs what lane l of dot_fold's accumulator runs, for every l, as a vector
+// chain of its own (q[l + 16 i] k[l + 16 i], one fma each from zero, i = 0 .. NS - 1), then adds
+// the 16 chains in hsum8(fold)'s tree: the same operations on the same values as scores' sum8,
+// so the same bits, without its fold and shuffles per pair and key. The score is scaled as there.
+template <int T, int B, int NS>
+void scores_tile(const float* const* q, const float* kt, F16 vsc, float* const* s) {
+  Tile<T, B> w0, w1, x;
+  lane_quarter<T, B, NS>(q, kt, 0, w0), lane_quarter<T, B, NS>(q, kt, 2, x), add_to<T, B>(w0, x);  // u0 + u2
+  lane_quarter<T, B, NS>(q, kt, 1, w1), lane_quarter<T, B, NS>(q, kt, 3, x), add_to<T, B>(w1, x);  // u1 + u3
+  add_to<T, B>(w0, w1);
+  for (int p = 0; p < T; ++p)
+    for (int b = 0; b < B; ++b) store(s[p] + 16 * b, mul(w0[p][b], vsc));
+}
+
+// scores_tile for the pairs [0, P) (pair p = r * G + g) over the transposed blocks in kt, whose
+// first key is t: T pairs at a time, the last few one by one; the n0 and n1 floats from pf0 and
+// pf1 are prefetched a share per tile (a burst of prefetches would stall on the line buffers).
+template <int T, int B, int NS>
+void scores_pairs(const float* q, int64_t q_ld, int64_t P, int64_t G, const float* kt, F16 vsc, int64_t t,
+                  float* s, int64_t ld, const float* pf0, int64_t n0, const float* pf1, int64_t n1) {
+  const float* qp[T];
+  float* sp[T];
+  const int64_t tiles = (P + T - 1) / T, per0 = (n0 + tiles - 1) / tiles, per1 = (n1 + tiles - 1) / tiles;
+  for (int64_t p0 = 0; p0 < P; p0 += T) {
+    if (n0 > 0) prefetch_rows(pf0, std::min(per0, n0)), pf0 += per0, n0 -= per0;
+    if (n1 > 0) prefetch_rows(pf1, std::min(per1, n1)), pf1 += per1, n1 -= per1;
+    const int64_t n = std::min<int64_t>(T, P - p0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t p = p0 + i;
+      qp[i] = q + p / G * q_ld + p % G * 16 * NS, sp[i] = s + p * ld + t;
+    }
+    if (n == T) scores_tile<T, B, NS>(qp, kt, vsc, sp);
+    else
+      for (int64_t i = 0; i < n; ++i) scores_tile<1, B, NS>(qp + i, kt, vsc, sp + i);
+  }
+}
+
+// scores of the pairs [0, P) for the committed keys [0, t1) with the keys in lanes: each block of
+// 16 K rows is transposed once for all P pairs (worth it from kLanePairs pairs), B blocks at a
+// time; hd = 16 NS. The same bits as scores (scores_tile), which takes the keys past the last
+// whole block. While a group's pairs run, the next group's K rows and this group's V rows (pv)
+// are prefetched.
+template <int T, int B, int NS>
+void scores_keys(const float* q, int64_t q_ld, int64_t P, int64_t G, const float* kb, float sc, int64_t t1,
+                 float* s, int64_t ld, const float* pv) {
+  constexpr int64_t ns = NS, hd = 16 * NS;
+  alignas(64) float kt[B * 16 * NS * 16];
+  const F16 vsc = set1(sc);
+  const auto transpose = [&](int64_t t, int b) {  // keys [t, t + 16) into block b
+    for (int64_t i = 0; i < ns; ++i) {
+      F16 r[16];
+      for (int j = 0; j < 16; ++j) r[j] = load(kb + (t + j) * hd + 16 * i);
+      transpose16(r);
+      for (int j = 0; j < 16; ++j) store(kt + (b * 16 * ns + 16 * i + j) * 16, r[j]);
+    }
+  };
+  int64_t t = 0;
+  for (; t + 16 * B <= t1; t += 16 * B) {
+    for (int b = 0; b < B; ++b) transpose(t + 16 * b, b);
+    const int64_t next = std::min<int64_t>(16 * B, (t1 - t - 16 * B) / 16 * 16);  // whole blocks ahead
+    scores_pairs<T, B, NS>(q, q_ld, P, G, kt, vsc, t, s, ld, kb + (t + 16 * B) * hd, next * hd,
+                           pv ? pv + t * hd : nullptr, pv ? 16 * B * hd : 0);
+  }
+  for (; t + 16 <= t1; t += 16) {
+    transpose(t, 0);
+    scores_pairs<T, 1, NS>(q, q_ld, P, G, kt, vsc, t, s, ld, nullptr, 0, pv ? pv + t * hd : nullptr, pv ? 16 * hd : 0);
+  }
+  const Keys committed{t1, nullptr, 0};
+  scores<0>(q, q_ld, P / G, G, kb, hd, sc, t, t1, committed, s, ld);
 }
 
 // e[:nv] = exp(s[:nv] - max(s[:nv])) in place, in fp32; returns their sum, the softmax
@@ -170,7 +290,12 @@ inline void attend_block(const float* q, int64_t q_ld, int64_t nr, int64_t G, co
                          int64_t out_ld) {
   const int64_t P = nr * G, start = keys[0].start;
   const auto score = hd == 64 ? scores<64> : scores<0>;
-  score(q, q_ld, nr, G, kb, hd, sc, 0, start, keys[0], s, ld);
+  if (P >= kLanePairs && hd == 64)
+    scores_keys<kLaneT, kLaneB, 4>(q, q_ld, P, G, kb, sc, start, s, ld, vb);
+  else if (P >= kLanePairs && hd == 128)
+    scores_keys<kLaneT, kLaneB, 8>(q, q_ld, P, G, kb, sc, start, s, ld, vb);
+  else
+    score(q, q_ld, nr, G, kb, hd, sc, 0, start, keys[0], s, ld);
   for (int64_t r = 0; r < nr; ++r)
     score(q + r * q_ld, q_ld, 1, G, kb, hd, sc, start, keys[r].size(), keys[r], s + r * G * ld, ld);
   float* den = sum + P * hd;

@@ -19,6 +19,10 @@ struct I16 { __m256i lo, hi; };
 
 // attention sums V in tiles of up to kVPairs (row, head) pairs, with kVAcc F16 accumulators (ymm pairs)
 constexpr int kVPairs = 2, kVAcc = 4;
+// attention's scores put the keys in lanes from kLanePairs pairs on, in tiles of kLaneT pairs x
+// kLaneB blocks of 16 keys (measured on AVX-512 hardware: with 16 ymm the transposes pay off only
+// from ~16 pairs, and there about even with the per-key path once K and V come from memory)
+constexpr int kLanePairs = 16, kLaneT = 2, kLaneB = 1;
 // the dense linear's register tile: kLinRows rows x kLinCols channels of accumulators
 constexpr int kLinRows = 2, kLinCols = 3;
 constexpr int64_t kLinSeg = 768;  // most floats of K per segment when several row tiles share a block
@@ -31,6 +35,11 @@ inline __m256i lanes_below(int64_t n) {  // int32 lanes i < n all ones
 inline F16 zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 inline F16 set1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
 inline F16 load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline F16 load_reg(const float* p) {  // a load GCC may not fold into each instruction using it
+  F16 a = load(p);
+  asm("" : "+x"(a.lo), "+x"(a.hi));
+  return a;
+}
 inline F16 loadn(const float* p, int64_t n) {  // masked-off lanes are not read
   return {_mm256_maskload_ps(p, lanes_below(n)), _mm256_maskload_ps(p + 8, lanes_below(n - 8))};
 }
@@ -91,6 +100,28 @@ inline __m256 pow2(__m256 n) {  // 2^n for integral n in [-126, 127]: the expone
 }
 inline F16 scale2n(F16 p, F16 n) { return {_mm256_mul_ps(p.lo, pow2(n.lo)), _mm256_mul_ps(p.hi, pow2(n.hi))}; }
 inline __m256 fold(F16 a) { return _mm256_add_ps(a.hi, a.lo); }
+
+// r[i][j] -> r[j][i] for an 8 x 8 block of ymm rows (pure data movement, exact)
+inline void transpose8(__m256* r) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2)  // pairs of rows interleaved
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  for (int i = 0; i < 8; i += 4) {  // 4 rows per 128-bit lane: columns c, c + 4 of rows i .. i + 3
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int c = 0; c < 4; ++c)
+    r[c] = _mm256_permute2f128_ps(u[c], u[c + 4], 0x20), r[c + 4] = _mm256_permute2f128_ps(u[c], u[c + 4], 0x31);
+}
+// r[i][j] -> r[j][i] for a 16 x 16 block: four 8 x 8 blocks (lo: lanes 0-7)
+inline void transpose16(F16* r) {
+  __m256 a[8], b[8], c[8], d[8];
+  for (int i = 0; i < 8; ++i) a[i] = r[i].lo, b[i] = r[i + 8].lo, c[i] = r[i].hi, d[i] = r[i + 8].hi;
+  transpose8(a), transpose8(b), transpose8(c), transpose8(d);
+  for (int j = 0; j < 8; ++j) r[j] = {a[j], b[j]}, r[j + 8] = {c[j], d[j]};
+}
 inline float reduce_max(F16 a) {  // exact in any order
   __m256 m = _mm256_max_ps(a.lo, a.hi);
   __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));

@@ -21,6 +21,10 @@ struct I16 { __m512i v; };
 
 // attention sums V in tiles of up to kVPairs (row, head) pairs, with kVAcc F16 accumulators (zmm)
 constexpr int kVPairs = 4, kVAcc = 16;
+// attention's scores put the keys in lanes from kLanePairs pairs on (below, the K transposes cost
+// more than they save), in tiles of kLaneT pairs x kLaneB blocks of 16 keys (measured: 2 x 2 keeps
+// the K vectors and broadcasts at one load per fma)
+constexpr int kLanePairs = 6, kLaneT = 2, kLaneB = 2;
 // the dense linear's register tile: kLinRows rows x kLinCols channels of accumulators
 constexpr int kLinRows = 4, kLinCols = 6;
 constexpr int64_t kLinSeg = 768;  // most floats of K per segment when several row tiles share a block
@@ -32,6 +36,11 @@ inline __mmask16 first(int64_t n) {  // lanes [0, min(n, 16))
 inline F16 zero() { return {_mm512_setzero_ps()}; }
 inline F16 set1(float x) { return {_mm512_set1_ps(x)}; }
 inline F16 load(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline F16 load_reg(const float* p) {  // a load GCC may not fold into each instruction using it
+  F16 a = load(p);
+  asm("" : "+v"(a.v));
+  return a;
+}
 inline F16 loadn(const float* p, int64_t n) { return {_mm512_maskz_loadu_ps(first(n), p)}; }
 inline F16 loadn(const uint16_t* p, int64_t n) {  // bf16 bits -> fp32 (exact)
   const __m256i h = _mm256_maskz_loadu_epi16(first(n), p);
@@ -61,6 +70,29 @@ inline __m256 fold(F16 a) {  // upper 8 lanes + lower 8 (first step of a sum)
                        _mm512_castps512_ps256(a.v));
 }
 inline float reduce_max(F16 a) { return _mm512_reduce_max_ps(a.v); }  // exact in any order
+
+// r[i][j] -> r[j][i] for a 16 x 16 block (pure data movement, exact): four steps, step h = 1, 2,
+// 4, 8 swapping bit h of the row with bit h of the lane, each vector from two rows (vpermt2ps:
+// lane j of row i keeps its own element where j lacks bit h, else takes row i + h's lane j - h).
+template <int h>
+inline void transpose_step(F16* r, __m512i lo, __m512i hi) {
+  for (int i = 0; i < 16; ++i)
+    if (!(i & h)) {
+      const __m512 a = r[i].v, b = r[i + h].v;
+      r[i].v = _mm512_permutex2var_ps(a, lo, b);
+      r[i + h].v = _mm512_permutex2var_ps(a, hi, b);
+    }
+}
+inline void transpose16(F16* r) {
+  transpose_step<1>(r, _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30),
+                    _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31));
+  transpose_step<2>(r, _mm512_setr_epi32(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29),
+                    _mm512_setr_epi32(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31));
+  transpose_step<4>(r, _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27),
+                    _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31));
+  transpose_step<8>(r, _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),
+                    _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31));
+}
 
 // Lane j: hsum(a[j]) (vec.h's order) for 16 vectors at once: the same additions as hsum's, done
 // across vectors (each level adds the lanes hsum pairs: i and i + 8, i and i + 4, i and i + 2,
