@@ -34,8 +34,7 @@ def main() -> None:
     fused = model.decoder
     if fused is None:
         raise SystemExit(f"{args.model}: no csrc layer loop here (not GGUF on the compiled kernels)")
-    prompts = [llm.tokenizer.encode(t.prompt) if t.prompt is not None else llm.tokenizer.encode_chat(t.messages)
-               for name in args.tasks.split(",") for t in load_task_set(name, args.n, 0)]
+    prompts = [t.prompt_ids(llm.tokenizer) for name in args.tasks.split(",") for t in load_task_set(name, args.n, 0)]
     params = SamplingParams(temperature=0, max_tokens=args.tokens, ignore_eos=True)
     per_token: dict[str, list[float]] = {"csrc loop": [], "python loop": []}
     outputs: dict[str, list[list[int]]] = {k: [] for k in per_token}

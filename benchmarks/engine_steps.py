@@ -25,7 +25,7 @@ from paraspec.bench.tasks import load_task_set
 def run(llm: LLM, tasks, plugin: dict | None, log: list) -> dict:
     stats = []
     for t in tasks:
-        ids = llm.tokenizer.encode(t.prompt) if t.prompt is not None else llm.tokenizer.encode_chat(t.messages)
+        ids = t.prompt_ids(llm.tokenizer)
         params = SamplingParams(temperature=0, max_tokens=t.max_new_tokens, stop=list(t.stop))
         out = llm.generate([ids], params, plugin_params=plugin)
         stats.append(out[0].stats)

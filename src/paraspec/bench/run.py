@@ -103,9 +103,8 @@ def _pick(task_set: str, plan: Plan) -> list[Task]:
 
 
 def _bench_task(t: Task, tokenizer, cap: int | None) -> BenchTask:
-    ids = tokenizer.encode(t.prompt) if t.prompt is not None else tokenizer.encode_chat(t.messages)
-    return BenchTask(t.task_set, t.task_id, ids, min(t.max_new_tokens, cap or t.max_new_tokens), tuple(t.stop),
-                     t.source)
+    return BenchTask(t.task_set, t.task_id, t.prompt_ids(tokenizer), min(t.max_new_tokens, cap or t.max_new_tokens),
+                     tuple(t.stop), t.source)
 
 
 def _prepare(names: list[str], ctx: SystemContext, run: Run) -> list[System]:

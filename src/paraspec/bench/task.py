@@ -28,6 +28,10 @@ class Task:
     def kind(self) -> str:
         return self.task_id.split("/", 1)[0]
 
+    def prompt_ids(self, tokenizer) -> list[int]:
+        """The token ids the model is given: the raw prompt, or the messages in the chat template."""
+        return tokenizer.encode(self.prompt) if self.prompt is not None else tokenizer.encode_chat(self.messages)
+
     @property
     def text(self) -> str:
         """All of the prompt's text, for budgets and cost estimates."""

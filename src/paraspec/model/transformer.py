@@ -371,7 +371,7 @@ class Transformer:
         cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)   # [T, 1, head_dim]
 
         x = self.embed(tokens)                                     # [T, dim] residual stream, fp32
-        fused = kernel is not None and not prompt and self.decoder is not None
+        fused = not prompt and self.decoder is not None   # a decoder exists only with the csrc kernels
         if fused:   # the loop below in one csrc call: the same kernels in the same order (gguf_decoder.py)
             x = self.decoder(x, cos, sin, seqs)
         for i, layer in enumerate(() if fused else self.layers):

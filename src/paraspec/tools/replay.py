@@ -302,7 +302,7 @@ def record_bench(task_sets: Sequence[str], n: int, seed: int = 0, max_new_tokens
     recs = []
     for name in task_sets:
         for t in load_task_set(name, n, seed):
-            ids = llm.tokenizer.encode(t.prompt) if t.prompt is not None else llm.tokenizer.encode_chat(t.messages)
+            ids = t.prompt_ids(llm.tokenizer)
             cap = min(t.max_new_tokens, max_new_tokens or t.max_new_tokens)
             out = llm.generate([ids], SamplingParams(temperature=0, max_tokens=cap, stop=list(t.stop)))[0]
             tokens = [x for x in out.token_ids if x not in eos] + [x for x in out.token_ids if x in eos][:1]
