@@ -19,6 +19,17 @@ def test_bound_copies_the_longest_earlier_run():
     assert copy_bound([rec], FLAT, depth=2).steps == 2          # 1 2 | 3 ... then 4 5 7
 
 
+def test_anchored_bound_copies_only_after_the_last_tokens():
+    # the output's 1 2 3 follows 9 here, 0 in the prompt: from any place it is one copy; anchored
+    # on the last token, no place of the prompt follows a 9: 1 comes as a bonus, then 2 3 (7)
+    rec = Record([0, 1, 2, 3, 5], [9, 1, 2, 3, 7])
+    assert copy_bound([rec], FLAT).steps == 1
+    assert copy_bound([rec], FLAT, anchor=1).steps == 2
+    rec = Record([9, 1, 2, 3, 5], [9, 1, 2, 3, 7])          # the prompt's copy follows a 9 too
+    assert copy_bound([rec], FLAT, anchor=1).steps == 1
+    assert copy_bound([rec], FLAT, anchor=2).steps == 2     # ... but not the prompt's 5 9
+
+
 def test_bound_drafts_only_what_pays():
     rec = Record([1, 2, 3, 4, 5], [9, 1, 2, 3, 4, 5, 7])
     steep = CostModel({1: 1.0, 2: 3.0, 64: 200.0})              # any draft row costs more than it gives

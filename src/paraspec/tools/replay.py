@@ -25,12 +25,15 @@ recorded future that occurs earlier in the request's prompt + output (a copy fro
 place, up to --depth tokens, as a chain of the length that pays most under the cost curve). No
 drafter that copies from the request's own context can accept more; what it leaves is text that
 occurs nowhere before it in the request (a memory of other requests' outputs can still hold it:
-the bench's `repeated` set).
+the bench's `repeated` set). That oracle also knows the next token, which picks its place; a
+drafter finds places by matching the context's last tokens. `--anchor N` bounds such drafters:
+copies only from places whose N tokens before equal the context's last N (the oracle still picks
+the best place and length), a bound a trie or suffix drafter can approach.
 
     python -m paraspec.tools.replay make copy out.jsonl --n 40      # needs the bundled tokenizer
     python -m paraspec.tools.replay record bench.jsonl --n 10      # bench tasks, greedy, bundled model
     python -m paraspec.tools.replay run bench.jsonl --plugin '{"plugin_type": "hybrid"}'
-    python -m paraspec.tools.replay bound bench.jsonl --cost '{"1": 1, "4": 1.4, "16": 2.9}'
+    python -m paraspec.tools.replay bound bench.jsonl --cost '{"1": 1, "4": 1.4, "16": 2.9}' [--anchor 1]
 """
 from __future__ import annotations
 
@@ -149,9 +152,12 @@ def replay(drafter: Proposer, records: Iterable[Record], max_nodes: int = 15,
     return rep
 
 
-def copy_bound(records: Iterable[Record], cost: CostModel | None = None, depth: int = 16) -> ReplayReport:
+def copy_bound(records: Iterable[Record], cost: CostModel | None = None, depth: int = 16,
+               anchor: int = 0) -> ReplayReport:
     """replay() with an oracle for a drafter (see the module's docstring): the most any drafter
-    that copies from the request's prompt and output could accept, and its modelled speedup."""
+    that copies from the request's prompt and output could accept, and its modelled speedup.
+    anchor > 0: only from places whose `anchor` tokens before equal the context's last ones (a
+    drafter finds places by matching its context; the oracle still picks the best of them)."""
     cost = cost or CostModel()
     rep = ReplayReport()
     for rec in records:
@@ -166,6 +172,8 @@ def copy_bound(records: Iterable[Record], cost: CostModel | None = None, depth: 
         while cur < len(text):
             run = 0                                 # the longest earlier copy of text[cur:]
             for j in places.get(text[cur], ()):
+                if anchor and (j < anchor or text[j - anchor:j] != text[cur - anchor:cur]):
+                    continue
                 n = 0
                 while n < depth and cur + n < end and text[j + n] == text[cur + n]:
                     n += 1
@@ -353,6 +361,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     bound = sub.add_parser("bound", help="the oracle copy drafter's acceptance and speedup per group")
     bound.add_argument("records", nargs="+")
     bound.add_argument("--depth", type=int, default=16, help="most tokens copied a step (default 16)")
+    bound.add_argument("--anchor", type=int, default=0, help="copy only from places whose N tokens before "
+                       "equal the context's last N (default 0: from any place)")
     for p in (run, bound):
         p.add_argument("--cost", default=None, help="forward cost curve t(k)/t(1) as JSON {k: cost} "
                        "(default: policy's), told to the drafter and used for the speedup")
@@ -372,8 +382,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         for path in args.records:
             records = read_records(path)
             for group in dict.fromkeys(r.group for r in records):
-                rep = copy_bound([r for r in records if r.group == group], cost, args.depth)
-                print(json.dumps({"records": path, "group": group, "depth": args.depth, **rep.summary(t1_s)}))
+                rep = copy_bound([r for r in records if r.group == group], cost, args.depth, args.anchor)
+                print(json.dumps({"records": path, "group": group, "depth": args.depth, "anchor": args.anchor,
+                                  **rep.summary(t1_s)}))
         return
     if args.plugin:
         for path in args.records:
