@@ -3,8 +3,8 @@ curve the engine measured at start-up (ModelRunner.forward_cost) and drafters si
 
     python benchmarks/engine_steps.py [--tasks grounded,humaneval] [--n 5] [--plugin '{"plugin_type": "hybrid"}']
 
-Each task set's tasks run twice on one LLM, plain decoding (AR) first, then with the drafter,
-greedy. Every runner.verify call is timed (the forward, for all rows a step asks logits for).
+Each task runs twice on one LLM, plain decoding (AR) and with the drafter, back to back in
+alternating order, greedy. Every runner.verify call is timed (the forward, for all rows a step asks logits for).
 Per row count: steps, median ms, that over AR's median one-row step (the real t(k)/t(1)) and the
 engine's curve at k. Where the two part, drafts are priced wrong. Also each run's decode time,
 and the time outside the forward (drafting, acceptance, bookkeeping). Quote ratios: the machine's
@@ -22,13 +22,13 @@ from paraspec import LLM, SamplingParams
 from paraspec.bench.tasks import load_task_set
 
 
-def run(llm: LLM, tasks, plugin: dict | None, log: list) -> dict:
-    stats = []
-    for t in tasks:
-        ids = t.prompt_ids(llm.tokenizer)
-        params = SamplingParams(temperature=0, max_tokens=t.max_new_tokens, stop=list(t.stop))
-        out = llm.generate([ids], params, plugin_params=plugin)
-        stats.append(out[0].stats)
+def generate(llm: LLM, task, plugin: dict | None) -> dict:
+    ids = task.prompt_ids(llm.tokenizer)
+    params = SamplingParams(temperature=0, max_tokens=task.max_new_tokens, stop=list(task.stop))
+    return llm.generate([ids], params, plugin_params=plugin)[0].stats
+
+
+def totals(stats: list[dict], log: list[tuple[int, float]]) -> dict:
     decode_s = sum(s["decode_s"] for s in stats)
     forward_s = sum(dt for _, dt in log)                       # decode steps only (prefill: runner.prefill)
     return {"decode_s": round(decode_s, 3), "tokens": sum(s["generated_tokens"] for s in stats),
@@ -57,18 +57,21 @@ def main() -> None:
 
     llm.runner.verify = timed
     for name in args.tasks.split(","):
-        tasks = load_task_set(name, args.n, 0)
-        log.clear()
-        ar = run(llm, tasks, None, log)
-        one_row = statistics.median(dt for k, dt in log if k == 1)
-        log.clear()
-        spec = run(llm, tasks, plugin, log)
+        runs: dict[str, tuple[list[dict], list[tuple[int, float]]]] = {"ar": ([], []), "drafted": ([], [])}
+        for i, task in enumerate(load_task_set(name, args.n, 0)):
+            # each task both ways, back to back, the order alternating: drift hits both alike
+            for kind in ("ar", "drafted") if i % 2 == 0 else ("drafted", "ar"):
+                log.clear()
+                runs[kind][0].append(generate(llm, task, None if kind == "ar" else plugin))
+                runs[kind][1].extend(log)
+        ar, spec = totals(*runs["ar"]), totals(*runs["drafted"])
+        one_row = statistics.median(dt for k, dt in runs["ar"][1] if k == 1)
         by_rows: dict[int, list[float]] = defaultdict(list)
-        for k, dt in log:
+        for k, dt in runs["drafted"][1]:
             by_rows[k].append(dt)
         print(f"\n{name}: AR {json.dumps(ar)}\n{' ' * len(name)}  drafted {json.dumps(spec)}"
               f"  speedup {ar['decode_s'] / spec['decode_s']:.3f}")
-        print(f"{'rows':>5} {'steps':>6} {'ms':>7} {'real t(k)':>10} {'curve t(k)':>11}")
+        print(f"{'rows':>5} {'steps':>6} {'ms':>7} {'real t(k)':>10} {'curve t(k)':>11}   (AR's one-row step: {1000 * one_row:.2f} ms)")
         for k in sorted(by_rows):
             v = by_rows[k]
             if len(v) >= 3:
