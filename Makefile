@@ -56,6 +56,7 @@ bench: install
 PEER_CMAKE := $(shell grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && echo '-DGGML_NATIVE=OFF -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AMX_INT8=OFF')
 peers: install
 	CMAKE_ARGS="$(PEER_CMAKE) $$CMAKE_ARGS" $(PY) -m pip install -q --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36
+	$(PY) -m pip install -q diskcache    # llama_cpp imports it (the line above takes no dependencies)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
