@@ -1,7 +1,9 @@
 """The AVX2 kernels' wide GGUF tiles (csrc/gguf_wide.h: calls of 3 or more sub-rows, a verify step)
-against their 1-row loop (gguf_loop.h), bit for bit: every row count 1..64 at any place, one pass or
-two, on random blocks whose values and scales reach every extreme, and on rows whose int8 blocks are
-all +-127 (the largest int16 group sums the avx2 variant adds before widening)."""
+and vnni512's several row tiles per chunk of blocks (gguf.h: uneven chunks, each tile fetching a
+share of the next) against their 1-row loop (gguf_loop.h), bit for bit: every row count 1..64 at
+any place, one pass or two, on random blocks whose values and scales reach every extreme, and on
+rows whose int8 blocks are all +-127 (the largest int16 group sums the avx2 variant adds before
+widening)."""
 import numpy as np
 import pytest
 import torch
@@ -15,11 +17,11 @@ FORMATS = ["Q4_0", "Q4_1", "Q8_0", "Q5_0", "Q4_K", "Q6_K"]
 SCALES = {"Q4_0": (0, 2), "Q4_1": (0, 4), "Q8_0": (0, 2), "Q5_0": (0, 2), "Q4_K": (0, 4), "Q6_K": (208, 210)}
 
 
-def _avx2_variants() -> list:
+def _variants() -> list:
     runnable = {k.label: k for k in cpu_kernels.runnable()}
     return [pytest.param(runnable.get(label), id=label,
                          marks=() if label in runnable else pytest.mark.skip(reason=f"{label} does not run here"))
-            for label in ("avx2:avx2", "avx2:avxvnni")]
+            for label in ("avx2:avx2", "avx2:avxvnni", "avx512:vnni512")]
 
 
 def _weight(kind: str, n: int, k: int, seed: int = 0) -> ggml.GGUFWeight:
@@ -46,11 +48,13 @@ def _rows(k: int) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("kernel", _avx2_variants())
+@pytest.mark.parametrize("kernel", _variants())
 @pytest.mark.parametrize("kind", FORMATS)
 @pytest.mark.parametrize("residual", [True, False])
-def test_wide_tiles_give_the_one_row_bits(kernel, kind, residual):
-    k = 1536                                                        # 48 blocks: three chunks of the L1 buffer
+@pytest.mark.parametrize("k", [1536, 1280])
+def test_wide_tiles_give_the_one_row_bits(kernel, kind, residual, k):
+    # 1536: 48 blocks, three chunks of the L1 buffer; 1280: 40 blocks, uneven chunks (vnni512: 14,
+    # 14, 12 or, whole superblocks, 16, 16, 8)
     lin = ggml.GGUFLinear(_weight(kind, 70, k), kernels=kernel, residual=residual)   # 70: a padded panel
     x = _rows(k)
     alone = torch.cat([lin(x[i:i + 1]) for i in range(len(x))])

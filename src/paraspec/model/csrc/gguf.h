@@ -116,9 +116,10 @@ constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB; whole sup
 // contiguous share of the weights. A single row tile walks each panel once; with more, each
 // chunk of blocks is run by every tile while it sits in L1, so the weights leave DRAM once per
 // call. A variant with a wide loop (AMX tiles: gguf_amx.h; AVX2: gguf_wide.h) runs row blocks
-// of its min_rows[fmt] sub-rows or more on it instead (where it has the format); xm: dx * float(xs)
-// for it (with P = 2: dx1 * float(256 xs_0 + xs_1) at the row's second sub-row). Each row's float
-// sums land at its first sub-row's place in acc: 32 * min(M, kGgufRowBlock) floats.
+// of its min_rows[fmt] sub-rows or more on it instead (where it has the format). xm: the float
+// step's row term dx * float(xs) (with P = 2: dx1 * float(256 xs_0 + xs_1) at the row's second
+// sub-row), once per call. Each row's float sums land at its first sub-row's place in acc:
+// 32 * min(M, kGgufRowBlock) floats.
 inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, const int8_t* xq,
                         const float* dx, const int32_t* xs, const int32_t* xh, const float* xm, int64_t M, int P, int64_t K,
                         const uint8_t* wp, const float* bias, float* y, int64_t N, float* acc) {
@@ -128,17 +129,29 @@ inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, c
   if (w && w->begin) w->begin();
   for (int64_t r0 = 0; r0 < M; r0 += kGgufRowBlock) {
     const int64_t r1 = std::min(r0 + kGgufRowBlock, M);
-    const int64_t chunk = r1 - r0 <= R ? B : kGgufChunk;
+    // several tiles: chunks of at most kGgufChunk blocks, as even as whole superblocks allow (the
+    // prefetch below fetches as many bytes as the chunk has, for the next one)
+    const int64_t T = (r1 - r0 + R - 1) / R, nc = (B + kGgufChunk - 1) / kGgufChunk, g = gguf_superblocks(fmt) ? 8 : 1;
+    const int64_t chunk = T == 1 ? B : (B + g * nc - 1) / (g * nc) * g;
     for (int64_t p = p0; p < p1; ++p) {
       const uint8_t* panel = wp + p * pb;
       std::memset(acc, 0, sizeof(float) * 32 * (r1 - r0));
       if (w && r1 - r0 >= w->min_rows[fmt]) {  // the same bits as the tiles below
         w->fn[P - 1][fmt](panel, B, xq + r0 * K, K, dx + r0 * B, xs + r0 * B, xh + r0 * B, xm + r0 * B, r1 - r0, acc);
       } else {
-        for (int64_t b0 = 0; b0 < B; b0 += chunk)
-          for (int64_t r = r0; r < r1; r += R)
-            loop.fn[P - 1][fmt][std::min(R, r1 - r)](panel, b0, std::min(b0 + chunk, B), xw + r * K4, K4, dx + r * B,
-                                               xs + r * B, xh + r * B, B, acc + (r - r0) * 32, r == r0);
+        for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+          const int64_t b1 = std::min(b0 + chunk, B), at = gguf_panel_bytes(fmt, b0);
+          const int64_t bytes = gguf_panel_bytes(fmt, b1) - at;
+          // The weight stream runs on into the next panel. One tile fetches kPrefetch bytes ahead
+          // of its blocks; several fetch the bytes after the chunk, a share in each tile, so that
+          // the stream flows while every tile runs (not only the first: 1/T of the time)
+          const int64_t lines = T == 1 ? (bytes / (b1 - b0) + 63) / 64 : (bytes / 64 + T * (b1 - b0) - 1) / (T * (b1 - b0));
+          for (int64_t r = r0, t = 0; r < r1; r += R, ++t) {
+            const uint8_t* pf = T == 1 ? panel + at + kPrefetch : panel + at + bytes + t * (b1 - b0) * lines * 64;
+            loop.fn[P - 1][fmt][std::min(R, r1 - r)](panel, b0, b1, xw + r * K4, K4, dx + r * B, xs + r * B,
+                                                     xh + r * B, xm + r * B, B, acc + (r - r0) * 32, pf, lines);
+          }
+        }
       }
       for (int h = 0; h < 2; ++h) {
         const int64_t n = p * 32 + 16 * h;

@@ -40,9 +40,12 @@ inline typename G::Acc gwiden(int32_t c, typename G::Acc a) {  // c + the int16 
   else return a;
 }
 
+// xm: gguf.h's dx * float(xs) per (sub-row, block), the Q4_1 / Q4_K row term, computed once per
+// call. pf: the weight stream's bytes to fetch while this tile runs, `lines` cache lines per block.
 template <int R, int FMT, int P>
 void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw, int64_t ldx, const float* dx,
-                const int32_t* xs, const int32_t* xh, int64_t B, float* acc, bool prefetch) {
+                const int32_t* xs, const int32_t* xh, const float* xm, int64_t B, float* acc, const uint8_t* pf,
+                int64_t lines) {
   using A = typename GOp::Acc;
   using F = typename GOp::Flt;
   constexpr bool Q8 = FMT == 2, Q41 = FMT == 1, Q5 = FMT == 3, Q4K = FMT == 4, Q6 = FMT == 5;
@@ -58,11 +61,11 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
   for (int64_t b = b0; b < b1; ++b) {
     const uint8_t* hdr = panel + (b >> 3) * SUPER;  // the superblock's header (K-quants)
     const uint8_t* blk = hdr + HDR + (b & 7) * REC;
-    if (prefetch)  // the stream runs on into the next panel: fetch ahead of the first tile
-      for (int64_t o = 0; o < REC; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(blk) + o + kPrefetch, _MM_HINT_T0);
+    for (int64_t o = 0; o < lines; ++o)
+      _mm_prefetch(reinterpret_cast<const char*>(pf) + ((b - b0) * lines + o) * 64, _MM_HINT_T0);
     const uint8_t* wq = blk + SB;
     const int32_t* xb = xw + 8 * b;
+    ldx = opaque(ldx);  // else GCC keeps a pointer per (row, step) across blocks, on the stack
     // the sums start at -C * xs (exact integers): the excess is gone before the float step
 #define PS_ACC1(i, j)                                                                 \
   A a##i##j = (C != 0 && R > i && !P16) ? GOp::set1_i(-C * xs[i * B + b])            \
@@ -150,9 +153,8 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
 #define PS_EPI(i, i1)                                                     \
   if constexpr (R > i && i % P == 0) {                                    \
     const int64_t e = (i + P - 1) * B + b; /* the row's last sub-row */   \
-    const int32_t s = P == 2 ? 256 * xs[i * B + b] + xs[e] : xs[e];       \
     const F sx = GOp::set1_f(dx[e]);                                      \
-    const F sm = GOp::set1_f(Q41 || Q4K ? dx[e] * static_cast<float>(s) : 0.f); \
+    const F sm = GOp::set1_f(Q41 || Q4K ? xm[e] : 0.f);                   \
     PS_EPI1(i, i1, 0) PS_EPI1(i, i1, 1) PS_EPI1(i, i1, 2) PS_EPI1(i, i1, 3) \
   }
     PS_EPI(0, 1) PS_EPI(1, 1) PS_EPI(2, 3) PS_EPI(3, 3) PS_EPI(4, 5) PS_EPI(5, 5) PS_EPI(6, 7) PS_EPI(7, 7)

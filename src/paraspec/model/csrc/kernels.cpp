@@ -44,7 +44,7 @@ struct W8A8Loop {
 // What every copy of gguf_loop.h provides: its tile height and, per format (gguf.h's
 // GgufFormat: Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q6_K), the loop over a panel's blocks for 1..8 rows.
 using GgufFn = void (*)(const uint8_t*, int64_t, int64_t, const int32_t*, int64_t, const float*, const int32_t*,
-                        const int32_t*, int64_t, float*, bool);
+                        const int32_t*, const float*, int64_t, float*, const uint8_t*, int64_t);
 // A variant's loop for calls of several sub-rows (AMX tiles: gguf_amx.h; AVX2's wide tiles:
 // gguf_wide.h): per format (nullptr: none) all sub-rows of a row block over one panel; begin()
 // and end() (where not nullptr) set up and release per-thread state (AMX's tile state).
@@ -394,15 +394,12 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
       isa::gguf_quantize_rows(static_cast<const float*>(xp) + m0 * ldx, ldx, m1 - m0, K, P, g, e, v.data(),
                               xqp + m0 * P * K, dxp + m0 * P * B, xsp + m0 * P * B, xhp + m0 * P * B);
   });
-  // dx * float(xs), the float step's row term, once per call (the wide loops'); P = 2: at the
-  // row's second sub-row, dx1 * float(256 xs_0 + xs_1) (gguf.h)
-  std::vector<float> xm;
-  if (loop->wide && rows >= loop->wide->min_rows[f]) {
-    xm.resize(rows * B);
-    for (int64_t i = 0; i < rows * B; ++i) {
-      const int32_t x = P == 2 && i / B % 2 ? 256 * xsp[i - B] + xsp[i] : xsp[i];
-      xm[i] = dxp[i] * static_cast<float>(x);
-    }
+  // dx * float(xs), the float step's row term, once per call (not per tile and panel); P = 2:
+  // at the row's second sub-row, dx1 * float(256 xs_0 + xs_1) (gguf.h)
+  std::vector<float> xm(rows * B);
+  for (int64_t i = 0; i < rows * B; ++i) {
+    const int32_t x = P == 2 && i / B % 2 ? 256 * xsp[i - B] + xsp[i] : xsp[i];
+    xm[i] = dxp[i] * static_cast<float>(x);
   }
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
@@ -495,7 +492,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 18;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
+  m.attr("VERSION") = 19;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
   m.def("attention", &attention, "decode / draft-verify attention (row-invariant: a fixed fp32 operation order per row and head)",
