@@ -146,24 +146,3 @@ def test_forward_cost_is_a_staircase_over_padded_rows(llm):
     for k in range(2, max(cost) + 1):
         padded = -(-k // ROW_MULTIPLE) * ROW_MULTIPLE
         assert cost[k] == cost[padded]
-
-
-def test_cost_curve_is_corrected_by_the_steps_own_times(tiny_model_dir):
-    from paraspec.decoding.cost import CostModel, StepTimes
-    from paraspec.engine import RECOST_EVERY
-    llm = LLM(str(tiny_model_dir("llama", n_layers=2, hidden=64, heads=4, kv_heads=2)), dtype="float32")
-    eng = llm.engine
-    startup = eng.cost
-    before = sum(eng.step_times.count.values())
-    out = llm.generate(["hello"], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
-    assert sum(eng.step_times.count.values()) - before == out[0].stats["decode_steps"]   # every decode forward
-    eng.step_times = StepTimes()
-    for _ in range(40):                  # as if 8-row forwards had taken 3x a one-row one
-        eng.step_times.record(1, 0.01)
-        eng.step_times.record(8, 0.03)
-    eng.steps = max(eng.steps, RECOST_EVERY)
-    w = 40 / (40 + StepTimes.PRIOR_STEPS)
-    assert eng.cost is not startup and eng.cost(8) == pytest.approx(w * 3.0 + (1 - w) * startup(8))
-    pinned = eng._cost = CostModel({1: 1.0, 64: 1.0})      # a curve set from outside stays
-    eng.steps += RECOST_EVERY
-    assert eng.cost is pinned

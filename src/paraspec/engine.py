@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from .decoding.acceptance import walk
-from .decoding.cost import CostModel, StepTimes
+from .decoding.cost import CostModel
 from .decoding.mode import ModePlugin
 from .decoding.proposer import Proposer, StepContext
 from .decoding.registry import DrafterRegistry
@@ -37,7 +37,6 @@ logger = logging.getLogger("paraspec.engine")
 
 MAX_DRAFT_NODES = 64  # hard cap on draft nodes a drafter may add per sequence and step
 MAX_QUERY_ROWS = 320  # KV slots reserved for one step's query (drafts + a lookahead window)
-RECOST_EVERY = 32     # decode steps between corrections of the cost curve by the steps' times
 
 
 class Engine:
@@ -55,9 +54,6 @@ class Engine:
         self._twin_logits: dict[str, torch.Tensor] = {}  # prompt logits kept for n > 1 siblings
         self.drafters = DrafterRegistry(tokenizer.eos_token_ids)   # the trie, arm stats, built drafters
         self._cost: CostModel | None = None
-        self._own_cost: CostModel | None = None   # the curve this engine measured (else: set from outside)
-        self._recost_at = RECOST_EVERY
-        self.step_times = StepTimes()             # its decode forwards' times, by rows
         self.steps = 0               # decode steps run
 
     # ------------------------------------------------------------------------------ requests
@@ -122,16 +118,9 @@ class Engine:
     @property
     def cost(self) -> CostModel:
         """The forward cost of k query rows relative to one, measured on the first use (the
-        runner times this machine once) and the same for every drafter of the engine; then,
-        every RECOST_EVERY decode steps, corrected by the forwards' own times (cost.StepTimes).
-        A curve set from outside (a test's) stays as it is."""
+        runner times this machine once) and the same for every drafter of the engine."""
         if self._cost is None:
-            self._cost = self._own_cost = CostModel(self.runner.forward_cost())
-        elif self._cost is self._own_cost and self.steps >= self._recost_at:
-            self._recost_at = self.steps + RECOST_EVERY
-            curve = self.step_times.corrected(self.runner.forward_cost())
-            if curve is not None:
-                self._cost = self._own_cost = CostModel(curve)
+            self._cost = CostModel(self.runner.forward_cost())
         return self._cost
 
     def _bucket_room(self, cache: KVCache) -> int:
@@ -246,8 +235,6 @@ class Engine:
         t0 = time.perf_counter()
         logits_per_seq = self.runner.verify([b[0].cache for b in batch], [b[1] for b in batch]) if batch else []
         forward_s = time.perf_counter() - t0
-        if batch:
-            self.step_times.record(sum(len(b[1].tokens) for b in batch), forward_s)
 
         for (seq, q, mode_step, draft_s), logits in zip(batch, logits_per_seq):
             try:     # a step the mode ran says itself what to emit

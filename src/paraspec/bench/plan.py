@@ -94,8 +94,7 @@ class Run:
     measurements: list[Measurement] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     serving: dict | None = None
-    forward_cost: dict | None = None        # the start-up curve drafters began with
-    forward_cost_end: dict | None = None    # ... and as the run's own step times corrected it
+    forward_cost: dict | None = None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started

@@ -51,8 +51,7 @@ def write_results(run: Run) -> int:
     plan.out.mkdir(parents=True, exist_ok=True)
     results = {
         "schema": 1,
-        "environment": {**environment(plan), "forward_cost": run.forward_cost,
-                        "forward_cost_end": run.forward_cost_end},
+        "environment": {**environment(plan), "forward_cost": run.forward_cost},
         "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(plan).items()},
                    "trie_prefilled": bool(plan.memory_file),
                    "memory_policy": ("pre-filled from " + plan.memory_file if plan.memory_file else "empty") +

@@ -4,11 +4,6 @@ The engine measures the curve once on its machine (ModelRunner.forward_cost) and
 every drafter in each step's StepContext; this is the only cost table. Verifying more rows is
 nearly free where decoding is memory-bound and not free where it is compute-bound, so every
 decision to verify a row is priced against it.
-
-That start-up measurement sees a short cache and whatever else the machine was doing at that
-moment; decoding then runs at other lengths, with drafting between forwards. StepTimes keeps
-the times of the forwards the engine actually runs, by row count, and corrects the curve where
-it has enough of them (Engine.cost).
 """
 from __future__ import annotations
 
@@ -87,50 +82,3 @@ def window_prior(cost: CostModel, window_rows: int, base_rows: int = 4) -> float
     evidence: (1 + WINDOW_PRIOR_GAIN) over what its rows add to a small step."""
     return (1.0 + WINDOW_PRIOR_GAIN) * cost(base_rows) / cost(base_rows + window_rows)
 
-
-def _bucket(rows: int) -> int:
-    """Row counts timed together: 1-4 each, then up to the next multiple of 4."""
-    return rows if rows <= 4 else -(-rows // 4) * 4
-
-
-class StepTimes:
-    """The wall time of the decode forwards an engine runs, by row count: a running mean per
-    bucket (the last ~WINDOW steps weigh), each sample clipped to CLIP times the mean so far (a
-    stall of the machine is not a cost of the rows)."""
-
-    WINDOW = 32
-    CLIP = 2.0
-    MIN_STEPS = 8        # a bucket counts from this many steps
-    PRIOR_STEPS = 8      # the start-up curve weighs as this many steps of a bucket
-
-    def __init__(self) -> None:
-        self.mean: dict[int, float] = {}
-        self.count: dict[int, int] = {}
-
-    def record(self, rows: int, seconds: float) -> None:
-        b = _bucket(rows)
-        n = self.count.get(b, 0)
-        m = self.mean.get(b, seconds)
-        if n >= 4:
-            seconds = min(max(seconds, m / self.CLIP), m * self.CLIP)
-        self.count[b] = n + 1
-        self.mean[b] = m + (seconds - m) / min(n + 1, self.WINDOW)
-
-    def corrected(self, curve: dict[int, float]) -> dict[int, float] | None:
-        """`curve` (t(k) for k = 1..K) where the timed buckets say otherwise, or None where too
-        few are timed. The bucket timed most anchors the scale (its start-up cost is taken as
-        right: the times say how the other sizes compare with it); each timed bucket's measured
-        cost leans on the start-up one by PRIOR_STEPS; sizes between timed buckets get the
-        start-up cost times their neighbours' correction, interpolated."""
-        timed = sorted(b for b, n in self.count.items() if n >= self.MIN_STEPS and b <= max(curve))
-        if len(timed) < 2:
-            return None
-        ref = max(timed, key=lambda b: (self.count[b], -b))
-        factors = []
-        for b in timed:
-            measured = curve[ref] * self.mean[b] / self.mean[ref]
-            w = self.count[b] / (self.count[b] + self.PRIOR_STEPS)
-            factors.append((w * measured + (1 - w) * curve[b]) / curve[b])
-        ks = list(curve)
-        scale = np.interp([_bucket(k) for k in ks], timed, factors)
-        return {k: curve[k] * float(f) for k, f in zip(ks, scale)}
