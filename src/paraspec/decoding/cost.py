@@ -81,4 +81,3 @@ def window_prior(cost: CostModel, window_rows: int, base_rows: int = 4) -> float
     """A window step's tokens per unit cost relative to the same step without it, before
     evidence: (1 + WINDOW_PRIOR_GAIN) over what its rows add to a small step."""
     return (1.0 + WINDOW_PRIOR_GAIN) * cost(base_rows) / cost(base_rows + window_rows)
-
