@@ -67,3 +67,12 @@ def test_bound_cli(tmp_path, capsys):
     main(["bound", str(path), "--cost", '{"1": 1, "64": 1}'])
     out = capsys.readouterr().out
     assert '"group": "g"' in out and '"tokens_per_step": 6.0' in out and '"median_request_speedup": 6.0' in out
+
+
+def test_bound_cli_rejects_a_negative_anchor(tmp_path, capsys):
+    path = tmp_path / "r.jsonl"
+    write_records(path, [Record([1, 2], [3, 4], "g")])
+    with pytest.raises(SystemExit):
+        main(["bound", str(path), "--anchor", "-1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--anchor" in err[-1] and "0 or a positive whole number" in err[-1]

@@ -25,7 +25,7 @@ def monotone(values: list[float]) -> np.ndarray:
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
             (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
             blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
-    return np.array([m for m, n in blocks for _ in range(int(n))], dtype=float)
+    return np.concatenate([np.full(int(n), m) for m, n in blocks]) if blocks else np.zeros(0)
 
 
 class CostModel:
@@ -41,9 +41,7 @@ class CostModel:
             self._slope = max((vals[-1] - vals[-2]) / (ks[-1] - ks[-2]), 0.0)
         else:
             self._slope = 0.0
-        ks_all = np.arange(257)
-        self._table = np.where(ks_all <= self._ks[-1], np.interp(np.maximum(ks_all, 1), self._ks, self._vals),
-                               self._vals[-1] + self._slope * (ks_all - self._ks[-1])).tolist()
+        self._table = [float(self._eval(k)) for k in range(0, 257)]
         # rows that can join a query of k rows at no cost (up to the top of k's stair)
         self._free = [0] * len(self._table)
         for k in range(len(self._table) - 2, -1, -1):

@@ -171,8 +171,9 @@ def copy_bound(records: Iterable[Record], cost: CostModel | None = None, depth: 
         cur, tokens, spent, steps = len(rec.prompt) + 1, 0, 0.0, 0
         while cur < len(text):
             run = 0                                 # the longest earlier copy of text[cur:]
+            last = text[cur - anchor:cur]           # what a copy's place must follow (anchor > 0)
             for j in places.get(text[cur], ()):
-                if anchor and (j < anchor or text[j - anchor:j] != text[cur - anchor:cur]):
+                if anchor and (j < anchor or text[j - anchor:j] != last):
                     continue
                 n = 0
                 while n < depth and cur + n < end and text[j + n] == text[cur + n]:
@@ -332,6 +333,14 @@ def replay_groups(plugin: dict | str, records: Sequence[Record], eos: Sequence[i
     return out
 
 
+def _tokens(value: str) -> int:
+    """A token count (0 or more), for argparse: its one-line error otherwise."""
+    n = int(value) if value.strip().isdigit() else -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a token count; give 0 or a positive whole number")
+    return n
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from ..decoding.memory import MemoryDecodingParams, MemoryDrafter
 
@@ -361,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     bound = sub.add_parser("bound", help="the oracle copy drafter's acceptance and speedup per group")
     bound.add_argument("records", nargs="+")
     bound.add_argument("--depth", type=int, default=16, help="most tokens copied a step (default 16)")
-    bound.add_argument("--anchor", type=int, default=0, help="copy only from places whose N tokens before "
+    bound.add_argument("--anchor", type=_tokens, default=0, help="copy only from places whose N tokens before "
                        "equal the context's last N (default 0: from any place)")
     for p in (run, bound):
         p.add_argument("--cost", default=None, help="forward cost curve t(k)/t(1) as JSON {k: cost} "
