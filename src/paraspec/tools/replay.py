@@ -335,10 +335,9 @@ def replay_groups(plugin: dict | str, records: Sequence[Record], eos: Sequence[i
 
 def _tokens(value: str) -> int:
     """A token count (0 or more), for argparse: its one-line error otherwise."""
-    n = int(value) if value.strip().isdigit() else -1
-    if n < 0:
+    if not value.strip().isdigit():
         raise argparse.ArgumentTypeError(f"{value!r} is not a token count; give 0 or a positive whole number")
-    return n
+    return int(value)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
