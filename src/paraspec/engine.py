@@ -55,6 +55,7 @@ class Engine:
         self.drafters = DrafterRegistry(tokenizer.eos_token_ids)   # the trie, arm stats, built drafters
         self._cost: CostModel | None = None
         self.steps = 0               # decode steps run
+        self.draft_gate = True       # skip a sequence's propose where looking does not pay (decoding/gate.py)
 
     # ------------------------------------------------------------------------------ requests
 
@@ -220,46 +221,55 @@ class Engine:
         ctx = self._context(len(self.running)) if any(s.drafter is not None for s in self.running) else None
         self.steps += 1
         updates: list[SequenceUpdate] = []
-        batch: list[tuple[SequenceState, Query, bool, float]] = []    # (seq, rows, by its mode, draft_s)
+        batch: list[tuple[SequenceState, Query, bool, float, bool]] = []   # (seq, rows, by its mode, draft_s, looked)
         for seq in self.running:
             t0 = time.perf_counter()
             try:
-                q, mode_step = self._query(seq, ctx)
+                q, mode_step, looked = self._query(seq, ctx)
             except Exception as e:   # its drafter failed: the sequence ends, the step goes on
                 updates.append(self._fail(seq, e))
                 continue
-            batch.append((seq, q, mode_step, time.perf_counter() - t0))
+            batch.append((seq, q, mode_step, time.perf_counter() - t0, looked))
 
         # rows of other sequences never change a sequence's logits (row invariance), so the
         # batch without a failed sequence gives the others the bits they would have had
         t0 = time.perf_counter()
         logits_per_seq = self.runner.verify([b[0].cache for b in batch], [b[1] for b in batch]) if batch else []
         forward_s = time.perf_counter() - t0
+        units = sum(self.cost(len(b[1].tokens)) for b in batch) if ctx is not None else 1.0
 
-        for (seq, q, mode_step, draft_s), logits in zip(batch, logits_per_seq):
+        for (seq, q, mode_step, draft_s, looked), logits in zip(batch, logits_per_seq):
+            t0, emitted = time.perf_counter(), len(seq.output)
             try:     # a step the mode ran says itself what to emit
                 updates.append(self._mode_accept(seq, q, logits, forward_s) if mode_step
                                else self._accept(seq, q, logits, draft_s, forward_s))
             except Exception as e:   # its sampler, drafter or detokenizer failed: it alone ends
                 updates.append(self._fail(seq, e))
+                continue
+            if seq.drafter is not None and not mode_step:
+                rows_cost = self.cost(len(q.tokens))      # its share of the forward, by the cost curve
+                seq.gate.update(looked, len(seq.output) - emitted, forward_s * rows_cost / units, rows_cost,
+                                draft_s, time.perf_counter() - t0)
         self.running = [s for s in self.running if not s.finished]
         return updates
 
-    def _query(self, seq: SequenceState, ctx: StepContext | None) -> tuple[Query, bool]:
+    def _query(self, seq: SequenceState, ctx: StepContext | None) -> tuple[Query, bool, bool]:
         """The sequence's rows for this step: its last token (the root) and its draft tree; or
-        the rows of its decode mode when the mode runs the step (True)."""
+        the rows of its decode mode when the mode runs the step (True). Last: whether its
+        drafter was asked (its gate may skip the look, decoding/gate.py)."""
         if seq.mode is not None and (q := seq.mode.query(seq, ctx)) is not None:
-            return q, True
+            return q, True, False
         remaining = seq.max_tokens - len(seq.output)
         room = seq.cache.capacity - seq.cache.length - 1
         budget = max(0, min(MAX_DRAFT_NODES, remaining - 1, room, self._bucket_room(seq.cache),
                             self.runner.max_seq_len - 1 - seq.cache.length - 1))
         proposal = None
-        if seq.drafter is not None and budget > 0:
+        looked = seq.drafter is not None and budget > 0 and (not self.draft_gate or seq.gate.look())
+        if looked:
             proposal = seq.drafter.propose(seq.key, seq.tokens, budget, ctx)
             if len(proposal.draft) > budget:
                 proposal.draft = proposal.draft.truncated(budget)
-        return build_query(seq.tokens[-1], seq.cache.length, proposal), False
+        return build_query(seq.tokens[-1], seq.cache.length, proposal), False, looked
 
     def _accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, draft_s: float,
                 forward_s: float) -> SequenceUpdate:

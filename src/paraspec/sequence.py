@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .decoding.gate import DraftGate
 from .decoding.stats import SpecStats
 from .outputs import StepTrace, TokenLogprob
 from .sampling.params import SamplingParams
@@ -45,6 +46,7 @@ class SequenceState:
     sent_chars: int = 0          # text already handed out as deltas
     drafting: bool = False       # its drafter has begun it (and must end it)
     mode: SequenceMode | None = None   # its decode mode's state (decoding/mode.py), None: plain
+    gate: DraftGate = field(default_factory=DraftGate)   # whether its steps look for a draft
 
     @property
     def finished(self) -> bool:

@@ -185,7 +185,8 @@ class HybridDrafter:
         self.suffix.observe(request_id, committed)
         if st.pool_ran:
             self.pool.observe(request_id, committed, lookahead_argmax)
-        st.memory_tree = None
+        # a step without propose (its gate skipped the look) scores nothing and leaves the pool be
+        st.memory_tree, st.scored, st.pool_ran = None, False, False
 
     def end(self, request_id: str) -> None:
         self.memory.end(request_id)
