@@ -37,8 +37,11 @@ class ModelRunner:
         the 5th to 7th then come free (docs/design-notes.md)."""
         if self._cost is None:
             multiple = getattr(self.model, "row_multiple", ROW_MULTIPLE)
-            if multiple == 1 and sizes[0] != 1:   # an unpadded forward: one row has its own cost
-                sizes = (1, *sizes)
+            if multiple == 1 and sizes[0] != 1:
+                # an unpadded forward: one row has its own cost (a GEMV; 2+ rows run row tiles,
+                # a step up that a line from 1 to 4 rows would price at a third of its height),
+                # and the few rows most drafts are made of are measured, not interpolated
+                sizes = tuple(sorted({1, 2, 3, 6, *sizes}))
             cache = self.new_cache(context + max(sizes) + 1)
             self.prefill(cache, [0] * context)
             # shapes interleaved, a new order each round, and the median kept: one shape timed
