@@ -6,8 +6,7 @@ curve the engine measured at start-up (ModelRunner.forward_cost) and drafters si
 Each task runs twice on one LLM, plain decoding (AR) and with the drafter, back to back in
 alternating order, greedy. Every runner.verify call is timed (the forward, for all rows a step asks logits for).
 Per row count: steps, median ms, that over AR's median one-row step (the real t(k)/t(1)) and the
-engine's curve at k: the start-up one and the one the engine's own steps corrected it to by
-the end (cost.PairedTimes). Where they part from the real one, drafts are priced wrong. Also each run's decode time,
+engine's curve at k. Where the two part, drafts are priced wrong. Also each run's decode time,
 and the time outside the forward (drafting, acceptance, bookkeeping). Quote ratios: the machine's
 speed drifts.
 """
@@ -72,14 +71,13 @@ def main() -> None:
             by_rows[k].append(dt)
         print(f"\n{name}: AR {json.dumps(ar)}\n{' ' * len(name)}  drafted {json.dumps(spec)}"
               f"  speedup {ar['decode_s'] / spec['decode_s']:.3f}")
-        print(f"{'rows':>5} {'steps':>6} {'ms':>7} {'real t(k)':>10} {'curve t(k)':>11} {'corrected':>10}"
+        print(f"{'rows':>5} {'steps':>6} {'ms':>7} {'real t(k)':>10} {'curve t(k)':>11}"
               f"   (AR's one-row step: {1000 * one_row:.2f} ms)")
         for k in sorted(by_rows):
             v = by_rows[k]
             if len(v) >= 3:
                 med = statistics.median(v)
-                print(f"{k:>5} {len(v):>6} {1000 * med:>7.2f} {med / one_row:>10.2f} {curve.get(k, float('nan')):>11.2f}"
-                      f" {llm.engine.cost(k):>10.2f}")
+                print(f"{k:>5} {len(v):>6} {1000 * med:>7.2f} {med / one_row:>10.2f} {curve.get(k, float('nan')):>11.2f}")
 
 
 if __name__ == "__main__":

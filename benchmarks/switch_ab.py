@@ -1,14 +1,14 @@
 """One engine switch on and off, side by side: decode tokens/s of each task for plain decoding
 (AR), a drafter with the switch off, and the same drafter with it on.
 
-    python benchmarks/switch_ab.py [--switch gate|cost] [--tasks chat,humaneval,grounded] [--n 10]
+    python benchmarks/switch_ab.py [--switch gate] [--tasks chat,humaneval,grounded] [--n 10]
                                    [--repeats 3] [--plugin '{"plugin_type": "hybrid"}']
 
-Switches: `gate`, the draft gate (decoding/gate.py, Engine.draft_gate); `cost`, the forward-cost
-curve corrected by the engine's own steps (cost.PairedTimes) against the start-up curve alone.
+Switches: `gate`, the draft gate (decoding/gate.py, Engine.draft_gate). (`cost`, the curve
+corrected by the engine's own steps, was measured with it at dfc569d and dropped.)
 One LLM, one start-up curve; off and on each have a drafter of their own (its own trie, fed the
 same tasks in the same order, as paraspec bench gives each system its own memory; every repeat
-of a task starts from the memory as it was before the task) and their own corrected curve.
+of a task starts from the memory as it was before the task).
 Every task runs AR, off, on back to back, the order rotating, so the machine's drift hits all
 three alike. Per task the median over repeats; per set the median over tasks of each one's
 tokens/s over AR's, as paraspec bench reports, and the geometric mean of on over off. Outputs
@@ -26,13 +26,13 @@ from paraspec import LLM, SamplingParams
 from paraspec.api import sequence_stats
 from paraspec.bench.tasks import load_task_set
 from paraspec.config import parse_plugin_params
-from paraspec.decoding.cost import CostModel, PairedTimes
+from paraspec.decoding.cost import CostModel
 
 
 def run(llm: LLM, task, drafter, state: dict) -> tuple[float, list[int]]:
     """One greedy run with the engine switched as `state` says (kept up to date by the run)."""
     engine = llm.engine
-    engine.draft_gate, engine._cost, engine._times = state["gate"], state["cost"], state["times"]
+    engine.draft_gate, engine._cost = state["gate"], state["cost"]
     params = SamplingParams(temperature=0, max_tokens=task.max_new_tokens, stop=list(task.stop))
     (seq,) = engine.add_request(task.prompt_ids(llm.tokenizer), params, drafter=drafter)
     engine.run_until_done()
@@ -43,7 +43,7 @@ def run(llm: LLM, task, drafter, state: dict) -> tuple[float, list[int]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="default")
-    ap.add_argument("--switch", choices=("gate", "cost"), default="gate")
+    ap.add_argument("--switch", choices=("gate",), default="gate")
     ap.add_argument("--tasks", default="chat,humaneval,grounded")
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
@@ -55,9 +55,7 @@ def main() -> None:
     print("start-up cost curve t(k)/t(1):", {k: round(curve[k], 2) for k in (2, 4, 8, 16)})
 
     def state(on: bool) -> dict:
-        gate = on or args.switch != "gate"
-        times = PairedTimes(curve) if on or args.switch != "cost" else None
-        return {"gate": gate, "cost": CostModel(curve), "times": times}
+        return {"gate": on or args.switch != "gate", "cost": CostModel(curve)}
     states = {"ar": state(False), "off": state(False), "on": state(True)}    # kept across the sets
     for name in args.tasks.split(","):
         memory = {"off": llm.engine.drafters.private(plugin), "on": llm.engine.drafters.private(plugin)}
@@ -88,8 +86,7 @@ def main() -> None:
         print(f"{name}: median over tasks  {args.switch} off {statistics.median(ratios['off']):.3f}x  "
               f"on {statistics.median(ratios['on']):.3f}x AR;  on / off geometric mean "
               f"{math.exp(sum(log_on_off) / len(log_on_off)):.3f}", flush=True)
-        if args.switch == "cost":
-            print("  corrected curve at the end:", {k: round(states["on"]["cost"](k), 2) for k in (2, 4, 8, 16)}, "\n")
+        print()
 
 
 if __name__ == "__main__":

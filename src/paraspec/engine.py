@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from .decoding.acceptance import walk
-from .decoding.cost import CostModel, PairedTimes
+from .decoding.cost import CostModel
 from .decoding.mode import ModePlugin
 from .decoding.proposer import Proposer, StepContext
 from .decoding.registry import DrafterRegistry
@@ -54,7 +54,6 @@ class Engine:
         self._twin_logits: dict[str, torch.Tensor] = {}  # prompt logits kept for n > 1 siblings
         self.drafters = DrafterRegistry(tokenizer.eos_token_ids)   # the trie, arm stats, built drafters
         self._cost: CostModel | None = None
-        self._times: PairedTimes | None = None    # corrects the curve by this engine's own steps
         self.steps = 0               # decode steps run
         self.draft_gate = True       # skip a sequence's propose where looking does not pay (decoding/gate.py)
 
@@ -120,11 +119,9 @@ class Engine:
     @property
     def cost(self) -> CostModel:
         """The forward cost of k query rows relative to one, measured on the first use (the
-        runner times this machine once), then corrected by the engine's own batch-1 steps
-        (cost.PairedTimes); the same for every drafter of the engine."""
+        runner times this machine once) and the same for every drafter of the engine."""
         if self._cost is None:
-            curve = self.runner.forward_cost()
-            self._cost, self._times = CostModel(curve), PairedTimes(curve)
+            self._cost = CostModel(self.runner.forward_cost())
         return self._cost
 
     def _bucket_room(self, cache: KVCache) -> int:
@@ -239,10 +236,6 @@ class Engine:
         t0 = time.perf_counter()
         logits_per_seq = self.runner.verify([b[0].cache for b in batch], [b[1] for b in batch]) if batch else []
         forward_s = time.perf_counter() - t0
-        if self._times is not None and len(batch) == 1 and not batch[0][2]:
-            seq, q = batch[0][0], batch[0][1]
-            if (curve := self._times.step(seq.key, len(q.tokens), forward_s, seq.cache.length)) is not None:
-                self._cost = CostModel(curve)
         units = sum(self.cost(len(b[1].tokens)) for b in batch) if ctx is not None else 1.0
 
         for (seq, q, mode_step, draft_s, looked), logits in zip(batch, logits_per_seq):
@@ -395,8 +388,6 @@ class Engine:
             return
         seq.finish_reason = reason
         seq.finish_time = time.perf_counter()
-        if self._times is not None:
-            self._times.forget(seq.key)
         if seq.drafting:
             seq.drafting = False
             t0 = time.perf_counter()

@@ -68,67 +68,6 @@ class CostModel:
         return self._free[rows] if rows < len(self._free) else 0
 
 
-BANDS = (2, 4, 8, 16, 32, 64)  # row counts a correction is kept for: k rows fall in the first band >= k
-NEAR = 32                   # cache lengths this close count as equal
-PRIOR_SAMPLES = 4           # a band's mean leans on all bands' (a regime moves them together) and
-                            # that on the start-up curve, as this many paired steps each
-REFRESH = 16                # paired steps between two corrected curves
-
-
-class PairedTimes:
-    """The start-up curve corrected by the engine's own steps, compared at equal cache length.
-
-    A step's time grows with its cache as well as its rows, and drafted multi-row steps gather
-    on long contexts, so step times pooled by row count price rows wrong (docs/design-notes.md).
-    Here a k-row step of a sequence is compared with a one-row step of the same sequence at
-    most NEAR tokens earlier (one that followed a one-row step: a step right after a wide one
-    runs slower); per band of k the mean log ratio to the start-up curve's t(k) scales the
-    curve, shrunk toward all bands' mean ratio and that toward the start-up curve. (On a VM the
-    start-up probe can read another regime than the run meets: every row count off by the same
-    share, docs/design-notes.md.) Batch-1 steps only: a batch's rows are several sequences'
-    at several cache lengths."""
-
-    def __init__(self, curve: dict[int, float]):
-        self.base = dict(curve)
-        self._model = CostModel(curve)
-        self._log = [0.0] * len(BANDS)
-        self._n = [0] * len(BANDS)
-        self._one: dict[object, tuple[int, float]] = {}    # key -> (cache length, seconds)
-        self._wide: dict[object, bool] = {}                # key -> its last step had rows > 1
-        self._fresh = 0
-
-    def step(self, key: object, rows: int, seconds: float, cache_length: int) -> dict[int, float] | None:
-        """One batch-1 forward of `key`'s `rows` rows at `cache_length`; a corrected curve every
-        REFRESH paired steps, else None."""
-        wide, self._wide[key] = self._wide.get(key, False), rows > 1
-        if rows == 1:
-            if not wide:
-                self._one[key] = (cache_length, seconds)
-            return None
-        one = self._one.get(key)
-        if one is None or cache_length - one[0] > NEAR or rows > BANDS[-1]:
-            return None
-        b = next(i for i, top in enumerate(BANDS) if rows <= top)
-        self._log[b] += np.log(seconds / one[1] / self._model(rows))
-        self._n[b] += 1
-        self._fresh += 1
-        if self._fresh < REFRESH:
-            return None
-        self._fresh = 0
-        return self.curve()
-
-    def curve(self) -> dict[int, float]:
-        """The start-up curve, each k scaled by its band's shrunk mean ratio."""
-        overall = sum(self._log) / (sum(self._n) + PRIOR_SAMPLES)
-        scale = [np.exp((lg + PRIOR_SAMPLES * overall) / (n + PRIOR_SAMPLES)) for lg, n in zip(self._log, self._n)]
-        return {k: v if k == 1 else v * float(scale[next((i for i, top in enumerate(BANDS) if k <= top), -1)])
-                for k, v in self.base.items()}
-
-    def forget(self, key: object) -> None:
-        self._one.pop(key, None)
-        self._wide.pop(key, None)
-
-
 # Before any evidence, a Jacobi window is supposed to add this share of tokens per step:
 # optimistic (docs/design-notes.md), so that where its rows cost less than that it is tried at
 # once, and where they cost more (a 2-core CPU: 1.5-1.8x a step) it
