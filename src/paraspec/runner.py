@@ -39,8 +39,8 @@ class ModelRunner:
             multiple = getattr(self.model, "row_multiple", ROW_MULTIPLE)
             if multiple == 1 and sizes[0] != 1:
                 # an unpadded forward: one row has its own cost (a GEMV; 2+ rows run row tiles,
-                # a step up that a line from 1 to 4 rows would price at a third of its height),
-                # and the few rows most drafts are made of are measured, not interpolated
+                # and 2 rows cost most of what 4 do, not a third of the way there), and the few
+                # rows most drafts are made of are measured, not interpolated
                 sizes = tuple(sorted({1, 2, 3, 6, *sizes}))
             cache = self.new_cache(context + max(sizes) + 1)
             self.prefill(cache, [0] * context)
