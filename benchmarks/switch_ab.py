@@ -26,17 +26,15 @@ from paraspec import LLM, SamplingParams
 from paraspec.api import sequence_stats
 from paraspec.bench.tasks import load_task_set
 from paraspec.config import parse_plugin_params
-from paraspec.decoding.cost import CostModel
 
 
-def run(llm: LLM, task, drafter, state: dict) -> tuple[float, list[int]]:
-    """One greedy run with the engine switched as `state` says (kept up to date by the run)."""
+def run(llm: LLM, task, drafter, on: bool) -> tuple[float, list[int]]:
+    """One greedy run with the switch on or off."""
     engine = llm.engine
-    engine.draft_gate, engine._cost = state["gate"], state["cost"]
+    engine.draft_gate = on
     params = SamplingParams(temperature=0, max_tokens=task.max_new_tokens, stop=list(task.stop))
     (seq,) = engine.add_request(task.prompt_ids(llm.tokenizer), params, drafter=drafter)
     engine.run_until_done()
-    state["cost"] = engine._cost
     return sequence_stats(seq)["tokens_per_s"], list(seq.output)
 
 
@@ -51,12 +49,7 @@ def main() -> None:
     args = ap.parse_args()
     llm = LLM(args.model)
     plugin = parse_plugin_params(json.loads(args.plugin), llm.config.speculation_gamma)
-    curve = llm.runner.forward_cost()
-    print("start-up cost curve t(k)/t(1):", {k: round(curve[k], 2) for k in (2, 4, 8, 16)})
-
-    def state(on: bool) -> dict:
-        return {"gate": on or args.switch != "gate", "cost": CostModel(curve)}
-    states = {"ar": state(False), "off": state(False), "on": state(True)}    # kept across the sets
+    print("start-up cost curve t(k)/t(1):", {k: round(llm.engine.cost(k), 2) for k in (2, 4, 8, 16)})
     for name in args.tasks.split(","):
         memory = {"off": llm.engine.drafters.private(plugin), "on": llm.engine.drafters.private(plugin)}
         ratios: dict[str, list[float]] = {"off": [], "on": []}
@@ -71,7 +64,7 @@ def main() -> None:
                     # (deepcopy fills its memo: a new one per copy, the engine and model kept out)
                     keep = {id(o): o for o in (llm.engine, llm.runner, llm.model, llm.tokenizer)}
                     drafter = None if k == "ar" else copy.deepcopy(memory[k], keep)
-                    tps, ids[k] = run(llm, task, drafter, states[k])
+                    tps, ids[k] = run(llm, task, drafter, k == "on")
                     speed[k].append(tps)
                     after.setdefault(k, drafter)
                 if not ids["ar"] == ids["off"] == ids["on"]:
