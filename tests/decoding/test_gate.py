@@ -65,7 +65,7 @@ def test_engine_asks_a_drafter_that_is_never_right_less_often(tiny_model_dir):
 
         def counted(*a, **k):
             n[0] += 1
-            time.sleep(0.002)
+            time.sleep(0.005)
             return propose(*a, **k)
         drafter.propose = counted
         llm.engine.draft_gate, llm.engine.default_drafter = gated, drafter
@@ -75,4 +75,5 @@ def test_engine_asks_a_drafter_that_is_never_right_less_often(tiny_model_dir):
         calls[gated] = n[0]
     llm.engine.draft_gate = True
     assert calls[False] == 78        # every decode step but the last (one token left: no draft)
-    assert calls[True] < WARMUP + 79 // 4            # the warm-up, then backing off
+    # the warm-up, then a look in every MAX_SKIP + 1 steps (~23 here; noise may reopen it a time or two)
+    assert WARMUP <= calls[True] < calls[False] // 2
