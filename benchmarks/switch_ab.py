@@ -6,9 +6,9 @@
 
 Switches: `gate`, the draft gate (decoding/gate.py, Engine.draft_gate). (`cost`, the curve
 corrected by the engine's own steps, was measured with it at dfc569d and dropped.)
-One LLM, one start-up curve; off and on each have a drafter of their own (its own trie, fed the
-same tasks in the same order, as paraspec bench gives each system its own memory; every repeat
-of a task starts from the memory as it was before the task).
+One LLM, one start-up curve; AR, off and on are paraspec bench's own systems (off and on each
+with its own memory, fed the same tasks in the same order; every repeat of a task starts from
+the memory as it was before the task).
 Every task runs AR, off, on back to back, the order rotating, so the machine's drift hits all
 three alike. Per task the median over repeats; per set the median over tasks of each one's
 tokens/s over AR's, as paraspec bench reports, and the geometric mean of on over off. Outputs
@@ -17,25 +17,14 @@ must be identical to AR's: the switches only change which steps draft and how mu
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import statistics
 
-from paraspec import LLM, SamplingParams
-from paraspec.api import sequence_stats
+from paraspec import LLM
+from paraspec.bench.base import GREEDY, BenchTask, RunParams
+from paraspec.bench.paraspec_systems import ParaspecSystem
 from paraspec.bench.tasks import load_task_set
-from paraspec.config import parse_plugin_params
-
-
-def run(llm: LLM, task, drafter, on: bool) -> tuple[float, list[int]]:
-    """One greedy run with the switch on or off."""
-    engine = llm.engine
-    engine.draft_gate = on
-    params = SamplingParams(temperature=0, max_tokens=task.max_new_tokens, stop=list(task.stop))
-    (seq,) = engine.add_request(task.prompt_ids(llm.tokenizer), params, drafter=drafter)
-    engine.run_until_done()
-    return sequence_stats(seq)["tokens_per_s"], list(seq.output)
 
 
 def main() -> None:
@@ -48,28 +37,32 @@ def main() -> None:
     ap.add_argument("--plugin", default='{"plugin_type": "hybrid"}')
     args = ap.parse_args()
     llm = LLM(args.model)
-    plugin = parse_plugin_params(json.loads(args.plugin), llm.config.speculation_gamma)
+    plugin = json.loads(args.plugin)
     print("start-up cost curve t(k)/t(1):", {k: round(llm.engine.cost(k), 2) for k in (2, 4, 8, 16)})
+    systems = {"ar": ParaspecSystem("ar", llm, None), "off": ParaspecSystem("off", llm, plugin),
+               "on": ParaspecSystem("on", llm, plugin)}
+    kinds = list(systems)
     for name in args.tasks.split(","):
-        memory = {"off": llm.engine.drafters.private(plugin), "on": llm.engine.drafters.private(plugin)}
+        for system in systems.values():
+            system.begin_set(name)
         ratios: dict[str, list[float]] = {"off": [], "on": []}
         log_on_off: list[float] = []
-        for i, task in enumerate(load_task_set(name, args.n, 0)):
-            speed: dict[str, list[float]] = {"ar": [], "off": [], "on": []}
-            after: dict[str, object] = {}
+        for i, t in enumerate(load_task_set(name, args.n, 0)):
+            task = BenchTask(t.task_set, t.task_id, t.prompt_ids(llm.tokenizer), t.max_new_tokens, tuple(t.stop))
+            speed: dict[str, list[float]] = {k: [] for k in kinds}
+            for system in systems.values():
+                system.begin_task()
             for r in range(args.repeats):
-                kinds = ["ar", "off", "on"][(i + r) % 3:] + ["ar", "off", "on"][:(i + r) % 3]
                 ids = {}
-                for k in kinds:
-                    # (deepcopy fills its memo: a new one per copy, the engine and model kept out)
-                    keep = {id(o): o for o in (llm.engine, llm.runner, llm.model, llm.tokenizer)}
-                    drafter = None if k == "ar" else copy.deepcopy(memory[k], keep)
-                    tps, ids[k] = run(llm, task, drafter, k == "on")
-                    speed[k].append(tps)
-                    after.setdefault(k, drafter)
+                for k in kinds[(i + r) % 3:] + kinds[:(i + r) % 3]:
+                    llm.engine.draft_gate = k == "on"
+                    m = systems[k].run(task, RunParams(GREEDY, repeat=r))
+                    speed[k].append(m.decode_tokens_per_s)
+                    ids[k] = m.token_ids
                 if not ids["ar"] == ids["off"] == ids["on"]:
                     raise SystemExit(f"{task.task_id}: output differs from AR's")
-            memory = {k: after[k] for k in memory}      # the first run's memory goes on
+            for system in systems.values():
+                system.end_task()
             med = {k: statistics.median(v) for k, v in speed.items()}
             for k in ratios:
                 ratios[k].append(med[k] / med["ar"])
@@ -78,8 +71,7 @@ def main() -> None:
                   f"  on {med['on'] / med['ar']:.2f}x", flush=True)
         print(f"{name}: median over tasks  {args.switch} off {statistics.median(ratios['off']):.3f}x  "
               f"on {statistics.median(ratios['on']):.3f}x AR;  on / off geometric mean "
-              f"{math.exp(sum(log_on_off) / len(log_on_off)):.3f}", flush=True)
-        print()
+              f"{math.exp(sum(log_on_off) / len(log_on_off)):.3f}\n", flush=True)
 
 
 if __name__ == "__main__":

@@ -40,3 +40,12 @@ def bundled_llm_bf16():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _draft_every_step(monkeypatch):
+    """Engines in the tests' process ask their drafter every step: the draft gate (decoding/gate.py)
+    skips looks by this machine's timings, and exactness tests must verify a draft tree on every
+    step, the same ones on every run. tests/decoding/test_gate.py turns the gate on per engine."""
+    from paraspec.engine import Engine
+    monkeypatch.setattr(Engine, "draft_gate", False)

@@ -40,6 +40,8 @@ MAX_QUERY_ROWS = 320  # KV slots reserved for one step's query (drafts + a looka
 
 
 class Engine:
+    draft_gate = True    # skip a sequence's propose where looking does not pay (decoding/gate.py)
+
     def __init__(self, runner: ModelRunner, tokenizer: Tokenizer, max_batch_size: int = 8,
                  default_drafter: Proposer | None = None):
         self.runner = runner
@@ -55,7 +57,6 @@ class Engine:
         self.drafters = DrafterRegistry(tokenizer.eos_token_ids)   # the trie, arm stats, built drafters
         self._cost: CostModel | None = None
         self.steps = 0               # decode steps run
-        self.draft_gate = True       # skip a sequence's propose where looking does not pay (decoding/gate.py)
 
     # ------------------------------------------------------------------------------ requests
 
