@@ -18,9 +18,11 @@ def parse(*argv: str, default_plugin: str | None = "none") -> argparse.Namespace
 
 def test_model_flags_and_their_defaults():
     a = parse()
-    assert (a.model, a.dtype, a.quantization, a.threads) == ("default", "auto", "auto", None)
-    with pytest.raises(SystemExit):
-        parse("--dtype", "float16")
+    assert (a.model, a.dtype, a.quantization, a.threads, a.kv_cache_dtype) == ("default", "auto", "auto", None, "fp32")
+    assert parse("--kv-cache-dtype", "fp16").kv_cache_dtype == "fp16"
+    for bad in (("--dtype", "float16"), ("--kv-cache-dtype", "bf16")):
+        with pytest.raises(SystemExit):
+            parse(*bad)
 
 
 def test_plugin_and_its_flags_become_plugin_params():

@@ -31,6 +31,17 @@ def test_the_prompt_comes_from_the_argument_or_a_file_not_both(tmp_path, tiny_mo
     assert json.loads(capsys.readouterr().out)["token_ids"] == from_file["token_ids"]
 
 
+def test_fp16_kv_cache_from_the_flag_and_a_clear_error_otherwise(tiny_model_dir, capsys):
+    from paraspec import LLM
+    from paraspec.errors import ConfigError
+    model = str(tiny_model_dir("llama"))
+    assert generate.generate_main(gen_args("--model", model, "--json", "--max-new-tokens", "4", "--dtype", "float32",
+                                           "--kv-cache-dtype", "fp16", "hello world")) == 0
+    assert len(json.loads(capsys.readouterr().out)["token_ids"]) == 4
+    with pytest.raises(ConfigError, match="kv_cache_dtype='bf16' is not supported; use 'fp32'"):
+        LLM(model, dtype="float32", kv_cache_dtype="bf16")
+
+
 @pytest.mark.parametrize("plugin", ["memory_decoding", "hybrid"])
 def test_trie_file_is_saved_after_and_loaded_before(tmp_path, tiny_model_dir, capsys, plugin):
     trie = tmp_path / "memory.trie"

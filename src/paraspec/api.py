@@ -16,6 +16,7 @@ from .outputs import TokenLogprob
 from .errors import ConfigError, RequestError
 from .model import kernels as cpu_kernels
 from .model.ggml import GGUFWeight
+from .model.kv_cache import KV_DTYPES
 from .model.loader import is_gguf, load_model
 from .model.tokenizer import Tokenizer
 from .model.transformer import Transformer
@@ -75,12 +76,15 @@ class LLM:
         or the best this CPU runs).
     prefill_chunk: prompt tokens per prefill forward; a long prompt's chunks take turns with the
         running requests' decode steps (smaller: steadier streaming, a little slower prefill).
+    kv_cache_dtype: "fp32" (default) or "fp16": the KV cache's elements. fp16 halves the cache's
+        memory and the bytes a decode step reads per token of context (outputs differ from fp32's;
+        parallel decoding stays token-identical to plain decoding with the same cache dtype).
     """
 
     def __init__(self, model: str | None = "default", dtype: str = "auto", plugin_params: str | dict | None = None,
                  quantization: str | None = "auto", max_batch_size: int = 8, speculation_gamma: int | None = None,
                  num_threads: int | None = None, kernels: str | None = None,
-                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
+                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, kv_cache_dtype: str = "fp32"):
         if dtype not in DTYPES and dtype != "auto":
             raise ConfigError(f"dtype={dtype!r} is not supported; use 'auto', 'bfloat16' or 'float32'")
         self.kernels = cpu_kernels.default() if kernels is None else cpu_kernels.choose(kernels)
@@ -89,6 +93,7 @@ class LLM:
         dtype, quantization = self.numerics.dtype, self.numerics.quantization
         self.config = EngineConfig(dtype=dtype, quantization=quantization, max_batch_size=max_batch_size,
                                    speculation_gamma=speculation_gamma, prefill_chunk=prefill_chunk,
+                                   kv_cache_dtype=kv_cache_dtype,
                                    plugin=parse_plugin_params(plugin_params, speculation_gamma))
         if num_threads is not None:
             if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
@@ -108,7 +113,7 @@ class LLM:
         self.model_name = loaded.name
         self.tokenizer = Tokenizer.from_source(loaded.tokenizer_source)
         self.model = Transformer(loaded.args, loaded.weights, DTYPES[dtype], quantization=quantization,
-                                 kernels=self.kernels)
+                                 kernels=self.kernels, kv_dtype=KV_DTYPES[self.config.kv_cache_dtype])
         self.runner = ModelRunner(self.model, self.config.prefill_chunk)
         self.engine = Engine(self.runner, self.tokenizer, max_batch_size)
         self.drafter = self.engine.drafters.drafter(self.config.plugin)

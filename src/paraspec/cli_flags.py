@@ -19,6 +19,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="'w8a8' (int8 weights and per-token int8 activations), 'gguf' (a .gguf file's own "
                         "Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K blocks), 'none', or 'auto' "
                         "(default: chosen for this CPU and model with --dtype auto)")
+    p.add_argument("--kv-cache-dtype", default="fp32", choices=["fp32", "fp16"],
+                   help="the KV cache's elements (default fp32; fp16 halves its memory and the bytes a decode "
+                        "step reads per token of context)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
 
 

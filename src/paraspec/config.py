@@ -18,6 +18,7 @@ from .errors import ConfigError
 PLUGIN_ALIASES = {"memory_decoding": "memory_decoding", "la": "lookahead", "lookahead": "lookahead",
                   "hybrid": "hybrid", "aspd": "aspd"}
 QUANTIZATIONS = ("w8a8", "gguf")
+KV_CACHE_DTYPES = ("fp32", "fp16")
 DEFAULT_PREFILL_CHUNK = 256      # ~1/8 of a 2k prompt's prefill between two decode steps
 
 
@@ -29,6 +30,7 @@ class EngineConfig:
     speculation_gamma: int | None = None   # MindIE speculationGamma: max draft tokens per step
     plugin: PluginConfig | None = None
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK   # prompt tokens per prefill forward (see scheduler.py)
+    kv_cache_dtype: str = "fp32"                 # the KV cache's elements (model/kv_cache.py)
 
     def __post_init__(self) -> None:
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
@@ -41,6 +43,9 @@ class EngineConfig:
                 not 16 <= self.prefill_chunk <= 8192:
             raise ConfigError(f"prefill_chunk={self.prefill_chunk!r} is invalid; use an integer from 16 to 8192",
                               param="prefill_chunk")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ConfigError(f"kv_cache_dtype={self.kv_cache_dtype!r} is not supported; use 'fp32' (default) or "
+                              "'fp16' (half the cache's memory and bytes read per step)", param="kv_cache_dtype")
 
 
 def parse_plugin_params(value: str | dict | None, speculation_gamma: int | None = None) -> PluginConfig | None:

@@ -53,7 +53,8 @@ def generate_main(args: argparse.Namespace) -> int:
                             presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
                             stop=args.stop or [], ignore_eos=args.ignore_eos)
     llm = LLM(model=args.model, dtype=args.dtype, plugin_params=plugin_params_from_args(args),
-              quantization=args.quantization, speculation_gamma=args.speculation_gamma, num_threads=args.threads)
+              quantization=args.quantization, speculation_gamma=args.speculation_gamma, num_threads=args.threads,
+              kv_cache_dtype=args.kv_cache_dtype)
     keeps_memory = llm.drafter is not None and llm.drafter.trie is not None
     if args.trie_file and keeps_memory and os.path.exists(args.trie_file):
         llm.load_memory(args.trie_file)

@@ -96,6 +96,16 @@ def test_greedy_identical_gguf_avx2(bundled_llm_default):
     _check(LLM(quantization="gguf", kernels="avx2"), PLUGINS["hybrid"], short=True)
 
 
+@pytest.mark.parametrize("kernels", ["default", "torch"])
+def test_greedy_identical_fp16_kv_cache(kernels):
+    """An fp16 KV cache: each K and V element rounded once when written, read widened exactly,
+    so verifying a draft tree reads the same values as the autoregressive steps (hybrid: trees
+    and chains over the trie, the context and the n-gram pool)."""
+    llm = LLM(kv_cache_dtype="fp16", kernels=None if kernels == "default" else kernels)
+    assert llm.runner.new_cache(8).k.dtype.is_floating_point and llm.runner.new_cache(8).k.element_size() == 2
+    _check(llm, PLUGINS["hybrid"], short=True)
+
+
 def test_long_tree_runs_with_accumulated_memory_identical(bundled_llm_default):
     """192-token completions with a hybrid drafter whose memory carries over between requests:
     deep trees with sibling gaps between a node's ancestors (the case that regroups attention's

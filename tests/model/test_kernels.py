@@ -72,11 +72,15 @@ def threads(n: int) -> Iterator[None]:
 
 # ---------------------------------------------------------------------------------- attention
 
-def _cache(hd: int, kv: int, group: int, start: int, n_new: int, seed: int) -> KVCache:
+KV_DTYPES = pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float16], ids=["kv32", "kv16"])
+
+
+def _cache(hd: int, kv: int, group: int, start: int, n_new: int, seed: int,
+           kv_dtype: torch.dtype = torch.float32) -> KVCache:
     """A one-layer cache with random K/V in slots [0, start + n_new) and `start` committed."""
     args = ModelArgs(arch="llama", vocab_size=16, dim=hd * kv * group, n_layers=1, n_heads=kv * group,
                      n_kv_heads=kv, head_dim=hd, hidden_dim=16)
-    cache = KVCache(args, start + n_new)
+    cache = KVCache(args, start + n_new, kv_dtype)
     g = torch.Generator().manual_seed(seed)
     n = start + n_new
     cache.k[0, :, :n] = torch.randn(kv, n, hd, generator=g)
@@ -102,10 +106,11 @@ def _run(mod: ModuleType, q: torch.Tensor, cache: KVCache, mask: torch.Tensor | 
 
 @pytest.mark.parametrize("isa", per_isa())
 @pytest.mark.parametrize("hd,group", [(64, 1), (64, 3), (32, 2), (32, 4), (80, 2), (36, 3)])
-def test_attention_matches_torch_reference(isa, hd, group):
+@KV_DTYPES
+def test_attention_matches_torch_reference(isa, hd, group, kv_dtype):
     mod = RUNNABLE[isa]
     kv, start, n = 2, 45, 9
-    cache = _cache(hd, kv, group, start, n, seed=hd + group)
+    cache = _cache(hd, kv, group, start, n, seed=hd + group, kv_dtype=kv_dtype)
     q = torch.randn(n, kv * group, hd, generator=torch.Generator().manual_seed(3))
     for mask in (None, _tree(n, seed=group)):
         want = torch_attention(q, cache, 0, attention_bias(cache, n, mask, group), hd ** -0.5)
@@ -116,7 +121,8 @@ def test_attention_matches_torch_reference(isa, hd, group):
 @pytest.mark.parametrize("hd,group,start,n", [(64, 1, 37, 16), (64, 2, 37, 16), (64, 3, 37, 16), (64, 4, 37, 16),
                                               (32, 3, 37, 16), (36, 2, 37, 16), (64, 3, 301, 20), (36, 2, 333, 17),
                                               (64, 3, 50, 7), (128, 1, 40, 9)])
-def test_attention_row_invariance(isa, hd, group, start, n):
+@KV_DTYPES
+def test_attention_row_invariance(isa, hd, group, start, n, kv_dtype):
     """A row's output bits do not depend on the other rows, its place among them, the gaps a
     tree mask leaves between its keys, or the thread count: each row equals the one-row call
     over a compacted cache holding exactly its visible keys (its autoregressive twin). The
@@ -125,7 +131,7 @@ def test_attention_row_invariance(isa, hd, group, start, n):
     an odd pair count, hd 64 and 128), their twins one key at a time: the two must agree."""
     mod = RUNNABLE[isa]
     kv = 2
-    cache = _cache(hd, kv, group, start, n, seed=7 * group + hd)
+    cache = _cache(hd, kv, group, start, n, seed=7 * group + hd, kv_dtype=kv_dtype)
     q = torch.randn(n, kv * group, hd, generator=torch.Generator().manual_seed(11))
     mask = _tree(n, seed=5)
     assert any(not mask[i, :i + 1].all() for i in range(n)), "the tree should leave gaps"
@@ -135,7 +141,7 @@ def test_attention_row_invariance(isa, hd, group, start, n):
         assert torch.equal(_run(mod, q, cache, None), chain) and torch.equal(_run(mod, q, cache, mask), tree)
     for i in range(n):
         for out, seen in ((chain, list(range(i + 1))), (tree, mask[i].nonzero().flatten().tolist())):
-            twin = _cache(hd, kv, group, start + len(seen) - 1, 1, seed=0)   # keys: [0, start), then seen
+            twin = _cache(hd, kv, group, start + len(seen) - 1, 1, seed=0, kv_dtype=kv_dtype)  # [0, start), seen
             slots = list(range(start)) + [start + j for j in seen]
             twin.k[0, :, :len(slots)] = cache.k[0, :, slots]
             twin.v[0, :, :len(slots)] = cache.v[0, :, slots]
@@ -145,14 +151,17 @@ def test_attention_row_invariance(isa, hd, group, start, n):
 
 @pytest.mark.parametrize("isa", per_isa())
 @pytest.mark.parametrize("hd", [64, 36])
-def test_rope_attention_is_rope_write_attention(isa, hd):
+@KV_DTYPES
+def test_rope_attention_is_rope_write_attention(isa, hd, kv_dtype):
     """One call (RoPE of q and k, their cache write, attention) gives the bits of the three steps
     as the torch forward spells them (apply_rope, KVCache.write, the kernel's attention), cache
-    included; q passed to attention as a row-strided slice of the rotated projections."""
+    included (an fp16 cache: the kernel rounds K and V as torch's assignment does); q passed to
+    attention as a row-strided slice of the rotated projections."""
     mod = RUNNABLE[isa]
     kv, group, start, n = 2, 3, 40, 7
     heads = kv * group
-    fused, steps = _cache(hd, kv, group, start, n, seed=1), _cache(hd, kv, group, start, n, seed=1)
+    fused = _cache(hd, kv, group, start, n, seed=1, kv_dtype=kv_dtype)
+    steps = _cache(hd, kv, group, start, n, seed=1, kv_dtype=kv_dtype)
     qkv = torch.randn(n, heads + 2 * kv, hd, generator=torch.Generator().manual_seed(2))
     cos, sin = rope_tables(fused.args, 128)
     pos = torch.arange(start, start + n)
@@ -174,10 +183,11 @@ def test_attention_isas_agree():
         pytest.skip("needs both modules runnable here")
     for hd, group, start, n in ((64, 3, 50, 8), (32, 2, 50, 8), (48, 1, 50, 8), (64, 3, 301, 17), (36, 2, 33, 18),
                                 (128, 3, 50, 3)):
-        cache = _cache(hd, 2, group, start, n, seed=hd)
-        q = torch.randn(n, 2 * group, hd, generator=torch.Generator().manual_seed(hd)) * 4
-        for mask in (None, _tree(n, seed=1)):
-            assert torch.equal(_run(RUNNABLE["avx512"], q, cache, mask), _run(RUNNABLE["avx2"], q, cache, mask))
+        for kv_dtype in (torch.float32, torch.float16):
+            cache = _cache(hd, 2, group, start, n, seed=hd, kv_dtype=kv_dtype)
+            q = torch.randn(n, 2 * group, hd, generator=torch.Generator().manual_seed(hd)) * 4
+            for mask in (None, _tree(n, seed=1)):
+                assert torch.equal(_run(RUNNABLE["avx512"], q, cache, mask), _run(RUNNABLE["avx2"], q, cache, mask))
 
 
 # ------------------------------------------------------------------------------------- W8A8

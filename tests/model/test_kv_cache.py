@@ -19,9 +19,9 @@ def attention_path(request):
     return request.param
 
 
-def _model(path, dtype=torch.float32, kernels=None):
+def _model(path, dtype=torch.float32, kernels=None, kv_dtype=torch.float32):
     lm = load_model(path, dtype)
-    return Transformer(lm.args, lm.weights, dtype, kernels=kernels)
+    return Transformer(lm.args, lm.weights, dtype, kernels=kernels, kv_dtype=kv_dtype)
 
 
 def _random_tree(rng: random.Random, n: int, vocab: int) -> DraftTree:
@@ -69,13 +69,16 @@ def test_tree_verify_then_compaction_equals_recompute(tiny_model_dir, arch, atte
         assert torch.allclose(a, b, atol=1e-4)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype,kv_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
+                                            (torch.float32, torch.float16)], ids=["fp32", "bf16", "fp32-kv16"])
 @pytest.mark.parametrize("hidden", [128, 256])      # head sizes 32 and 64 (the kernel's fast path)
-def test_row_invariance_tree_verify_equals_autoregressive_bit_for_bit(tiny_model_dir, dtype, hidden,
+def test_row_invariance_tree_verify_equals_autoregressive_bit_for_bit(tiny_model_dir, dtype, kv_dtype, hidden,
                                                                      attention_path):
     """A draft node's logits from one tree-verify pass are bit-identical to the logits of
-    one-token autoregressive steps along its path (the property behind exact greedy output)."""
-    model = _model(tiny_model_dir("llama", hidden=hidden, heads=4, kv_heads=2, n_layers=3), dtype, attention_path)
+    one-token autoregressive steps along its path (the property behind exact greedy output),
+    with an fp32 or an fp16 KV cache."""
+    model = _model(tiny_model_dir("llama", hidden=hidden, heads=4, kv_heads=2, n_layers=3), dtype, attention_path,
+                   kv_dtype)
     rng = random.Random(1)
     V = model.args.vocab_size
     for trial in range(6):
@@ -136,3 +139,20 @@ def test_commit_keeps_only_the_chosen_slots(tiny_model_dir):
     assert torch.equal(cache.v[0, :, 1], k[2]) and torch.equal(cache.v[0, :, 2], k[4])
     with pytest.raises(ValueError):
         cache.truncate(4)
+
+
+def test_fp16_cache_rounds_once_and_keeps_its_dtype(tiny_model_dir):
+    """An fp16 cache holds what torch's .half() rounds K and V to; growing and compacting it keep
+    the dtype and the values; it takes half an fp32 cache's bytes."""
+    model = _model(tiny_model_dir("llama"), kv_dtype=torch.float16)
+    cache = model.new_cache(8)
+    assert cache.k.dtype == cache.v.dtype == torch.float16
+    assert cache.nbytes() * 2 == _model(tiny_model_dir("llama")).new_cache(8).nbytes()
+    k = torch.randn(5, cache.k.shape[1], cache.k.shape[3], generator=torch.Generator().manual_seed(0))
+    for layer in range(model.args.n_layers):
+        cache.write(layer, k, -k)
+    cache.commit([0, 2, 4])
+    cache.reserve(cache.capacity + 1)
+    assert cache.k.dtype == torch.float16 and cache.length == 3
+    assert torch.equal(cache.k[0, :, :3], k[[0, 2, 4]].half().transpose(0, 1))
+    assert torch.equal(cache.v[0, :, :3], (-k[[0, 2, 4]]).half().transpose(0, 1))

@@ -56,6 +56,7 @@ class Plan:
     budget_s: float | None
     memory_file: str | None = None
     seed: int = 0
+    kv_cache_dtype: str = "fp32"
 
     @classmethod
     def from_args(cls, a: argparse.Namespace) -> "Plan":
@@ -81,7 +82,8 @@ class Plan:
                    repeats=max(1, repeats), modes=modes, sweep=bool(get("sweep")), serving=bool(get("serving")),
                    ttft_probe=not quick and not get("no_ttft_probe"), model=get("model") or "default",
                    dtype=get("dtype") or "auto", quantization=get("quantization") or "auto", threads=get("threads"),
-                   budget_s=QUICK_BUDGET_S if quick else None, memory_file=get("memory"))
+                   budget_s=QUICK_BUDGET_S if quick else None, memory_file=get("memory"),
+                   kv_cache_dtype=get("kv_cache_dtype") or "fp32")
 
 
 @dataclass

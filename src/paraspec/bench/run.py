@@ -66,7 +66,8 @@ def bench_main(args: argparse.Namespace) -> int:
     run = Run(plan)
     from .. import LLM   # (torch is imported here, not when cli.py imports this module)
 
-    llm = LLM(plan.model, dtype=plan.dtype, quantization=plan.quantization, num_threads=plan.threads)
+    llm = LLM(plan.model, dtype=plan.dtype, quantization=plan.quantization, num_threads=plan.threads,
+              kv_cache_dtype=plan.kv_cache_dtype)
     plan.dtype, plan.quantization = llm.config.dtype, llm.config.quantization   # "auto" as resolved here
     import torch
     ctx = SystemContext(llm, plan.model, plan.dtype, torch.get_num_threads(), memory_file=plan.memory_file)

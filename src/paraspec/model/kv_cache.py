@@ -1,8 +1,8 @@
 """Per-sequence KV cache: preallocated, written by slot, compacted on commit.
 
 Layout (all layers in one tensor):
-    k: [n_layers, n_kv_heads, capacity, head_dim]   fp32
-    v: [n_layers, n_kv_heads, capacity, head_dim]   fp32
+    k: [n_layers, n_kv_heads, capacity, head_dim]   fp32, or fp16 (kv_cache_dtype="fp16")
+    v: [n_layers, n_kv_heads, capacity, head_dim]   the same
 
 Slots [0, length) hold committed tokens. A forward over q new tokens (root + draft) writes their
 K/V at slots [length, length + q) without moving `length`; `commit(keep)` then keeps the chosen
@@ -13,7 +13,11 @@ new tokens and drops the rest. Worked example, length = 10, draft tree = root r,
 
 A chain draft whose accepted nodes are its first k tokens needs no copy at all.
 
-Both in fp32, the dtype the forward computes them in. Attention must give a row the same result
+By default both are fp32, the dtype the forward computes them in. An fp16 cache (llama.cpp's
+default) halves the bytes a decode step reads per token of context: each element is rounded
+once, when it is written, and every read widens it exactly, so all the sums below run on the
+same fp32 values whatever the number of query rows (parallel decoding stays token-identical to
+autoregressive decoding with the same cache dtype; outputs differ from an fp32 cache's). Attention must give a row the same result
 whatever the number of query rows or the gaps a tree mask leaves between its keys (see
 transformer.attention): its one sum over keys, softmax weights times V, runs in fp64 on V widened
 as it is read (exact: csrc/attention.h widens in registers, the torch path widens the slice it
@@ -35,26 +39,30 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+KV_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+
+
 class KVCache:
-    def __init__(self, args: ModelArgs, capacity: int):
+    def __init__(self, args: ModelArgs, capacity: int, dtype: torch.dtype = torch.float32):
         self.args = args
+        self.dtype = dtype
         self.capacity = round_up(max(capacity, 1), KEY_BUCKET)
         shape = (args.n_layers, args.n_kv_heads, self.capacity)
-        self.k, self.v = self._alloc(shape, args.head_dim)
+        self.k, self.v = self._alloc(shape, args.head_dim, dtype)
         self._v64: torch.Tensor | None = None   # v_with_ones's scratch
         self.length = 0
 
     @staticmethod
-    def _alloc(shape: tuple[int, ...], head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _alloc(shape: tuple[int, ...], head_dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         # zeros, not empty: masked slots are multiplied by 0 in attention, and 0 * NaN would leak
-        return torch.zeros(*shape, head_dim), torch.zeros(*shape, head_dim)
+        return torch.zeros(*shape, head_dim, dtype=dtype), torch.zeros(*shape, head_dim, dtype=dtype)
 
     def reserve(self, needed: int) -> None:
         """Grow (copying) so that `needed` slots fit; rarely used, capacity is sized up front."""
         if needed <= self.capacity:
             return
         new_cap = round_up(max(needed, self.capacity * 3 // 2), KEY_BUCKET)
-        k, v = self._alloc((*self.k.shape[:2], new_cap), self.k.shape[3])
+        k, v = self._alloc((*self.k.shape[:2], new_cap), self.k.shape[3], self.dtype)
         k[:, :, : self.capacity] = self.k
         v[:, :, : self.capacity] = self.v
         self.k, self.v, self.capacity = k, v, new_cap

@@ -267,8 +267,8 @@ def prompt_attention(q: torch.Tensor, cache: KVCache, layer: int, bias: list[tor
     for b, block_bias in enumerate(bias):
         i0 = b * PROMPT_BLOCK
         rows, keys = block_bias.shape[0] // group, block_bias.shape[1]
-        k = cache.k[layer, :, :keys]                               # [kv_heads, keys, head_dim]
-        v = cache.v[layer, :, :keys]
+        k = cache.k[layer, :, :keys].float()                       # [kv_heads, keys, head_dim]
+        v = cache.v[layer, :, :keys].float()                       # (a no-op on an fp32 cache)
         qb = qg[:, :, i0:i0 + rows].reshape(n_kv, group * rows, head_dim)
         probs = torch.baddbmm(block_bias, qb, k.transpose(1, 2), alpha=scale).softmax(-1)
         out[:, :, i0:i0 + rows] = torch.bmm(probs, v).view(n_kv, group, rows, head_dim)
@@ -307,8 +307,10 @@ class Transformer:
     kernels: the compiled CPU kernels to run (default: the process's choice, kernels.default())."""
 
     def __init__(self, args: ModelArgs, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                 quantization: str | None = None, kernels: cpu_kernels.Kernels | None = None):
+                 quantization: str | None = None, kernels: cpu_kernels.Kernels | None = None,
+                 kv_dtype: torch.dtype = torch.float32):
         self.args = args
+        self.kv_dtype = kv_dtype         # the caches' elements (kv_cache.py)
         self.quantization = quantization
         self.dtype = dtype
         self.kernels = kernels = kernels or cpu_kernels.default()
@@ -336,7 +338,7 @@ class Transformer:
         return self.tok_embeddings[tokens].float()
 
     def new_cache(self, capacity: int) -> KVCache:
-        return KVCache(self.args, capacity)
+        return KVCache(self.args, capacity, self.kv_dtype)
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, seqs: list[SeqInput],

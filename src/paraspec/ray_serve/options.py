@@ -34,6 +34,7 @@ class RayServeOptions:
     route_prefix: str = "/"
     dtype: str = "auto"
     quantization: str | None = "auto"
+    kv_cache_dtype: str = "fp32"
     health_check_period_s: float = 2.0
     user_config: dict = field(default_factory=dict)   # reconfigure(): plugin_params, speculationGamma
 

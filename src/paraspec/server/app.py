@@ -255,7 +255,7 @@ def app_for(engine: EngineClient, model: ModelInfo, config: ServiceConfig, docs:
 
 
 def build_llm(config: ServiceConfig, dtype: str = "auto", quantization: str | None = "auto",
-              num_threads: int | None = None) -> LLM:
+              num_threads: int | None = None, kv_cache_dtype: str = "fp32") -> LLM:
     """The LLM a config describes (its plugin_params were validated when the config was read)."""
     deploy = config.model_deploy
     with warnings.catch_warnings():       # plugin_params warnings were collected into config.warnings
@@ -264,7 +264,7 @@ def build_llm(config: ServiceConfig, dtype: str = "auto", quantization: str | No
                   plugin_params=deploy.model.plugin_params if config.plugin is not None else None,
                   quantization=quantization, max_batch_size=config.schedule.max_batch_size,
                   speculation_gamma=deploy.speculation_gamma, num_threads=num_threads,
-                  prefill_chunk=config.schedule.prefill_chunk_size)
+                  prefill_chunk=config.schedule.prefill_chunk_size, kv_cache_dtype=kv_cache_dtype)
     if deploy.max_seq_len > llm.model.args.max_seq_len:
         config.warnings.append(f"BackendConfig.ModelDeployConfig.maxSeqLen={deploy.max_seq_len} is above the "
                                f"model's context of {llm.model.args.max_seq_len}; requests are limited to that")

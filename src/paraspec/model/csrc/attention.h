@@ -33,21 +33,49 @@ struct Keys {
   int64_t operator[](int64_t u) const { return u < start ? u : extra[u - start]; }
 };
 
+// The cache's K and V elements: fp32, or fp16 (Half) read as fp32. The widening is exact, so
+// every sum below runs on the same fp32 values whichever way a row reaches them: an fp16 cache
+// changes the numbers (each K and V element is rounded once, when it is written), never a row's
+// operation order, so row invariance holds for both.
+struct Half { uint16_t bits; };
+inline F16 kv_load(const float* p) { return load(p); }
+inline F16 kv_load(const Half* p) { return load_half(reinterpret_cast<const uint16_t*>(p)); }
+inline F16 kv_loadn(const float* p, int64_t n) { return loadn(p, n); }
+inline F16 kv_loadn(const Half* p, int64_t n) {  // lanes past n read +0, as loadn's
+  alignas(32) uint16_t h[16] = {};
+  std::memcpy(h, p, n * sizeof(uint16_t));
+  return load_half(h);
+}
+// n floats into the cache's elements (fp16: rounded to nearest even, as torch's .half() rounds)
+inline void kv_store(const float* x, float* y, int64_t n) { std::memcpy(y, x, n * sizeof(float)); }
+inline void kv_store(const float* x, Half* y, int64_t n) {
+  uint16_t* h = reinterpret_cast<uint16_t*>(y);
+  int64_t d = 0;
+  for (; d + 16 <= n; d += 16) store_half(h + d, load(x + d));
+  if (d < n) {
+    alignas(32) uint16_t t[16];
+    store_half(t, loadn(x + d, n - d));
+    std::memcpy(h + d, t, (n - d) * sizeof(uint16_t));
+  }
+}
+
 // q . k over n floats, 16 lanes at a time, folded to 8 lanes (the first step of hsum).
-inline __m256 dot_fold(const float* a, const float* b, int64_t n) {
+template <typename KV>
+inline __m256 dot_fold(const float* a, const KV* b, int64_t n) {
   F16 acc = zero();
   int64_t d = 0;
-  for (; d + 16 <= n; d += 16) acc = fmadd(load(a + d), load(b + d), acc);
-  if (d < n) acc = fmadd(loadn(a + d, n - d), loadn(b + d, n - d), acc);
+  for (; d + 16 <= n; d += 16) acc = fmadd(load(a + d), kv_load(b + d), acc);
+  if (d < n) acc = fmadd(loadn(a + d, n - d), kv_loadn(b + d, n - d), acc);
   return fold(acc);
 }
 
 // Asks for the n floats from p (one prefetch per cache line) in L2: the K and V rows a pass will
 // read next, while this one computes (measured: with K and V streamed from memory, as in a
 // forward, 10-20 % off the verify-sized calls).
-inline void prefetch_rows(const float* p, int64_t n) {
+template <typename KV>
+inline void prefetch_rows(const KV* p, int64_t n) {
   const char* c = reinterpret_cast<const char*>(p);
-  for (int64_t b = 0; b < n * 4; b += 64) _mm_prefetch(c + b, _MM_HINT_T1);
+  for (int64_t b = 0; b < n * int64_t(sizeof(KV)); b += 64) _mm_prefetch(c + b, _MM_HINT_T1);
 }
 
 // s[p][t] = q_p . K[keys[t]] * sc for t in [t0, t1) and the pairs p = r * G + g of rows
@@ -55,14 +83,14 @@ inline void prefetch_rows(const float* p, int64_t n) {
 // from L1 for every pair, and 8 dot products are reduced together (sum8, the same additions
 // as hsum's). N: the head size when it is known at compile time (64), else 0. (Neither sum16
 // for 16 keys nor prefetching V here was faster for one row, with K and V streamed: measured.)
-template <int64_t N>
-void scores(const float* q, int64_t q_ld, int64_t nr, int64_t G, const float* kb, int64_t hd, float sc,
+template <int64_t N, typename KV>
+void scores(const float* q, int64_t q_ld, int64_t nr, int64_t G, const KV* kb, int64_t hd, float sc,
             int64_t t0, int64_t t1, const Keys& keys, float* s, int64_t ld) {
   const int64_t n = N ? N : hd;
   const __m256 vsc = _mm256_set1_ps(sc);
   int64_t t = t0;
   for (; t + 8 <= t1; t += 8) {
-    const float* kr[8];
+    const KV* kr[8];
     for (int j = 0; j < 8; ++j) kr[j] = kb + keys[t + j] * n;
     for (int64_t r = 0; r < nr; ++r)
       for (int64_t g = 0; g < G; ++g) {
@@ -132,9 +160,9 @@ void scores_tile(const float* const* q, const float* kt, F16 vsc, float* const* 
 // scores_tile for the pairs [0, P) (pair p = r * G + g) over the transposed blocks in kt, whose
 // first key is t: T pairs at a time, the last few one by one; the n0 and n1 floats from pf0 and
 // pf1 are prefetched a share per tile (a burst of prefetches would stall on the line buffers).
-template <int T, int B, int NS>
+template <int T, int B, int NS, typename KV>
 void scores_pairs(const float* q, int64_t q_ld, int64_t P, int64_t G, const float* kt, F16 vsc, int64_t t,
-                  float* s, int64_t ld, const float* pf0, int64_t n0, const float* pf1, int64_t n1) {
+                  float* s, int64_t ld, const KV* pf0, int64_t n0, const KV* pf1, int64_t n1) {
   const float* qp[T];
   float* sp[T];
   const int64_t tiles = (P + T - 1) / T, per0 = (n0 + tiles - 1) / tiles, per1 = (n1 + tiles - 1) / tiles;
@@ -157,16 +185,16 @@ void scores_pairs(const float* q, int64_t q_ld, int64_t P, int64_t G, const floa
 // time; hd = 16 NS. The same bits as scores (scores_tile), which takes the keys past the last
 // whole block. While a group's pairs run, the next group's K rows and this group's V rows (pv)
 // are prefetched.
-template <int T, int B, int NS>
-void scores_keys(const float* q, int64_t q_ld, int64_t P, int64_t G, const float* kb, float sc, int64_t t1,
-                 float* s, int64_t ld, const float* pv) {
+template <int T, int B, int NS, typename KV>
+void scores_keys(const float* q, int64_t q_ld, int64_t P, int64_t G, const KV* kb, float sc, int64_t t1,
+                 float* s, int64_t ld, const KV* pv) {
   constexpr int64_t ns = NS, hd = 16 * NS;
   alignas(64) float kt[B * 16 * NS * 16];
   const F16 vsc = set1(sc);
   const auto transpose = [&](int64_t t, int b) {  // keys [t, t + 16) into block b
     for (int64_t i = 0; i < ns; ++i) {
       F16 r[16];
-      for (int j = 0; j < 16; ++j) r[j] = load(kb + (t + j) * hd + 16 * i);
+      for (int j = 0; j < 16; ++j) r[j] = kv_load(kb + (t + j) * hd + 16 * i);
       transpose16(r);
       for (int j = 0; j < 16; ++j) store(kt + (b * 16 * ns + 16 * i + j) * 16, r[j]);
     }
@@ -180,7 +208,8 @@ void scores_keys(const float* q, int64_t q_ld, int64_t P, int64_t G, const float
   }
   for (; t + 16 <= t1; t += 16) {
     transpose(t, 0);
-    scores_pairs<T, 1, NS>(q, q_ld, P, G, kt, vsc, t, s, ld, nullptr, 0, pv ? pv + t * hd : nullptr, pv ? 16 * hd : 0);
+    scores_pairs<T, 1, NS>(q, q_ld, P, G, kt, vsc, t, s, ld, static_cast<const KV*>(nullptr), 0,
+                           pv ? pv + t * hd : nullptr, pv ? 16 * hd : 0);
   }
   const Keys committed{t1, nullptr, 0};
   scores<0>(q, q_ld, P / G, G, kb, hd, sc, t, t1, committed, s, ld);
@@ -214,8 +243,8 @@ inline float softmax_numerators(float* s, int64_t nv) {
 // each lane's terms added in u order by one fp32 fma each; pair p's sums are the row
 // sum + p * hd. T * B accumulators stay in registers while the chunk's V rows (in L1) pass
 // once per slice. C: the keys are committed ones (key u in slot u), so the V row needs no lookup.
-template <int T, int B, bool C, bool Part = false>
-void v_sum(const float* e, int64_t ld, const float* vb, int64_t hd, const Keys& keys, int64_t u0, int64_t u1,
+template <int T, int B, bool C, bool Part = false, typename KV>
+void v_sum(const float* e, int64_t ld, const KV* vb, int64_t hd, const Keys& keys, int64_t u0, int64_t u1,
            float* sum, int64_t d0, int64_t n) {
   const int64_t w = hd - d0;  // Part: the lanes left
   for (int64_t d = d0; d < d0 + 16 * B * n; d += 16 * B) {
@@ -224,9 +253,9 @@ void v_sum(const float* e, int64_t ld, const float* vb, int64_t hd, const Keys& 
       for (int b = 0; b < B; ++b)
         acc[p][b] = Part ? loadn(sum + p * hd + d, w) : load(sum + p * hd + d + 16 * b);
     for (int64_t u = u0; u < u1; ++u) {
-      const float* vr = vb + (C ? u : keys[u]) * hd + d;
+      const KV* vr = vb + (C ? u : keys[u]) * hd + d;
       F16 vv[B];
-      for (int b = 0; b < B; ++b) vv[b] = Part ? loadn(vr, w) : load(vr + 16 * b);
+      for (int b = 0; b < B; ++b) vv[b] = Part ? kv_loadn(vr, w) : kv_load(vr + 16 * b);
       for (int p = 0; p < T; ++p) {
         const F16 ve = set1(e[p * ld + u]);
         for (int b = 0; b < B; ++b) acc[p][b] = fmadd(ve, vv[b], acc[p][b]);
@@ -240,8 +269,8 @@ void v_sum(const float* e, int64_t ld, const float* vb, int64_t hd, const Keys& 
   }
 }
 
-template <int T, bool C>
-void v_sum_tile(const float* e, int64_t ld, const float* vb, int64_t hd, const Keys& keys, int64_t u0, int64_t u1,
+template <int T, bool C, typename KV>
+void v_sum_tile(const float* e, int64_t ld, const KV* vb, int64_t hd, const Keys& keys, int64_t u0, int64_t u1,
                 float* sum) {
   constexpr int B = T * 4 <= kVAcc ? 4 : T * 2 <= kVAcc ? 2 : 1;  // vectors per slice
   const int64_t full = hd / (16 * B), rest = hd % (16 * B) / 16;
@@ -251,26 +280,27 @@ void v_sum_tile(const float* e, int64_t ld, const float* vb, int64_t hd, const K
 }
 
 // v_sum_tile for T <= kVPairs pairs chosen at run time
-template <bool C>
-void v_sum_tile_n(int64_t T, const float* e, int64_t ld, const float* vb, int64_t hd, const Keys& keys, int64_t u0,
+template <bool C, typename KV>
+void v_sum_tile_n(int64_t T, const float* e, int64_t ld, const KV* vb, int64_t hd, const Keys& keys, int64_t u0,
                   int64_t u1, float* sum) {
   static_assert(kVPairs >= 1 && kVPairs <= 4);
   switch (T) {
-    case 1: v_sum_tile<1, C>(e, ld, vb, hd, keys, u0, u1, sum); break;
-    case 2: v_sum_tile<std::min(2, kVPairs), C>(e, ld, vb, hd, keys, u0, u1, sum); break;
-    case 3: v_sum_tile<std::min(3, kVPairs), C>(e, ld, vb, hd, keys, u0, u1, sum); break;
-    default: v_sum_tile<kVPairs, C>(e, ld, vb, hd, keys, u0, u1, sum); break;
+    case 1: v_sum_tile<1, C, KV>(e, ld, vb, hd, keys, u0, u1, sum); break;
+    case 2: v_sum_tile<std::min(2, kVPairs), C, KV>(e, ld, vb, hd, keys, u0, u1, sum); break;
+    case 3: v_sum_tile<std::min(3, kVPairs), C, KV>(e, ld, vb, hd, keys, u0, u1, sum); break;
+    default: v_sum_tile<kVPairs, C, KV>(e, ld, vb, hd, keys, u0, u1, sum); break;
   }
 }
 
 // Pairs [0, P) over keys [u0, u1) of one list, in chunks of V rows (~24 KB) that stay in L1
 // while every tile of pairs passes, so V leaves memory once for all the pairs, not once per pair.
-inline void v_sum_pairs(const float* e, int64_t ld, int64_t P, const float* vb, int64_t hd, const Keys& keys,
-                        int64_t u0, int64_t u1, float* sum) {
-  const int64_t chunk = std::max<int64_t>(16, 24 * 1024 / (4 * hd));
+template <typename KV>
+void v_sum_pairs(const float* e, int64_t ld, int64_t P, const KV* vb, int64_t hd, const Keys& keys,
+                 int64_t u0, int64_t u1, float* sum) {
+  const int64_t chunk = std::max<int64_t>(16, 24 * 1024 / (int64_t(sizeof(KV)) * hd));
   for (int64_t c0 = u0; c0 < u1; c0 += chunk) {
     const int64_t c1 = std::min(c0 + chunk, u1);
-    const auto tile = c1 <= keys.start ? v_sum_tile_n<true> : v_sum_tile_n<false>;
+    const auto tile = c1 <= keys.start ? v_sum_tile_n<true, KV> : v_sum_tile_n<false, KV>;
     for (int64_t p = 0; p < P; p += kVPairs)
       tile(std::min<int64_t>(kVPairs, P - p), e + p * ld, ld, vb, hd, keys, c0, c1, sum + p * hd);
   }
@@ -285,11 +315,12 @@ inline void v_sum_pairs(const float* e, int64_t ld, int64_t P, const float* vb, 
 // denominator over the same list, same fp32 accumulation order per lane), so the result does
 // not depend on the block, G, or the other rows. Scratch: s P * ld floats (ld >= longest
 // list + 16), sum P * (hd + 1) floats.
-inline void attend_block(const float* q, int64_t q_ld, int64_t nr, int64_t G, const float* kb, const float* vb,
+template <typename KV>
+void attend_block(const float* q, int64_t q_ld, int64_t nr, int64_t G, const KV* kb, const KV* vb,
                          int64_t hd, const Keys* keys, float sc, float* s, int64_t ld, float* sum, float* out,
                          int64_t out_ld) {
   const int64_t P = nr * G, start = keys[0].start;
-  const auto score = hd == 64 ? scores<64> : scores<0>;
+  const auto score = hd == 64 ? scores<64, KV> : scores<0, KV>;
   if (P >= kLanePairs && hd == 64)
     scores_keys<kLaneT, kLaneB, 4>(q, q_ld, P, G, kb, sc, start, s, ld, vb);
   else if (P >= kLanePairs && hd == 128)

@@ -62,6 +62,10 @@ inline F16 load_half(const uint16_t* p) {  // 16 fp16 -> fp32 (exact; F16C, whic
   return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
           _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
 }
+inline void store_half(uint16_t* p, F16 a) {  // 16 fp32 -> fp16, rounded to nearest even (as torch's .half())
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(a.lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8), _mm256_cvtps_ph(a.hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 inline void store(float* p, F16 a) { _mm256_storeu_ps(p, a.lo); _mm256_storeu_ps(p + 8, a.hi); }
 inline void storen(float* p, F16 a, int64_t n) {
   _mm256_maskstore_ps(p, lanes_below(n), a.lo);

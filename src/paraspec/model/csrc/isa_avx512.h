@@ -53,6 +53,9 @@ inline F16 load(const uint16_t* p) {  // 16 bf16 -> fp32 (exact); as fast as one
 inline F16 load_half(const uint16_t* p) {  // 16 fp16 -> fp32 (exact)
   return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
 }
+inline void store_half(uint16_t* p, F16 a) {  // 16 fp32 -> fp16, rounded to nearest even (as torch's .half())
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 inline void store(float* p, F16 a) { _mm512_storeu_ps(p, a.v); }
 inline void storen(float* p, F16 a, int64_t n) { _mm512_mask_storeu_ps(p, first(n), a.v); }
 inline F16 add(F16 a, F16 b) { return {_mm512_add_ps(a.v, b.v)}; }

@@ -160,7 +160,7 @@ std::vector<std::string> variant_names() {
 }
 
 // q [n_q, n_heads, hd] fp32, heads contiguous (rows may be strided: a slice of qkv); k and v
-// [n_kv, cap, hd] fp32 (one layer). Every row sees the
+// [n_kv, cap, hd] fp32 or both fp16 (one layer; fp16 is widened to fp32 as it is read). Every row sees the
 // keys [0, start); visible [n_q, m] bool (m >= n_q) says which of the slots [start, start + m)
 // row i sees: the new rows' keys are the last n_q of them (m == n_q: the usual draft tree over
 // the committed cache; m > n_q: committed slots under a mask too, as ASPD's sibling branches).
@@ -173,8 +173,10 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   require_cpu();
   TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.stride(2) == 1 && q.stride(1) == q.size(2),
               "q: [n_q, heads, hd] fp32 with contiguous heads");
-  TORCH_CHECK(k.dim() == 3 && k.scalar_type() == at::kFloat && k.is_contiguous(), "k: [kv, cap, hd] fp32");
-  TORCH_CHECK(v.dim() == 3 && v.scalar_type() == at::kFloat && v.is_contiguous(), "v: [kv, cap, hd] fp32");
+  const bool half_kv = k.scalar_type() == at::kHalf;
+  TORCH_CHECK(k.dim() == 3 && (half_kv || k.scalar_type() == at::kFloat) && k.is_contiguous(),
+              "k: [kv, cap, hd] fp32 or fp16");
+  TORCH_CHECK(v.dim() == 3 && v.scalar_type() == k.scalar_type() && v.is_contiguous(), "v: [kv, cap, hd], k's dtype");
   const int64_t n_q = q.size(0), n_heads = q.size(1), hd = q.size(2), q_ld = q.stride(0);
   const int64_t n_kv = k.size(0), cap = k.size(1);
   TORCH_CHECK(k.size(2) == hd && v.size(2) == hd && v.size(1) == cap && v.size(0) == n_kv && n_kv > 0 &&
@@ -205,8 +207,6 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 
   auto out = at::empty({n_q, n_heads * hd}, q.options());
   const float* qp = q.data_ptr<float>();
-  const float* kp = k.data_ptr<float>();
-  const float* vp = v.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const float sc = static_cast<float>(scale);
   // Work items: (row block, kv head). A block walks the committed keys once for all its rows,
@@ -222,20 +222,27 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const int64_t rows = (n_q + blocks - 1) / blocks;   // per block
   blocks = (n_q + rows - 1) / rows;
   const int64_t ld = start + m + 16;                  // scratch per (row, head): its scores
-  at::parallel_for(0, blocks * n_kv, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> s(rows * group * ld);
-    std::vector<float> sum(rows * group * (hd + 1));
-    std::vector<isa::Keys> keys(rows);
-    for (int64_t w = begin; w < end; ++w) {
-      const int64_t i0 = w / n_kv * rows, kv = w % n_kv, nr = std::min(rows, n_q - i0);
-      for (int64_t r = 0; r < nr; ++r)
-        keys[r] = {start, extra[i0 + r].data(), static_cast<int64_t>(extra[i0 + r].size())};
-      const int64_t h0 = kv * group;
-      isa::attend_block(qp + i0 * q_ld + h0 * hd, q_ld, nr, group, kp + kv * cap * hd,
-                        vp + kv * cap * hd, hd, keys.data(), sc, s.data(), ld, sum.data(),
-                        op + (i0 * n_heads + h0) * hd, n_heads * hd);
-    }
-  });
+  const auto run = [&](const auto* kp, const auto* vp) {
+    at::parallel_for(0, blocks * n_kv, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> s(rows * group * ld);
+      std::vector<float> sum(rows * group * (hd + 1));
+      std::vector<isa::Keys> keys(rows);
+      for (int64_t w = begin; w < end; ++w) {
+        const int64_t i0 = w / n_kv * rows, kv = w % n_kv, nr = std::min(rows, n_q - i0);
+        for (int64_t r = 0; r < nr; ++r)
+          keys[r] = {start, extra[i0 + r].data(), static_cast<int64_t>(extra[i0 + r].size())};
+        const int64_t h0 = kv * group;
+        isa::attend_block(qp + i0 * q_ld + h0 * hd, q_ld, nr, group, kp + kv * cap * hd,
+                          vp + kv * cap * hd, hd, keys.data(), sc, s.data(), ld, sum.data(),
+                          op + (i0 * n_heads + h0) * hd, n_heads * hd);
+      }
+    });
+  };
+  if (half_kv)
+    run(reinterpret_cast<const isa::Half*>(k.data_ptr<at::Half>()),
+        reinterpret_cast<const isa::Half*>(v.data_ptr<at::Half>()));
+  else
+    run(k.data_ptr<float>(), v.data_ptr<float>());
   return out;
 }
 
@@ -250,8 +257,9 @@ at::Tensor rope_attention(const at::Tensor& qkv, const at::Tensor& cos, const at
   require_cpu();
   TORCH_CHECK(qkv.dim() == 3 && qkv.scalar_type() == at::kFloat && qkv.stride(2) == 1 &&
               qkv.stride(1) == qkv.size(2), "qkv: [n_q, heads + 2 kv heads, hd] fp32 with contiguous heads");
-  TORCH_CHECK(k.dim() == 3 && k.scalar_type() == at::kFloat && k.is_contiguous() && v.is_contiguous() &&
-              v.sizes() == k.sizes() && v.scalar_type() == at::kFloat, "k, v: [kv, cap, hd] fp32");
+  TORCH_CHECK(k.dim() == 3 && (k.scalar_type() == at::kFloat || k.scalar_type() == at::kHalf) && k.is_contiguous() &&
+              v.is_contiguous() && v.sizes() == k.sizes() && v.scalar_type() == k.scalar_type(),
+              "k, v: [kv, cap, hd] fp32 or fp16");
   const int64_t n_q = qkv.size(0), hd = qkv.size(2), n_kv = k.size(0), n_heads = qkv.size(1) - 2 * n_kv;
   TORCH_CHECK(n_heads > 0 && k.size(2) == hd && hd % 2 == 0, "shapes");
   TORCH_CHECK(cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat && cos.is_contiguous() &&
@@ -263,21 +271,27 @@ at::Tensor rope_attention(const at::Tensor& qkv, const at::Tensor& cos, const at
   const float* c = cos.data_ptr<float>();
   const float* sn = sin.data_ptr<float>();
   float* qp = q.data_ptr<float>();
-  float* kp = k.data_ptr<float>();
-  float* vp = v.data_ptr<float>();
-  for (int64_t i = 0; i < n_q; ++i) {
-    const float* row = x + i * qkv.stride(0);
-    const float* ci = c + i * hd;
-    const float* si = sn + i * hd;
-    for (int64_t h = 0; h < n_heads + n_kv; ++h) {  // q heads, then k heads
-      const float* a = row + h * hd;
-      float* o = h < n_heads ? qp + (i * n_heads + h) * hd : kp + ((h - n_heads) * cap + length + i) * hd;
-      for (int64_t d = 0; d < half; ++d) o[d] = a[d] * ci[d] + (-a[d + half]) * si[d];
-      for (int64_t d = half; d < hd; ++d) o[d] = a[d] * ci[d] + a[d - half] * si[d];
+  std::vector<float> kr(hd);  // a rotated K row, before it is stored in the cache's dtype
+  const auto write = [&](auto* kp, auto* vp) {
+    for (int64_t i = 0; i < n_q; ++i) {
+      const float* row = x + i * qkv.stride(0);
+      const float* ci = c + i * hd;
+      const float* si = sn + i * hd;
+      for (int64_t h = 0; h < n_heads + n_kv; ++h) {  // q heads, then k heads
+        const float* a = row + h * hd;
+        float* o = h < n_heads ? qp + (i * n_heads + h) * hd : kr.data();
+        for (int64_t d = 0; d < half; ++d) o[d] = a[d] * ci[d] + (-a[d + half]) * si[d];
+        for (int64_t d = half; d < hd; ++d) o[d] = a[d] * ci[d] + a[d - half] * si[d];
+        if (h >= n_heads) isa::kv_store(o, kp + ((h - n_heads) * cap + length + i) * hd, hd);
+      }
+      for (int64_t h = 0; h < n_kv; ++h)
+        isa::kv_store(row + (n_heads + n_kv + h) * hd, vp + (h * cap + length + i) * hd, hd);
     }
-    for (int64_t h = 0; h < n_kv; ++h)
-      std::memcpy(vp + (h * cap + length + i) * hd, row + (n_heads + n_kv + h) * hd, hd * sizeof(float));
-  }
+  };
+  if (k.scalar_type() == at::kHalf)
+    write(reinterpret_cast<isa::Half*>(k.data_ptr<at::Half>()), reinterpret_cast<isa::Half*>(v.data_ptr<at::Half>()));
+  else
+    write(k.data_ptr<float>(), v.data_ptr<float>());
   return attention(q, k, v, start, std::move(visible), scale, order);
 }
 
@@ -492,7 +506,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 19;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
+  m.attr("VERSION") = 20;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
   m.def("attention", &attention, "decode / draft-verify attention (row-invariant: a fixed fp32 operation order per row and head)",
