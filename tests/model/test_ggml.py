@@ -194,7 +194,8 @@ def test_file_without_supported_blocks(tiny_gguf, caplog):
     with caplog.at_level(logging.INFO, logger="paraspec.loader"):
         llm = LLM(str(tiny_gguf("F16")))
     assert llm.config.quantization != "gguf"
-    assert any("no GGUF kernel for F16" in r.message for r in caplog.records)
+    if llm.kernels.module is not None:   # (on the torch path auto never tries a file's blocks)
+        assert any("no GGUF kernel for F16" in r.message for r in caplog.records)
     with pytest.raises(ConfigError, match="no Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K weights") as e:
         LLM(str(tiny_gguf("F16")), quantization="gguf")
     assert "\n" not in str(e.value)
