@@ -102,7 +102,8 @@ def test_greedy_identical_fp16_kv_cache(kernels):
     so verifying a draft tree reads the same values as the autoregressive steps (hybrid: trees
     and chains over the trie, the context and the n-gram pool)."""
     llm = LLM(kv_cache_dtype="fp16", kernels=None if kernels == "default" else kernels)
-    assert llm.runner.new_cache(8).k.dtype.is_floating_point and llm.runner.new_cache(8).k.element_size() == 2
+    cache = llm.runner.new_cache(8)
+    assert cache.k.dtype.is_floating_point and cache.k.element_size() == 2
     _check(llm, PLUGINS["hybrid"], short=True)
 
 

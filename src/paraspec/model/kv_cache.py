@@ -13,16 +13,13 @@ new tokens and drops the rest. Worked example, length = 10, draft tree = root r,
 
 A chain draft whose accepted nodes are its first k tokens needs no copy at all.
 
-By default both are fp32, the dtype the forward computes them in. An fp16 cache (llama.cpp's
-default) halves the bytes a decode step reads per token of context: each element is rounded
-once, when it is written, and every read widens it exactly, so all the sums below run on the
-same fp32 values whatever the number of query rows (parallel decoding stays token-identical to
-autoregressive decoding with the same cache dtype; outputs differ from an fp32 cache's). Attention must give a row the same result
-whatever the number of query rows or the gaps a tree mask leaves between its keys (see
-transformer.attention): its one sum over keys, softmax weights times V, runs in fp64 on V widened
-as it is read (exact: csrc/attention.h widens in registers, the torch path widens the slice it
-reads and appends the ones column that gives the denominator from the same matmul). Storing V
-as fp32 halves its bytes: one decode step reads every layer's K and V once.
+By default both are fp32, the dtype the forward computes them in; an fp16 cache (llama.cpp's
+default) halves the bytes a decode step reads per token of context. An fp16 element is rounded
+once, when it is written, and widened exactly when it is read, so attention sums the same fp32
+values whatever reads them. Attention gives a row the same result whatever the number of query rows or
+the gaps a tree mask leaves between its keys (transformer.attention, csrc/attention.h: a fixed
+order of sums per row), so parallel decoding stays token-identical to autoregressive decoding
+with either cache dtype; the two dtypes' outputs can differ from each other at near-ties.
 """
 from __future__ import annotations
 
