@@ -82,11 +82,13 @@ def main() -> None:
     p.add_argument("--kernels", default=None, help="a kernel path label, e.g. avx512:amx (default: the best)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--activation-passes", default="auto", help="int8 activation passes: auto, 1 or 2")
     p.add_argument("--engine", type=int, default=0, help="grounded tasks to decode with the hybrid drafter")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     clock = time.thread_time if a.threads == 1 else time.perf_counter
-    llm = LLM(a.model, kernels=a.kernels, plugin_params={"plugin_type": "hybrid"} if a.engine else None)
+    llm = LLM(a.model, kernels=a.kernels, plugin_params={"plugin_type": "hybrid"} if a.engine else None,
+              activation_passes=a.activation_passes)
     model = llm.model
     label = model.kernels.label
     if a.engine:

@@ -79,12 +79,18 @@ class LLM:
     kv_cache_dtype: "fp32" (default) or "fp16": the KV cache's elements. fp16 halves the cache's
         memory and the bytes a decode step reads per token of context (outputs differ from fp32's;
         parallel decoding stays token-identical to plain decoding with the same cache dtype).
+    activation_passes: "auto" (default), 1 or 2: how a GGUF / W8A8 linear quantises its input to
+        int8. 1 is llama.cpp's numerics (one Q8 step per 32-block); 2 adds the step's rounding
+        residual (closer to fp32, twice the integer work per row). "auto": 1 for GGUF blocks on
+        CPUs without an int8 dot product instruction (plain AVX2), where it makes verify rows much
+        cheaper, else 2. Parallel decoding is token-identical to plain decoding under either.
     """
 
     def __init__(self, model: str | None = "default", dtype: str = "auto", plugin_params: str | dict | None = None,
                  quantization: str | None = "auto", max_batch_size: int = 8, speculation_gamma: int | None = None,
                  num_threads: int | None = None, kernels: str | None = None,
-                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, kv_cache_dtype: str = "fp32"):
+                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, kv_cache_dtype: str = "fp32",
+                 activation_passes: int | str = "auto"):
         if dtype not in DTYPES and dtype != "auto":
             raise ConfigError(f"dtype={dtype!r} is not supported; use 'auto', 'bfloat16' or 'float32'")
         self.kernels = cpu_kernels.default() if kernels is None else cpu_kernels.choose(kernels)
@@ -93,7 +99,7 @@ class LLM:
         dtype, quantization = self.numerics.dtype, self.numerics.quantization
         self.config = EngineConfig(dtype=dtype, quantization=quantization, max_batch_size=max_batch_size,
                                    speculation_gamma=speculation_gamma, prefill_chunk=prefill_chunk,
-                                   kv_cache_dtype=kv_cache_dtype,
+                                   kv_cache_dtype=kv_cache_dtype, activation_passes=activation_passes,
                                    plugin=parse_plugin_params(plugin_params, speculation_gamma))
         if num_threads is not None:
             if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
@@ -113,7 +119,8 @@ class LLM:
         self.model_name = loaded.name
         self.tokenizer = Tokenizer.from_source(loaded.tokenizer_source)
         self.model = Transformer(loaded.args, loaded.weights, DTYPES[dtype], quantization=quantization,
-                                 kernels=self.kernels, kv_dtype=KV_DTYPES[self.config.kv_cache_dtype])
+                                 kernels=self.kernels, kv_dtype=KV_DTYPES[self.config.kv_cache_dtype],
+                                 activation_passes=self.config.activation_passes)
         self.runner = ModelRunner(self.model, self.config.prefill_chunk)
         self.engine = Engine(self.runner, self.tokenizer, max_batch_size)
         self.drafter = self.engine.drafters.drafter(self.config.plugin)

@@ -22,6 +22,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-cache-dtype", default="fp32", choices=["fp32", "fp16"],
                    help="the KV cache's elements (default fp32; fp16 halves its memory and the bytes a decode "
                         "step reads per token of context)")
+    p.add_argument("--activation-passes", default="auto", choices=["auto", "1", "2"],
+                   help="int8 activation passes of GGUF / W8A8 linears: 1 (llama.cpp's Q8 numerics), 2 (plus the "
+                        "rounding residual), auto (default: 1 for GGUF blocks on plain AVX2, else 2)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
 
 

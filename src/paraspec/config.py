@@ -31,6 +31,7 @@ class EngineConfig:
     plugin: PluginConfig | None = None
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK   # prompt tokens per prefill forward (see scheduler.py)
     kv_cache_dtype: str = "fp32"                 # the KV cache's elements (model/kv_cache.py)
+    activation_passes: int | str = "auto"        # int8 activation passes (model/kernels.py)
 
     def __post_init__(self) -> None:
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
@@ -46,6 +47,9 @@ class EngineConfig:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ConfigError(f"kv_cache_dtype={self.kv_cache_dtype!r} is not supported; use 'fp32' (default) or "
                               "'fp16' (half the cache's memory and bytes read per step)", param="kv_cache_dtype")
+        if self.activation_passes not in ("auto", 1, 2, "1", "2") or isinstance(self.activation_passes, bool):
+            raise ConfigError(f"activation_passes={self.activation_passes!r} is invalid; use 'auto' (default), 1 "
+                              "(llama.cpp's Q8 activations) or 2 (plus the rounding residual)", param="activation_passes")
 
 
 def parse_plugin_params(value: str | dict | None, speculation_gamma: int | None = None) -> PluginConfig | None:

@@ -54,7 +54,7 @@ def generate_main(args: argparse.Namespace) -> int:
                             stop=args.stop or [], ignore_eos=args.ignore_eos)
     llm = LLM(model=args.model, dtype=args.dtype, plugin_params=plugin_params_from_args(args),
               quantization=args.quantization, speculation_gamma=args.speculation_gamma, num_threads=args.threads,
-              kv_cache_dtype=args.kv_cache_dtype)
+              kv_cache_dtype=args.kv_cache_dtype, activation_passes=args.activation_passes)
     keeps_memory = llm.drafter is not None and llm.drafter.trie is not None
     if args.trie_file and keeps_memory and os.path.exists(args.trie_file):
         llm.load_memory(args.trie_file)

@@ -97,6 +97,7 @@ def measure_cost(model: str, kernels: Kernels) -> dict:
     llm = LLM(model, kernels=kernels.label)
     curve = llm.runner.forward_cost()
     return {"model": llm.model_name, "dtype": llm.config.dtype, "quantization": llm.config.quantization,
+            "activation_passes": llm.model.activation_passes,
             "t_k_over_t_1": {str(k): round(v, 3) for k, v in curve.items() if k in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)}}
 
 
@@ -154,7 +155,8 @@ def format_report(r: dict) -> str:
         c = r["forward_cost"]
         curve = "  ".join(f"{k}:{v:.2f}" for k, v in c["t_k_over_t_1"].items())
         lines.append(f"t(k)/t(1)    {curve}   ({c['model']}, {c['dtype']}"
-                     f"{' + ' + c['quantization'] if c['quantization'] else ''})")
+                     f"{' + ' + c['quantization'] if c['quantization'] else ''}"
+                     f"{', %d int8 activation pass%s' % (c['activation_passes'], 'es' * (c['activation_passes'] > 1)) if c['quantization'] else ''})")
     return "\n".join(lines)
 
 

@@ -199,3 +199,41 @@ def test_file_without_supported_blocks(tiny_gguf, caplog):
     with pytest.raises(ConfigError, match="no Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K weights") as e:
         LLM(str(tiny_gguf("F16")), quantization="gguf")
     assert "\n" not in str(e.value)
+
+
+# ----------------------------------------------------------------------- activation passes
+
+@pytest.mark.parametrize("kernels", per_isa())
+@pytest.mark.parametrize("passes", [1, 2])
+def test_either_activation_passes_keeps_parallel_decoding_identical(tiny_gguf, kernels, passes):
+    """One int8 pass (llama.cpp's numerics) or two: every linear runs what was asked, and greedy
+    parallel decoding is AR's token for token under each."""
+    from drafters import RandomTreeDrafter
+    llm = LLM(str(tiny_gguf("Q4_1")), quantization="gguf", kernels=kernels.label, activation_passes=passes)
+    m = llm.model
+    linears = [m.lm_head] + [lin for layer in m.layers for lin in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
+    assert m.activation_passes == passes and {lin.passes for lin in linears} == {passes}
+    prompts = ["hello world", "aaaa bbbb aaaa bbbb aaaa"]
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    ar = [o.token_ids for o in llm.generate(prompts, params)]
+    assert [o.token_ids for o in llm.generate(prompts, params, plugin_params=PLUGINS[-1])] == ar
+    llm.engine.default_drafter = RandomTreeDrafter(llm.model.args.vocab_size, 9, seed=5)
+    assert [o.token_ids for o in llm.generate(prompts, params)] == ar
+
+
+def test_activation_passes_auto_is_one_pass_only_without_an_int8_dot_product():
+    plain = cpu_kernels.Kernels("avx2", module=object(), w8a8_variant="avx2")
+    vnni = cpu_kernels.Kernels("avx2", module=object(), w8a8_variant="avxvnni")
+    avx512 = cpu_kernels.Kernels("avx512", module=object(), w8a8_variant="vnni512")
+    resolve = cpu_kernels.resolve_activation_passes
+    assert resolve("auto", plain, "gguf") == 1
+    assert [resolve("auto", k, "gguf") for k in (vnni, avx512, cpu_kernels.TORCH)] == [2, 2, 2]
+    assert resolve("auto", plain, "w8a8") == 2            # one scale a row: its one pass costs quality
+    assert resolve(2, plain, "gguf") == 2 and resolve("1", avx512, "w8a8") == 1
+
+
+@pytest.mark.parametrize("bad", [0, 3, "two", True])
+def test_bad_activation_passes_is_one_line_naming_the_field(tiny_gguf, bad):
+    with pytest.raises(ConfigError, match="activation_passes") as e:
+        LLM(str(tiny_gguf("Q4_1")), activation_passes=bad)
+    assert "\n" not in str(e.value)

@@ -35,7 +35,7 @@ def markdown(results: dict, rows: list[Row], figures: dict[str, Path]) -> str:
     L = [f"# paraspec bench{' (--quick: a smoke run, not evidence)' if cfg['quick'] else ''}", "",
          f"{env['date']}; model `{env['model']}`, {env['dtype']}"
          f"{', ' + env['quantization'] if env['quantization'] else ''}, "
-         f"KV cache {env.get('kv_cache_dtype', 'fp32')}; {env['cpu']} ({env['cpu_count']} CPUs; {' '.join(env.get('cpu_features') or []) or 'features not recorded'}; "
+         f"KV cache {env.get('kv_cache_dtype', 'fp32')}; int8 activation passes {env.get('activation_passes', 2)}; {env['cpu']} ({env['cpu_count']} CPUs; {' '.join(env.get('cpu_features') or []) or 'features not recorded'}; "
          f"kernels {env.get('kernels', '?')}), {env['torch_threads']} torch threads; torch {env['torch']}, "
          f"transformers {env['transformers']}, Python {env['python']}; commit `{env['git_commit']}`; "
          f"{results['wall_s']:.0f} s in all; load average at the end {_f(env.get('load_avg_at_end'), '{}')} "

@@ -57,6 +57,7 @@ class Plan:
     memory_file: str | None = None
     seed: int = 0
     kv_cache_dtype: str = "fp32"
+    activation_passes: int | str = "auto"
 
     @classmethod
     def from_args(cls, a: argparse.Namespace) -> "Plan":
@@ -83,7 +84,7 @@ class Plan:
                    ttft_probe=not quick and not get("no_ttft_probe"), model=get("model") or "default",
                    dtype=get("dtype") or "auto", quantization=get("quantization") or "auto", threads=get("threads"),
                    budget_s=QUICK_BUDGET_S if quick else None, memory_file=get("memory"),
-                   kv_cache_dtype=get("kv_cache_dtype") or "fp32")
+                   kv_cache_dtype=get("kv_cache_dtype") or "fp32", activation_passes=get("activation_passes") or "auto")
 
 
 @dataclass

@@ -26,7 +26,7 @@ def environment(plan: Plan) -> dict:
             "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
             "platform": platform.platform(), "git_commit": _git_commit(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "dtype": plan.dtype, "quantization": plan.quantization,
-            "kv_cache_dtype": plan.kv_cache_dtype, "model": plan.model,
+            "kv_cache_dtype": plan.kv_cache_dtype, "activation_passes": plan.activation_passes, "model": plan.model,
             "load_avg_at_end": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None}
 
 

@@ -67,8 +67,9 @@ def bench_main(args: argparse.Namespace) -> int:
     from .. import LLM   # (torch is imported here, not when cli.py imports this module)
 
     llm = LLM(plan.model, dtype=plan.dtype, quantization=plan.quantization, num_threads=plan.threads,
-              kv_cache_dtype=plan.kv_cache_dtype)
+              kv_cache_dtype=plan.kv_cache_dtype, activation_passes=plan.activation_passes)
     plan.dtype, plan.quantization = llm.config.dtype, llm.config.quantization   # "auto" as resolved here
+    plan.activation_passes = llm.model.activation_passes
     import torch
     ctx = SystemContext(llm, plan.model, plan.dtype, torch.get_num_threads(), memory_file=plan.memory_file)
     tasks = {s: [_bench_task(t, llm.tokenizer, plan.max_new_tokens) for t in _pick(s, plan)] for s in plan.task_sets}

@@ -122,6 +122,34 @@ class Kernels:
     def w8a8_linear(self, *args, **kwargs):
         return self.module.w8a8_linear(*args, variant=self.w8a8_variant, **kwargs)
 
+    @property
+    def int8_dot(self) -> bool:
+        """Whether the GGUF loop has a u8 x s8 dot product with int32 sums (VNNI, AVX-VNNI, AMX).
+        Without one (plain AVX2: vpmaddubsw + vpmaddwd, on one multiply pipe on Zen 1-2) every
+        activation pass is a whole second set of multiplies for each verify row."""
+        return self.module is not None and self.w8a8_variant != "avx2"
+
+
+ACTIVATION_PASSES = ("auto", 1, 2)
+
+
+def resolve_activation_passes(passes: int | str | None, kernels: Kernels, quantization: str | None) -> int:
+    """The int8 activation passes of the model's GGUF / W8A8 linears (ggml.py, quant.py).
+
+    1: one Q8 step per 32-block, llama.cpp's numerics; 2: its rounding residual quantised again
+    (closer to fp32, twice the integer work of every row). "auto": one pass for GGUF blocks where
+    the kernels have no int8 dot product (plain AVX2), where the second pass makes every verify row
+    nearly twice as dear and buys no quality over llama.cpp's; two elsewhere. W8A8 (one scale per
+    row, much coarser than per 32-block) keeps two on "auto" (its one pass costs 4 % perplexity)."""
+    if passes in (None, "auto"):
+        return 1 if quantization == "gguf" and kernels.module is not None and not kernels.int8_dot else 2
+    if isinstance(passes, str) and passes.strip() in ("1", "2"):
+        return int(passes)
+    if isinstance(passes, bool) or passes not in (1, 2):
+        raise ConfigError(f"activation_passes={passes!r} is invalid; use 'auto' (default), 1 (llama.cpp's Q8 "
+                          "activations) or 2 (plus the rounding residual)", param="activation_passes")
+    return int(passes)
+
 
 TORCH = Kernels("torch")
 

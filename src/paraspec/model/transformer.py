@@ -276,14 +276,14 @@ def prompt_attention(q: torch.Tensor, cache: KVCache, layer: int, bias: list[tor
 
 
 def make_linear(weight: torch.Tensor | GGUFWeight, bias: torch.Tensor | None = None, quantization: str | None = None,
-                kernels: cpu_kernels.Kernels | None = None):
+                kernels: cpu_kernels.Kernels | None = None, passes: int = 2):
     """A Linear in the weight's dtype, an Int8Linear (W8A8, see quant.py) built from it, or a
-    GGUFLinear over GGUF blocks (ggml.py)."""
+    GGUFLinear over GGUF blocks (ggml.py); passes: their int8 activation passes (1 or 2)."""
     if isinstance(weight, GGUFWeight):
-        return GGUFLinear(weight, bias, kernels=kernels)
+        return GGUFLinear(weight, bias, kernels=kernels, residual=passes == 2)
     if quantization == "w8a8":
         from .quant import Int8Linear
-        return Int8Linear.from_float(weight.float(), bias, kernels=kernels)
+        return Int8Linear.from_float(weight.float(), bias, kernels=kernels, residual=passes == 2)
     return Linear(weight, bias, kernels)
 
 
@@ -291,13 +291,13 @@ class Layer:
     """Weights of one decoder block (fused q/k/v and fused gate/up)."""
 
     def __init__(self, args: ModelArgs, w: dict[str, torch.Tensor], quantization: str | None = None,
-                 kernels: cpu_kernels.Kernels | None = None):
+                 kernels: cpu_kernels.Kernels | None = None, passes: int = 2):
         self.attn_norm = w["attn_norm"]
         self.ffn_norm = w["ffn_norm"]
-        self.wqkv = make_linear(w["wqkv"], w.get("bqkv"), quantization, kernels)
-        self.wo = make_linear(w["wo"], None, quantization, kernels)
-        self.w_gate_up = make_linear(w["w_gate_up"], None, quantization, kernels)
-        self.w_down = make_linear(w["w_down"], None, quantization, kernels)
+        self.wqkv = make_linear(w["wqkv"], w.get("bqkv"), quantization, kernels, passes)
+        self.wo = make_linear(w["wo"], None, quantization, kernels, passes)
+        self.w_gate_up = make_linear(w["w_gate_up"], None, quantization, kernels, passes)
+        self.w_down = make_linear(w["w_down"], None, quantization, kernels, passes)
         self.q_norm = w.get("q_norm")
         self.k_norm = w.get("k_norm")
 
@@ -308,21 +308,23 @@ class Transformer:
 
     def __init__(self, args: ModelArgs, weights: dict[str, torch.Tensor], dtype: torch.dtype,
                  quantization: str | None = None, kernels: cpu_kernels.Kernels | None = None,
-                 kv_dtype: torch.dtype = torch.float32):
+                 kv_dtype: torch.dtype = torch.float32, activation_passes: int | str = "auto"):
         self.args = args
         self.kv_dtype = kv_dtype         # the caches' elements (kv_cache.py)
         self.quantization = quantization
         self.dtype = dtype
         self.kernels = kernels = kernels or cpu_kernels.default()
+        # int8 activation passes of the quantised linears (kernels.resolve_activation_passes)
+        self.activation_passes = passes = cpu_kernels.resolve_activation_passes(activation_passes, kernels, quantization)
         if quantization == "gguf":   # what no GGUF kernel runs is a plain linear in `dtype`
             weights = {k: w if isinstance(w, GGUFWeight) or k.rsplit(".", 1)[-1] not in MATMULS else w.to(dtype)
                        for k, w in weights.items()}
-        self.lm_head = make_linear(weights.get("lm_head", weights["tok_embeddings"]), None, quantization, kernels)
+        self.lm_head = make_linear(weights.get("lm_head", weights["tok_embeddings"]), None, quantization, kernels, passes)
         embed = weights["tok_embeddings"]   # [vocab, dim]; rows looked up (GGUF: dequantised at first use)
         self.tok_embeddings = EmbeddingRows(embed) if isinstance(embed, GGUFWeight) else embed.to(dtype)
         self.norm = weights["norm"]                                # [dim] fp32
         self.layers = [Layer(args, {k.split(".", 2)[2]: v for k, v in weights.items()
-                                    if k.startswith(f"layers.{i}.")}, quantization, kernels)
+                                    if k.startswith(f"layers.{i}.")}, quantization, kernels, passes)
                        for i in range(args.n_layers)]
         self.rope_cos, self.rope_sin = rope_tables(args, args.max_seq_len)
         # Rows are padded to ROW_MULTIPLE for torch's matmuls (module doc). GGUF linears on the

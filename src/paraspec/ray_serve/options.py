@@ -35,6 +35,7 @@ class RayServeOptions:
     dtype: str = "auto"
     quantization: str | None = "auto"
     kv_cache_dtype: str = "fp32"
+    activation_passes: int | str = "auto"
     health_check_period_s: float = 2.0
     user_config: dict = field(default_factory=dict)   # reconfigure(): plugin_params, speculationGamma
 

@@ -255,7 +255,8 @@ def app_for(engine: EngineClient, model: ModelInfo, config: ServiceConfig, docs:
 
 
 def build_llm(config: ServiceConfig, dtype: str = "auto", quantization: str | None = "auto",
-              num_threads: int | None = None, kv_cache_dtype: str = "fp32") -> LLM:
+              num_threads: int | None = None, kv_cache_dtype: str = "fp32",
+              activation_passes: int | str = "auto") -> LLM:
     """The LLM a config describes (its plugin_params were validated when the config was read)."""
     deploy = config.model_deploy
     with warnings.catch_warnings():       # plugin_params warnings were collected into config.warnings
@@ -264,7 +265,8 @@ def build_llm(config: ServiceConfig, dtype: str = "auto", quantization: str | No
                   plugin_params=deploy.model.plugin_params if config.plugin is not None else None,
                   quantization=quantization, max_batch_size=config.schedule.max_batch_size,
                   speculation_gamma=deploy.speculation_gamma, num_threads=num_threads,
-                  prefill_chunk=config.schedule.prefill_chunk_size, kv_cache_dtype=kv_cache_dtype)
+                  prefill_chunk=config.schedule.prefill_chunk_size, kv_cache_dtype=kv_cache_dtype,
+                  activation_passes=activation_passes)
     if deploy.max_seq_len > llm.model.args.max_seq_len:
         config.warnings.append(f"BackendConfig.ModelDeployConfig.maxSeqLen={deploy.max_seq_len} is above the "
                                f"model's context of {llm.model.args.max_seq_len}; requests are limited to that")

@@ -80,7 +80,7 @@ def serve_main(args: argparse.Namespace) -> int:
 
         logging.getLogger("paraspec").setLevel(config.log_level)
         llm = build_llm(config, dtype=args.dtype, quantization=args.quantization, num_threads=args.threads,
-                        kv_cache_dtype=args.kv_cache_dtype)
+                        kv_cache_dtype=args.kv_cache_dtype, activation_passes=args.activation_passes)
     except ParaspecError as e:
         print(f"paraspec: error: {e}", file=sys.stderr)
         sock.close()
@@ -132,7 +132,8 @@ def _serve_on_ray(args: argparse.Namespace) -> int:
         from ..ray_serve.options import RayServeOptions
 
         opts = RayServeOptions(replicas=args.replicas, threads=args.threads or 1, dtype=args.dtype,
-                               quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype)
+                               quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
+                               activation_passes=args.activation_passes)
     except ImportError:
         print("paraspec: error: --ray needs Ray Serve; install the extra: pip install 'paraspec[ray]'",
               file=sys.stderr)
