@@ -236,20 +236,53 @@ def records(kind: str, n: int, seed: int = 0) -> list[Record]:
     return recs
 
 
+class DraftSizes:
+    """A drafter's proposals as they are sent: the size of each step's draft, in order."""
+
+    def __init__(self, drafter: MemoryDrafter):
+        self.drafter, self.sizes = drafter, []
+
+    def __getattr__(self, name):
+        return getattr(self.drafter, name)
+
+    def propose(self, *args, **kwargs):
+        proposal = self.drafter.propose(*args, **kwargs)
+        self.sizes.append(len(proposal.draft))
+        return proposal
+
+
+def forward_speedup(rep) -> float:
+    """Plain decoding's forward cost over the run's, both priced by the replay's cost curve: counts
+    of rows, not seconds (the drafter's CPU time is benchmarks/drafting_overhead.py's business)."""
+    return rep.tokens / rep.cost
+
+
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_wrong_drafts_back_off_to_plain_decoding(dynamic):
-    d = MemoryDrafter(MemoryDecodingParams(dynamic_algo=dynamic), eos_token_ids=[EOS])
+    d = DraftSizes(MemoryDrafter(MemoryDecodingParams(dynamic_algo=dynamic), eos_token_ids=[EOS]))
     rep = replay(d, records("noise", 6), 15, STEEP_COST)
     assert rep.accepted / max(rep.drafted, 1) < 0.1             # the memory is indeed wrong here
-    assert rep.speedup() >= 0.95
-    assert rep.drafted < 3 * rep.steps                          # well below 15 nodes a step
+    # once its first drafts have failed, the drafter stops paying for rows: past the first quarter
+    # of the steps (under two requests) hardly a step verifies a draft, and few rows are spent
+    late = d.sizes[len(d.sizes) // 4:]
+    assert sum(1 for n in late if n) <= len(late) // 100
+    assert rep.drafted <= rep.steps // 20
+    assert forward_speedup(rep) >= 0.99
+
+
+def test_the_same_wrong_memory_is_drafted_where_rows_are_free():
+    """The back-off above is the drafter's choice under a steep curve, not a memory that offers
+    nothing: with free rows the same records draft on most steps."""
+    d = DraftSizes(MemoryDrafter(MemoryDecodingParams(), eos_token_ids=[EOS]))
+    rep = replay(d, records("noise", 6), 15, CostModel(FLAT_COST))
+    assert sum(1 for n in d.sizes if n) > rep.steps // 5 and rep.drafted > 5 * rep.steps
 
 
 @pytest.mark.parametrize("mode", ["tree", "chain"])
 def test_copying_is_fast(mode):
     d = MemoryDrafter(MemoryDecodingParams(mode=mode), eos_token_ids=[EOS])
     rep = replay(d, records("copy", 6), 15, STEEP_COST)
-    assert rep.tokens_per_step > 4 and rep.speedup() > 2.5
+    assert rep.tokens_per_step > 4 and forward_speedup(rep) > 2.5
 
 
 def test_tree_accepts_at_least_as_much_as_chain():
