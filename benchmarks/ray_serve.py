@@ -17,8 +17,9 @@ turns spreads the drift over both). The Ray cluster runs in this process, each `
                 other once the TrieHub carried the first replica's memory there (after).
   3. load       the same requests to `paraspec serve --threads 2` and to Ray Serve 2 x 1, streaming
                 (httpx) and whole (the official openai client), in turns: direct, Ray, Ray, direct.
-Writes docs/bench/ray_serve/ray_serve[-quick].json and .md. Every loop is bounded in count and time;
-Ray is shut down at the end and no process started here is left (checked, in the JSON).
+Writes ray_serve[-quick].json and .md to docs/bench/<today>-ray-serve (add the CPU to the name: docs/bench/README.md).
+Every loop is bounded in count and time; Ray is shut down at the end and no process started here is left
+(checked, in the JSON).
 """
 from __future__ import annotations
 
@@ -274,7 +275,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--budget-s", type=float, default=3200.0, help="time bound of the run (each load gets 1/8)")
-    ap.add_argument("--out-dir", default=str(ROOT / "docs/bench/ray_serve"))
+    ap.add_argument("--out-dir", default=str(ROOT / "docs/bench" / time.strftime("%Y-%m-%d-ray-serve", time.gmtime())))
     args = ap.parse_args()
     if args.quick:
         args.requests, args.max_tokens, args.budget_s = min(args.requests, 8), min(args.max_tokens, 40), 800.0

@@ -154,7 +154,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--model", default="default")
     ap.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--out-dir", default=str(ROOT / "docs/bench/ray_serve"))
+    ap.add_argument("--out-dir", default=str(ROOT / "docs/bench" / time.strftime("%Y-%m-%d-ray-serve", time.gmtime())))
     args = ap.parse_args()
     if args.driver:
         print("RESULT " + json.dumps(driver(args)))

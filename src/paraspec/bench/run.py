@@ -1,9 +1,9 @@
 """`paraspec bench`: every system on the same prompts in one run, then results.json, report.md and plots.
 
     paraspec bench --quick                      # smoke run: < 60 s on 2 cores (CI)
-    paraspec bench --out docs/bench --sweep --serving   # the full run behind the README's numbers
+    paraspec bench --out docs/bench/YYYY-MM-DD-<cpu> --sweep --serving   # the full suite (docs/bench/README.md)
     python -m paraspec.bench.run ...            # the same
-    python -m paraspec.bench.report docs/bench/results.json   # redo report.md and plots from the JSON
+    python -m paraspec.bench.report docs/bench/<run>/results.json   # redo report.md and plots from the JSON
 
 Method (why each rule):
   * one model instance for all paraspec systems; systems differ only in their drafter;
