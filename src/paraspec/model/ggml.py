@@ -116,7 +116,7 @@ def unpack(w: GGUFWeight) -> Blocks:
     """The weight's stored integers and scales (Blocks), exactly as stored."""
     if w.kind in ("Q4_K", "Q6_K"):
         from .ggml_kquants import unpack_k
-        return unpack_k(w.kind, w.raw)
+        return Blocks(**unpack_k(w.kind, w.raw))
     n, k = w.shape
     raw = torch.from_numpy(np.require(w.raw, requirements=["C", "W"])).view(n, k // BLOCK, BLOCK_SIZE[w.kind][1])
     d16 = raw[..., :2].contiguous().view(torch.float16).squeeze(-1)

@@ -13,8 +13,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .ggml import Blocks
-
 SUPER = 256
 
 
@@ -27,8 +25,9 @@ def _scale_min_k4(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sc, mn
 
 
-def unpack_k(kind: str, raw: np.ndarray) -> Blocks:
-    """A Q4_K / Q6_K weight's rows [N, bytes] -> Blocks (ggml.py)."""
+def unpack_k(kind: str, raw: np.ndarray) -> dict:
+    """A Q4_K / Q6_K weight's rows [N, bytes] -> the fields of ggml.Blocks (q, d, m, sub, parts),
+    which ggml.unpack wraps: this module imports nothing of ggml.py, which imports it."""
     n = raw.shape[0]
     if kind == "Q4_K":
         b = raw.reshape(n, -1, 144)
@@ -40,7 +39,7 @@ def unpack_k(kind: str, raw: np.ndarray) -> Blocks:
         q = torch.stack([qs & 0x0F, qs >> 4], 3).view(torch.int8).reshape(n, ns * SUPER)
         d = (d16.float()[..., None] * sc.float()).reshape(n, -1)               # exact
         m = -(dmin16.float()[..., None] * mn.float()).reshape(n, -1)           # exact
-        return Blocks(q, d, m, parts={"header": [d16, dmin16], "record": [sc.reshape(n, -1), mn.reshape(n, -1)]})
+        return dict(q=q, d=d, m=m, parts={"header": [d16, dmin16], "record": [sc.reshape(n, -1), mn.reshape(n, -1)]})
     if kind == "Q6_K":
         b = raw.reshape(n, -1, 210)
         ns = b.shape[1]
@@ -53,7 +52,7 @@ def unpack_k(kind: str, raw: np.ndarray) -> Blocks:
         q = ((low | (high << 4)).to(torch.int16) - 32).to(torch.int8).reshape(n, ns * SUPER)
         d = d16.float().repeat_interleave(8, dim=1)                            # the superblock's, per 32-block
         sub = sc.float().reshape(n, -1)
-        return Blocks(q, d, None, sub, parts={"header": [d16], "record": [sc[..., 0::2].reshape(n, -1),
+        return dict(q=q, d=d, sub=sub, parts={"header": [d16], "record": [sc[..., 0::2].reshape(n, -1),
                                                                           sc[..., 1::2].reshape(n, -1)]})
     raise ValueError(f"not a K-quant: {kind}")
 
