@@ -5,18 +5,17 @@ plugin_params is a JSON string (or dict), as in MindIE's ModelConfig:
     {"plugin_type": "la", "level": 4, "window": 5, "guess_set_size": 5}     ("lookahead" works too)
     {"plugin_type": "hybrid", ...}                                           (both drafters, one budget)
     {"plugin_type": "aspd", "drafter": {...}}      (serial-parallel decoding, aspd/params.py)
-Each algorithm's own parameters are validated by its params class, with speculation_gamma.
+Each algorithm's own parameters are validated by its params class, with speculation_gamma
+(decoding/plugins.py: parse_plugin_params and the registered plugin types).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from .decoding.registry import PluginConfig
+from . import aspd  # noqa: F401  (registers plugin_type "aspd": the decoding layer does not import it)
+from .decoding.plugins import PluginConfig, parse_plugin_params  # noqa: F401  (parse_plugin_params: re-exported)
 from .errors import ConfigError
 
-PLUGIN_ALIASES = {"memory_decoding": "memory_decoding", "la": "lookahead", "lookahead": "lookahead",
-                  "hybrid": "hybrid", "aspd": "aspd"}
 QUANTIZATIONS = ("w8a8", "gguf")
 KV_CACHE_DTYPES = ("fp32", "fp16")
 DEFAULT_PREFILL_CHUNK = 256      # ~1/8 of a 2k prompt's prefill between two decode steps
@@ -50,46 +49,3 @@ class EngineConfig:
         if self.activation_passes not in ("auto", 1, 2, "1", "2") or isinstance(self.activation_passes, bool):
             raise ConfigError(f"activation_passes={self.activation_passes!r} is invalid; use 'auto' (default), 1 "
                               "(llama.cpp's Q8 activations) or 2 (plus the rounding residual)", param="activation_passes")
-
-
-def parse_plugin_params(value: str | dict | None, speculation_gamma: int | None = None) -> PluginConfig | None:
-    """MindIE plugin_params (JSON string or dict) -> PluginConfig, validated. None/"" -> None."""
-    if value is None or value == "" or value == {}:
-        return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"plugin_params is not valid JSON ({e.msg} at char {e.pos}); pass e.g. "
-                              '\'{"plugin_type":"memory_decoding","decoding_length":16}\'') from None
-    if not isinstance(value, dict):
-        raise ConfigError("plugin_params must be a JSON object such as {\"plugin_type\": \"memory_decoding\"}")
-    raw_type = value.get("plugin_type")
-    if not isinstance(raw_type, str):
-        raise ConfigError("plugin_params.plugin_type is missing; use 'memory_decoding', 'la' (lookahead) or 'hybrid'")
-    kinds = [k.strip() for k in raw_type.split(",") if k.strip()]
-    if len(kinds) > 1:
-        raise ConfigError(f"plugin_params.plugin_type={raw_type!r} enables several algorithms at once; pick one, "
-                          "or use 'hybrid' to merge memory_decoding and lookahead drafts")
-    kind = PLUGIN_ALIASES.get(raw_type.strip())
-    if kind is None:
-        raise ConfigError(f"plugin_params.plugin_type={raw_type!r} is unknown; use 'memory_decoding', 'la' "
-                          "(lookahead), 'hybrid' or 'aspd'")
-    rest = {k: v for k, v in value.items() if k != "plugin_type"}
-    params = _params_class(kind).from_dict(rest)
-    params.validate(speculation_gamma)
-    return PluginConfig(kind, params)
-
-
-def _params_class(kind: str):
-    if kind == "memory_decoding":
-        from .decoding.memory import MemoryDecodingParams
-        return MemoryDecodingParams
-    if kind == "lookahead":
-        from .decoding.lookahead import LookaheadParams
-        return LookaheadParams
-    if kind == "aspd":
-        from .aspd.params import AspdParams
-        return AspdParams
-    from .decoding.hybrid import HybridParams
-    return HybridParams

@@ -1,6 +1,6 @@
 """Drafters built from plugin configs, and what an engine's drafters share and outlive.
 
-`PluginConfig` is a validated MindIE plugin_params (config.parse_plugin_params builds it): frozen,
+`PluginConfig` is a validated MindIE plugin_params (plugins.parse_plugin_params builds it): frozen,
 so the config itself is the key of everything cached per configuration. `DrafterRegistry` is
 owned by one engine and holds
   * the token trie, memory_decoding's memory: one per engine, shared by every memory drafter
@@ -15,70 +15,39 @@ owned by one engine and holds
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
 
 from .arms import ArmStats
 from .output_memory import OutputMemory
+from .plugins import PluginConfig, plugin_type
 from .proposer import Proposer
 from .trie import TokenTrie
 
 MAX_CACHED_DRAFTERS = 16     # per-configuration drafters kept built (oldest evicted first)
 
 
-@dataclass(frozen=True)
-class PluginConfig:
-    plugin_type: str     # "memory_decoding" | "lookahead" | "hybrid" | "aspd"
-    params: Any          # that algorithm's params: a frozen dataclass (hashable)
-
-    @property
-    def speculation_need(self) -> int:
-        """The speculationGamma the algorithm needs: its decoding_length (memory_decoding,
-        hybrid), (N-1)(W+G) query tokens (lookahead)."""
-        return self.params.query_tokens if self.plugin_type == "lookahead" else self.params.decoding_length
-
-    @property
-    def dynamic_algo(self) -> bool:
-        """memory_decoding's dynamic_algo (MindIE's flag; the server checks maxIterTimes for it)."""
-        return self.plugin_type == "memory_decoding" and self.params.dynamic_algo
-
-
 def build_drafter(plugin: PluginConfig, eos_token_ids: Iterable[int], trie: TokenTrie | None = None,
                   arms: ArmStats | None = None, output_memory: OutputMemory | None = None) -> Proposer:
     """A new drafter for `plugin`. Memory drafters draft from `trie`, hybrid ones from
-    `output_memory` too (new ones if None); drafters with arms record into `arms` (new ones if None)."""
+    `output_memory` too (new ones if None); drafters with arms record into `arms` (new ones if None).
+    A type that wraps another drafter (ASPD's serial segments) gets that one built first."""
     eos = frozenset(int(t) for t in eos_token_ids)
-    p = plugin.params
-    if plugin.plugin_type == "memory_decoding":
-        from .memory import MemoryDrafter
-        return MemoryDrafter(p, eos_token_ids=eos, trie=trie)
-    if plugin.plugin_type == "lookahead":
-        from .lookahead import LookaheadDrafter
-        return LookaheadDrafter(p, eos_token_ids=eos, arms=arms)
-    if plugin.plugin_type == "hybrid":
-        from .hybrid import HybridDrafter
-        return HybridDrafter(p, eos_token_ids=eos, trie=trie, arms=arms, output_memory=output_memory)
-    if plugin.plugin_type == "aspd":      # the serial segments' drafter inside the ASPD decoder
-        from ..aspd.decode import AspdDecoder
-        return AspdDecoder(p, None if p.drafter is None else build_drafter(p.drafter, eos, trie, arms, output_memory))
-    raise ValueError(f"no drafter for plugin_type {plugin.plugin_type!r}")
+    kind = plugin_type(plugin.plugin_type)
+    inner = kind.inner(plugin.params)
+    inner_drafter = None if inner is None else build_drafter(inner, eos, trie, arms, output_memory)
+    return kind.build(plugin.params, eos, trie, arms, output_memory, inner_drafter)
 
 
 def _memory_params(plugin: PluginConfig):
     """The memory_decoding params inside a plugin config, or None if it keeps no trie."""
-    if plugin.plugin_type == "memory_decoding":
-        return plugin.params
-    if plugin.plugin_type == "hybrid":
-        return plugin.params.memory
-    if plugin.plugin_type == "aspd" and plugin.params.drafter is not None:
-        return _memory_params(plugin.params.drafter)
-    return None
+    kind = plugin_type(plugin.plugin_type)
+    inner = kind.inner(plugin.params)
+    return kind.memory(plugin.params) if inner is None else _memory_params(inner)
 
 
 def _uses_output_memory(plugin: PluginConfig) -> bool:
-    if plugin.plugin_type == "aspd" and plugin.params.drafter is not None:
-        return _uses_output_memory(plugin.params.drafter)
-    return plugin.plugin_type == "hybrid"
+    kind = plugin_type(plugin.plugin_type)
+    inner = kind.inner(plugin.params)
+    return kind.output_memory if inner is None else _uses_output_memory(inner)
 
 
 class DrafterRegistry:
