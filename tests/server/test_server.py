@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 
 import httpx
@@ -19,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from drafters import RandomTreeDrafter
 from live_server import LiveServer
 from paraspec import LLM, SamplingParams
+from paraspec.decoding.proposer import DEFAULT_CONTEXT
 from paraspec.server import create_app, load_config
 
 MODEL = "tiny"
@@ -320,20 +322,33 @@ def test_http_errors_and_body_limit(server):
 
 
 class ExplodingDrafter(RandomTreeDrafter):
+    """The Proposer protocol's propose (ctx included), raising inside it: a drafter bug, not a
+    call the engine got wrong (a signature mismatch would fail as a TypeError before the body)."""
     name = "exploding"
 
-    def propose(self, request_id, context, max_nodes):
+    def __init__(self, vocab: int):
+        super().__init__(vocab)
+        self.exploded = 0
+
+    def propose(self, request_id, context, max_nodes, ctx=DEFAULT_CONTEXT):
+        self.exploded += 1
         raise RuntimeError("drafter bug")
 
 
-def test_an_engine_failure_fails_its_requests_and_the_server_keeps_serving(server):
+def test_an_engine_failure_fails_its_requests_and_the_server_keeps_serving(server, caplog):
     server.wait_idle()
     engine = server.engine.engine
-    saved, engine.default_drafter = engine.default_drafter, ExplodingDrafter(engine.runner.model.args.vocab_size)
+    drafter = ExplodingDrafter(engine.runner.model.args.vocab_size)
+    saved, engine.default_drafter = engine.default_drafter, drafter
     try:
-        r = server.http.post("/v1/completions", json={"prompt": "x", "max_tokens": 8})
+        with caplog.at_level(logging.ERROR, logger="paraspec"):
+            r = server.http.post("/v1/completions", json={"prompt": "x", "max_tokens": 8})
     finally:
         engine.default_drafter = saved
+    assert drafter.exploded == 1                          # the engine called propose, and it raised
+    failed = [rec for rec in caplog.records if rec.name == "paraspec.engine"]     # the engine's _fail
+    assert [(rec.getMessage().split(": ", 1)[1], rec.exc_info[0]) for rec in failed] == \
+        [("RuntimeError: drafter bug", RuntimeError)], [rec.getMessage() for rec in caplog.records]
     assert r.status_code == 500 and r.json()["error"]["type"] == "internal_server_error"
     assert "drafter bug" not in r.text                    # no internals in the answer
     server.wait_idle()
