@@ -146,7 +146,7 @@ def test_trained_adapter_same_answers_fewer_forwards():
     branch drafts every answer has the same ids and text as ASPD without drafts and as without
     branch drafts, in fewer forwards. Each variant has its own engine (its own trie)."""
     from paraspec import LLM
-    from paraspec.aspd.command import ADAPTER_DIR, EXPORT_DIR
+    from paraspec.aspd.paths import ADAPTER_DIR, EXPORT_DIR
     from paraspec.aspd.evaluate import ASPD, ASPD_DRAFTS, heldout, model_folder
     folder = str(model_folder("aspd", ADAPTER_DIR, EXPORT_DIR))
     params = SamplingParams(temperature=0, max_tokens=200)

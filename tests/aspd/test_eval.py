@@ -9,7 +9,7 @@ from paraspec.aspd import synth
 from paraspec.aspd.data import write_jsonl
 from aspd_engines import Script
 from paraspec import LLM, SamplingParams
-from paraspec.aspd.command import ADAPTER_DIR, EXPORT_DIR
+from paraspec.aspd.paths import ADAPTER_DIR, EXPORT_DIR
 from paraspec.aspd.evaluate import ASPD, heldout, model_folder, run_eval
 from paraspec.aspd.hf_folder import write_hf_folder
 from paraspec.aspd.markup import MarkupIds, add_markup_tokens, to_plain

@@ -10,9 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-DATA_DIR = Path("data/aspd")
-ADAPTER_DIR = Path(__file__).parent / "adapters"
-EXPORT_DIR = Path.home() / ".cache" / "paraspec" / "aspd"
+from .paths import DATA_DIR
 
 
 def add_parser(sub) -> None:
@@ -29,8 +27,9 @@ def add_parser(sub) -> None:
     b.add_argument("--majority", action="store_true", help="accept on a majority of votes instead of all")
     b.add_argument("--model-answers", type=int, default=16, help="chat prompts the bundled model answers (source 'model')")
     b.set_defaults(func=build_data_main)
-    from . import train_command   # train / export / eval flags live next to their code
+    from . import evaluate, train_command   # train / export / eval flags live next to their code
     train_command.add_parsers(s)
+    evaluate.add_parser(s)
     p.set_defaults(func=lambda a: a.func(a))
 
 

@@ -25,13 +25,14 @@ import statistics
 import time
 from pathlib import Path
 
+from .paths import ADAPTER_DIR, DATA_DIR, EXPORT_DIR
+
 MODES = ("control", "aspd", "aspd+drafts")
 ASPD = {"plugin_type": "aspd"}
 ASPD_DRAFTS = {"plugin_type": "aspd", "drafter": {"plugin_type": "memory_decoding"}}
 
 
 def add_parser(s) -> None:
-    from .command import ADAPTER_DIR, DATA_DIR, EXPORT_DIR
     e = s.add_parser("eval", help="accuracy, forward passes and wall-clock: ASPD vs the control")
     e.add_argument("--quick", action="store_true", help="24 held-out prompts; print one JSON line")
     e.add_argument("--n", type=int, default=0, help="held-out prompts (default: all, or 24 with --quick)")

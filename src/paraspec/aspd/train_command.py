@@ -13,11 +13,12 @@ import json
 import time
 from pathlib import Path
 
+from .paths import ADAPTER_DIR, DATA_DIR, EXPORT_DIR
+
 VARIANTS = ("aspd", "control")
 
 
 def add_parsers(s) -> None:
-    from .command import ADAPTER_DIR, DATA_DIR, EXPORT_DIR
     t = s.add_parser("train", help="LoRA fine-tune of the bundled model for ASPD and/or the plain-text control")
     t.add_argument("--variant", choices=VARIANTS + ("both",), default="both")
     t.add_argument("--data", default=str(DATA_DIR), help="folder of build-data's JSONL files")
@@ -42,8 +43,6 @@ def add_parsers(s) -> None:
     e.add_argument("--out", default=None, help=f"folder (default: {EXPORT_DIR}/<variant>)")
     e.add_argument("--model", default="default")
     e.set_defaults(func=export_main)
-    from . import evaluate
-    evaluate.add_parser(s)
 
 
 def base(model: str = "default"):
@@ -120,7 +119,6 @@ def merged_weights(loaded, n_base: int, adapter: dict, meta: dict) -> dict:
 
 
 def export_main(args: argparse.Namespace) -> int:
-    from .command import ADAPTER_DIR, EXPORT_DIR
     adapter = Path(args.adapter) if args.adapter else ADAPTER_DIR / f"{args.variant}.safetensors"
     out = export(adapter, Path(args.out) if args.out else EXPORT_DIR / args.variant, args.model)
     print(f"wrote {out} (load it with --model {out})")
