@@ -12,6 +12,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from tiny_models import make_tiny_model  # noqa: E402
 
 
+def pytest_configure(config):
+    """Under CI=true a kernel module this CPU can run must have built (kernel_paths.ci_unbuilt):
+    the run stops at once with one line naming it and the build command."""
+    import kernel_paths
+    if kernel_paths.on_ci() and (line := kernel_paths.ci_unbuilt()):
+        raise pytest.UsageError(line)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A factory: tiny_model_dir(arch, **config) -> folder of a random model of that arch."""
