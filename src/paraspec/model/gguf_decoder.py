@@ -11,7 +11,9 @@ import torch
 from .ggml import FORMATS, GGUFLinear
 
 if TYPE_CHECKING:
-    from .transformer import SeqInput, Transformer
+    from .args import ModelArgs
+    from .kernels import Kernels
+    from .seq_input import SeqInput
 
 EMPTY_MASK = torch.empty(0, dtype=torch.bool)   # "no tree mask: a causal chain", for the kernels
 
@@ -31,23 +33,22 @@ class GgufDecoder:
             [EMPTY_MASK if s.tree_mask is None else s.tree_mask for s in seqs], [s.key_order for s in seqs])
 
 
-def gguf_decoder(model: "Transformer") -> GgufDecoder | None:
-    """A GgufDecoder over `model`'s layers, or None where the loop stays in Python:
+def gguf_decoder(kernels: Kernels, a: ModelArgs, layers: list, scale: float) -> GgufDecoder | None:
+    """A GgufDecoder over a Transformer's `layers` (transformer.Layer: passed in, so that this
+    module never imports the forward that calls it), or None where the loop stays in Python:
     no compiled kernels, a layer linear that is not a GGUF one on the model's kernels, or q/k
     norms (Qwen3), which the csrc decoder does not apply."""
-    kernels = model.kernels
     if kernels.module is None:
         return None
-    linears = [lin for layer in model.layers for lin in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
-    if any(layer.q_norm is not None for layer in model.layers) or not all(
+    linears = [lin for layer in layers for lin in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
+    if any(layer.q_norm is not None for layer in layers) or not all(
             isinstance(lin, GGUFLinear) and lin.kernels is kernels for lin in linears):
         return None
-    empty = model.rope_cos.new_empty(0)
-    a = model.args
+    empty = torch.empty(0, dtype=torch.float32)     # "no bias"
     return GgufDecoder(kernels.module.GgufDecoder(
         [lin.packed for lin in linears], [FORMATS[lin.kind] for lin in linears],
         [lin.out_features for lin in linears], [lin.passes for lin in linears],
         [empty if lin.bias is None else lin.bias for lin in linears],
-        [layer.attn_norm.float().contiguous() for layer in model.layers],
-        [layer.ffn_norm.float().contiguous() for layer in model.layers],
-        a.norm_eps, kernels.w8a8_variant, a.n_heads, a.n_kv_heads, a.head_dim, model.scale))
+        [layer.attn_norm.float().contiguous() for layer in layers],
+        [layer.ffn_norm.float().contiguous() for layer in layers],
+        a.norm_eps, kernels.w8a8_variant, a.n_heads, a.n_kv_heads, a.head_dim, scale))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -34,32 +33,12 @@ from .args import ModelArgs
 from .ggml import EmbeddingRows, GGUFLinear, GGUFWeight
 from .gguf_decoder import EMPTY_MASK as _EMPTY, gguf_decoder
 from .kv_cache import KEY_BUCKET, KVCache, round_up
+from .seq_input import SeqInput
 
 ROW_MULTIPLE = 4  # matmuls run on a multiple of this many rows (row invariance, see module doc)
 
 
 MATMULS = ("wqkv", "wo", "w_gate_up", "w_down", "lm_head", "tok_embeddings")  # weights' short names
-
-
-@dataclass
-class SeqInput:
-    """One sequence's share of a forward: its cache and the mask among its new tokens."""
-
-    cache: KVCache
-    num_tokens: int
-    tree_mask: torch.Tensor | None = None  # [q, q] bool, row i may see column j; None = causal
-    # None: the rows see every committed slot and tree_mask covers the new ones. An int: the rows
-    # see slots [0, mask_from) and tree_mask [q, length + q - mask_from] covers the slots from
-    # mask_from on, committed ones included (ASPD: a branch must not see its siblings' slots)
-    mask_from: int | None = None
-    # [length + q - start] int64 ranks: the csrc kernel's rows take their masked slots in this
-    # order, not the slots' (its fp32 sums depend on it; ASPD); the torch path's fp64 ones do not
-    key_order: torch.Tensor | None = None
-
-    @property
-    def start(self) -> int:
-        """The slots [0, start) every row sees; the mask covers the rest."""
-        return self.cache.length if self.mask_from is None else self.mask_from
 
 
 class Linear:
@@ -332,7 +311,7 @@ class Transformer:
         # count, so there the padding would only cost rows: a decode step runs 1 row, not 4.
         self.row_multiple = 1 if quantization == "gguf" and kernels.module is not None else ROW_MULTIPLE
         self.scale = args.head_dim ** -0.5
-        self.decoder = gguf_decoder(self)   # None: the layer loop runs in Python
+        self.decoder = gguf_decoder(kernels, args, self.layers, self.scale)   # None: the layer loop runs in Python
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         if isinstance(self.tok_embeddings, EmbeddingRows):
