@@ -9,7 +9,7 @@ import torch
 
 from .aspd.markup import MarkupIds
 from .config import DEFAULT_PREFILL_CHUNK, EngineConfig, parse_plugin_params
-from .decoding.memory_file import merge_memory_file, save_memory_file
+from .decoding.memory_save import merge_memory_file, save_memory_file
 from .decoding.stats import sequence_stats
 from .engine import Engine
 from .outputs import TokenLogprob
@@ -134,7 +134,7 @@ class LLM:
 
     def save_memory(self, path: str) -> None:
         """Save the engine's drafting memory so it survives a restart: the trie's output counts
-        (memory_decoding, hybrid) and the hybrid's past outputs, in one file (memory_file.py)."""
+        (memory_decoding, hybrid) and the hybrid's past outputs, in one file (memory_save.py)."""
         d = self.engine.drafters
         save_memory_file(path, d.trie(), d.output_memory() if d.has_output_memory else None)
 

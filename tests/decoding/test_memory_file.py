@@ -1,4 +1,4 @@
-"""The engine's drafting memory (memory_file.py, output_memory.py): the trie and the hybrid's past
+"""The engine's drafting memory (memory_file.py, memory_save.py, output_memory.py): the trie and the hybrid's past
 outputs are one engine-owned memory, shared by its drafters, saved and merged together, with a
 one-line error for every file that cannot be used and trie-only files still loading."""
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 
 from paraspec.config import parse_plugin_params
 from paraspec.decoding.cost import CostModel
-from paraspec.decoding.memory_file import (MemoryFileError, merge_memory_file, read_memory_file,
-                                           save_memory_file)
+from paraspec.decoding.memory_file import MemoryFileError, read_memory_file
+from paraspec.decoding.memory_save import merge_memory_file, save_memory_file
 from paraspec.decoding.output_memory import SEPARATOR, OutputMemory
 from paraspec.decoding.proposer import StepContext
 from paraspec.decoding.registry import DrafterRegistry

@@ -8,23 +8,19 @@ and the output memory's past outputs in one versioned, compressed .npz, replaced
 A file written by TokenTrie.save ("paraspec-token-trie", version 1: the same trie arrays, no
 outputs) reads as a memory file without past outputs, so older memory files still load; and a
 trie's merge_file reads the trie part of either. Every way a file can be unreadable is one
-MemoryFileError line that names the file and says how to fix it.
+MemoryFileError line that names the file and says how to fix it. Writing one from an
+engine's memory, and merging one into it, is memory_save.py's (this module is below the trie).
 """
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ParaspecError
 from .output_memory import SEPARATOR
-
-if TYPE_CHECKING:
-    from .output_memory import OutputMemory
-    from .trie import TokenTrie
 
 MEMORY_FORMAT, MEMORY_VERSION = "paraspec-memory", 1
 TRIE_FORMAT, TRIE_VERSION = "paraspec-token-trie", 1     # TokenTrie.save's (trie only)
@@ -41,30 +37,6 @@ class MemoryContents:
     count: np.ndarray
     window: int
     outputs: np.ndarray    # past outputs (empty for a trie-only file)
-
-
-def save_memory_file(path: str | os.PathLike, trie: "TokenTrie", output_memory: "OutputMemory | None") -> None:
-    """Write the trie's output counts and the past outputs (prompt counts belong to live
-    requests: not saved). The file is replaced atomically: a crash never leaves half of it."""
-    parent, token, count = trie._output_arrays()
-    outputs = output_memory.tokens() if output_memory is not None else np.zeros(0, np.int32)
-    meta = json.dumps({"format": MEMORY_FORMAT, "version": MEMORY_VERSION, "window": trie.window})
-    tmp = f"{os.fspath(path)}.tmp"
-    with open(tmp, "wb") as f:
-        np.savez_compressed(f, meta=np.array(meta), parent=parent, token=token, count=count, outputs=outputs)
-    os.replace(tmp, path)
-
-
-def merge_memory_file(path: str | os.PathLike, trie: "TokenTrie | None",
-                      output_memory: "OutputMemory | None") -> MemoryContents:
-    """Add a saved memory to `trie` and `output_memory` in place (either may be None: not kept).
-    The whole file is read and checked before either is touched."""
-    contents = read_memory_file(path)
-    if trie is not None:
-        trie._add_output_arrays(contents.parent, contents.token, contents.count)
-    if output_memory is not None and len(contents.outputs):
-        output_memory.merge_tokens(contents.outputs)
-    return contents
 
 
 def read_memory_file(path: str | os.PathLike) -> MemoryContents:
