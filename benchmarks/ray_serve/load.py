@@ -2,8 +2,8 @@
 (1 engine x 2 threads), side by side in one run, over loopback, with the same requests.
 
     PYTHONPATH=src RAY_USAGE_STATS_ENABLED=0 unshare -n sh -c 'ip link set lo up && \
-        python benchmarks/ray_serve.py --quick'          # ~3 min on 2 cores; without unshare where not permitted
-    python benchmarks/ray_serve.py --model path/to/model.gguf --requests 24 --max-tokens 96
+        python benchmarks/ray_serve --quick'          # ~3 min on 2 cores; without unshare where not permitted
+    python benchmarks/ray_serve --model path/to/model.gguf --requests 24 --max-tokens 96
 
 Both systems are up at once and measured in turns (a shared machine's load drifts over minutes; taking
 turns spreads the drift over both). The Ray cluster runs in this process, each `paraspec serve` in a child.
@@ -37,10 +37,11 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests" / "ray_serve")]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(Path(__file__).parent), str(ROOT / "benchmarks"), str(ROOT / "tests" / "ray_serve")]
+from clients import free_port, probes, run_load  # noqa: E402
 from cluster import descendants  # noqa: E402  (tests/ray_serve: what Ray started from this process)
-from ray_serve_clients import free_port, probes, run_load  # noqa: E402
+# clients.py streams with serving.py's SSE reader (benchmarks/)
 
 PROMPTS = ["Explain what a hash table is and when to use one.", "Write a Python function that checks if a "
            "string is a palindrome.", "List five tips for writing clear emails.", "What causes the seasons "
@@ -267,8 +268,9 @@ def report(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python benchmarks/ray_serve", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="default", help="model (default: the bundled SmolLM2-135M-Instruct)")
     ap.add_argument("--quick", action="store_true", help="a short run (~3 min on 2 cores)")
     ap.add_argument("--requests", type=int, default=16)
@@ -276,7 +278,7 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--budget-s", type=float, default=3200.0, help="time bound of the run (each load gets 1/8)")
     ap.add_argument("--out-dir", default=str(ROOT / "docs/bench" / time.strftime("%Y-%m-%d-ray-serve", time.gmtime())))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.quick:
         args.requests, args.max_tokens, args.budget_s = min(args.requests, 8), min(args.max_tokens, 40), 800.0
     args.probe = (12, 3, 32) if args.quick else (24, 6, 48)    # trivial requests, streams, tokens a stream
@@ -291,7 +293,7 @@ def main() -> int:
     res = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "machine": f"{platform.machine()}, {os.cpu_count()} cores, a loaded, shared machine (load average "
                       f"{load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end)",
-           "command": "python benchmarks/ray_serve.py" + (" --quick" if args.quick else "")
+           "command": "python benchmarks/ray_serve" + (" --quick" if args.quick else "")
                       + (f" --model {args.model}" if args.model != "default" else ""),
            "model": args.model, "requests": args.requests, "max_tokens": args.max_tokens,
            "concurrency": args.concurrency, "same_texts": f"{sum(same)}/{len(same)}",

@@ -1,4 +1,4 @@
-"""The clients of benchmarks/ray_serve.py: streamed (httpx) and whole (the official openai client)
+"""The clients of load.py (benchmarks/ray_serve): streamed (httpx) and whole (the official openai client)
 chat requests, a bounded load run, and the Serve overhead probes, against any OpenAI-compatible
 URL (a `paraspec serve` or a Ray Serve app)."""
 from __future__ import annotations

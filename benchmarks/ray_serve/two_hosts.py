@@ -5,7 +5,7 @@ go through each host's proxy; then host 2 is lost (every process in its namespac
 requests through host 1 must go on. Needs root (ip netns). Every loop is bounded; at the end every
 process in both namespaces is ended by id and the namespaces are deleted.
 
-    PYTHONPATH=src python benchmarks/ray_two_hosts.py [--requests 8] [--model default]
+    PYTHONPATH=src python benchmarks/ray_serve two-hosts [--requests 8] [--model default]
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NS, IPS, PORT = ("ps-h1", "ps-h2"), ("10.213.0.1", "10.213.0.2"), 8000
 APP = "twohosts"
 
@@ -149,13 +149,14 @@ def summary(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python benchmarks/ray_serve two-hosts", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--model", default="default")
     ap.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out-dir", default=str(ROOT / "docs/bench" / time.strftime("%Y-%m-%d-ray-serve", time.gmtime())))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.driver:
         print("RESULT " + json.dumps(driver(args)))
         return 0
@@ -167,7 +168,7 @@ def main() -> int:
     ray_cli = str(Path(sys.executable).parent / "ray")
     setup()
     res: dict = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                 "command": f"python benchmarks/ray_two_hosts.py --requests {args.requests}"}
+                 "command": f"python benchmarks/ray_serve two-hosts --requests {args.requests}"}
     try:
         run(ray_cli, "start", "--head", f"--node-ip-address={IPS[0]}", "--port=6379", "--num-cpus=1",
             "--include-dashboard=false", "--disable-usage-stats", ns=NS[0], env=env)
