@@ -263,7 +263,7 @@ class Numerics:
 
 def default_numerics(kernels: Kernels | None = None) -> Numerics:
     """The fastest exact numerics on this CPU that stay within the W8A8 quality gate (perplexity
-    within 2% of bf16; +0.25% on the bundled model, benchmarks/int8_kernels.py --model).
+    within 2% of bf16; +0.25% on the bundled model; benchmarks/gguf_quality_gate.py prints w8a8's).
 
     Decoding 1-16 rows is bound by the bytes of weights a step streams, and the compiled linears
     (csrc) read bf16 weights by widening them to fp32, with or without hardware bf16: so where

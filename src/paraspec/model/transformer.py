@@ -51,7 +51,7 @@ class Linear:
     exists, MKL's F.linear for fp32. Without compiled kernels, decode rows take torch too, padded
     to a multiple of ROW_MULTIPLE rows and through oneDNN's prepacked matmul, which measured
     row-invariant from 2 rows on (MKL's sgemm is not on an Intel AVX-512 CPU: its blocking
-    changes with the row count; benchmarks/row_invariance.py prints what this CPU does)."""
+    changes with the row count; benchmarks/kernels.py --only invariance prints what this CPU does)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None,
                  kernels: cpu_kernels.Kernels | None = None):

@@ -1,7 +1,10 @@
-"""The compiled CPU kernels per ISA against the torch paths, raw module calls, median us per call.
+"""The compiled CPU kernels per ISA and kernel path against the torch paths, by row count: raw
+calls of the dense, W8A8 and GGUF linears and the decode attention, median us per call.
 
-    python benchmarks/kernels_isa.py [--threads 2] [--reps 9] [--footprint-mb 256] [--quick]
-    python benchmarks/kernels_isa.py --cap-torch-avx2   # torch side as on an AVX2-only CPU
+    python benchmarks/kernels.py [--threads 2] [--reps 9] [--footprint-mb 256] [--quick] [--only gguf]
+    python benchmarks/kernels.py --cap-torch-avx2   # torch side as on an AVX2-only CPU
+    python benchmarks/kernels.py --only gguf --model q4_k_m --threads 1   # a K-quant file's linears
+    python benchmarks/kernels.py --only invariance [--cap-torch-avx2]      # which paths keep a row's bits
 
 Dense linears of SmolLM2-135M's shapes (qkv, o, gate_up, down, LM head) for 1-128 rows, fp32 x
 in: each module's row-invariant `linear` with bf16 and with fp32 weights, against torch's bf16
@@ -20,7 +23,26 @@ neighbours hit all of them alike; cells are medians over --reps. Each call takes
 several copies of its weights (or the next layer of a 30-layer cache), --footprint-mb of them,
 so weights come from memory as in a forward over a whole model, not from a warm cache.
 
-Sections: --only dense,w8a8,attention (default all).
+GGUF linears (--only gguf): the model's own blocks (--model: default, a path, or q4_k_m / q6_k...,
+the bundled model requantised by llama.cpp) on every kernel path this CPU runs (avx512:vnni512,
+avx512:amx, avx2:avxvnni, avx2:avx2), no attention, norms or Python around the calls: each
+linear of a layer rotating over the model's layers (weights from memory, as in a forward), the
+LM head, and their sum per forward (layers x a layer's linears + the head) with t(k)/t(1), the
+curve a verify step's linears follow. With --threads 1 every section's clock is still the wall
+clock of a call batch: quote ratios.
+
+Row invariance (--only invariance; bits, not time, so not in the default run): which matmul
+paths give a row the same bits whatever the number of rows in the call, the property parallel
+decoding's exactness rests on, on this CPU and torch build. For SmolLM2-135M's linear shapes and
+a few small ones, fp32 and bf16 weights, the rows of an M-row call (M = 1..64) against the same
+rows of a 4-row call and each row computed alone (padded to 4 rows, as the forward pads): torch
+F.linear (MKL for fp32), oneDNN's prepacked matmul (transformer.Linear's where it exists) and
+the csrc linear of every ISA module (row-invariant by construction); then the GGUF block linears
+(Q4_1, Q8_0, Q4_K, Q6_K, two activation passes) on every kernel variant this CPU runs
+(avx512:amx switches to AMX tiles at 16 sub-rows, Q8_0 at 20: its M = 8+ calls take another
+loop than M < 8 and must still agree bit for bit). With --cap-torch-avx2: torch as on AVX2.
+
+Sections: --only dense,w8a8,attention,gguf,invariance (default: all but invariance).
 
 --cap-torch-avx2 re-runs the script with ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
 MKL_ENABLE_INSTRUCTIONS=AVX2, which caps torch's own kernels (_int_mm, oneDNN, MKL) at AVX2:
@@ -239,6 +261,120 @@ def bench_attention(mods: dict, reps: int) -> None:
             print(f"| {keys} | {n} | " + " | ".join(f"{res[c]:.0f}" for c in cols) + " |", flush=True)
 
 
+def bench_gguf(rows: tuple[int, ...], reps: int, model: str) -> None:
+    import torch
+
+    from paraspec import LLM
+    from paraspec.model import kernels
+    from paraspec.model.gguf_requant import bench_model
+    path = bench_model(model)
+    models = {k.label: LLM(path, quantization="gguf", kernels=k.label).model
+              for k in kernels.runnable() if k.module is not None}
+    if not models:
+        print("\n## GGUF linears: no compiled kernel path on this CPU\n")
+        return
+    first = next(iter(models.values()))
+    layers = len(first.layers)
+    names = [n for n, lin in vars(first.layers[0]).items() if hasattr(lin, "kind")]
+    cols = list(models)
+    print(f"\n## GGUF linears of {path} ({layers} layers), median us per call, per kernel path\n")
+    table: dict[tuple[str, int], dict[str, float]] = {}
+    for n in [*names, "lm_head"]:
+        lin = first.lm_head if n == "lm_head" else getattr(first.layers[0], n)
+        print(f"### {n} ({lin.kind}, {lin.in_features} -> {lin.out_features})\n")
+        print("| rows | " + " | ".join(cols) + " |")
+        print("|---" * (len(cols) + 1) + "|")
+        for m_rows in rows:
+            x = torch.randn(m_rows, lin.in_features)
+            cands = {label: (lambda nxt=rotating([m.lm_head] if n == "lm_head" else [getattr(L, n) for L in m.layers]):
+                             nxt()(x)) for label, m in models.items()}
+            table[n, m_rows] = res = timed(cands, reps)
+            print(f"| {m_rows} | " + " | ".join(f"{res[c]:.0f}" for c in cols) + " |", flush=True)
+        print()
+    print(f"### all linears of a forward ({layers} x {' + '.join(names)} + lm_head), ms (t(k)/t(1))\n")
+    print("| rows | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    ms = {r: {c: (layers * sum(table[n, r][c] for n in names) + table["lm_head", r][c]) / 1000 for c in cols}
+          for r in rows}
+    for r in rows:
+        print(f"| {r} | " + " | ".join(f"{ms[r][c]:.2f} ({ms[r][c] / ms[rows[0]][c]:.2f})" for c in cols) + " |")
+    print()
+
+
+INV_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576), (256, 128), (128, 256), (96, 32)]
+INV_ROWS = (1, 2, 3, 5, 8, 12, 16, 24, 32, 64)
+
+
+def invariance_paths(w) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    out = {"F.linear": lambda x: F.linear(x.to(w.dtype), w)}
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
+        out["oneDNN packed"] = lambda x: torch.ops.mkldnn._linear_pointwise(x.to(w.dtype), packed, None, "none", [], "")
+    except (RuntimeError, AttributeError) as e:
+        out["oneDNN packed"] = str(e).split("\n")[0][:60]
+    from paraspec.model import kernels
+    for k in kernels.runnable():
+        if k.module is not None and hasattr(k.module, "linear") and k.name not in out:
+            out[f"paraspec {k.name}"] = lambda x, m=k.module: m.linear(x.float().contiguous(), w)
+    return out
+
+
+def bench_invariance() -> None:
+    """Bits, not time: which paths give a row the same bits whatever the rows in the call."""
+    import torch
+    print("\n## Row invariance: M-row calls against a 4-row call, and each of 16 rows computed alone\n")
+    torch.manual_seed(0)
+    print(f"{'dtype':9} {'N x K':12} {'path':18} {'M whose first rows differ from M=4':36} rows of 16 differing alone")
+    for dtype in (torch.float32, torch.bfloat16):
+        for n, k in INV_SHAPES:
+            w = (torch.randn(n, k) * 0.05).to(dtype)
+            x = torch.randn(64, k)
+            for name, fn in invariance_paths(w).items():
+                if isinstance(fn, str):
+                    print(f"{str(dtype)[6:]:9} {f'{n}x{k}':12} {name:18} n/a: {fn}")
+                    continue
+                ref = fn(x[:4])
+                bad = [m for m in INV_ROWS if not torch.equal(fn(x[:m])[:min(m, 4)], ref[:min(m, 4)])]
+                y16 = fn(x[:16])
+                alone = [i for i in range(16) if not torch.equal(fn(x[i:i + 1].expand(4, -1).contiguous())[0], y16[i])]
+                print(f"{str(dtype)[6:]:9} {f'{n}x{k}':12} {name:18} {str(bad) if bad else 'none':36} "
+                      f"{alone if alone else 'none'}")
+    invariance_gguf()
+
+
+def invariance_gguf() -> None:
+    """The same table for the GGUF linears, per format and kernel variant."""
+    import gguf
+    import numpy as np
+    import torch
+
+    from paraspec.model import ggml, kernels
+    from paraspec.model.ggml_kquants import quantize_q4_k, quantize_q6_k
+    quant = {"Q4_1": lambda w: gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_1),
+             "Q8_0": lambda w: gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0),
+             "Q4_K": quantize_q4_k, "Q6_K": quantize_q6_k}
+    print(f"{'format':9} {'N x K':12} {'path':18} {'M whose first rows differ from M=4':36} rows of 16 differing alone")
+    for kind, fn in quant.items():
+        shapes = [(960, 576), (3072, 576), (576, 1536)] if kind[-1] != "K" else [(960, 768), (3072, 768), (768, 1536)]
+        for n, k in shapes:                              # K-quants: K a multiple of 256
+            w = ggml.GGUFWeight(kind, fn((np.random.default_rng(0).standard_normal((n, k)) * 0.05).astype(np.float32)))
+            x = torch.randn(64, k)
+            for kern in kernels.runnable():
+                if kern.module is None:
+                    continue
+                lin = ggml.GGUFLinear(w, kernels=kern)
+                ref = lin(x[:4])
+                bad = [m for m in INV_ROWS if not torch.equal(lin(x[:m])[:min(m, 4)], ref[:min(m, 4)])]
+                y16 = lin(x[:16])
+                alone = [i for i in range(16) if not torch.equal(lin(x[i:i + 1])[0], y16[i])]
+                print(f"{kind:9} {f'{n}x{k}':12} {kern.label:18} {str(bad) if bad else 'none':36} "
+                      f"{alone if alone else 'none'}")
+
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -246,7 +382,8 @@ def main() -> None:
     ap.add_argument("--footprint-mb", type=int, default=256, help="weight bytes each candidate cycles through")
     ap.add_argument("--quick", action="store_true", help="rows 1, 8, 32 only, 5 reps")
     ap.add_argument("--cap-torch-avx2", action="store_true", help="cap torch's kernels at AVX2 (re-executes)")
-    ap.add_argument("--only", default="dense,w8a8,attention", help="sections to run (comma-separated)")
+    ap.add_argument("--only", default="dense,w8a8,attention,gguf", help="sections to run (comma-separated): dense, w8a8, attention, gguf, invariance")
+    ap.add_argument("--model", default="default", help="the GGUF section's model: default, a .gguf path, q4_k_m...")
     ap.add_argument("--shapes", default=",".join(LINEARS), help="dense/W8A8 shapes to run (comma-separated)")
     ap.add_argument("--rows", default="", help="row counts (comma-separated; default 1,2,4,8,16,32,128)")
     args = ap.parse_args()
@@ -271,6 +408,10 @@ def main() -> None:
         bench_linears(mods, rows, reps, args.footprint_mb << 20, shapes)
     if "attention" in only:
         bench_attention(mods, reps)
+    if "invariance" in only:
+        bench_invariance()
+    if "gguf" in only:
+        bench_gguf(tuple(r for r in rows if r <= 16) if not args.rows else rows, reps, args.model)
 
 
 if __name__ == "__main__":
