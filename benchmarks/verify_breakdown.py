@@ -19,10 +19,23 @@ is most of "glue".
 --engine N: also decode N grounded bench tasks with the hybrid drafter (greedy) and print the
 share of the run spent outside the model's forward (tree and mask building, acceptance, argmax,
 drafting, bookkeeping).
+
+--steps SETS (was engine_steps.py): what a decode step's forward costs inside real engine runs, by
+its row count, against the curve the engine measured at start-up (ModelRunner.forward_cost) and
+drafters size drafts by. Each of --n tasks per set runs twice on one LLM, plain decoding (AR) and
+with --plugin (default hybrid), back to back in alternating order, greedy; every runner.verify
+call is timed (wall clock). Per row count: steps, median ms, that over AR's median one-row step
+(the real t(k)/t(1)) and the curve's t(k). Where the two part, drafts are priced wrong. Also each
+run's decode time and the time outside the forward. Quote ratios: the machine's speed drifts.
+
+--probes N (was cost_probe.py): how steady that start-up probe is: run N times in this process,
+t(4) / t(8) / t(16) each time (--probe-rounds rounds each). The first probe of a process is the
+one an engine uses: run it in several fresh processes too.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 import types
@@ -37,6 +50,7 @@ from paraspec.model.transformer import SeqInput
 KS = (1, 4, 8, 16)
 CACHED = 500
 LINEARS = ("wqkv", "wo", "w_gate_up", "w_down")
+HYBRID = {"plugin_type": "hybrid"}
 
 
 class Timed:
@@ -84,15 +98,25 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--activation-passes", default="auto", help="int8 activation passes: auto, 1 or 2")
     p.add_argument("--engine", type=int, default=0, help="grounded tasks to decode with the hybrid drafter")
+    p.add_argument("--steps", default="", help="task sets whose engine steps are timed by row count (e.g. grounded,humaneval)")
+    p.add_argument("--n", type=int, default=5, help="with --steps: tasks per set")
+    p.add_argument("--plugin", default=json.dumps(HYBRID), help="with --steps: the drafter's plugin_params")
+    p.add_argument("--probes", type=int, default=0, help="run the start-up cost probe this many times")
+    p.add_argument("--probe-rounds", type=int, default=5, help="with --probes: rounds per probe")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     clock = time.thread_time if a.threads == 1 else time.perf_counter
-    llm = LLM(a.model, kernels=a.kernels, plugin_params={"plugin_type": "hybrid"} if a.engine else None,
-              activation_passes=a.activation_passes)
+    llm = LLM(a.model, kernels=a.kernels, activation_passes=a.activation_passes)   # drafters: per call
     model = llm.model
     label = model.kernels.label
     if a.engine:
         engine_share(llm, a.engine, clock)
+    for i in range(a.probes):
+        llm.runner._cost = None                  # measure again, as a new engine would
+        c = llm.runner.forward_cost(rounds=a.probe_rounds)
+        print(f"probe {i}: t(4) {c[4]:.2f}  t(8) {c[8]:.2f}  t(16) {c[16]:.2f}", flush=True)
+    if a.steps:
+        engine_steps(llm, a.steps.split(","), a.n, json.loads(a.plugin))
     spent: dict[str, float] = defaultdict(float)
     tokens = torch.randint(100, 1000, (CACHED + max(KS),), generator=torch.Generator().manual_seed(0))
     cache = model.new_cache(CACHED + 2 * max(KS))
@@ -155,7 +179,8 @@ def engine_share(llm: LLM, n: int, clock) -> None:
     def run() -> None:
         for task in tasks:
             params = SamplingParams(temperature=0.0, max_tokens=task.max_new_tokens)
-            llm.chat(task.messages, params) if task.messages else llm.generate(task.prompt, params)
+            llm.chat(task.messages, params, plugin_params=HYBRID) if task.messages else \
+                llm.generate(task.prompt, params, plugin_params=HYBRID)
     run()   # warm-up (and the drafter's statistics)
     inside[:] = [0.0, 0]
     t = clock()
@@ -164,6 +189,66 @@ def engine_share(llm: LLM, n: int, clock) -> None:
     model.forward = forward
     print(f"engine: {n} grounded tasks, hybrid, greedy: {total:.2f} s, {inside[1]} forwards {inside[0]:.2f} s,"
           f" outside the forward {total - inside[0]:.2f} s ({(total - inside[0]) / total:.1%})")
+
+
+def engine_steps(llm: LLM, sets: list[str], n: int, plugin: dict) -> None:
+    """Time every runner.verify call of AR and drafted runs of the sets' tasks, by row count
+    (module doc: --steps); a request's plugin_params override the LLM's drafter."""
+    curve = llm.runner.forward_cost()
+    log: list[tuple[int, float]] = []
+    verify = llm.runner.verify
+
+    def timed(caches, queries):
+        t0 = time.perf_counter()
+        out = verify(caches, queries)
+        log.append((sum(len(q.tokens) for q in queries), time.perf_counter() - t0))
+        return out
+
+    llm.runner.verify = timed
+    try:
+        _steps_by_rows(llm, sets, n, plugin, curve, log)
+    finally:
+        llm.runner.verify = verify
+
+
+def _steps_by_rows(llm: LLM, sets: list[str], n: int, plugin: dict, curve: dict, log: list) -> None:
+    from paraspec.bench.tasks import load_task_set
+    for name in sets:
+        runs: dict[str, tuple[list[dict], list[tuple[int, float]]]] = {"ar": ([], []), "drafted": ([], [])}
+        for i, task in enumerate(load_task_set(name, n, 0)):
+            # each task both ways, back to back, the order alternating: drift hits both alike
+            for kind in ("ar", "drafted") if i % 2 == 0 else ("drafted", "ar"):
+                log.clear()
+                runs[kind][0].append(_generate(llm, task, None if kind == "ar" else plugin))
+                runs[kind][1].extend(log)
+        ar, spec = _totals(*runs["ar"]), _totals(*runs["drafted"])
+        one_row = statistics.median(dt for k, dt in runs["ar"][1] if k == 1)
+        by_rows: dict[int, list[float]] = defaultdict(list)
+        for k, dt in runs["drafted"][1]:
+            by_rows[k].append(dt)
+        print(f"\n{name}: AR {json.dumps(ar)}\n{' ' * len(name)}  drafted {json.dumps(spec)}"
+              f"  speedup {ar['decode_s'] / spec['decode_s']:.3f}")
+        print(f"{'rows':>5} {'steps':>6} {'ms':>7} {'real t(k)':>10} {'curve t(k)':>11}"
+              f"   (AR's one-row step: {1000 * one_row:.2f} ms)")
+        for k in sorted(by_rows):
+            v = by_rows[k]
+            if len(v) >= 3:
+                med = statistics.median(v)
+                print(f"{k:>5} {len(v):>6} {1000 * med:>7.2f} {med / one_row:>10.2f} {curve.get(k, float('nan')):>11.2f}")
+
+
+def _generate(llm: LLM, task, plugin: dict | None) -> dict:
+    ids = task.prompt_ids(llm.tokenizer)
+    params = SamplingParams(temperature=0, max_tokens=task.max_new_tokens, stop=list(task.stop))
+    return llm.generate([ids], params, plugin_params=plugin)[0].stats
+
+
+def _totals(stats: list[dict], log: list[tuple[int, float]]) -> dict:
+    decode_s = sum(s["decode_s"] for s in stats)
+    forward_s = sum(dt for _, dt in log)                       # decode steps only (prefill: runner.prefill)
+    return {"decode_s": round(decode_s, 3), "tokens": sum(s["generated_tokens"] for s in stats),
+            "steps": sum(s["decode_steps"] for s in stats), "draft_s": round(sum(s["draft_s"] for s in stats), 3),
+            "outside_forward_s": round(decode_s - forward_s, 3)}
 
 
 if __name__ == "__main__":
