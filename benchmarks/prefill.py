@@ -7,6 +7,18 @@ paraspec prefills in chunks of 512 tokens (ModelRunner.prefill_chunk); "row-inva
 same chunks through forward(prompt=False), the fp64-sum attention that draft verification needs
 and a prompt does not. transformers: one forward over the prompt (use_cache=True), logits of the
 last position. Medians of --repeats runs, the three systems interleaved so drift hits all alike.
+
+    python benchmarks/prefill.py --roads [--model default] [--kernels avx512:amx] [--threads 2]
+    python benchmarks/prefill.py --attention-roads [--model default]
+
+The roads a prompt chunk takes, on GGUF weights in the model's default numerics (was
+prompt_rows.py). --roads: where the dense road starts to pay: forward(prompt=True) over a chunk of
+n tokens with the linears on the integer kernel vs dequantised weights through torch's matmul
+(ggml.PROMPT_ROWS, the threshold between them). --attention-roads: the same for attention
+(transformer.PROMPT_ATTENTION_*): the csrc kernel vs torch's prompt_attention, after 0-768 keys.
+Medians of interleaved runs. For an AVX2 CPU's torch, set ATEN_CPU_CAPABILITY=avx2
+ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 and --kernels avx2:avx2 (an emulation:
+quote ratios).
 """
 from __future__ import annotations
 
@@ -20,13 +32,28 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 
+SIZES = (32, 48, 64, 96, 128, 192, 256)     # --roads: prompt chunk sizes around the threshold
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lengths", default="128,512,1024,2048")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--no-transformers", action="store_true")
+    ap.add_argument("--roads", action="store_true", help="a chunk's linears: integer kernel vs dense, by chunk size")
+    ap.add_argument("--attention-roads", action="store_true", help="a chunk's attention: csrc vs torch, by keys")
+    ap.add_argument("--model", default="default", help="with --roads / --attention-roads: default, a path, q4_k_m...")
+    ap.add_argument("--kernels", default="auto", help="with --roads / --attention-roads: a kernel path label")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.roads or args.attention_roads:
+        from paraspec import LLM
+        from paraspec.model.gguf_requant import bench_model
+        llm = LLM(bench_model(args.model), kernels=args.kernels)
+        return (attention_roads if args.attention_roads else linear_roads)(llm, args)
 
     from paraspec import LLM
     from paraspec.model.loader import default_model_path
@@ -84,6 +111,56 @@ def main() -> None:
         first, second = systems[0][0], systems[1][0]
         print(f"| {n} | " + " | ".join(f"{med[name]:.3f}" for name, _ in systems)
               + f" | {med[second] / med[first]:.2f}x |", flush=True)
+
+
+def linear_roads(llm, a) -> None:
+    from paraspec.model import ggml
+    from paraspec.model.transformer import SeqInput
+    m, saved = llm.model, dict(ggml.PROMPT_ROWS)
+    print(f"{a.model}: {llm.config.dtype} + {llm.config.quantization}, kernels {m.kernels.label}, {torch.get_num_threads()} threads; "
+          f"dense from {ggml.prompt_rows(m.kernels)} rows")
+    for n in SIZES:
+        times: dict[str, list[float]] = {"dense": [], "kernel": []}
+        for _ in range(a.repeats):
+            for road, rows in (("dense", 1), ("kernel", 10 ** 9)):
+                ggml.PROMPT_ROWS.update({v: rows for v in saved})
+                cache = m.new_cache(n + 8)
+                t0 = time.perf_counter()
+                m.forward(torch.randint(100, 1000, (n,)), torch.arange(n), [SeqInput(cache, n)],
+                          torch.tensor([n - 1]), prompt=True)
+                times[road].append(time.perf_counter() - t0)
+        ggml.PROMPT_ROWS.update(saved)
+        d, k = (statistics.median(times[r]) * 1e3 for r in ("dense", "kernel"))
+        print(f"n={n:4d}  dense {d:7.1f} ms  kernel {k:7.1f} ms  kernel/dense {k / d:.2f}")
+
+
+
+def attention_roads(llm, a) -> None:
+    from paraspec.model import transformer
+    from paraspec.model.transformer import SeqInput
+    m, reps = llm.model, a.repeats
+    saved = transformer.PROMPT_ATTENTION_ROWS, transformer.PROMPT_ATTENTION_KEYS
+    for ctx in (0, 256, 768):
+        for n in (16, 32, 64, 128, 256):
+            times: dict[str, list[float]] = {"torch": [], "csrc": []}
+            cache = m.new_cache(ctx + n + 8)
+            if ctx:
+                m.forward(torch.randint(100, 1000, (ctx,)), torch.arange(ctx), [SeqInput(cache, ctx)],
+                          torch.tensor([ctx - 1]), prompt=True)
+                cache.commit(range(ctx))
+            for _ in range(reps):
+                for road in times:
+                    limit = 0 if road == "torch" else 10 ** 9
+                    transformer.PROMPT_ATTENTION_ROWS = transformer.PROMPT_ATTENTION_KEYS = limit
+                    t0 = time.perf_counter()
+                    m.forward(torch.randint(100, 1000, (n,)), torch.arange(ctx, ctx + n), [SeqInput(cache, n)],
+                              torch.tensor([n - 1]), prompt=True)
+                    times[road].append(time.perf_counter() - t0)
+                    cache.commit([])          # the chunk's rows dropped again
+            transformer.PROMPT_ATTENTION_ROWS, transformer.PROMPT_ATTENTION_KEYS = saved
+            t, c = (statistics.median(times[r]) * 1e3 for r in ("torch", "csrc"))
+            print(f"after {ctx:4d} keys, n={n:4d}  torch {t:7.1f} ms  csrc {c:7.1f} ms  csrc/torch {c / t:.2f}")
+
 
 
 if __name__ == "__main__":

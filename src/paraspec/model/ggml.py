@@ -38,8 +38,8 @@ The kernel writes the layer's weight back to a plain [N, K] matrix in a reused s
 (csrc/gguf_dequant.h, the values dequantize() gives, in every format) and torch's matmul runs it:
 bf16 through oneDNN where the CPU multiplies bf16 natively (AMX, AVX512-BF16), fp32 elsewhere. On
 the bundled model this made a 256-token chunk's linears several times faster (benchmarks/prefill.py);
-on its Q4_K_M requantisation (mostly Q5_0) a 1000-token TTFT 1.4-1.9x shorter (benchmarks/gguf_decode.py
---integer-prompt).
+on its Q4_K_M requantisation (mostly Q5_0) a 1000-token TTFT 1.4-1.9x shorter (benchmarks/prefill.py
+--roads --model q4_k_m times the two roads).
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ DENSE_KINDS = tuple(FORMATS)             # the formats csrc/gguf_dequant.h write
 # Rows from which a prompt chunk runs dequantised weights through torch's matmul (module doc), per
 # kernel variant. That road pays a dequantisation of the whole weight per chunk, the integer kernel
 # a cost per row, so where rows are cheap (AMX tiles) the kernel wins taller chunks; on AVX2 the
-# dense road multiplies in fp32 and hardly ever wins (benchmarks/prompt_rows.py measures both).
+# dense road multiplies in fp32 and hardly ever wins (benchmarks/prefill.py --roads measures both).
 PROMPT_ROWS = {"amx": 128, "vnni512": 80, "": 256}
 
 

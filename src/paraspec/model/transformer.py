@@ -210,7 +210,7 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
 
 # Prompt chunks shorter than PROMPT_ATTENTION_ROWS over at most PROMPT_ATTENTION_KEYS keys attend
 # through the csrc kernel (forward): torch's per-layer op overhead dominates a short chunk; taller
-# chunks or longer caches are faster in torch (benchmarks/prompt_rows.py --attention).
+# chunks or longer caches are faster in torch (benchmarks/prefill.py --attention-roads).
 PROMPT_ATTENTION_ROWS = 64
 PROMPT_ATTENTION_KEYS = 1024
 PROMPT_BLOCK = 64   # query rows per block of prompt_attention: a block's scores stay in cache
