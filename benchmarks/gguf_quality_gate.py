@@ -86,7 +86,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 def main() -> int:
     import pydoc_data.topics
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="default")
     ap.add_argument("--chunks", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=16)

@@ -91,7 +91,7 @@ def instrument(model, spent: dict, clock) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="default")
     p.add_argument("--kernels", default=None, help="a kernel path label, e.g. avx512:amx (default: the best)")
     p.add_argument("--threads", type=int, default=1)
