@@ -5,6 +5,7 @@ import random
 import pytest
 
 from drafters import WithContext
+from paraspec.decoding.memory import COPYING
 from paraspec.decoding.hybrid import POOL, HybridDrafter, HybridParams
 from paraspec.errors import ConfigError
 
@@ -38,9 +39,11 @@ def test_hybrid_merges_both_sources_within_budget():
     prompt = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3]
     d.begin("r", prompt)
     ctx = list(prompt)
+    mp = d.params.memory
     for _ in range(6):
+        copying = d.policy.state("r") == COPYING     # the text follows the trie's tree: a copy
         p = d.propose("r", ctx, 64)
-        assert len(p.draft) <= 5
+        assert len(p.draft) <= mp.max_draft + (mp.copy_length if copying else 0) and mp.max_draft == 5
         assert len(set(zip(p.draft.parents, p.draft.tokens))) == len(p.draft)   # shared prefixes merged
         nxt = []
         for _ in range(2):                              # the text keeps repeating its period of 5

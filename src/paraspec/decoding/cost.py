@@ -1,11 +1,14 @@
 """Forward cost: how much a query of k rows costs relative to one row, t(k)/t(1).
 
-The engine measures the curve once on its machine (ModelRunner.forward_cost) and hands it to
-every drafter in each step's StepContext; this is the only cost table. Verifying more rows is
-nearly free where decoding is memory-bound and not free where it is compute-bound, so every
-decision to verify a row is priced against it.
+The engine probes the curve at start-up (ModelRunner.forward_cost), gives it a physically
+plausible shape here (plausible_curve), refreshes it from its own steps (cost_refresh.py) and
+hands it to every drafter in each step's StepContext; this is the only cost table. Verifying
+more rows is nearly free where decoding is memory-bound and not free where it is compute-bound,
+so every decision to verify a row is priced against it.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,6 +29,83 @@ def monotone(values: list[float]) -> np.ndarray:
             (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
             blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
     return np.concatenate([np.full(int(n), m) for m, n in blocks]) if blocks else np.zeros(0)
+
+
+# The shape of t(k)/t(1) - 1 per forward kind, as measured (docs/design-notes.md): a prior for the
+# points of a probe that cannot be right. Only the shape is used: it is scaled to the probe's
+# plausible points, so a CPU whose rows are dearer or cheaper than these keeps its own level.
+# Unpadded (GGUF blocks): Zen 4 avx512 as the engine met it; one row is a GEMV, 2+ run row tiles.
+PRIOR_UNPADDED = {1: 1.0, 2: 1.3, 3: 1.5, 4: 1.75, 6: 2.2, 8: 2.7, 12: 3.3, 16: 4.0, 24: 5.6, 32: 7.5,
+                  48: 11.3, 64: 15.0}
+PRIOR_PADDED = DEFAULT_FORWARD_COST      # rows padded to 4: flat while memory-bound, then linear
+IMPLAUSIBLE = 2.0       # a point off the scaled prior by this factor either way
+SUBADDITIVE_SLACK = 1.1  # ... or dearer than two smaller forwards that make up its rows, by this
+
+
+@dataclass(frozen=True)
+class ShapedCurve:
+    curve: dict[int, float]          # t(k)/t(1) for k = 1 .. the largest size
+    replaced: tuple[int, ...]        # sizes whose measured value was implausible (the prior's instead)
+
+
+def _excess_scale(ks: list[int], vals: list[float], prior: dict[int, float]) -> float:
+    """The median ratio of the points' excess cost t(k) - 1 to the prior's."""
+    pk = sorted(prior)
+    ratios = [(v - 1.0) / (float(np.interp(k, pk, [prior[j] for j in pk])) - 1.0)
+              for k, v in zip(ks, vals) if k > 1 and float(np.interp(k, pk, [prior[j] for j in pk])) > 1.0]
+    return float(np.median(ratios)) if ratios else 1.0
+
+
+def _subadditive(table: list[float], multiple: int) -> list[float]:
+    """The largest curve under `table` (t[0] = 0) with t(a + b) <= t(a) + t(b) for row counts the
+    forward runs (multiples of `multiple`): one forward of a + b rows reads the weights once, two
+    read them twice, so it cannot cost more than the two. Monotone stays monotone."""
+    t = list(table)
+    for k in range(2 * multiple, len(t), multiple):
+        t[k] = min(t[k], min(t[a] + t[k - a] for a in range(multiple, k // 2 + 1, multiple)))
+    return t
+
+
+def plausible_curve(measured: dict[int, float], multiple: int = 1,
+                    prior: dict[int, float] | None = None, check_prior: bool = True) -> ShapedCurve:
+    """A probe's t(k)/t(1) at its sizes, made physically possible: t(1) = 1; no k costs less than
+    one row or more than k rows; monotone; no forward dearer than two that make up its rows. A
+    point far off those (a probe disturbed by other work on the machine: one such probe read
+    t(8) 5.2 and t(16) 14.8 where t(4) was 2.2) takes the prior's shape, scaled to the plausible
+    points, instead of its reading (check_prior=False: only the hard bounds, for a curve refreshed
+    from the engine's own steps, which is evidence, not a probe). Returns every k from 1 to the largest size; with multiple > 1
+    (padded rows) k costs what its padded size does."""
+    prior = prior or (PRIOR_PADDED if multiple > 1 else PRIOR_UNPADDED)
+    ks = sorted(k for k in measured if k >= 1)
+    m = max(multiple, 1)
+    # one row runs padded to m rows: the unit is what m rows cost
+    one = float(np.interp(m, ks, [measured[k] for k in ks]))
+    vals = [min(max(measured[k] / one, 1.0), float(max(k, m)) / m) for k in ks]
+    pk = sorted(prior)
+    prior_at = [float(np.interp(k, pk, [prior[j] for j in pk])) for k in ks]
+    scale = _excess_scale(ks, vals, prior)
+    fit = monotone(vals)
+    dense = [0.0] + [float(np.interp(k, ks, fit)) for k in range(1, ks[-1] + 1)]
+    bound = _subadditive(dense, m)
+    bad = []
+    for i, (k, v, p) in enumerate(zip(ks, vals, prior_at)):
+        if k <= m:
+            continue
+        off = v / (1.0 + scale * (p - 1.0))
+        if (check_prior and (off > IMPLAUSIBLE or off < 1.0 / IMPLAUSIBLE)) or v > SUBADDITIVE_SLACK * bound[k]:
+            bad.append(i)
+    if bad:
+        good = [i for i in range(len(ks)) if i not in bad]
+        scale = _excess_scale([ks[i] for i in good], [vals[i] for i in good], prior)
+        for i in bad:
+            vals[i] = min(max(1.0 + scale * (prior_at[i] - 1.0), 1.0), float(max(ks[i], m)) / m)
+    fit = monotone(vals)
+    dense = [0.0] + [float(np.interp(-(-k // m) * m, ks, fit)) for k in range(1, ks[-1] + 1)]
+    dense = _subadditive(dense, m)
+    # the subadditive bound moved padded sizes only: rows in between cost their padded size's
+    dense = [0.0] + [dense[min(-(-k // m) * m, ks[-1])] for k in range(1, ks[-1] + 1)]
+    return ShapedCurve({k: max(dense[k], 1.0) for k in range(1, ks[-1] + 1)},
+                       tuple(ks[i] for i in bad))
 
 
 class CostModel:

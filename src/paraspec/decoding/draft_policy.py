@@ -21,8 +21,11 @@ by depth and rank). The policy
      w = the step's other rows (a lookahead window), price = the request's recent tokens per unit
      of forward cost + MARGIN - 1: a row must buy what the step's time buys anyway, and a margin
      for the winner's curse (drafts go out where the estimate is high, so they are over-estimated
-     on average). Rows on the cost curve's current stair are free (the forward pads them), so
-     they fill with the next best nodes.
+     on average). While the text copies (streak state 2) the margin is COPY_MARGIN: there the
+     estimates are measured on the copy's own steps (sent or not), the curse is small, and with
+     the full margin a CPU whose rows cost ~0.7 of a step (Zen 1: t(16) 11.2) would verify not
+     even a certain copy. Rows on the cost curve's current stair are free (the forward pads
+     them), so they fill with the next best nodes.
 It also keeps, per source, how many accepted tokens only that source's nodes gave (a drafter may
 stop asking a source whose work buys nothing).
 """
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .cost import CostModel
+from .stats import NO_MATCH, ROWS_TOO_DEAR
 from .tree import ROOT, DraftTree, descend
 
 DEPTH_EDGES = (2, 3, 5, 9, 17, 33)                  # depth bands: 1, 2, 3-4, 5-8, 9-16, 17-32, 33+
@@ -43,6 +47,7 @@ STREAK_EDGES = (1, 4)                               # draft tokens accepted last
 PRIOR_TRIALS = 1.0          # the source's own estimate weighs as this many expected continuations
 DECAY, SHARED_DECAY = 0.9, 0.995   # per scored step: a request's table, the drafter-wide one
 MARGIN = 2.0                # at rate 1, a draft must be worth this many times its cost
+COPY_MARGIN = 1.1           # ... while the text copies (see _size)
 RATE_ALPHA = 0.1            # weight of the newest step in EMA(tokens) and EMA(cost)
 MAX_PENDING = 8             # candidate sets awaiting their truth, per request
 GAIN_ALPHA = 0.02           # EMA weight of a step in a source's own-token gain
@@ -104,6 +109,7 @@ class _Request:
     tail: list[int] = field(default_factory=list)     # committed tokens from tail_start on
     tail_start: int = -1
     factors: list | None = None      # [state] -> None or [source][depth band][q band], from the tables
+    reason: str | None = None        # why the last select sent nothing (None: it sent a draft)
 
 
 class DraftPolicy:
@@ -120,7 +126,8 @@ class DraftPolicy:
 
     # ------------------------------------------------------------------------ one step
     def state(self, key: str) -> int:
-        """streak_state of the request's last step (2: it accepted 4+ draft tokens, copying)."""
+        """streak_state of the request's last step (2, copying: it accepted 4+ draft tokens, or
+        the text has followed a candidate tree, sent or not, for 4+ tokens)."""
         return self._requests[key].state
 
     def select(self, key: str, context: Sequence[int], candidates: Sequence[DraftTree | None], budget: int,
@@ -135,7 +142,13 @@ class DraftPolicy:
         n, expected = self._size(self._requests[key], tree.probs, budget, cost, extra_rows, send_all)
         draft = tree.truncated(n)
         self.sent(key, draft, owners[:n], cost(1 + n + extra_rows))
+        self._requests[key].reason = None if n else (ROWS_TOO_DEAR if len(tree) and budget > 0 else NO_MATCH)
         return draft, expected
+
+    def reason(self, key: str) -> str | None:
+        """Why the request's last select sent nothing: NO_MATCH (no candidate) or ROWS_TOO_DEAR
+        (candidates, none worth its rows); None when it sent a draft."""
+        return self._requests[key].reason
 
     def merged(self, key: str, context: Sequence[int], candidates: Sequence[DraftTree | None],
                score: bool = True) -> tuple[DraftTree, list[int]]:
@@ -174,9 +187,14 @@ class DraftPolicy:
             self.stats.gain[s] += GAIN_ALPHA * (own - self.stats.gain[s])
         st.tok_ema += RATE_ALPHA * (1 + accepted - st.tok_ema)
         st.cost_ema += RATE_ALPHA * (st.step_cost - st.cost_ema)
-        st.state = streak_state(accepted)
         st.sent, st.owners, st.step_cost = None, [], 1.0
-        self._score(st)
+        # a copy is the text's, not only the sent draft's: where the text has followed a candidate
+        # tree for a copy's length (sent or not: its rows priced too dear, the gate closed), the
+        # next step is a copying one, or where rows are dear a copy that starts unverified would
+        # stay unverified to its end. Shorter runs leave the state to the sent draft: by chance a
+        # text follows some branch for a token or two, and that is no streak
+        run = self._score(st)
+        st.state = streak_state(accepted if run < STREAK_EDGES[-1] else max(accepted, run))
         return accepted
 
     def skipped(self, key: str) -> None:
@@ -272,7 +290,8 @@ class DraftPolicy:
         n_max = min(len(probs), budget)
         if n_max <= 0:
             return 0, 0.0
-        price = st.tok_ema / st.cost_ema + MARGIN - 1.0
+        margin = COPY_MARGIN if st.state == len(STREAK_EDGES) else MARGIN
+        price = st.tok_ema / st.cost_ema + margin - 1.0
         table = cost.table
         base = table[1 + extra_rows] if 1 + extra_rows < len(table) else cost(1 + extra_rows)
         gain = best_v = best_gain = 0.0
@@ -297,23 +316,36 @@ class DraftPolicy:
         if len(context) > end:
             st.tail += context[end:]
 
-    def _score(self, st: _Request) -> None:
-        """Score every kept candidate set whose truth is now known, into both tables."""
+    def _score(self, st: _Request) -> int:
+        """Score every kept candidate set whose truth is now known, into both tables. Returns how
+        many committed tokens the text has followed a candidate tree for, up to now (a copy
+        running, sent or not)."""
         keep, done = [], []
+        run = 0
         for pend in st.pending:
             at = pend.start - st.tail_start
             truth = st.tail[at:at + pend.depth]
-            if len(truth) < pend.depth and not self._fell_off(pend, truth):
+            fell_off = self._fell_off(pend, truth)
+            if not fell_off and len(truth) == len(st.tail) - at:    # followed to the last token
+                run = max(run, len(truth))
+            if len(truth) < pend.depth and not fell_off:
                 keep.append(pend)
             else:
                 done.append((pend, truth))
+        # the oldest undecided sets make room for the next step's on the truth so far (the trials it
+        # decided): where a copy goes on a token a step, unverified, its trees are deeper than
+        # MAX_PENDING steps, and dropping them unscored would leave the copy's evidence unlearnt
+        while len(keep) >= MAX_PENDING:
+            pend = keep.pop(0)
+            at = pend.start - st.tail_start
+            done.append((pend, st.tail[at:at + pend.depth]))
         st.pending = keep
         if keep:                        # only what the oldest pending step still needs is kept
             drop = keep[0].start - st.tail_start
             del st.tail[:drop]
             st.tail_start += drop
         if not done:
-            return
+            return run
         shared = self.stats
         st.hits *= DECAY
         st.nodes *= DECAY
@@ -351,6 +383,7 @@ class DraftPolicy:
             for table, values in ((st.hits, hits), (st.nodes, expect), (shared.hits, hits), (shared.nodes, expect)):
                 np.add.at(table.reshape(-1), cells, values)
         st.factors = None
+        return run
 
     @staticmethod
     def _fell_off(pend: _Pending, truth: Sequence[int]) -> bool:

@@ -159,12 +159,12 @@ class HybridDrafter:
             st.pool_ran = self._eligible % LA_PROBE_EVERY == 0
         if not st.pool_ran:         # the pool-less draft is the step's (select scored it)
             st.cost = st.memory_cost
-            return Proposal(alone, expected=expected)
+            return Proposal(alone, expected=expected, reason=self.policy.reason(request_id))
         tree, branch = self.pool.step(request_id, context, self.params.lookahead.window if st.arm == 1 else 0)
         window_rows = len(branch.tokens) if branch else 0
         draft, expected = self.policy.select(request_id, context, [m, tree, s, h], budget, cost, window_rows)
         st.cost = cost(1 + len(draft) + window_rows)
-        return Proposal(draft, branch, expected)
+        return Proposal(draft, branch, expected, self.policy.reason(request_id))
 
     def observe(self, request_id: str, committed: Sequence[int],
                 lookahead_argmax: Sequence[int] | None = None) -> None:

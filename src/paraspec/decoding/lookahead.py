@@ -168,7 +168,7 @@ class LookaheadDrafter:
         # warm-up steps are not scored: the window has nothing to harvest yet
         scored = arm if self.adaptive_window and (warm or not branch) else -1
         self._pending[request_id] = (ctx.cost(1 + len(draft) + window_rows), scored)
-        return Proposal(draft=draft, lookahead=branch, expected=expected)
+        return Proposal(draft=draft, lookahead=branch, expected=expected, reason=self.policy.reason(request_id))
 
     def observe(self, request_id: str, committed: Sequence[int],
                 lookahead_argmax: Sequence[int] | None = None) -> None:

@@ -28,7 +28,7 @@ from .trie import TokenTrie
 
 MAX_DECODING_LENGTH = 16
 PROMPT_WEIGHT = 1.0         # a prompt count is worth this many output counts when ranking nodes
-COPYING = 2                 # draft_policy.streak_state of a step after 4+ accepted draft tokens
+COPYING = 2                 # draft_policy.streak_state after 4+ accepted draft tokens (or a 4+ run)
 CANDIDATES = 2              # trie nodes offered per node the budget allows ...
 MAX_CANDIDATES = 64         # ... at most
 
@@ -240,7 +240,7 @@ class MemoryDrafter:
         limit = budget if copying else min(budget, p.max_draft)
         draft, expected = self.policy.select(request_id, context, [m], limit, ctx.cost,
                                              send_all=0 if p.dynamic_algo else p.max_draft)
-        return Proposal(draft, expected=expected)
+        return Proposal(draft, expected=expected, reason=self.policy.reason(request_id))
 
     def observe(self, request_id: str, committed: Sequence[int],
                 lookahead_argmax: Sequence[int] | None = None) -> None:

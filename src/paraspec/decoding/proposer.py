@@ -32,7 +32,7 @@ class StepContext:
     """The engine's side of a decode step, as drafters see it."""
 
     batch_size: int = 1              # sequences verified in this step's forward
-    cost: CostModel = field(default_factory=CostModel)   # t(k)/t(1), measured once per engine
+    cost: CostModel = field(default_factory=CostModel)   # t(k)/t(1): probed, refreshed by the engine
     step: int = 0                    # decode steps the engine has run
 
 
@@ -52,6 +52,7 @@ class Proposal:
     draft: DraftTree
     lookahead: LookaheadBranch | None = None
     expected: float = 0.0            # the drafter's own estimate of draft tokens to be accepted
+    reason: str | None = None        # an empty draft's why (stats.NO_MATCH, ROWS_TOO_DEAR); None: not said
 
 
 class Proposer(Protocol):

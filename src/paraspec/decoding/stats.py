@@ -12,6 +12,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..sequence import SequenceState
 
+# Why a decode step verified no draft: counted per request (SpecStats.no_draft), so a request
+# that ran at 1.00 tokens/step says which of these held it there.
+GATE_CLOSED = "gate_closed"        # the draft gate skipped the look: looks were not paying (gate.py)
+NO_MATCH = "no_match"              # the drafter had no candidate for this context
+ROWS_TOO_DEAR = "rows_too_dear"    # candidates, none worth its rows by the cost curve (draft_policy.py)
+NO_ROOM = "no_room"                # max_tokens or the context left no room for a draft
+NO_DRAFT_REASONS = (GATE_CLOSED, NO_MATCH, ROWS_TOO_DEAR, NO_ROOM)
+
 
 @dataclass
 class SpecStats:
@@ -22,8 +30,13 @@ class SpecStats:
     accepted_per_step_hist: dict[int, int] = field(default_factory=dict)
     draft_s: float = 0.0             # time in the drafter (propose + observe)
     model_s: float = 0.0             # time in the model forward (+ acceptance)
+    no_draft: dict[str, int] = field(default_factory=dict)   # steps without a draft, per reason
 
-    def observe_step(self, drafted: int, emitted: int, draft_s: float, model_s: float) -> None:
+    def observe_step(self, drafted: int, emitted: int, draft_s: float, model_s: float,
+                     no_draft: str | None = None) -> None:
+        """One decode step; no_draft: why it verified no draft (one of NO_DRAFT_REASONS), if so."""
+        if not drafted and no_draft is not None:
+            self.no_draft[no_draft] = self.no_draft.get(no_draft, 0) + 1
         self.decode_steps += 1
         self.draft_tokens += drafted
         self.accepted_draft_tokens += max(emitted - 1, 0)
@@ -50,6 +63,7 @@ class SpecStats:
             "accepted_tokens_per_step_histogram": {str(k): v for k, v in sorted(self.accepted_per_step_hist.items())},
             "draft_s": round(self.draft_s, 6),
             "model_s": round(self.model_s, 6),
+            "no_draft_steps": dict(sorted(self.no_draft.items())),
         }
 
 
