@@ -98,3 +98,31 @@ def test_merged_then_sent_is_select_for_a_caller_that_sizes_drafts_itself():
         ctx += committed
     assert pols[0].calibrated("r", 0, 2, 0.6) == pols[1].calibrated("r", 0, 2, 0.6)
     assert pols[0].state("r") == pols[1].state("r")
+
+
+ZEN1 = CostModel({1: 1.0, 2: 2.08, 4: 3.04, 8: 6.08, 12: 7.95, 16: 11.16, 32: 20.26})   # a row ~0.7 of a step
+
+
+def test_an_unsent_copy_is_learnt_and_then_verified_where_rows_are_dear():
+    """A copy the policy first prices too dear to verify: the text follows the candidates a token
+    a step, which makes it a copying request after 4 tokens, and the deep candidate sets that
+    newer ones evict are scored on the truth so far; so drafts go out before the copy ends."""
+    pol = DraftPolicy(1)
+    pol.begin("r")
+    text = list(range(100, 300))          # the text the trie would offer, and the text that comes
+    ctx, sizes, why = [0], [], []
+    while len(ctx) < 120:
+        at = len(ctx) - 1
+        chain = tree([text[at:at + 24]], 0.4)         # the source unsure: 0.4 for each node
+        draft, _ = pol.select("r", ctx, [chain], 24, ZEN1)
+        sizes.append(len(draft))
+        why.append(pol.reason("r"))
+        n = draft.follow(text[at:at + 24])
+        committed = text[at:at + n + 1]
+        pol.observe("r", committed)
+        ctx += committed
+    assert sizes[0] == 0 and why[0] == "rows_too_dear"
+    assert pol.state("r") == 2
+    first = next(i for i, n in enumerate(sizes) if n)
+    assert first <= 16 and sum(sizes[first:]) >= 60 and len(sizes) < 119 // 3     # verified, and it pays
+    assert pol.calibrated("r", 0, 1, 0.4) > 0.8      # a first node like these is now known to be accepted
