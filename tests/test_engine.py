@@ -2,6 +2,7 @@
 verification + acceptance + KV commit give exactly autoregressive output, in every numerics
 (fp32, bf16, w8a8) on every kernel path this machine can execute."""
 import pytest
+import torch
 
 from drafters import OracleDrafter, RandomTreeDrafter
 from kernel_paths import per_isa
@@ -146,3 +147,62 @@ def test_forward_cost_is_a_staircase_over_padded_rows(llm):
     for k in range(2, max(cost) + 1):
         padded = -(-k // ROW_MULTIPLE) * ROW_MULTIPLE
         assert cost[k] == cost[padded]
+
+
+# ------------------------------------------------------------------------------ dear rows, long copies
+ZEN1 = {1: 1.0, 2: 2.08, 4: 3.04, 8: 6.08, 12: 7.95, 16: 11.16, 32: 20.26}   # a real Zen 1's probe (issue 37)
+DISTURBED = '{"1": 1, "4": 2.22, "8": 5.20, "16": 14.8}'    # a probe read while a compiler ran on the other core
+MEMORY = {"plugin_type": "memory_decoding", "decoding_length": 16, "dynamic_algo": True}
+
+
+def make_copy_model(path, period: int = 200, seed: int = 0):
+    """A model whose greedy next token is a fixed function of the last one: `period` byte tokens
+    in one cycle (attention and MLP write nothing; lm_head row f(t) is t's embedding). A prompt
+    holding the cycle once and its start again is continued by copying the prompt, as long as
+    asked. Returns the folder and the cycle."""
+    from safetensors.torch import load_file, save_file
+    from tiny_models import make_tiny_model
+    make_tiny_model(path, "llama", seed=seed, tie_word_embeddings=False)
+    w = load_file(str(path / "model.safetensors"))
+    g = torch.Generator().manual_seed(seed)
+    emb = torch.randn(w["model.embed_tokens.weight"].shape, generator=g)
+    emb /= emb.norm(dim=1, keepdim=True)
+    cycle = torch.randperm(256, generator=g)[:period].tolist()
+    head = torch.zeros_like(emb)
+    for a, b in zip(cycle, cycle[1:] + cycle[:1]):
+        head[b] = 20.0 * emb[a]
+    for k in w:
+        if k.endswith(("o_proj.weight", "down_proj.weight")) or "norm" in k:
+            w[k] = torch.zeros_like(w[k]) if "proj" in k else torch.ones_like(w[k])
+    w["model.embed_tokens.weight"], w["lm_head.weight"] = emb, head
+    save_file(w, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path, cycle
+
+
+@pytest.fixture(scope="module")
+def copy_model(tmp_path_factory):
+    return make_copy_model(tmp_path_factory.mktemp("copy-model"))
+
+
+@pytest.mark.parametrize("curve", ["zen1", "disturbed-probe"])
+def test_memory_decoding_drafts_a_long_copy_where_rows_are_dear(copy_model, curve, monkeypatch):
+    """A row costing ~0.7 of a step (a real Zen 1), or a probe that read rows dearer than they
+    are: the policy still verifies the copy once the text shows it copies, and the output is
+    plain decoding's, token for token."""
+    from paraspec.decoding.cost import CostModel
+    path, cycle = copy_model
+    if curve == "disturbed-probe":     # pinned as the probe's reading: shaped, not refreshed
+        monkeypatch.setenv("PARASPEC_FORWARD_COST", DISTURBED)
+    llm = LLM(str(path), dtype="float32", plugin_params=MEMORY)
+    if curve == "zen1":
+        llm.engine._cost = CostModel(ZEN1)          # as it is: the shape checks are the probe's
+    prompt = cycle + cycle[:60]                     # the cycle once, then its start again
+    params = SamplingParams(temperature=0, max_tokens=160, ignore_eos=True)
+    out = llm.generate([prompt], params)[0]
+    llm.engine.default_drafter = None
+    ar = llm.generate([prompt], params)[0]
+    assert ar.token_ids == [cycle[(60 + i) % len(cycle)] for i in range(160)]   # the output copies 160 tokens
+    assert out.token_ids == ar.token_ids
+    s = out.stats
+    assert s["decode_steps"] <= 159 // 3 and s["accepted_draft_tokens"] >= 100, s
+    assert ar.stats["decode_steps"] == 159

@@ -24,6 +24,15 @@ def test_text_report_with_the_cost_curve_of_a_model(tiny_model_dir, capsys):
     assert "features" in out and "kernels" in out and "default" in out
     curve = next(line for line in out.splitlines() if line.startswith("t(k)/t(1)"))
     assert "1:1.00" in curve and "16:" in curve
+    age = next(line for line in out.splitlines() if line.strip().startswith("curve"))
+    assert "probed" in age and "s ago" in age and "paired steps" in age and "/metrics paraspec_forward_cost" in age
+
+
+def test_a_pinned_curve_shows_as_pinned_and_its_implausible_readings(tiny_model_dir, capsys, monkeypatch):
+    monkeypatch.setenv("PARASPEC_FORWARD_COST", '{"4": 1, "8": 1.1, "16": 14.8}')   # 16 rows: dearer than two 8s
+    assert cli.main(["info", "--model", str(tiny_model_dir("llama"))]) == 0
+    age = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("curve"))
+    assert "pinned by PARASPEC_FORWARD_COST" in age and "replaced at k = 16 (read 16:14.80)" in age
 
 
 

@@ -16,21 +16,24 @@ from typing import Callable
 
 import torch
 
+from .admission import check_prompt, new_sequences
 from .decoding.acceptance import walk
 from .decoding.cost import CostModel
 from .decoding.mode import ModePlugin
 from .decoding.proposer import Proposer, StepContext
 from .decoding.registry import DrafterRegistry
+from .decoding.stats import GATE_CLOSED, NO_MATCH, NO_ROOM
 from .decoding.verify import Query, build_query
-from .errors import ParaspecError, RequestError
+from .errors import ParaspecError
+from .forward_cost import ForwardCost
 from .model.kv_cache import KVCache
 from .model.transformer import max_draft_rows
-from .model.tokenizer import IncrementalDetokenizer, Tokenizer
+from .model.tokenizer import Tokenizer
 from .outputs import StepTrace, TokenLogprob, find_stop, token_logprobs
 from .runner import ModelRunner
 from .scheduler import fair_pick
 from .sampling.params import SamplingParams
-from .sampling.sampler import RequestSampler, first_max
+from .sampling.sampler import first_max
 from .sequence import SequenceState, SequenceUpdate
 
 logger = logging.getLogger("paraspec.engine")
@@ -55,7 +58,7 @@ class Engine:
         self._ids = itertools.count()
         self._twin_logits: dict[str, torch.Tensor] = {}  # prompt logits kept for n > 1 siblings
         self.drafters = DrafterRegistry(tokenizer.eos_token_ids)   # the trie, arm stats, built drafters
-        self._cost: CostModel | None = None
+        self.forward_cost = ForwardCost(runner)         # t(k)/t(1): probed, kept true by the steps
         self.steps = 0               # decode steps run
 
     # ------------------------------------------------------------------------------ requests
@@ -65,36 +68,11 @@ class Engine:
                     group: str | None = None) -> list[SequenceState]:
         """Queue a request (n sequences). `group` names the client request it is part of (a request
         with several prompts is several engine requests): the scheduler shares the batch by group."""
-        if not prompt:
-            raise RequestError("the prompt is empty; send at least one token of text")
-        ctx = self.runner.max_seq_len
-        if len(prompt) >= ctx:
-            raise RequestError(f"the prompt has {len(prompt)} tokens but the model's context is {ctx}; "
-                               "shorten the prompt")
-        vocab = self.runner.model.args.vocab_size
-        if any(not 0 <= t < vocab for t in prompt):
-            raise RequestError(f"prompt token ids must be in [0, {vocab})")
+        ctx, vocab = self.runner.max_seq_len, self.runner.model.args.vocab_size
+        check_prompt(prompt, ctx, vocab)
         request_id = request_id or f"req-{next(self._ids)}"
-        if drafter == "default":
-            drafter = self.default_drafter
-        plugin = drafter if isinstance(drafter, ModePlugin) else None    # a decode mode (decoding/mode.py)
-        if plugin is not None:
-            drafter = plugin.drafter      # the drafter of the steps the engine runs itself
-        max_tokens = min(params.max_tokens or ctx, ctx - len(prompt))
-        now = time.perf_counter()
-        seqs = []
-        for i in range(params.n):
-            mode = plugin.new_sequence(self.tokenizer, params) if plugin is not None else None
-            seed = None if params.seed is None else params.seed + i * 0x9E3779B1
-            seqs.append(SequenceState(
-                key=request_id if params.n == 1 else f"{request_id}-{i}", request_id=request_id,
-                group=group or request_id, index=i,
-                prompt=list(prompt), params=params,
-                sampler=RequestSampler(params, prompt, vocab, seed), drafter=drafter,
-                max_tokens=max_tokens, arrival=now, tokens=list(prompt),
-                logprobs=[] if params.logprobs is not None else None,
-                mode=mode, detok=mode.detokenizer() if mode is not None else
-                IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)))
+        seqs = new_sequences(self.tokenizer, ctx, vocab, prompt, params, request_id,
+                             self.default_drafter if drafter == "default" else drafter, group)
         self.waiting.extend(seqs)
         return seqs
 
@@ -119,11 +97,22 @@ class Engine:
 
     @property
     def cost(self) -> CostModel:
-        """The forward cost of k query rows relative to one, measured on the first use (the
-        runner times this machine once) and the same for every drafter of the engine."""
-        if self._cost is None:
-            self._cost = CostModel(self.runner.forward_cost())
-        return self._cost
+        """The forward cost of k query rows relative to one, the same for every drafter of the
+        engine: probed on the first use, then refreshed from the engine's own batch-1 steps at
+        equal context (forward_cost.py)."""
+        return self.forward_cost.get()
+
+    @property
+    def _cost(self) -> CostModel | None:
+        return self.forward_cost.model
+
+    @_cost.setter
+    def _cost(self, model: CostModel | None) -> None:      # set by hand (as tests do): pinned
+        self.forward_cost.pin(model)
+
+    def cost_info(self, measure: bool = True) -> dict | None:
+        """The curve, its age and evidence (ForwardCost.info: /metrics, `paraspec info`)."""
+        return self.forward_cost.info(measure)
 
     def _bucket_room(self, cache: KVCache) -> int:
         """Draft rows the attention allows here: the torch path's fixed key chunks must not be
@@ -222,28 +211,31 @@ class Engine:
         ctx = self._context(len(self.running)) if any(s.drafter is not None for s in self.running) else None
         self.steps += 1
         updates: list[SequenceUpdate] = []
-        batch: list[tuple[SequenceState, Query, bool, float, bool]] = []   # (seq, rows, by its mode, draft_s, looked)
+        # (seq, rows, by its mode, draft_s, looked, why no draft)
+        batch: list[tuple[SequenceState, Query, bool, float, bool, str | None]] = []
         for seq in self.running:
             t0 = time.perf_counter()
             try:
-                q, mode_step, looked = self._query(seq, ctx)
+                q, mode_step, looked, why = self._query(seq, ctx)
             except Exception as e:   # its drafter failed: the sequence ends, the step goes on
                 updates.append(self._fail(seq, e))
                 continue
-            batch.append((seq, q, mode_step, time.perf_counter() - t0, looked))
+            batch.append((seq, q, mode_step, time.perf_counter() - t0, looked, why))
 
         # rows of other sequences never change a sequence's logits (row invariance), so the
         # batch without a failed sequence gives the others the bits they would have had
         t0 = time.perf_counter()
         logits_per_seq = self.runner.verify([b[0].cache for b in batch], [b[1] for b in batch]) if batch else []
         forward_s = time.perf_counter() - t0
+        if len(batch) == 1 and not batch[0][2]:
+            self.forward_cost.step(batch[0][0].key, len(batch[0][1].tokens), batch[0][0].cache.length, forward_s)
         units = sum(self.cost(len(b[1].tokens)) for b in batch) if ctx is not None else 1.0
 
-        for (seq, q, mode_step, draft_s, looked), logits in zip(batch, logits_per_seq):
+        for (seq, q, mode_step, draft_s, looked, why), logits in zip(batch, logits_per_seq):
             t0, emitted = time.perf_counter(), len(seq.output)
             try:     # a step the mode ran says itself what to emit
                 updates.append(self._mode_accept(seq, q, logits, forward_s) if mode_step
-                               else self._accept(seq, q, logits, draft_s, forward_s))
+                               else self._accept(seq, q, logits, draft_s, forward_s, why))
             except Exception as e:   # its sampler, drafter or detokenizer failed: it alone ends
                 updates.append(self._fail(seq, e))
                 continue
@@ -254,26 +246,30 @@ class Engine:
         self.running = [s for s in self.running if not s.finished]
         return updates
 
-    def _query(self, seq: SequenceState, ctx: StepContext | None) -> tuple[Query, bool, bool]:
+    def _query(self, seq: SequenceState, ctx: StepContext | None) -> tuple[Query, bool, bool, str | None]:
         """The sequence's rows for this step: its last token (the root) and its draft tree; or
-        the rows of its decode mode when the mode runs the step (True). Last: whether its
-        drafter was asked (its gate may skip the look, decoding/gate.py)."""
+        the rows of its decode mode when the mode runs the step (True). Then: whether its
+        drafter was asked (its gate may skip the look, decoding/gate.py), and where a drafter
+        sent no draft, why (decoding/stats.py's reasons)."""
         if seq.mode is not None and (q := seq.mode.query(seq, ctx)) is not None:
-            return q, True, False
+            return q, True, False, None
         remaining = seq.max_tokens - len(seq.output)
         room = seq.cache.capacity - seq.cache.length - 1
         budget = max(0, min(MAX_DRAFT_NODES, remaining - 1, room, self._bucket_room(seq.cache),
                             self.runner.max_seq_len - 1 - seq.cache.length - 1))
-        proposal = None
+        proposal, why = None, None
         looked = seq.drafter is not None and budget > 0 and (not self.draft_gate or seq.gate.look())
         if looked:
             proposal = seq.drafter.propose(seq.key, seq.tokens, budget, ctx)
             if len(proposal.draft) > budget:
                 proposal.draft = proposal.draft.truncated(budget)
-        return build_query(seq.tokens[-1], seq.cache.length, proposal), False, looked
+            why = None if len(proposal.draft) else (proposal.reason or NO_MATCH)
+        elif seq.drafter is not None:
+            why = NO_ROOM if budget <= 0 else GATE_CLOSED
+        return build_query(seq.tokens[-1], seq.cache.length, proposal), False, looked, why
 
     def _accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, draft_s: float,
-                forward_s: float) -> SequenceUpdate:
+                forward_s: float, no_draft: str | None = None) -> SequenceUpdate:
         """Walk the verified tree (the longest run the sampler agrees with), commit its KV, emit."""
         t1 = time.perf_counter()
         sampler, mode, is_stop = seq.sampler, seq.mode, self._stop_check(seq)
@@ -302,7 +298,7 @@ class Engine:
                 if q.lookahead_rows else None
             seq.drafter.observe(seq.key, acc.tokens, la_argmax)
         draft_s += time.perf_counter() - t2
-        seq.stats.observe_step(q.n_draft, len(acc.tokens), draft_s, forward_s + accept_s)
+        seq.stats.observe_step(q.n_draft, len(acc.tokens), draft_s, forward_s + accept_s, no_draft)
         lp = None
         if seq.params.logprobs is not None:
             rows = [0] + [n + 1 for n in acc.nodes]
@@ -389,6 +385,7 @@ class Engine:
             return
         seq.finish_reason = reason
         seq.finish_time = time.perf_counter()
+        self.forward_cost.forget(seq.key)
         if seq.drafting:
             seq.drafting = False
             t0 = time.perf_counter()

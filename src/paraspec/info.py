@@ -92,13 +92,21 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
 
 
 def measure_cost(model: str, kernels: Kernels) -> dict:
-    """t(k)/t(1) of the default numerics on `model`, as the engine measures it at start-up."""
+    """t(k)/t(1) of the default numerics on `model`, as the engine probes it at start-up: the
+    probe's readings, the curve made plausible from them (and which sizes read implausibly), its
+    age and the paired steps that refreshed it (none yet in a fresh process; a server's
+    /metrics shows the curve its own steps keep)."""
     from .api import LLM
     llm = LLM(model, kernels=kernels.label)
-    curve = llm.runner.forward_cost()
+    info = llm.engine.cost_info()
+    probe = llm.runner.cost_probe
+    shown = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
     return {"model": llm.model_name, "dtype": llm.config.dtype, "quantization": llm.config.quantization,
             "activation_passes": llm.model.activation_passes,
-            "t_k_over_t_1": {str(k): round(v, 3) for k, v in curve.items() if k in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)}}
+            "t_k_over_t_1": {str(k): round(v, 3) for k, v in llm.runner.forward_cost().items() if k in shown},
+            "probe_read": {str(k): round(v, 3) for k, v in (probe.measured.items() if probe else ()) if k in shown},
+            "implausible_probe_sizes": info["implausible_probe_sizes"], "pinned": bool(info.get("pinned")),
+            "age_s": info.get("age_s", 0.0), "refresh_samples": info.get("samples", 0)}
 
 
 def measure_numerics(model: str, kernels: Kernels, reps: int = 9) -> dict:
@@ -138,6 +146,7 @@ def measure_numerics(model: str, kernels: Kernels, reps: int = 9) -> dict:
 
 def format_report(r: dict) -> str:
     from .model.kernels import ENV
+    from .runner import COST_ENV
     lines = [f"CPU          {r['cpu']} ({r['machine']}, {r['cores']} cores; torch {r['torch']}, "
              f"{r['torch_threads']} threads, ATen capability {r['torch_cpu_capability']})",
              f"features     {' '.join(r['features']) or '-'}   (CPUID)",
@@ -157,6 +166,13 @@ def format_report(r: dict) -> str:
         lines.append(f"t(k)/t(1)    {curve}   ({c['model']}, {c['dtype']}"
                      f"{' + ' + c['quantization'] if c['quantization'] else ''}"
                      f"{', %d int8 activation pass%s' % (c['activation_passes'], 'es' * (c['activation_passes'] > 1)) if c['quantization'] else ''})")
+        bad = c.get("implausible_probe_sizes") or []
+        lines.append(f"  curve      {'pinned by ' + COST_ENV if c.get('pinned') else 'probed'} {c.get('age_s', 0):.1f} s ago, "
+                     f"refreshed from {c.get('refresh_samples', 0)} paired steps (a server keeps it by its own "
+                     "steps: /metrics paraspec_forward_cost)"
+                     + (f"; implausible probe readings replaced at k = {', '.join(map(str, bad))} (read "
+                        + "  ".join(f"{k}:{v:.2f}" for k, v in c["probe_read"].items() if int(k) in bad) + ")"
+                        if bad else ""))
     return "\n".join(lines)
 
 

@@ -7,15 +7,44 @@ sequence's logits for the rows it asked for. Committing the accepted path is the
 """
 from __future__ import annotations
 
+import json
+import os
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .decoding.cost import monotone
+from .decoding.cost import plausible_curve
+from .errors import ConfigError
 from .decoding.verify import Query
-from .model.kv_cache import KVCache, round_up
+from .model.kv_cache import KVCache
 from .model.transformer import ROW_MULTIPLE, SeqInput, Transformer
+
+
+COST_ENV = "PARASPEC_FORWARD_COST"
+
+
+@dataclass(frozen=True)
+class CostProbe:
+    """What the start-up probe read, before its shape was made plausible."""
+
+    measured: dict[int, float]       # t(k)/t(1) at the probed sizes
+    sizes: tuple[int, ...]
+    multiple: int                    # the forward's row padding
+    replaced: tuple[int, ...]        # sizes read implausibly (the prior's shape instead)
+    pinned: bool                     # given by PARASPEC_FORWARD_COST, not measured here
+
+
+def _pinned_curve(text: str) -> dict[int, float]:
+    try:
+        curve = {int(k): float(v) for k, v in json.loads(text).items()}
+    except (ValueError, AttributeError, TypeError):
+        raise ConfigError(f"{COST_ENV}={text!r} is not a JSON object of row counts to costs; pass e.g. "
+                          '\'{"1": 1, "4": 3.04, "16": 11.16}\'') from None
+    if not curve or min(curve) < 1:
+        raise ConfigError(f"{COST_ENV} needs row counts from 1 up, e.g. '{{\"1\": 1, \"16\": 11.16}}'")
+    return curve
 
 
 class ModelRunner:
@@ -23,45 +52,58 @@ class ModelRunner:
         self.model = model
         self.prefill_chunk = prefill_chunk
         self._cost: dict[int, float] | None = None
+        self.cost_probe: CostProbe | None = None
 
     def forward_cost(self, context: int = 256,
                      sizes: tuple[int, ...] = (4, 8, 12, 16, 24, 32, 48, 64),
                      rounds: int = 5) -> dict[int, float]:
         """t(k) / t(1) for every k from 1 to max(sizes) (sizes: multiples of ROW_MULTIPLE): the
-        time of a forward over k query tokens relative to one, measured once on this machine
-        over a scratch cache. Drafters use it to decide how many draft tokens are worth verifying.
+        time of a forward over k query tokens relative to one, probed once on this machine over a
+        scratch cache and given a physically plausible shape (cost.plausible_curve); the engine
+        refreshes it from its own steps (decoding/cost_refresh.py). Drafters use it to decide how
+        many draft tokens are worth verifying. PARASPEC_FORWARD_COST='{"1": 1, "2": 2.08, ...}'
+        pins another machine's curve instead (shaped the same way, never refreshed).
 
         The forward pads its rows to a multiple of ROW_MULTIPLE, so the true curve is a staircase:
         5 rows cost what 8 do, not what a line from 4 to 8 would say. Every k gets the cost of
         its padded size, so a drafter sees that a 4th draft node buys a whole step up and that
         the 5th to 7th then come free (docs/design-notes.md)."""
         if self._cost is None:
-            multiple = getattr(self.model, "row_multiple", ROW_MULTIPLE)
+            multiple = self.row_multiple
             if multiple == 1 and sizes[0] != 1:
                 # an unpadded forward: one row has its own cost (a GEMV; 2+ rows run row tiles,
                 # and 2 rows cost most of what 4 do, not a third of the way there), and the few
                 # rows most drafts are made of are measured, not interpolated
                 sizes = tuple(sorted({1, 2, 3, 6, *sizes}))
-            cache = self.new_cache(context + max(sizes) + 1)
-            self.prefill(cache, [0] * context)
-            # shapes interleaved, a new order each round, and the median kept: one shape timed
-            # back to back looks cheaper than the same shape mixed with others, as in decoding
-            times: dict[int, list[float]] = {k: [] for k in sizes}
-            order = list(sizes)
-            for _ in range(rounds):
-                order = order[1::2] + order[0::2][::-1]
-                for k in order:
-                    t0 = time.perf_counter()
-                    self.model.forward(torch.zeros(k, dtype=torch.long), torch.arange(context, context + k),
-                                       [SeqInput(cache, k)], torch.arange(k))
-                    times[k].append(time.perf_counter() - t0)
-            # one row runs padded to ROW_MULTIPLE rows: it costs what the smallest size does;
-            # and noise must not make a longer query look cheaper than a shorter one
-            measured = monotone([float(np.median(times[k])) for k in sizes])
-            measured /= measured[0]
-            self._cost = {k: float(np.interp(round_up(k, multiple), sizes, measured))
-                          for k in range(1, max(sizes) + 1)}
+            pinned = os.environ.get(COST_ENV, "").strip()
+            measured = _pinned_curve(pinned) if pinned else self._probe(context, sizes, rounds)
+            shaped = plausible_curve(measured, multiple)
+            self.cost_probe = CostProbe(measured, tuple(sorted(measured)), multiple, shaped.replaced, bool(pinned))
+            self._cost = shaped.curve
         return self._cost
+
+    @property
+    def row_multiple(self) -> int:
+        return getattr(self.model, "row_multiple", ROW_MULTIPLE)
+
+    def _probe(self, context: int, sizes: tuple[int, ...], rounds: int) -> dict[int, float]:
+        """Median seconds of a forward of each size over a scratch cache, relative to the smallest."""
+        cache = self.new_cache(context + max(sizes) + 1)
+        self.prefill(cache, [0] * context)
+        # shapes interleaved, a new order each round, and the median kept: one shape timed
+        # back to back looks cheaper than the same shape mixed with others, as in decoding
+        times: dict[int, list[float]] = {k: [] for k in sizes}
+        order = list(sizes)
+        for _ in range(rounds):
+            order = order[1::2] + order[0::2][::-1]
+            for k in order:
+                t0 = time.perf_counter()
+                self.model.forward(torch.zeros(k, dtype=torch.long), torch.arange(context, context + k),
+                                   [SeqInput(cache, k)], torch.arange(k))
+                times[k].append(time.perf_counter() - t0)
+        # one row runs padded to ROW_MULTIPLE rows: it costs what the smallest size does
+        first = float(np.median(times[sizes[0]]))
+        return {1: 1.0, **{k: float(np.median(times[k])) / first for k in sizes}}
 
     @property
     def max_seq_len(self) -> int:

@@ -108,6 +108,8 @@ class AsyncEngine:
         self.max_in_flight = max_in_flight
         self.token_timeout, self.e2e_timeout = token_timeout, e2e_timeout
         self.metrics = metrics
+        if metrics is not None:
+            metrics.watch_cost(lambda: engine.cost_info(measure=False))
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._streams: dict[str, RequestStream] = {}      # event-loop side only
         self._sequences = 0                               # sum of the streams' n

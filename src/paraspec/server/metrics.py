@@ -7,7 +7,10 @@ plain decoding scores exactly 1.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..sequence import SequenceUpdate
@@ -18,6 +21,38 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2,
                  0.3, 0.5, 1.0, 2.5)
 _ACCEPTED_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 64)
+
+
+class _CostCollector:
+    """The forward-cost curve drafts are priced by, read at scrape time (its age is then's)."""
+
+    def __init__(self, source: Callable[[], dict | None]):
+        self.source = source
+
+    def describe(self):
+        return []            # nothing collected at registration: the engine may not have probed yet
+
+    def collect(self):
+        info = self.source()
+        if not info:
+            return
+        curve = GaugeMetricFamily(f"{PREFIX}_forward_cost", "t(k)/t(1): a forward of k query rows over one "
+                                  "row's, as drafts are priced now (probed, refreshed by the engine's own steps)",
+                                  labels=["rows"])
+        for k, v in info.get("t_k_over_t_1", {}).items():
+            curve.add_metric([str(k)], float(v))
+        yield curve
+        yield GaugeMetricFamily(f"{PREFIX}_forward_cost_age_seconds",
+                                "Seconds since the forward-cost curve was probed or last refreshed",
+                                value=float(info.get("age_s", 0.0)))
+        yield GaugeMetricFamily(f"{PREFIX}_forward_cost_samples",
+                                "Paired steps (k rows against one row at equal context) that refreshed the curve",
+                                value=float(info.get("samples", 0)))
+        yield GaugeMetricFamily(f"{PREFIX}_forward_cost_refreshes", "Times the curve was refreshed",
+                                value=float(info.get("refreshes", 0)))
+        yield GaugeMetricFamily(f"{PREFIX}_forward_cost_pinned",
+                                "1 where the curve is pinned (PARASPEC_FORWARD_COST or set by hand): never refreshed",
+                                value=float(bool(info.get("pinned"))))
 
 
 class ServingMetrics:
@@ -35,6 +70,9 @@ class ServingMetrics:
                                     registry=r)
         self.accepted_draft_tokens = Counter(f"{p}_accepted_draft_tokens",
                                              "Draft tokens accepted (finished sequences)", registry=r)
+        self.no_draft_steps = Counter(f"{p}_no_draft_steps", "Decode steps of a drafting sequence that verified "
+                                      "no draft, by why (gate_closed, no_match, rows_too_dear, no_room; finished "
+                                      "sequences)", ["reason"], registry=r)
         self.accepted_per_step = Histogram(f"{p}_accepted_tokens_per_step",
                                            "Tokens one decode step emitted for one sequence (drafts + bonus)",
                                            buckets=_ACCEPTED_BUCKETS, registry=r)
@@ -62,9 +100,15 @@ class ServingMetrics:
         if final_stats is not None:
             self.draft_tokens.inc(final_stats.get("draft_tokens", 0))
             self.accepted_draft_tokens.inc(final_stats.get("accepted_draft_tokens", 0))
+            for reason, steps in final_stats.get("no_draft_steps", {}).items():
+                self.no_draft_steps.labels(reason).inc(steps)
             generated = final_stats.get("generated_tokens", 0)
             if generated > 1 and final_stats.get("decode_s", 0) > 0:
                 self.tpot.observe(final_stats["decode_s"] / (generated - 1))
+
+    def watch_cost(self, source: Callable[[], dict | None]) -> None:
+        """Export the engine's forward-cost curve (Engine.cost_info(measure=False)) on every scrape."""
+        self.registry.register(_CostCollector(source))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
