@@ -1,8 +1,6 @@
 """The task sets by name: offline, deterministic, within budget, mixed picks and --quick's cheap picks."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from paraspec.bench.task import MAX_PROMPT_CHARS, PROMPT_TOKEN_BUDGET
@@ -12,11 +10,8 @@ pytestmark = pytest.mark.usefixtures("no_network")
 
 
 @pytest.mark.parametrize("name", TASK_SETS)
-def test_every_set_loads_offline_fast_and_well_formed(name):
-    start = time.perf_counter()
-    tasks = load_task_set(name)
-    # The bound is loose for busy CI machines; a loader takes well under a second on its own.
-    assert time.perf_counter() - start < 5
+def test_every_set_loads_offline_and_well_formed(name):
+    tasks = load_task_set(name)          # offline: no_network (a loader's speed is no test's business)
     assert len(tasks) >= 16
     assert len({t.task_id for t in tasks}) == len(tasks)
     for t in tasks:

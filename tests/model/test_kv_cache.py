@@ -93,12 +93,33 @@ def test_row_invariance_tree_verify_equals_autoregressive_bit_for_bit(tiny_model
         tree = _random_tree(rng, min(rng.choice([3, 8, 15, 30]), max_draft_rows(verify_cache)), V)
         q = build_query(root, P, Proposal(tree))
         out = model.forward(torch.tensor(q.tokens), torch.tensor(q.positions), [SeqInput(verify_cache, len(q.tokens), q.mask)])
+        ar = _ar_steps_along(model, ar_cache, P, root, tree)
+        assert sorted(ar) == list(range(len(tree)))
         for node in range(len(tree)):
-            ar_cache.truncate(P)
-            for j, t in enumerate([root] + [tree.tokens[n] for n in tree.path_to(node)]):
-                step = model.forward(torch.tensor([t]), torch.tensor([P + j]), [SeqInput(ar_cache, 1)])
-                ar_cache.commit([0])
-            assert torch.equal(step[0], out[node + 1]), f"trial {trial} node {node}"
+            assert torch.equal(ar[node], out[node + 1]), f"trial {trial} node {node}"
+
+
+def _ar_steps_along(model, cache, P: int, root: int, tree: DraftTree) -> dict[int, torch.Tensor]:
+    """Each node's logits from one-token autoregressive steps along its path (root first, at P).
+    The tree is walked depth first with the cache cut back to the node's parent's path, so each
+    node's step runs once, on a cache holding exactly its ancestors (as feeding the path anew
+    would; tree.path_to(node) is that path), not once per descendant."""
+    children: dict[int, list[int]] = {}
+    for n, p in enumerate(tree.parents):
+        children.setdefault(p, []).append(n)
+    cache.truncate(P)
+    model.forward(torch.tensor([root]), torch.tensor([P]), [SeqInput(cache, 1)])
+    cache.commit([0])
+    out, stack = {}, [(n, 1) for n in reversed(children.get(-1, []))]
+    while stack:
+        node, depth = stack.pop()
+        assert depth == len(tree.path_to(node))
+        cache.truncate(P + depth)           # root + the node's ancestors
+        step = model.forward(torch.tensor([tree.tokens[node]]), torch.tensor([P + depth]), [SeqInput(cache, 1)])
+        cache.commit([0])
+        out[node] = step[0]
+        stack += [(c, depth + 1) for c in reversed(children.get(node, []))]
+    return out
 
 
 def test_batched_sequences_are_independent(tiny_model_dir, attention_path):

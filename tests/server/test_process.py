@@ -1,6 +1,7 @@
 """`paraspec serve` as a process: address errors before the model loads, and SIGTERM always exits."""
 from __future__ import annotations
 
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,27 +31,49 @@ def _serve(model_dir, *argv: str) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.fixture(scope="module")
+def unloadable_model_dir(model_dir, tmp_path_factory):
+    """model_dir with its weights files garbled: its config reads, its load fails."""
+    out = tmp_path_factory.mktemp("unloadable") / "model"
+    shutil.copytree(model_dir, out)
+    weights = [p for p in out.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".gguf")]
+    assert weights
+    for p in weights:
+        p.write_bytes(b"not weights")
+    return out
+
+
 @pytest.mark.parametrize("host, says", [(None, "another process is listening there"),
                                         ("192.0.2.1", "not an address of this machine")])
-def test_an_address_it_cannot_listen_on_is_refused_before_the_model_loads(model_dir, host, says):
+def test_an_address_it_cannot_listen_on_is_refused_before_the_model_loads(unloadable_model_dir, host, says):
+    """The model's weights are garbage: the address's error, not the load's, proves the order."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        t0 = time.monotonic()
-        proc = _serve(model_dir, "--port", str(port), *(["--host", host] if host else []))
-        _, err = proc.communicate(timeout=60)
-        took = time.monotonic() - t0
+        proc = _serve(unloadable_model_dir, "--port", str(port), *(["--host", host] if host else []))
+        _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("paraspec: error: cannot listen on") and says in lines[0], err
-    assert took < 10          # no model load (python + the config only)
+
+
+def test_the_unloadable_model_does_fail_its_load(unloadable_model_dir):
+    """(So the test above would see a load error, were the model loaded before the address check.)"""
+    proc = _serve(unloadable_model_dir, "--port", str(_free_port()))
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("serve started on garbled weights")
+    assert proc.returncode != 0 and "cannot listen" not in err, err
 
 
 @pytest.mark.slow
 def test_sigterm_always_exits_within_the_grace_period(model_dir):
-    """20 starts, each sent SIGTERM at another moment: during the load, the startup, and serving."""
-    for i in range(20):
+    """10 starts, each sent SIGTERM at another moment: during the imports, the load, the startup
+    (0-6.4 s in), and serving (0-0.8 s after it answers)."""
+    for i in range(10):
         port = _free_port()
         proc = _serve(model_dir, "--port", str(port))
         url = f"http://127.0.0.1:{port}/health"
@@ -64,16 +87,14 @@ def test_sigterm_always_exits_within_the_grace_period(model_dir):
                     pass
                 assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
                 time.sleep(0.05)
-            time.sleep(0.1 * (i // 2))
+            time.sleep(0.2 * (i // 2))
         else:          # even tries: a moment during the imports, the load or the startup
-            time.sleep(0.4 * i)
-        t0 = time.monotonic()
+            time.sleep(0.8 * i)
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=SHUTDOWN_GRACE_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             pytest.fail(f"try {i}: still running {SHUTDOWN_GRACE_S} s after SIGTERM")
-        assert time.monotonic() - t0 < 10, f"try {i}"
         assert proc.returncode in (0, -signal.SIGTERM), (i, proc.returncode, proc.stderr.read()[-2000:])
         proc.stderr.close()
