@@ -168,3 +168,14 @@ def test_long_prompt_parallel_decoding_identical(prompt_models, kernels, quant, 
     integer = llm.runner.prefill(llm.runner.new_cache(200), PROMPT)
     assert not torch.equal(dense, integer)                       # the two roads really differ
     assert (dense - integer).abs().max() < 0.05 * integer.abs().max()
+
+
+def test_one_pass_prompts_stay_on_the_kernel_without_an_int8_dot():
+    """Where the GGUF loop has no int8 dot (plain AVX2) and runs one activation pass, the dense
+    road's fp32 FMAs are slower than the integer kernel at every chunk size: no threshold."""
+    from paraspec.model.kernels import Kernels
+    plain = Kernels("avx2", object(), "avx2")
+    vnni = Kernels("avx512", object(), "vnni512")
+    assert ggml.prompt_rows(plain, 1) == ggml.NEVER
+    assert ggml.prompt_rows(plain, 2) == ggml.PROMPT_ROWS[""]
+    assert ggml.prompt_rows(vnni, 1) == ggml.prompt_rows(vnni, 2) == ggml.PROMPT_ROWS["vnni512"]

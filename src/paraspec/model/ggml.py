@@ -65,10 +65,16 @@ DENSE_KINDS = tuple(FORMATS)             # the formats csrc/gguf_dequant.h write
 # a cost per row, so where rows are cheap (AMX tiles) the kernel wins taller chunks; on AVX2 the
 # dense road multiplies in fp32 and hardly ever wins (benchmarks/prefill.py --roads measures both).
 PROMPT_ROWS = {"amx": 128, "vnni512": 80, "": 256}
+# ... except with one activation pass on kernels without an int8 dot instruction: there the dense
+# road's fp32 FMAs lost to the integer kernel at every chunk size (AVX2, 1 thread: 0.31x its time
+# at 64 rows, 0.71x at 256; docs/verify-cost-breakdown.md), so prompts stay on the kernel.
+NEVER = 1 << 62
 
 
-def prompt_rows(kernels: Kernels) -> int:
+def prompt_rows(kernels: Kernels, passes: int = 2) -> int:
     """The row count from which a prompt chunk takes the dense road on these kernels."""
+    if passes == 1 and not kernels.int8_dot:
+        return NEVER
     return PROMPT_ROWS.get(kernels.w8a8_variant, PROMPT_ROWS[""])
 
 
@@ -284,14 +290,14 @@ class GGUFLinear:
             self.sub = None if u.sub is None else u.sub.t().contiguous()
 
     def __call__(self, x: torch.Tensor, prompt: bool = False) -> torch.Tensor:
-        if prompt and self.dense and x.shape[0] >= prompt_rows(self.kernels):
+        if prompt and self.dense and x.shape[0] >= prompt_rows(self.kernels, self.passes):
             return self._dense(x)
         return self._run(x, None, 0.0)
 
     def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, prompt: bool = False) -> torch.Tensor:
         """self(rms_norm(x, norm_weight, eps)), the norm fused into the activation quantisation
         (block quantisation is invariant to a per-row factor: 1/rms scales each dx)."""
-        if prompt and self.dense and x.shape[0] >= prompt_rows(self.kernels):
+        if prompt and self.dense and x.shape[0] >= prompt_rows(self.kernels, self.passes):
             return self._dense(F.rms_norm(x.float(), norm_weight.shape, norm_weight.float(), eps))
         return self._run(x, norm_weight.float(), eps)
 

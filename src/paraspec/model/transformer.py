@@ -210,8 +210,11 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
 
 # Prompt chunks shorter than PROMPT_ATTENTION_ROWS over at most PROMPT_ATTENTION_KEYS keys attend
 # through the csrc kernel (forward): torch's per-layer op overhead dominates a short chunk; taller
-# chunks or longer caches are faster in torch (benchmarks/prefill.py --attention-roads).
+# chunks or longer caches are faster in torch (benchmarks/prefill.py --attention-roads). On the
+# AVX2 kernels, against torch's AVX2 matmuls, the kernel was faster at every chunk height up to
+# 256 rows after 0-768 keys (0.80-0.98x torch's time, 1 thread): any height there.
 PROMPT_ATTENTION_ROWS = 64
+PROMPT_ATTENTION_ROWS_AVX2 = 1 << 30
 PROMPT_ATTENTION_KEYS = 1024
 PROMPT_BLOCK = 64   # query rows per block of prompt_attention: a block's scores stay in cache
 
@@ -338,7 +341,8 @@ class Transformer:
                 raise ValueError(f"tree_mask has shape {tuple(s.tree_mask.shape)}; it must cover the "
                                  f"{s.num_tokens} new rows and the slots from {s.start} to the last new one")
         n_tokens = tokens.shape[0]
-        short = prompt and n_tokens < PROMPT_ATTENTION_ROWS and all(  # short chunks: the csrc kernel
+        tall = PROMPT_ATTENTION_ROWS_AVX2 if self.kernels.name == "avx2" else PROMPT_ATTENTION_ROWS
+        short = prompt and n_tokens < tall and all(  # short chunks: the csrc kernel
             s.cache.length + s.num_tokens <= PROMPT_ATTENTION_KEYS for s in seqs)
         kernel = self.kernels.rope_attention if not prompt or short else None
         group = n_heads // n_kv

@@ -116,7 +116,7 @@ constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB; whole sup
 // contiguous share of the weights. A single row tile walks each panel once; with more, each
 // chunk of blocks is run by every tile while it sits in L1, so the weights leave DRAM once per
 // call. A variant with a wide loop (AMX tiles: gguf_amx.h; AVX2: gguf_wide.h) runs row blocks
-// of its min_rows[fmt] sub-rows or more on it instead (where it has the format). xm: the float
+// of its min_rows[P - 1][fmt] sub-rows or more on it instead (where it has the format). xm: the float
 // step's row term dx * float(xs) (with P = 2: dx1 * float(256 xs_0 + xs_1) at the row's second
 // sub-row), once per call. Each row's float sums land at its first sub-row's place in acc:
 // 32 * min(M, kGgufRowBlock) floats.
@@ -125,7 +125,7 @@ inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, c
                         const uint8_t* wp, const float* bias, float* y, int64_t N, float* acc) {
   const int64_t B = K / 32, K4 = K / 4, pb = gguf_panel_bytes(fmt, B), R = loop.rows[P - 1][fmt];
   const int32_t* xw = reinterpret_cast<const int32_t*>(xq);  // 4 features as one dword
-  const GgufWide* w = loop.wide && M >= loop.wide->min_rows[fmt] && loop.wide->fn[P - 1][fmt] ? loop.wide : nullptr;
+  const GgufWide* w = loop.wide && M >= loop.wide->min_rows[P - 1][fmt] && loop.wide->fn[P - 1][fmt] ? loop.wide : nullptr;
   if (w && w->begin) w->begin();
   for (int64_t r0 = 0; r0 < M; r0 += kGgufRowBlock) {
     const int64_t r1 = std::min(r0 + kGgufRowBlock, M);
@@ -136,7 +136,7 @@ inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, c
     for (int64_t p = p0; p < p1; ++p) {
       const uint8_t* panel = wp + p * pb;
       std::memset(acc, 0, sizeof(float) * 32 * (r1 - r0));
-      if (w && r1 - r0 >= w->min_rows[fmt]) {  // the same bits as the tiles below
+      if (w && r1 - r0 >= w->min_rows[P - 1][fmt]) {  // the same bits as the tiles below
         w->fn[P - 1][fmt](panel, B, xq + r0 * K, K, dx + r0 * B, xs + r0 * B, xh + r0 * B, xm + r0 * B, r1 - r0, acc);
       } else {
         for (int64_t b0 = 0; b0 < B; b0 += chunk) {

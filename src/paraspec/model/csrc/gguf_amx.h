@@ -177,12 +177,13 @@ void panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const f
 
 #undef AMX_SUMS16
 
-constexpr GgufWide kGgufAmx = {{kGgufAmxRows[0], kGgufAmxRows[1], kGgufAmxRows[2], kGgufAmxRows[3], kGgufAmxRows[4],
-                                kGgufAmxRows[5]},
+#define AMX_ROWS {kGgufAmxRows[0], kGgufAmxRows[1], kGgufAmxRows[2], kGgufAmxRows[3], kGgufAmxRows[4], kGgufAmxRows[5]}
+constexpr GgufWide kGgufAmx = {{AMX_ROWS, AMX_ROWS},
                                begin, end,
                                {{panel<kQ4_0, 1>, panel<kQ4_1, 1>, panel<kQ8_0, 1>, panel<kQ5_0, 1>, panel<kQ4_K, 1>, nullptr},
                                 {panel<kQ4_0, 2>, panel<kQ4_1, 2>, panel<kQ8_0, 2>, panel<kQ5_0, 2>, panel<kQ4_K, 2>, nullptr}}};
 
+#undef AMX_ROWS
 }  // namespace amx
 }  // namespace isa
 #pragma GCC pop_options

@@ -196,16 +196,19 @@ void wide_panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, co
   }
 }
 
-// From 3 sub-rows (2 are one gguf_loop.h tile, which streams the weights once without a
-// buffer), for the formats GOp::wide_formats(P) names: where the wide tiles were not faster than
-// gguf_loop.h's here (measured), that loop keeps them.
+// From GOp::wide_min_rows(P) sub-rows (2 are one gguf_loop.h tile, which streams the weights once
+// without a buffer), for the formats GOp::wide_formats(P) names: where the wide tiles were not
+// faster than gguf_loop.h's here (measured), that loop keeps them.
 template <int FMT, int P>
 constexpr GgufWideFn wide_fn() {
   return GOp::wide_formats(P) >> FMT & 1 ? wide_panel<FMT, P> : nullptr;
 }
 #define PS_WIDE(P) {wide_fn<kQ4_0, P>(), wide_fn<kQ4_1, P>(), wide_fn<kQ8_0, P>(), wide_fn<kQ5_0, P>(), \
                     wide_fn<kQ4_K, P>(), wide_fn<kQ6_K, P>()}
-constexpr GgufWide kGgufWide = {{3, 3, 3, 3, 3, 3}, nullptr, nullptr, {PS_WIDE(1), PS_WIDE(2)}};
+#define PS_MIN(P) {GOp::wide_min_rows(P), GOp::wide_min_rows(P), GOp::wide_min_rows(P), GOp::wide_min_rows(P), \
+                   GOp::wide_min_rows(P), GOp::wide_min_rows(P)}
+constexpr GgufWide kGgufWide = {{PS_MIN(1), PS_MIN(2)}, nullptr, nullptr, {PS_WIDE(1), PS_WIDE(2)}};
+#undef PS_MIN
 #undef PS_WIDE
 constexpr GgufLoop kGgufWideLoop = [] {
   GgufLoop l = kGgufLoop;

@@ -257,11 +257,13 @@ struct GOp : Ymm8x4 {
   static constexpr int kQ8Offset = 0;
   static constexpr bool kPairs16 = true;  // gguf_wide.h sums Q4 / Q5 / Q6 products in int16 groups
   // the formats gguf_wide.h runs (bit per GgufFormat): not Q8_0, whose 4 instructions per step
-  // (vpsignb, vpmaddubsw, vpmaddwd, vpaddd) are the same either way, and no faster there. With
-  // one pass none: a kRows tile then holds two whole rows, and unpacking each step again per
-  // tile from L1 beat the unpacked buffer at every row count from 3 to 16 (3 rows 0.7x, 8 rows
-  // 0.8x, 16 rows 0.93x the wide tiles' forward; docs/verify-cost-breakdown.md)
-  static constexpr int wide_formats(int P) { return P == 1 ? 0 : 0b111011; }
+  // (vpsignb, vpmaddubsw, vpmaddwd, vpaddd) are the same either way, and no faster there; and
+  // from how many sub-rows. With one pass a kRows tile holds two whole rows, and unpacking each
+  // step again per tile from L1 beat the unpacked buffer at every verify size from 3 to 16 rows
+  // (3 rows 0.7x, 8 rows 0.8x, 16 rows 0.93x the wide tiles' forward), but not a prompt chunk's
+  // 64-row blocks (wide: 0.75x the loop's time at 256 rows); docs/verify-cost-breakdown.md
+  static constexpr int wide_formats(int) { return 0b111011; }
+  static constexpr int64_t wide_min_rows(int P) { return P == 1 ? 64 : 3; }
   static void load_q8(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
     w0 = load_w(reinterpret_cast<const int8_t*>(p)), w1 = load_w(reinterpret_cast<const int8_t*>(p + 32));
     w2 = load_w(reinterpret_cast<const int8_t*>(p + 64)), w3 = load_w(reinterpret_cast<const int8_t*>(p + 96));
@@ -314,6 +316,7 @@ struct GOp : Ymm8x4 {
   // the formats gguf_wide.h runs: Q4_0, Q5_0, Q4_K, Q6_K. With one vpdpbusd per step Q4_1 and
   // Q8_0 were no faster on its tiles here (sub-rows 4-32, measured), and slower up to 8.
   static constexpr int wide_formats(int) { return 0b111001; }
+  static constexpr int64_t wide_min_rows(int) { return 3; }
   static void load_q8(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
     const __m256i flip = _mm256_set1_epi8(-128);
     w0 = _mm256_xor_si256(load_w(reinterpret_cast<const int8_t*>(p)), flip);

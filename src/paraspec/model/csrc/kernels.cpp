@@ -53,7 +53,7 @@ using GgufFn = void (*)(const uint8_t*, int64_t, int64_t, const int32_t*, int64_
 using GgufWideFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const float*, const int32_t*,
                             const int32_t*, const float*, int64_t, float*);
 struct GgufWide {
-  int64_t min_rows[kGgufFormats];  // per format, sub-rows from which a row block runs on it (fewer: the kRows tiles)
+  int64_t min_rows[2][kGgufFormats];  // per pass count P - 1 and format, sub-rows from which a row block runs on it (fewer: the kRows tiles)
   void (*begin)();
   void (*end)();
   GgufWideFn fn[2][kGgufFormats];  // per pass count P - 1
@@ -61,7 +61,7 @@ struct GgufWide {
 struct GgufLoop {
   int rows[2][kGgufFormats];  // sub-rows per register tile, per pass count P - 1 and format
   GgufFn fn[2][kGgufFormats][9];  // per pass count P - 1 (P = 2: even sub-row counts only)
-  const GgufWide* wide = nullptr;  // calls of wide->min_rows[format] sub-rows or more
+  const GgufWide* wide = nullptr;  // calls of wide->min_rows[P - 1][format] sub-rows or more
 };
 constexpr int64_t kPrefetch = 8192;  // bytes ahead in the weight stream
 
