@@ -4,7 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
-PROMPT ?= Here is a Python function:\n\ndef mean(xs):\n    return sum(xs) / len(xs)\n\nRewrite it with type hints and a docstring, keeping the same logic.
+# a copy-heavy request (the answer repeats most of the prompt), as parallel decoding is for
+PROMPT ?= Add type hints to this Python function. Keep the code exactly the same otherwise.\n\ndef moving_average(values, window):\n    if window <= 0:\n        raise ValueError(\"window must be positive\")\n    result = []\n    total = 0.0\n    for i, value in enumerate(values):\n        total += value\n        if i >= window:\n            total -= values[i - window]\n        if i >= window - 1:\n            result.append(total / window)\n    return result\n
 
 .PHONY: install demo test test-fast test-ray test-browser bench bench-quick peers clean
 
@@ -24,8 +25,10 @@ $(STAMP): pyproject.toml setup.py Makefile $(wildcard src/paraspec/model/csrc/*.
 
 install: $(STAMP)
 
+# parallel decoding of PROMPT, then the same prompt decoded plainly in the same engine (before and
+# after): tokens/step, both tok/s, the speedup over AR and whether the tokens are the same
 demo: install
-	$(VENV)/bin/paraspec generate --chat --max-new-tokens 160 --plugin memory_decoding "$$(printf '$(PROMPT)')"
+	$(VENV)/bin/paraspec generate --chat --max-new-tokens 200 --plugin memory_decoding --compare-ar "$$(printf '$(PROMPT)')"
 
 test: install
 	$(PY) -m pytest -q -m "not ray"

@@ -30,6 +30,9 @@ def add_parser(sub) -> None:
     g.add_argument("--ignore-eos", action="store_true")
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     g.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, finish_reason, stats")
+    g.add_argument("--compare-ar", action="store_true",
+                   help="also run the same prompt with plain (autoregressive) decoding in the same engine, "
+                        "before and after: both tok/s, the speedup and whether the tokens are the same")
     g.add_argument("--trie-file", default=None, help="memory_decoding, hybrid: load the drafting memory (trie, past outputs) from / "
                    "save it to this file")
     g.set_defaults(func=generate_main)
@@ -58,18 +61,57 @@ def generate_main(args: argparse.Namespace) -> int:
     keeps_memory = llm.drafter is not None and llm.drafter.trie is not None
     if args.trie_file and keeps_memory and os.path.exists(args.trie_file):
         llm.load_memory(args.trie_file)
-    if args.chat:
-        out = llm.chat([{"role": "user", "content": prompt}], params)[0]
-    else:
-        out = llm.generate(prompt, params)[0]
+    def run():
+        if args.chat:
+            return llm.chat([{"role": "user", "content": prompt}], params)[0]
+        return llm.generate(prompt, params)[0]
+    def run_ar():            # plain decoding: nothing drafts, nothing is remembered
+        drafter, llm.engine.default_drafter = llm.engine.default_drafter, None
+        try:
+            return run()
+        finally:
+            llm.engine.default_drafter = drafter
+    # --compare-ar: plain decoding before and after, the faster of the two its figure (on a busy
+    # machine the parallel run is not flattered by a slow moment of AR's)
+    ars = [run_ar()] if args.compare_ar else []
+    out = run()
     if args.trie_file and keeps_memory:
         llm.save_memory(args.trie_file)
+    if ars:
+        ars.append(run_ar())
+    ar = max(ars, key=lambda r: r.stats["tokens_per_s"]) if ars else None
+    comparison = _comparison(out, ars, params) if ar is not None else None
     if args.json:
-        print(json.dumps({"text": out.text, "token_ids": out.token_ids, "finish_reason": out.finish_reason,
-                          "stats": out.stats}))
-    else:
-        print(out.text)
-        s = out.stats
-        print(f"[{s['generated_tokens']} tokens, {s['tokens_per_s']:.1f} tok/s decode, ttft {s['ttft_s'] * 1e3:.0f} ms, "
-              f"{s['mean_accepted_tokens_per_step']:.2f} tokens/step]", file=sys.stderr)
+        result = {"text": out.text, "token_ids": out.token_ids, "finish_reason": out.finish_reason, "stats": out.stats}
+        if comparison is not None:
+            result["ar"] = {"stats": ar.stats, **comparison}
+        print(json.dumps(result))
+        return 0
+    print(out.text)
+    s = out.stats
+    print(f"[{s['generated_tokens']} tokens, {s['tokens_per_s']:.1f} tok/s decode, ttft {s['ttft_s'] * 1e3:.0f} ms, "
+          f"{s['mean_accepted_tokens_per_step']:.2f} tokens/step]", file=sys.stderr)
+    if s.get("no_draft_steps"):      # why the steps without a draft had none (decoding/stats.py)
+        reasons = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in s["no_draft_steps"].items())
+        print(f"[{sum(s['no_draft_steps'].values())} of {s['decode_steps']} steps without a draft: {reasons}]",
+              file=sys.stderr)
+    if comparison is not None:
+        a = ar.stats
+        same = {True: ", the same tokens", False: ", DIFFERENT tokens", None: ""}[comparison["same_tokens"]]
+        speedup = comparison["speedup_over_ar"]
+        print(f"[plain decoding, same engine (best of 2 runs, before and after): {a['generated_tokens']} tokens, "
+              f"{a['tokens_per_s']:.1f} tok/s decode, "
+              f"{a['mean_accepted_tokens_per_step']:.2f} tokens/step; parallel decoding "
+              f"{'%.2fx' % speedup if speedup else '-'} AR{same}]", file=sys.stderr)
     return 0
+
+
+def _comparison(out, ars: list, params: SamplingParams) -> dict:
+    """Parallel decoding's run against plain decoding's (the faster of its runs): decode tok/s over
+    AR's, and whether the tokens are the same (lossless: greedy or seeded runs must be; unseeded
+    sampling may differ)."""
+    exact = params.temperature == 0 or params.seed is not None
+    ar_rate = max(a.stats["tokens_per_s"] for a in ars)
+    return {"speedup_over_ar": round(out.stats["tokens_per_s"] / ar_rate, 3) if ar_rate > 0 else None,
+            "same_tokens": all(out.token_ids == a.token_ids for a in ars) if exact else None,
+            "ar_tokens_per_s": [a.stats["tokens_per_s"] for a in ars]}
