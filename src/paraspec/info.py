@@ -104,7 +104,7 @@ def measure_cost(model: str, kernels: Kernels) -> dict:
     return {"model": llm.model_name, "dtype": llm.config.dtype, "quantization": llm.config.quantization,
             "activation_passes": llm.model.activation_passes,
             "t_k_over_t_1": {str(k): round(v, 3) for k, v in llm.runner.forward_cost().items() if k in shown},
-            "probe_read": {str(k): round(v, 3) for k, v in (probe.measured.items() if probe else ()) if k in shown},
+            "probe_read": {str(k): round(v, 3) for k, v in (probe.measured.items() if probe else ())},
             "implausible_probe_sizes": info["implausible_probe_sizes"], "pinned": bool(info.get("pinned")),
             "age_s": info.get("age_s", 0.0), "refresh_samples": info.get("samples", 0)}
 
