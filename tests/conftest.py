@@ -33,6 +33,15 @@ def tiny_model_dir(tmp_path_factory):
     return make
 
 
+# The bundled model (SmolLM2-135M GGUF), one engine per numerics for the whole run: loading one is
+# seconds, and on an AVX2 core the fp32 and bf16 ones are the slowest engines of the suite.
+@pytest.fixture(scope="session")
+def bundled_llm_default():
+    """This CPU's default numerics (gguf on the compiled kernels; else kernels.default_numerics)."""
+    from paraspec import LLM
+    return LLM()
+
+
 @pytest.fixture(scope="session")
 def bundled_llm_fp32():
     from paraspec import LLM

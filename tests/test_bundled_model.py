@@ -41,15 +41,17 @@ def test_tokenizer_and_chat_template_match_transformers(bundled_llm_fp32, hf_ref
     assert tok.encode_chat(msgs) == list(ref)
 
 
-def test_fp32_greedy_32_tokens_identical_to_transformers(bundled_llm_fp32, hf_reference):
+def test_fp32_greedy_24_tokens_identical_to_transformers(bundled_llm_fp32, hf_reference):
+    """Code, and a chat-template prompt: 24 greedy tokens each (an fp32 step of both engines is
+    the slow kind on an AVX2 core; e2e/test_lossless.py runs the long outputs, AR against drafts)."""
     hf_tok, model = hf_reference
-    for text in TEXTS[:2] + TEXTS[3:]:
+    for text in (TEXTS[0], TEXTS[3]):
         ids = hf_tok(text, return_tensors="pt").input_ids
         with torch.no_grad():
-            ref = model.generate(ids, max_new_tokens=32, do_sample=False)[0, ids.shape[1]:].tolist()
+            ref = model.generate(ids, max_new_tokens=24, do_sample=False)[0, ids.shape[1]:].tolist()
         eos = sorted(bundled_llm_fp32.tokenizer.eos_token_ids)
         ref = ref[: min([ref.index(e) + 1 for e in eos if e in ref] + [len(ref)])]   # up to and including EOS
-        out = bundled_llm_fp32.generate(text, SamplingParams(temperature=0, max_tokens=32))[0]
+        out = bundled_llm_fp32.generate(text, SamplingParams(temperature=0, max_tokens=24))[0]
         assert out.token_ids == ref and len(ref) >= 5
 
 

@@ -144,13 +144,15 @@ def test_with_close_drafts_the_blocks_end_below_each_branch_end():
 def test_trained_adapter_same_answers_fewer_forwards():
     """The committed LoRA adapter (merged, as `paraspec aspd eval` runs it) on held-out tasks: with
     branch drafts every answer has the same ids and text as ASPD without drafts and as without
-    branch drafts, in fewer forwards. Each variant has its own engine (its own trie)."""
+    branch drafts, in fewer forwards. Each variant has its own engine (its own trie). Three tasks,
+    128 tokens: three runs of each are the suite's longest decode (the tiny-model tests above run
+    the branch drafts' every case; this one, the trained model's real blocks)."""
     from paraspec import LLM
     from paraspec.aspd.paths import ADAPTER_DIR, EXPORT_DIR
     from paraspec.aspd.evaluate import ASPD, ASPD_DRAFTS, heldout, model_folder
     folder = str(model_folder("aspd", ADAPTER_DIR, EXPORT_DIR))
-    params = SamplingParams(temperature=0, max_tokens=200)
-    chats = [[{"role": "user", "content": e.prompt}] for e in heldout()[:6]]
+    params = SamplingParams(temperature=0, max_tokens=128)
+    chats = [[{"role": "user", "content": e.prompt}] for e in heldout()[:3]]
     first, second = LLM(folder, plugin_params=ASPD), LLM(folder, plugin_params=ASPD)
     plain = [first.chat(c, params)[0] for c in chats]
     without = [first.chat(c, params, {**ASPD_DRAFTS, "branch_drafts": False})[0] for c in chats]
@@ -158,7 +160,7 @@ def test_trained_adapter_same_answers_fewer_forwards():
     for a, b, c in zip(plain, without, with_):
         assert a.outputs[0].token_ids == b.outputs[0].token_ids == c.outputs[0].token_ids
         assert a.outputs[0].text == b.outputs[0].text == c.outputs[0].text
-    assert sum(o.stats["aspd_blocks"] for o in plain) >= 5
+    assert sum(o.stats["aspd_blocks"] for o in plain) >= 3, [o.stats["aspd_blocks"] for o in plain]
     assert sum(o.stats["aspd_branch_accepted_tokens"] for o in with_) > 0
     assert sum(o.stats["forward_passes"] for o in with_) < sum(o.stats["forward_passes"] for o in without)
 

@@ -159,9 +159,11 @@ def test_gguf_llm_parallel_decoding_identical(tiny_gguf, kernels):
     llm = LLM(str(tiny_gguf("Q4_1")), quantization="gguf", kernels=kernels.label)
     assert llm.config.quantization == "gguf"
     prompts = ["hello world", "aaaa bbbb aaaa bbbb aaaa", "1, 2, 3, 4,"]
+    if kernels.module is None:     # the torch reference of the integer steps is slow: two prompts
+        prompts = prompts[:2]
     params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
     ar = llm.generate(prompts, params)
-    for plugin in PLUGINS if kernels.module is not None else PLUGINS[:1]:   # torch: slow, one suffices
+    for plugin in PLUGINS if kernels.module is not None else PLUGINS[:1]:   # torch: one drafter suffices
         assert [o.token_ids for o in llm.generate(prompts, params, plugin_params=plugin)] == [o.token_ids for o in ar]
     llm.engine.default_drafter = RandomTreeDrafter(llm.model.args.vocab_size, 9, seed=3)
     assert [o.token_ids for o in llm.generate(prompts, params)] == [o.token_ids for o in ar]

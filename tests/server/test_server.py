@@ -385,7 +385,9 @@ def test_timeout_is_504_and_frees_the_request(slow_server):
     t0 = time.monotonic()
     r = slow_server.http.post("/v1/completions", json={"prompt": "x", "max_tokens": 100, "ignore_eos": True})
     assert r.status_code == 504 and r.json()["error"]["type"] == "timeout_error"
-    assert 1.5 < time.monotonic() - t0 < 8            # e2eTimeout = 2 s, not the 10 s the request needs
+    # e2eTimeout = 2 s: not before it (a slow core only adds); the 504 says it came before the 10 s
+    # the request needs, so no upper bound on the clock
+    assert time.monotonic() - t0 > 1.5
     slow_server.wait_idle()
 
 
@@ -436,15 +438,18 @@ def test_metrics_parse(server):
 # ------------------------------------------------------------------------------------ the default model
 
 @pytest.mark.slow
-def test_default_serve_with_bundled_model():
-    """`paraspec serve` with no config: the bundled SmolLM2 with memory_decoding on, on 127.0.0.1."""
+def test_default_serve_with_bundled_model(bundled_llm_default):
+    """`paraspec serve` with no config: the bundled SmolLM2 in this CPU's default numerics with
+    memory_decoding on, on 127.0.0.1; its answer is offline AR's (the run's shared engine)."""
     from paraspec.server.app import build_llm
 
     config = load_config(None)
     assert config.server.ip_address == "127.0.0.1" and config.plugin.plugin_type == "memory_decoding"
-    llm = build_llm(config, dtype="float32")
+    llm = build_llm(config)
+    assert (llm.config.dtype, llm.config.quantization, llm.kernels) == \
+        (bundled_llm_default.config.dtype, bundled_llm_default.config.quantization, bundled_llm_default.kernels)
     messages = [{"role": "user", "content": "Repeat exactly: the cat sat on the mat. the cat sat on the mat."}]
-    ref = LLM(dtype="float32").chat(messages, greedy(32))[0]
+    ref = bundled_llm_default.chat(messages, greedy(32))[0]
     with LiveServer(create_app(llm, config)) as s:
         r = s.client.chat.completions.create(model=s.client.models.list().data[0].id, messages=messages,
                                              max_tokens=32, temperature=0)
