@@ -97,18 +97,12 @@ class Engine:
 
     @property
     def cost(self) -> CostModel:
-        """The forward cost of k query rows relative to one, the same for every drafter of the
-        engine: probed on the first use, then refreshed from the engine's own batch-1 steps at
-        equal context (forward_cost.py)."""
+        """t(k)/t(1), the same for every drafter of the engine: probed on the first use, then
+        refreshed from the engine's own batch-1 steps at equal context (forward_cost.py)."""
         return self.forward_cost.get()
 
-    @property
-    def _cost(self) -> CostModel | None:
-        return self.forward_cost.model
-
-    @_cost.setter
-    def _cost(self, model: CostModel | None) -> None:      # set by hand (as tests do): pinned
-        self.forward_cost.pin(model)
+    # the curve as set: by hand (as tests do) it is pinned, never refreshed
+    _cost = property(lambda self: self.forward_cost.model, lambda self, model: self.forward_cost.pin(model))
 
     def cost_info(self, measure: bool = True) -> dict | None:
         """The curve, its age and evidence (ForwardCost.info: /metrics, `paraspec info`)."""
