@@ -10,7 +10,7 @@ import torch
 from .aspd.markup import MarkupIds
 from .config import DEFAULT_PREFILL_CHUNK, EngineConfig, parse_plugin_params
 from .decoding.memory_save import merge_memory_file, save_memory_file
-from .decoding.stats import sequence_stats
+from .sequence import sequence_stats
 from .engine import Engine
 from .outputs import TokenLogprob
 from .errors import ConfigError, RequestError

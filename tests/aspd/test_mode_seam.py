@@ -10,7 +10,7 @@ from drafters import OracleDrafter
 from paraspec import LLM, SamplingParams
 from paraspec.aspd.decode import AspdDecoder
 from paraspec.decoding.mode import ModePlugin
-from paraspec.decoding.stats import sequence_stats
+from paraspec.sequence import sequence_stats
 from paraspec.decoding.verify import build_query
 from paraspec.errors import RequestError
 from paraspec.model.tokenizer import IncrementalDetokenizer

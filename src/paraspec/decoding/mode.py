@@ -15,7 +15,7 @@ the points where a mode may differ from plain speculative decoding:
                 state.accept(seq, q, logits, forward_s) -> the tokens to emit, for a step it ran;
                 in the engine's own steps every token is state.draw(...) and a run of accepted
                 tokens ends early after a token where state.ends_run(token);
-  stats         state.stats(seq) -> extra figures for sequence_stats.
+  stats         state.stats(seq) -> extra figures for sequence.sequence_stats.
 
 The engine names no mode; a mode imports the engine's types, never the other way round.
 """

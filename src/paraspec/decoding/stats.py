@@ -5,12 +5,8 @@ draft tokens plus the bonus token, so plain decoding scores exactly 1.0.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ..sequence import SequenceState
 
 # Why a decode step verified no draft: counted per request (SpecStats.no_draft), so a request
 # that ran at 1.00 tokens/step says which of these held it there.
@@ -65,23 +61,3 @@ class SpecStats:
             "model_s": round(self.model_s, 6),
             "no_draft_steps": dict(sorted(self.no_draft.items())),
         }
-
-
-def sequence_stats(seq: SequenceState) -> dict:
-    """A finished (or running) sequence's figures: prompt/generated token counts, TTFT, decode
-    time and decode tokens/s (tokens after the first, over the time after the first), plus its
-    parallel decoding statistics."""
-    end = seq.finish_time or time.perf_counter()
-    first = seq.first_token_time or end
-    decode_s = end - first
-    after_first = max(len(seq.output) - 1, 0)
-    return {
-        "prompt_tokens": len(seq.prompt),
-        "generated_tokens": len(seq.output),
-        "ttft_s": round(first - seq.arrival, 6),
-        "decode_s": round(decode_s, 6),
-        "tokens_per_s": round(after_first / decode_s, 3) if decode_s > 0 else 0.0,
-        "forward_passes": seq.stats.decode_steps,     # decode forwards (prefill not counted)
-        **seq.stats.as_dict(),
-        **(seq.mode.stats(seq) if seq.mode is not None else {}),   # its decode mode's own figures
-    }

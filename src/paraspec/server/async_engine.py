@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..decoding.registry import PluginConfig
-from ..decoding.stats import sequence_stats
+from ..sequence import sequence_stats
 from ..engine import Engine
 from ..errors import ParaspecError, RequestError
 from ..sampling.params import SamplingParams
