@@ -1,12 +1,14 @@
 """Prefill (time to first token) on the default model: paraspec's prompt path, the row-invariant
 decode attention it replaced for prompts, and transformers' forward, same prompt and dtype, one run.
 
-    python benchmarks/prefill.py [--lengths 128,512,1024,2048] [--repeats 3] [--dtype bfloat16]
+    python benchmarks/prefill.py [--lengths 128,512,1024,2048] [--repeats 3] [--dtype auto] [--llamacpp]
 
 paraspec prefills in chunks of 512 tokens (ModelRunner.prefill_chunk); "row-invariant" runs the
 same chunks through forward(prompt=False), the fp64-sum attention that draft verification needs
 and a prompt does not. transformers: one forward over the prompt (use_cache=True), logits of the
-last position. Medians of --repeats runs, the three systems interleaved so drift hits all alike.
+last position. --llamacpp: llama.cpp (llama-cpp-python, the same GGUF file, the same tokens,
+--threads or torch's threads) evaluating the prompt, for TTFT beside the peer users would pick.
+Medians of --repeats runs, the systems interleaved so drift hits all alike.
 
     python benchmarks/prefill.py --roads [--model default] [--kernels avx512:amx] [--threads 2]
     python benchmarks/prefill.py --attention-roads [--model default]
@@ -39,12 +41,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lengths", default="128,512,1024,2048")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
+                    help="paraspec's numerics: auto (the default: the GGUF file's blocks where the kernels run them) "
+                         "or dense bf16 / fp32 weights; transformers runs bf16 for auto")
     ap.add_argument("--no-transformers", action="store_true")
+    ap.add_argument("--llamacpp", action="store_true", help="also llama.cpp's prompt evaluation on the same file")
     ap.add_argument("--roads", action="store_true", help="a chunk's linears: integer kernel vs dense, by chunk size")
     ap.add_argument("--attention-roads", action="store_true", help="a chunk's attention: csrc vs torch, by keys")
     ap.add_argument("--model", default="default", help="with --roads / --attention-roads: default, a path, q4_k_m...")
-    ap.add_argument("--kernels", default="auto", help="with --roads / --attention-roads: a kernel path label")
+    ap.add_argument("--kernels", default="auto", help="a kernel path label (avx2:avx2, ...)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = ap.parse_args()
     if args.threads:
@@ -59,14 +64,14 @@ def main() -> None:
     from paraspec.model.loader import default_model_path
     from paraspec.model.transformer import SeqInput
 
-    llm = LLM(dtype=args.dtype)
+    llm = LLM(kernels=args.kernels) if args.dtype == "auto" else LLM(dtype=args.dtype, quantization="none", kernels=args.kernels)
     runner, model = llm.runner, llm.model
     hf = None
     if not args.no_transformers:
         import transformers
         path = default_model_path()
         hf = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
-                                                               dtype=getattr(torch, args.dtype)).eval()
+                                                               dtype=getattr(torch, "bfloat16" if args.dtype == "auto" else args.dtype)).eval()
     gen = torch.Generator().manual_seed(0)
 
     def ours(ids: list[int]) -> float:
@@ -94,8 +99,19 @@ def main() -> None:
     systems = [("paraspec (prompt attention)", ours), ("paraspec, row-invariant attention", row_invariant)]
     if hf is not None:
         systems.append(("transformers forward", theirs))
+    if args.llamacpp:
+        from llama_cpp import Llama
+        peer = Llama(model_path=str(default_model_path()), n_ctx=max(int(x) for x in args.lengths.split(",")) + 64,
+                     n_threads=torch.get_num_threads(), n_batch=512, verbose=False)
+
+        def llamacpp(ids: list[int]) -> float:
+            peer.reset()
+            t0 = time.perf_counter()
+            peer.eval(ids)
+            return time.perf_counter() - t0
+        systems.append(("llama.cpp eval", llamacpp))
     lengths = [int(x) for x in args.lengths.split(",")]
-    print(f"model {llm.model_name}, dtype {args.dtype}, threads {torch.get_num_threads()}, "
+    print(f"model {llm.model_name}, {llm.config.dtype} + {llm.config.quantization}, kernels {llm.model.kernels.label}, threads {torch.get_num_threads()}, "
           f"{args.repeats} repeats (median), seconds")
     print("| prompt tokens | " + " | ".join(n for n, _ in systems) + " | row-invariant / prompt |")
     print("|---" * (len(systems) + 2) + "|")
