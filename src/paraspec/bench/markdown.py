@@ -56,7 +56,7 @@ def markdown(results: dict, rows: list[Row], figures: dict[str, Path]) -> str:
          "(freed memory the allocator keeps is reused by later runs, so it shows what a run adds, not what it "
          "holds). KV: paraspec's preallocated per-request cache (prompt + max_new_tokens + draft rows, fp32 "
          "with a ones column); transformers: K and V of prompt + output in the model dtype (computed)."
-         + (f" Forward cost t(k)/t(1) the engine measured and drafters used (k rows cost what the next multiple of 4 does): {env['forward_cost']}."
+         + (f" Forward cost t(k)/t(1) the engine probed at start-up and shaped (drafters price rows by it; the engine then refreshes it from its own steps): {env['forward_cost']}."
             if env.get("forward_cost") else ""), ""]
     L += ["## Systems", ""] + _table(["system", "kind", "what", "status"], [
         [k, v["kind"], v["description"], v["status"] + (f": {v['note']}" if v["note"] else "")]
