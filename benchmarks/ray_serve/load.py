@@ -23,7 +23,6 @@ Every loop is bounded in count and time; Ray is shut down at the end and no proc
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -40,6 +39,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(Path(__file__).parent), str(ROOT / "benchmarks"), str(ROOT / "tests" / "ray_serve")]
 from clients import free_port, probes, run_load  # noqa: E402
+from options import parser  # noqa: E402
 from cluster import descendants  # noqa: E402  (tests/ray_serve: what Ray started from this process)
 # clients.py streams with serving.py's SSE reader (benchmarks/)
 
@@ -269,15 +269,12 @@ def report(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python benchmarks/ray_serve", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="default", help="model (default: the bundled SmolLM2-135M-Instruct)")
+    ap = parser("python benchmarks/ray_serve", __doc__, "model (default: the bundled SmolLM2-135M-Instruct)")
     ap.add_argument("--quick", action="store_true", help="a short run (~3 min on 2 cores)")
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--budget-s", type=float, default=3200.0, help="time bound of the run (each load gets 1/8)")
-    ap.add_argument("--out-dir", default=str(ROOT / "docs/bench" / time.strftime("%Y-%m-%d-ray-serve", time.gmtime())))
     args = ap.parse_args(argv)
     if args.quick:
         args.requests, args.max_tokens, args.budget_s = min(args.requests, 8), min(args.max_tokens, 40), 800.0

@@ -21,6 +21,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+from options import parser  # noqa: E402
+
 NS, IPS, PORT = ("ps-h1", "ps-h2"), ("10.213.0.1", "10.213.0.2"), 8000
 APP = "twohosts"
 
@@ -150,12 +153,9 @@ def summary(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python benchmarks/ray_serve two-hosts", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser("python benchmarks/ray_serve two-hosts", __doc__)
     ap.add_argument("--requests", type=int, default=8)
-    ap.add_argument("--model", default="default")
     ap.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--out-dir", default=str(ROOT / "docs/bench" / time.strftime("%Y-%m-%d-ray-serve", time.gmtime())))
     args = ap.parse_args(argv)
     if args.driver:
         print("RESULT " + json.dumps(driver(args)))
