@@ -51,8 +51,8 @@ class ShapedCurve:
 def _excess_scale(ks: list[int], vals: list[float], prior: dict[int, float]) -> float:
     """The median ratio of the points' excess cost t(k) - 1 to the prior's."""
     pk = sorted(prior)
-    ratios = [(v - 1.0) / (float(np.interp(k, pk, [prior[j] for j in pk])) - 1.0)
-              for k, v in zip(ks, vals) if k > 1 and float(np.interp(k, pk, [prior[j] for j in pk])) > 1.0]
+    at = np.interp(ks, pk, [prior[j] for j in pk]).tolist()
+    ratios = [(v - 1.0) / (p - 1.0) for k, v, p in zip(ks, vals, at) if k > 1 and p > 1.0]
     return float(np.median(ratios)) if ratios else 1.0
 
 
@@ -82,10 +82,10 @@ def plausible_curve(measured: dict[int, float], multiple: int = 1,
     one = float(np.interp(m, ks, [measured[k] for k in ks]))
     vals = [min(max(measured[k] / one, 1.0), float(max(k, m)) / m) for k in ks]
     pk = sorted(prior)
-    prior_at = [float(np.interp(k, pk, [prior[j] for j in pk])) for k in ks]
+    prior_at = np.interp(ks, pk, [prior[j] for j in pk]).tolist()
     scale = _excess_scale(ks, vals, prior)
     fit = monotone(vals)
-    dense = [0.0] + [float(np.interp(k, ks, fit)) for k in range(1, ks[-1] + 1)]
+    dense = [0.0] + np.interp(np.arange(1, ks[-1] + 1), ks, fit).tolist()
     bound = _subadditive(dense, m)
     bad = []
     for i, (k, v, p) in enumerate(zip(ks, vals, prior_at)):
@@ -100,7 +100,8 @@ def plausible_curve(measured: dict[int, float], multiple: int = 1,
         for i in bad:
             vals[i] = min(max(1.0 + scale * (prior_at[i] - 1.0), 1.0), float(max(ks[i], m)) / m)
     fit = monotone(vals)
-    dense = [0.0] + [float(np.interp(-(-k // m) * m, ks, fit)) for k in range(1, ks[-1] + 1)]
+    padded = -(-np.arange(1, ks[-1] + 1) // m) * m        # each k at its padded size
+    dense = [0.0] + np.interp(padded, ks, fit).tolist()
     dense = _subadditive(dense, m)
     # the subadditive bound moved padded sizes only: rows in between cost their padded size's
     dense = [0.0] + [dense[min(-(-k // m) * m, ks[-1])] for k in range(1, ks[-1] + 1)]
@@ -121,7 +122,10 @@ class CostModel:
             self._slope = max((vals[-1] - vals[-2]) / (ks[-1] - ks[-2]), 0.0)
         else:
             self._slope = 0.0
-        self._table = [float(self._eval(k)) for k in range(0, 257)]
+        rows = np.arange(0, 257)
+        inside = rows <= self._ks[-1]      # _eval's two cases, for all rows at once
+        self._table = np.where(inside, np.interp(np.maximum(rows, 1), self._ks, self._vals),
+                               self._vals[-1] + self._slope * (rows - self._ks[-1])).tolist()
         # rows that can join a query of k rows at no cost (up to the top of k's stair)
         self._free = [0] * len(self._table)
         for k in range(len(self._table) - 2, -1, -1):
