@@ -30,6 +30,17 @@ def test_user_errors_exit_2_with_one_line(args, needle):
     assert "Traceback" not in run.stderr
 
 
+@pytest.mark.parametrize("plugin", [[], ["--plugin", "memory_decoding"]])
+def test_a_bad_pinned_cost_curve_is_one_line_with_or_without_a_drafter(tiny_model_dir, plugin):
+    """PARASPEC_FORWARD_COST is read when the engine starts, drafter or not (a request picking its
+    own plugin later must not be the first to meet the bad value)."""
+    import os
+    env = {**os.environ, "PARASPEC_FORWARD_COST": "[1]"}
+    run = subprocess.run([sys.executable, "-m", "paraspec.cli", "generate", "--model", str(tiny_model_dir("llama")),
+                          *plugin, "--max-new-tokens", "2", "hi"], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 2 and "PARASPEC_FORWARD_COST" in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
 def test_tiny_model_generation_json(tiny_model_dir):
     import json
     run = _cli("generate", "--model", str(tiny_model_dir("llama")), "--json", "--max-new-tokens", "5", "hello")

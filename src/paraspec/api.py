@@ -1,6 +1,7 @@
 """The Python API, in the shape vLLM users know: LLM, SamplingParams, RequestOutput."""
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Sequence as Seq
@@ -20,7 +21,7 @@ from .model.kv_cache import KV_DTYPES
 from .model.loader import is_gguf, load_model
 from .model.tokenizer import Tokenizer
 from .model.transformer import Transformer
-from .runner import ModelRunner
+from .runner import COST_ENV, ModelRunner, parse_pinned_curve
 from .sampling.params import SamplingParams
 
 DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
@@ -129,6 +130,8 @@ class LLM:
         self.engine.default_drafter = self.drafter
         if self.drafter is not None:
             self.engine.cost            # measured now, not inside the first request
+        elif os.environ.get(COST_ENV, "").strip():
+            parse_pinned_curve(os.environ[COST_ENV])   # a bad pin fails here, not a later request's drafts
 
     # ------------------------------------------------------------------------------ memory
 

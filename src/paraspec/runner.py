@@ -36,7 +36,7 @@ class CostProbe:
     pinned: bool                     # given by PARASPEC_FORWARD_COST, not measured here
 
 
-def _pinned_curve(text: str) -> dict[int, float]:
+def parse_pinned_curve(text: str) -> dict[int, float]:
     try:
         curve = {int(k): float(v) for k, v in json.loads(text).items()}
     except (ValueError, AttributeError, TypeError):
@@ -76,7 +76,7 @@ class ModelRunner:
                 # rows most drafts are made of are measured, not interpolated
                 sizes = tuple(sorted({1, 2, 3, 6, *sizes}))
             pinned = os.environ.get(COST_ENV, "").strip()
-            measured = _pinned_curve(pinned) if pinned else self._probe(context, sizes, rounds)
+            measured = parse_pinned_curve(pinned) if pinned else self._probe(context, sizes, rounds)
             shaped = plausible_curve(measured, multiple)
             self.cost_probe = CostProbe(measured, tuple(sorted(measured)), multiple, shaped.replaced, bool(pinned))
             self._cost = shaped.curve
