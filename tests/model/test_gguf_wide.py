@@ -1,7 +1,8 @@
 """The AVX2 kernels' wide GGUF tiles (csrc/gguf_wide.h: calls of 3 or more sub-rows, a verify step)
 and vnni512's several row tiles per chunk of blocks (gguf.h: uneven chunks, each tile fetching a
 share of the next) against their 1-row loop (gguf_loop.h), bit for bit: every row count 1..64 at
-any place, one pass or two, on random blocks whose values and scales reach every extreme, and on
+any place and 72 / 80 (one pass takes the wide tiles from 64 sub-rows: a prompt chunk's row
+blocks, whole and partial), one pass or two, on random blocks whose values and scales reach every extreme, and on
 rows whose int8 blocks are all +-127 (the largest int16 group sums the avx2 variant adds before
 widening)."""
 import numpy as np
@@ -60,7 +61,7 @@ def test_wide_tiles_give_the_one_row_bits(kernel, kind, residual, k):
     alone = torch.cat([lin(x[i:i + 1]) for i in range(len(x))])
     assert not alone.isnan().any()
     gen = torch.Generator().manual_seed(1)
-    for m in range(1, 65):
+    for m in [*range(1, 65), 72, 80]:
         at = int(torch.randint(0, len(x) - m + 1, (1,), generator=gen))
         assert torch.equal(lin(x[at:at + m]), alone[at:at + m]), (m, at)
     rows = torch.randperm(len(x), generator=gen)[:37]              # scattered rows, an odd count
