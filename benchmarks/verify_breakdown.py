@@ -83,7 +83,10 @@ def instrument(model, spent: dict, clock) -> None:
     model.lm_head = Timed(model.lm_head, "lm_head", spent, clock)
     model.embed = Timed(model.embed, "embed", spent, clock)
     rope_attention = Timed(model.kernels.rope_attention, "rope_attention", spent, clock)
-    model.kernels = types.SimpleNamespace(rope_attention=rope_attention)   # all forward() reads of it
+    real_kernels = model.kernels
+    model.kernels = types.SimpleNamespace(**{k: getattr(real_kernels, k) for k in dir(real_kernels)
+                                             if not k.startswith("__")})   # name, label, ... as they were
+    model.kernels.rope_attention = rope_attention
     real_f = transformer.F
     silu = Timed(real_f.silu, "swiglu", spent, clock)
     transformer.F = types.SimpleNamespace(**{k: getattr(real_f, k) for k in dir(real_f) if not k.startswith("__")})

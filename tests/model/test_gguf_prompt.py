@@ -132,7 +132,8 @@ def test_prompt_logits_are_the_dequantised_weights(prompt_models, kernels, quant
         init(self, weight, *args, **kwargs)
         kept[id(self)] = weight
     monkeypatch.setattr(ggml.GGUFLinear, "__init__", keep)
-    llm = LLM(str(prompt_models(quant)), quantization="gguf", kernels=kernels.label, prefill_chunk=48)
+    llm = LLM(str(prompt_models(quant)), quantization="gguf", kernels=kernels.label, prefill_chunk=48,
+              activation_passes=2)   # the dense road serves two-pass calls on every variant (one pass: plain AVX2 never takes it)
     dense = ggml.GGUFLinear._dense
 
     def counted(self, x):
@@ -158,7 +159,8 @@ def test_long_prompt_parallel_decoding_identical(prompt_models, kernels, quant, 
     """A prompt of several tall chunks (dense prompt road), then greedy decoding: every drafter
     gives AR's tokens, and the prompt's logits stay close to the integer kernel's."""
     _dense_from(32, monkeypatch)
-    llm = LLM(str(prompt_models(quant)), quantization="gguf", kernels=kernels.label, prefill_chunk=48)
+    llm = LLM(str(prompt_models(quant)), quantization="gguf", kernels=kernels.label, prefill_chunk=48,
+              activation_passes=2)   # the dense road serves two-pass calls on every variant (one pass: plain AVX2 never takes it)
     params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
     ar = llm.generate([PROMPT], params)[0].token_ids
     for plugin in ('{"plugin_type": "memory_decoding", "decoding_length": 16}', '{"plugin_type": "hybrid"}'):
