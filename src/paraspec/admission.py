@@ -15,6 +15,8 @@ from .model.tokenizer import IncrementalDetokenizer, Tokenizer
 from .sampling.params import SamplingParams
 from .sampling.sampler import RequestSampler
 from .sequence import SequenceState
+from .structured.grammar import compiler_for
+from .structured.sampler import ConstrainedSampler
 
 
 def check_prompt(prompt: list[int], max_seq_len: int, vocab: int) -> None:
@@ -34,6 +36,11 @@ def new_sequences(tokenizer: Tokenizer, max_seq_len: int, vocab: int, prompt: li
     if plugin is not None:
         drafter = plugin.drafter      # the drafter of the steps the engine runs itself
     max_tokens = min(params.max_tokens or max_seq_len, max_seq_len - len(prompt))
+    structured = params.structured_outputs
+    if structured is not None and plugin is not None:
+        raise RequestError(f"structured outputs do not combine with the {plugin.name} decode mode; "
+                           "use another plugin_params", param="structured_outputs")
+    grammars = compiler_for(tokenizer, vocab) if structured is not None else None
     now = time.perf_counter()
     seqs = []
     for i in range(params.n):
@@ -43,7 +50,8 @@ def new_sequences(tokenizer: Tokenizer, max_seq_len: int, vocab: int, prompt: li
             key=request_id if params.n == 1 else f"{request_id}-{i}", request_id=request_id,
             group=group or request_id, index=i,
             prompt=list(prompt), params=params,
-            sampler=RequestSampler(params, prompt, vocab, seed), drafter=drafter,
+            sampler=RequestSampler(params, prompt, vocab, seed) if grammars is None else ConstrainedSampler(
+                params, prompt, vocab, seed, grammars.matcher(structured), grammars.eos_ids), drafter=drafter,
             max_tokens=max_tokens, arrival=now, tokens=list(prompt),
             logprobs=[] if params.logprobs is not None else None,
             mode=mode, detok=mode.detokenizer() if mode is not None else

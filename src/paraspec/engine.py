@@ -241,10 +241,9 @@ class Engine:
         return updates
 
     def _query(self, seq: SequenceState, ctx: StepContext | None) -> tuple[Query, bool, bool, str | None]:
-        """The sequence's rows for this step: its last token (the root) and its draft tree; or
-        the rows of its decode mode when the mode runs the step (True). Then: whether its
-        drafter was asked (its gate may skip the look, decoding/gate.py), and where a drafter
-        sent no draft, why (decoding/stats.py's reasons)."""
+        """The sequence's rows for this step: its last token (the root) and its draft tree, cut to its grammar
+        (structured/); or the rows of its decode mode when the mode runs the step (True). Then: whether its
+        drafter was asked (its gate may skip the look, decoding/gate.py) and, if it sent no draft, why (stats.py)."""
         if seq.mode is not None and (q := seq.mode.query(seq, ctx)) is not None:
             return q, True, False, None
         remaining = seq.max_tokens - len(seq.output)
@@ -260,6 +259,7 @@ class Engine:
             why = None if len(proposal.draft) else (proposal.reason or NO_MATCH)
         elif seq.drafter is not None:
             why = NO_ROOM if budget <= 0 else GATE_CLOSED
+        proposal = seq.sampler.constrain(proposal, budget) if seq.sampler.constrained else proposal
         return build_query(seq.tokens[-1], seq.cache.length, proposal), False, looked, why
 
     def _accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, draft_s: float,

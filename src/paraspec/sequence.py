@@ -83,5 +83,6 @@ def sequence_stats(seq: SequenceState) -> dict:
         "tokens_per_s": round(after_first / decode_s, 3) if decode_s > 0 else 0.0,
         "forward_passes": seq.stats.decode_steps,     # decode forwards (prefill not counted)
         **seq.stats.as_dict(),
+        **seq.sampler.stats(),       # a grammar's forced drafts (structured/sampler.py)
         **(seq.mode.stats(seq) if seq.mode is not None else {}),   # its decode mode's own figures
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import SamplingParamsError
+from ..structured.params import StructuredOutputsParams
 
 
 SAMPLING_EPS = 1e-5   # temperatures below it sample greedily
@@ -33,6 +34,7 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     logprobs: int | None = None           # number of top log-probabilities per token (0 = sampled only)
     skip_special_tokens: bool = True
+    structured_outputs: StructuredOutputsParams | None = None   # a grammar every token obeys (structured/)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -93,3 +95,8 @@ class SamplingParams:
             raise bad("stop_token_ids", self.stop_token_ids, "use non-negative token ids")
         if self.logprobs is not None and (not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20):
             raise bad("logprobs", self.logprobs, "use an integer from 0 to 20")
+        if self.structured_outputs is not None:
+            if not isinstance(self.structured_outputs, StructuredOutputsParams):
+                raise bad("structured_outputs", self.structured_outputs, "use a StructuredOutputsParams")
+            if self.ignore_eos:
+                raise bad("ignore_eos", True, "structured outputs end where the grammar ends; drop ignore_eos")

@@ -40,6 +40,8 @@ def uniform(seed: int, index: int) -> float:
 
 
 class RequestSampler:
+    constrained = False     # a grammar masks its draws (structured/sampler.py)
+
     def __init__(self, params: SamplingParams, prompt: list[int], vocab_size: int, seed: int | None = None):
         self.params = params
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
@@ -84,3 +86,6 @@ class RequestSampler:
         if self.penalties:
             self.seen[token] = True
             self.output_counts[token] += 1
+
+    def stats(self) -> dict:
+        return {}
