@@ -28,8 +28,9 @@ def test_fair_pick_prefers_the_group_holding_the_fewest():
 
 @pytest.fixture(scope="module")
 def llm(tiny_model_dir):
+    # no prefix cache: these tests count the chunks of prompts they prefilled alone just before
     llm = LLM(str(tiny_model_dir("llama", n_layers=2, hidden=64, heads=4, kv_heads=2)), dtype="float32",
-              max_batch_size=4)
+              max_batch_size=4, prefix_cache_mb=0)
     llm.engine.runner.prefill_chunk = CHUNK
     return llm
 

@@ -14,6 +14,7 @@ from .decoding.memory_save import merge_memory_file, save_memory_file
 from .sequence import sequence_stats
 from .engine import Engine
 from .outputs import TokenLogprob
+from .prefix_cache import DEFAULT_PREFIX_CACHE_MB, PrefixCache
 from .errors import ConfigError, RequestError
 from .model import kernels as cpu_kernels
 from .model.ggml import GGUFWeight
@@ -80,6 +81,9 @@ class LLM:
     kv_cache_dtype: "fp32" (default) or "fp16": the KV cache's elements. fp16 halves the cache's
         memory and the bytes a decode step reads per token of context (outputs differ from fp32's;
         parallel decoding stays token-identical to plain decoding with the same cache dtype).
+    prefix_cache_mb: memory for the KV of prompt chunks prefilled before (default 256; 0: off): a
+        prompt starting with such whole chunks (a system prompt, earlier turns) copies their KV
+        instead of prefilling them again, with the same bits (prefix_cache.py).
     activation_passes: "auto" (default), 1 or 2: how a GGUF / W8A8 linear quantises its input to
         int8. 1 is llama.cpp's numerics (one Q8 step per 32-block); 2 adds the step's rounding
         residual (closer to fp32, twice the integer work per row). "auto": 1 for GGUF blocks on
@@ -91,9 +95,10 @@ class LLM:
                  quantization: str | None = "auto", max_batch_size: int = 8, speculation_gamma: int | None = None,
                  num_threads: int | None = None, kernels: str | None = None,
                  prefill_chunk: int = DEFAULT_PREFILL_CHUNK, kv_cache_dtype: str = "fp32",
-                 activation_passes: int | str = "auto"):
+                 activation_passes: int | str = "auto", prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB):
         if dtype not in DTYPES and dtype != "auto":
             raise ConfigError(f"dtype={dtype!r} is not supported; use 'auto', 'bfloat16' or 'float32'")
+        prefix_cache = PrefixCache(prefix_cache_mb)      # (a bad budget fails before the load)
         self.kernels = cpu_kernels.default() if kernels is None else cpu_kernels.choose(kernels)
         auto = dtype == "auto" and quantization in ("auto", None)
         self.numerics = cpu_kernels.resolve_numerics(dtype, quantization, self.kernels, gguf_file=is_gguf(model))
@@ -123,7 +128,7 @@ class LLM:
                                  kernels=self.kernels, kv_dtype=KV_DTYPES[self.config.kv_cache_dtype],
                                  activation_passes=self.config.activation_passes)
         self.runner = ModelRunner(self.model, self.config.prefill_chunk)
-        self.engine = Engine(self.runner, self.tokenizer, max_batch_size)
+        self.engine = Engine(self.runner, self.tokenizer, max_batch_size, prefix_cache=prefix_cache)
         self.drafter = self.engine.drafters.drafter(self.config.plugin)
         if self.config.plugin is not None and self.config.plugin.plugin_type == "aspd":
             MarkupIds.from_tokenizer(self.tokenizer)     # a model not trained for ASPD fails here

@@ -30,6 +30,7 @@ from .model.kv_cache import KVCache
 from .model.transformer import max_draft_rows
 from .model.tokenizer import Tokenizer
 from .outputs import StepTrace, TokenLogprob, find_stop, token_logprobs
+from .prefix_cache import PrefixCache
 from .runner import ModelRunner
 from .scheduler import fair_pick
 from .sampling.params import SamplingParams
@@ -46,7 +47,7 @@ class Engine:
     draft_gate = True    # skip a sequence's propose where looking does not pay (decoding/gate.py)
 
     def __init__(self, runner: ModelRunner, tokenizer: Tokenizer, max_batch_size: int = 8,
-                 default_drafter: Proposer | None = None):
+                 default_drafter: Proposer | None = None, prefix_cache: PrefixCache | None = None):
         self.runner = runner
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -59,6 +60,7 @@ class Engine:
         self._twin_logits: dict[str, torch.Tensor] = {}  # prompt logits kept for n > 1 siblings
         self.drafters = DrafterRegistry(tokenizer.eos_token_ids)   # the trie, arm stats, built drafters
         self.forward_cost = ForwardCost(runner)         # t(k)/t(1): probed, kept true by the steps
+        self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache(0)   # 0 MB: off
         self.steps = 0               # decode steps run
 
     # ------------------------------------------------------------------------------ requests
@@ -153,9 +155,10 @@ class Engine:
         return self.waiting.pop(ready[pick])
 
     def _prefill_chunk(self, seq: SequenceState) -> list[SequenceUpdate]:
-        if seq.cache is None:
+        if seq.cache is None:    # whole leading chunks prefilled before are copied (prefix_cache.py)
             seq.cache = self.runner.new_cache(len(seq.prompt) + seq.max_tokens + MAX_QUERY_ROWS)
-        logits = self.runner.prefill_next(seq.cache, seq.prompt)
+            seq.cached_tokens = self.prefix_cache.restore(seq.prompt, seq.cache, self.runner.prefill_chunk)
+        logits = self.runner.prefill_next(seq.cache, seq.prompt, self.prefix_cache)
         if logits is None:
             return []                 # more chunks to go
         self.prefilling.remove(seq)
@@ -173,10 +176,7 @@ class Engine:
         if logits is None or twin is None:
             return None
         seq.cache = self.runner.new_cache(len(seq.prompt) + seq.max_tokens + MAX_QUERY_ROWS)
-        n = twin.cache.length
-        seq.cache.k[:, :, :n] = twin.cache.k[:, :, :n]
-        seq.cache.v[:, :, :n] = twin.cache.v[:, :, :n]
-        seq.cache.length = n
+        seq.cache.copy_from(twin.cache)
         return logits
 
     def _started(self, seq: SequenceState, logits: torch.Tensor) -> list[SequenceUpdate]:

@@ -19,6 +19,7 @@ from .decoding.cost import plausible_curve
 from .errors import ConfigError
 from .decoding.verify import Query
 from .model.kv_cache import KVCache
+from .prefix_cache import PrefixCache
 from .model.transformer import ROW_MULTIPLE, SeqInput, Transformer
 
 
@@ -118,16 +119,19 @@ class ModelRunner:
             pass
         return logits
 
-    def prefill_next(self, cache: KVCache, tokens: list[int]) -> torch.Tensor | None:
+    def prefill_next(self, cache: KVCache, tokens: list[int], keep: PrefixCache | None = None) -> torch.Tensor | None:
         """Prefill the next chunk of `tokens` (the cache holds tokens[:cache.length]); the logits [vocab] of the
         last token once the chunk holding it is done, else None. Chunks start at multiples of
-        prefill_chunk: whether they run back to back or between decode steps, the bits are the same."""
+        prefill_chunk: whether they run back to back or between decode steps, the bits are the same
+        (and so a later prompt may reuse them: `keep` stores the whole chunks, prefix_cache.py)."""
         start = cache.length
         chunk = tokens[start:start + self.prefill_chunk]
         pos = torch.arange(start, start + len(chunk))
         last = torch.tensor([len(chunk) - 1])
         logits = self.model.forward(torch.tensor(chunk), pos, [SeqInput(cache, len(chunk))], last, prompt=True)
         cache.commit(range(len(chunk)))
+        if keep is not None:
+            keep.store(tokens, cache, self.prefill_chunk)
         return logits[0] if cache.length >= len(tokens) else None
 
     def verify(self, caches: list[KVCache], queries: list[Query]) -> list[torch.Tensor]:

@@ -48,6 +48,7 @@ class SequenceState:
     drafting: bool = False       # its drafter has begun it (and must end it)
     mode: SequenceMode | None = None   # its decode mode's state (decoding/mode.py), None: plain
     gate: DraftGate = field(default_factory=DraftGate)   # whether its steps look for a draft
+    cached_tokens: int = 0       # prompt tokens whose KV the prefix cache gave (prefix_cache.py)
 
     @property
     def finished(self) -> bool:
@@ -77,6 +78,7 @@ def sequence_stats(seq: SequenceState) -> dict:
     after_first = max(len(seq.output) - 1, 0)
     return {
         "prompt_tokens": len(seq.prompt),
+        "cached_tokens": seq.cached_tokens,
         "generated_tokens": len(seq.output),
         "ttft_s": round(first - seq.arrival, 6),
         "decode_s": round(decode_s, 6),

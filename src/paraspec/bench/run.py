@@ -66,8 +66,9 @@ def bench_main(args: argparse.Namespace) -> int:
     run = Run(plan)
     from .. import LLM   # (torch is imported here, not when cli.py imports this module)
 
+    # no prefix cache: every system runs the same prompts, and each must prefill them for its TTFT
     llm = LLM(plan.model, dtype=plan.dtype, quantization=plan.quantization, num_threads=plan.threads,
-              kv_cache_dtype=plan.kv_cache_dtype, activation_passes=plan.activation_passes)
+              kv_cache_dtype=plan.kv_cache_dtype, activation_passes=plan.activation_passes, prefix_cache_mb=0)
     plan.dtype, plan.quantization = llm.config.dtype, llm.config.quantization   # "auto" as resolved here
     plan.activation_passes = llm.model.activation_passes
     import torch

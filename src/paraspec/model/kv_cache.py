@@ -83,6 +83,14 @@ class KVCache:
             self.v[:, :, dst] = self.v[:, :, src]
         self.length += n
 
+    def copy_from(self, other: KVCache) -> None:
+        """This cache's slots become a copy of `other`'s committed ones (a sibling sample's prompt)."""
+        n = other.length
+        self.reserve(n)
+        self.k[:, :, :n] = other.k[:, :, :n]
+        self.v[:, :, :n] = other.v[:, :, :n]
+        self.length = n
+
     def truncate(self, length: int) -> None:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")

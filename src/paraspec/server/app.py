@@ -266,7 +266,7 @@ def build_llm(config: ServiceConfig, dtype: str = "auto", quantization: str | No
                   quantization=quantization, max_batch_size=config.schedule.max_batch_size,
                   speculation_gamma=deploy.speculation_gamma, num_threads=num_threads,
                   prefill_chunk=config.schedule.prefill_chunk_size, kv_cache_dtype=kv_cache_dtype,
-                  activation_passes=activation_passes)
+                  activation_passes=activation_passes, prefix_cache_mb=config.schedule.prefix_cache_mb)
     if deploy.max_seq_len > llm.model.args.max_seq_len:
         config.warnings.append(f"BackendConfig.ModelDeployConfig.maxSeqLen={deploy.max_seq_len} is above the "
                                f"model's context of {llm.model.args.max_seq_len}; requests are limited to that")

@@ -110,6 +110,7 @@ class AsyncEngine:
         self.metrics = metrics
         if metrics is not None:
             metrics.watch_cost(lambda: engine.cost_info(measure=False))
+            metrics.watch_prefix_cache(engine.prefix_cache.info)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._streams: dict[str, RequestStream] = {}      # event-loop side only
         self._sequences = 0                               # sum of the streams' n

@@ -34,6 +34,9 @@ def add_parser(sub) -> None:
                         "127.0.0.1, ::1)")
     s.add_argument("--metrics-open", action="store_true", default=None,
                    help="serve /metrics without the API key")
+    s.add_argument("--prefix-cache-mb", type=float, default=None,
+                   help="memory for reusing the KV of prompt chunks prefilled before (default 256, "
+                        "ScheduleConfig.prefixCacheMB; 0: off)")
     ray = s.add_argument_group("Ray Serve (the paraspec[ray] extra; see README, 'Scale out on Ray Serve')")
     ray.add_argument("--ray", action="store_true", help="serve N engine replicas on Ray Serve behind the same API")
     ray.add_argument("--address", default=None,
@@ -60,7 +63,8 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
         model = None                      # the file's modelWeightPath wins over the flag's default
     return load_config(args.config, host=args.host, port=args.port, model=model, plugin_params=plugin,
                        plugin_flags=plugin_flags, speculation_gamma=args.speculation_gamma, api_key=api_key,
-                       allowed_hosts=hosts, metrics_open=args.metrics_open)
+                       allowed_hosts=hosts, metrics_open=args.metrics_open,
+                       prefix_cache_mb=getattr(args, "prefix_cache_mb", None))
 
 
 def serve_main(args: argparse.Namespace) -> int:

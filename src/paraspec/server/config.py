@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import DEFAULT_PREFILL_CHUNK, PluginConfig, parse_plugin_params
+from ..prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from ..errors import ConfigError
 from . import mindie_keys
 from .json_reader import Section
@@ -105,6 +106,10 @@ class ScheduleConfig:
     prefill_chunk_size: int = DEFAULT_PREFILL_CHUNK
     """prefillChunkSize: prompt tokens per prefill forward; a long prompt's chunks take turns with the
     running requests' decode steps, so their streams never stall for a whole prefill. [16, 8192]"""
+    prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB
+    """prefixCacheMB (paraspec's own key): memory for the KV of whole prompt chunks prefilled before,
+    reused bit for bit by later prompts that start with them (system prompts, earlier turns); least
+    recently used first out. 0 turns it off. --prefix-cache-mb overrides it. [0, 1048576]"""
 
 
 @dataclass
@@ -128,13 +133,14 @@ class ServiceConfig:
 def load_config(path: str | os.PathLike | None = None, *, host: str | None = None, port: int | None = None,
                 model: str | None = None, plugin_params: str | dict | None = None, plugin_flags: bool = False,
                 speculation_gamma: int | None = None, api_key: str | None = None,
-                allowed_hosts: list[str] | None = None, metrics_open: bool | None = None) -> ServiceConfig:
+                allowed_hosts: list[str] | None = None, metrics_open: bool | None = None,
+                prefix_cache_mb: float | None = None) -> ServiceConfig:
     """Read and validate config.json (or the defaults when `path` is None), with command-line overrides.
 
     host/port/model/speculation_gamma/api_key/allowed_hosts/metrics_open override
     ServerConfig.ipAddress/port, ModelConfig[0].modelWeightPath, ModelDeployConfig.speculationGamma
-    and ServerConfig.apiKey/allowedHosts/metricsOpen; with plugin_flags=True, `plugin_params` (None = plain
-    decoding) replaces ModelConfig[0].plugin_params. Without a file, memory_decoding is on unless
+    and ServerConfig.apiKey/allowedHosts/metricsOpen (prefix_cache_mb: ScheduleConfig.prefixCacheMB);
+    with plugin_flags=True, `plugin_params` (None = plain decoding) replaces ModelConfig[0].plugin_params. Without a file, memory_decoding is on unless
     plugin flags say otherwise. Raises ServiceConfigError listing every problem.
     """
     if path is None:
@@ -155,6 +161,10 @@ def load_config(path: str | os.PathLike | None = None, *, host: str | None = Non
             if value is not None:
                 server[key] = value
     entry = _first_model_entry(raw)
+    if prefix_cache_mb is not None and isinstance(raw["BackendConfig"], dict):
+        schedule = raw["BackendConfig"].setdefault("ScheduleConfig", {})
+        if isinstance(schedule, dict):
+            schedule["prefixCacheMB"] = prefix_cache_mb
     deploy = raw["BackendConfig"].get("ModelDeployConfig") if isinstance(raw["BackendConfig"], dict) else None
     if speculation_gamma is not None and isinstance(deploy, dict):
         deploy["speculationGamma"] = speculation_gamma
@@ -250,7 +260,9 @@ def parse_config(raw: dict) -> ServiceConfig:
     sc = backend.section("ScheduleConfig")
     schedule = ScheduleConfig(max_batch_size=sc.get("maxBatchSize", int, 8, 1, 256),
                               max_iter_times=sc.get("maxIterTimes", int, 512, 1, 1 << 20),
-                              prefill_chunk_size=sc.get("prefillChunkSize", int, DEFAULT_PREFILL_CHUNK, 16, 8192))
+                              prefill_chunk_size=sc.get("prefillChunkSize", int, DEFAULT_PREFILL_CHUNK, 16, 8192),
+                              prefix_cache_mb=sc.get("prefixCacheMB", float, DEFAULT_PREFIX_CACHE_MB, 0,
+                                                     1 << 20))
     sc.check_unknown(mindie_keys.SCHEDULE)
     backend.check_unknown(mindie_keys.BACKEND)
     top.check_unknown(mindie_keys.TOP)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..sequence import SequenceUpdate
@@ -53,6 +53,29 @@ class _CostCollector:
         yield GaugeMetricFamily(f"{PREFIX}_forward_cost_pinned",
                                 "1 where the curve is pinned (PARASPEC_FORWARD_COST or set by hand): never refreshed",
                                 value=float(bool(info.get("pinned"))))
+
+
+class _PrefixCacheCollector:
+    """The prefix cache's counters (PrefixCache.info), read at scrape time from the engine's cache."""
+
+    def __init__(self, source: Callable[[], dict]):
+        self.source = source
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        info = self.source()
+        for key, what in (("lookups", "Prefills that looked for cached prompt chunks"),
+                          ("hits", "Prefills that started from cached prompt chunks"),
+                          ("misses", "Prefills that found no cached prompt chunk"),
+                          ("reused_tokens", "Prompt tokens whose KV was copied, not prefilled"),
+                          ("evicted_blocks", "Cached chunks evicted under the budget")):
+            yield CounterMetricFamily(f"{PREFIX}_prefix_cache_{key}", what, value=float(info[key]))
+        yield GaugeMetricFamily(f"{PREFIX}_prefix_cache_blocks", "Prompt chunks cached", value=float(info["blocks"]))
+        yield GaugeMetricFamily(f"{PREFIX}_prefix_cache_bytes", "Bytes of KV cached", value=float(info["bytes"]))
+        yield GaugeMetricFamily(f"{PREFIX}_prefix_cache_budget_bytes", "The cache's budget (0: off)",
+                                value=float(info["budget_bytes"]))
 
 
 class ServingMetrics:
@@ -109,6 +132,10 @@ class ServingMetrics:
     def watch_cost(self, source: Callable[[], dict | None]) -> None:
         """Export the engine's forward-cost curve (Engine.cost_info(measure=False)) on every scrape."""
         self.registry.register(_CostCollector(source))
+
+    def watch_prefix_cache(self, source: Callable[[], dict]) -> None:
+        """Export the engine's prefix cache counters (Engine.prefix_cache.info) on every scrape."""
+        self.registry.register(_PrefixCacheCollector(source))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -45,10 +45,15 @@ class ErrorResponse(OpenAIBaseModel):
     error: ErrorInfo
 
 
+class PromptTokensDetails(OpenAIBaseModel):
+    cached_tokens: int = 0        # prompt tokens whose KV the prefix cache gave (prefix_cache.py)
+
+
 class UsageInfo(OpenAIBaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class StreamOptions(OpenAIBaseModel):

@@ -24,7 +24,7 @@ from .config import ServiceConfig
 from .engine_client import EngineClient, EngineStream
 from .protocol import (ChatCompletionLogProb, ChatCompletionLogProbs, ChatCompletionLogProbsContent,
                        ChatCompletionRequest, CompletionLogProbs, CompletionRequest, ErrorInfo, ErrorResponse,
-                       UsageInfo)
+                       PromptTokensDetails, UsageInfo)
 
 logger = logging.getLogger("paraspec.server")
 
@@ -252,8 +252,10 @@ class OpenAIServing:
     @staticmethod
     def usage(prompt_lens: list[int], choices: list[ChoiceState]) -> UsageInfo:
         completion = sum(len(c.token_ids) for c in choices)
+        cached = sum((c.stats or {}).get("cached_tokens", 0) for c in choices)   # a prompt's first sample's
         return UsageInfo(prompt_tokens=sum(prompt_lens), completion_tokens=completion,
-                         total_tokens=sum(prompt_lens) + completion)
+                         total_tokens=sum(prompt_lens) + completion,
+                         prompt_tokens_details=PromptTokensDetails(cached_tokens=cached))
 
     @staticmethod
     def error_event(e: BaseException) -> str:
