@@ -145,3 +145,60 @@ def test_a_prompt_run_in_the_browser_draws_the_apis_text_in_step_spans(server, t
         # no script error, no CSP violation: only the 401s the page got before it had the key
         problems = browser.problems()
         assert problems and all("status of 401" in p for p in problems), problems
+
+
+HISTORY_TEXT = "[...document.querySelectorAll('#history li .answer .run')].map(e => e.textContent).join('')"
+
+
+@pytest.mark.skipif(not chromium.available(), reason=f"{chromium.BINARY} is missing: `make test-browser` "
+                    "installs Debian's chromium (apt-get install -y chromium) and runs this test")
+def test_a_conversation_in_the_browser_keeps_its_turns(server, tmp_path):
+    """Chat runs send every earlier turn; earlier answers stay drawn in their step spans; the last
+    turn can be taken back, edited and sent again; a new chat starts from nothing."""
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    with chromium.Chromium(profile) as browser:
+        browser.open(server.url + "/")
+        browser.wait_for("document.body?.dataset.state === 'ready'")
+        browser.evaluate(f"const k = document.getElementById('api-key'); k.value = '{API_KEY}'; "
+                         "k.dispatchEvent(new Event('change'))")
+        browser.wait_for("document.getElementById('model').textContent === 'tiny'")
+        assert browser.evaluate("document.getElementById('edit-last').disabled")
+        _set_up(browser, "chat", "hi there", 24, "memory_decoding")
+        _run(browser, "run")
+        first = browser.evaluate(SPANS_TEXT.format("main"))
+        first_runs = browser.evaluate("[...document.querySelectorAll('#pane-main .text .run')].map(e => e.className)")
+        assert first and browser.evaluate("document.getElementById('prompt').value") == ""   # ready for the next
+        browser.evaluate("document.getElementById('prompt').value = 'and again'")
+        _run(browser, "run")
+        body = browser.evaluate("ui.last.body")
+        assert body["messages"] == [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": first},
+                                    {"role": "user", "content": "and again"}]
+        assert browser.evaluate(SPANS_TEXT.format("main")) == _api_text(server, body)[0]
+        # the first turn moved up, its answer still in its coloured step spans
+        assert browser.evaluate(HISTORY_TEXT) == first
+        assert browser.evaluate("[...document.querySelectorAll('#history li .answer .run')].map(e => e.className)") \
+            == first_runs
+        assert browser.evaluate("[...document.querySelectorAll('#history .msg.user')].map(e => e.textContent)") \
+            == ["hi there"]
+        assert browser.evaluate("document.getElementById('ask').textContent") == "and again"
+        assert browser.evaluate("document.getElementById('turns').textContent") == "2 turns in this chat"
+        # the last turn back into the box, edited and sent again: the first turn stays
+        browser.evaluate("document.getElementById('edit-last').click()")
+        assert browser.evaluate("document.getElementById('prompt').value") == "and again"
+        assert browser.evaluate(SPANS_TEXT.format("main")) == "" and browser.evaluate(HISTORY_TEXT) == first
+        browser.evaluate("document.getElementById('prompt').value = 'and once more'")
+        _run(browser, "run")
+        assert [m["content"] for m in browser.evaluate("ui.last.body")["messages"]] == \
+            ["hi there", first, "and once more"]
+        # a new chat forgets every turn
+        browser.evaluate("document.getElementById('clear').click()")
+        assert browser.evaluate(HISTORY_TEXT) == "" and browser.evaluate("document.getElementById('turns').textContent") == ""
+        _set_up(browser, "chat", "fresh start", 8, "memory_decoding")
+        _run(browser, "run")
+        assert browser.evaluate("ui.last.body")["messages"] == [{"role": "user", "content": "fresh start"}]
+        # the completion tab has no conversation
+        browser.evaluate("document.querySelector('.tab[data-mode=completion]').click()")
+        assert not browser.evaluate("document.getElementById('history').checkVisibility()")
+        problems = browser.problems()
+        assert all("status of 401" in p for p in problems), problems

@@ -16,6 +16,7 @@ from fastapi.responses import Response
 router = APIRouter()
 
 ASSETS = {"index.html": "text/html; charset=utf-8", "playground.js": "text/javascript; charset=utf-8",
+          "conversation.js": "text/javascript; charset=utf-8",
           "playground.css": "text/css; charset=utf-8"}
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -42,6 +43,11 @@ async def page() -> Response:
 @router.get("/playground.js", include_in_schema=False)
 async def script() -> Response:
     return _serve("playground.js")
+
+
+@router.get("/conversation.js", include_in_schema=False)
+async def conversation_script() -> Response:
+    return _serve("conversation.js")
 
 
 @router.get("/playground.css", include_in_schema=False)

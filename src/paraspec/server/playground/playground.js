@@ -2,6 +2,8 @@
 // trace (paraspec.stream_steps) and draws every decode step's run of tokens as one span. Each step
 // entry is {step, tokens, drafted, accepted, text: [from, own, to]}: code-point offsets into the
 // generated text, [from, own) the draft tokens accepted, [own, to) the model's own token.
+// Chat keeps a conversation: each run sends the earlier turns (question and answer) before the new
+// question; earlier answers stay drawn in their step spans; the last turn can be taken back to edit.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -11,7 +13,9 @@ const PROMPTS = {
         "Rewrite it with type hints and a docstring, keeping the same logic.",
   completion: "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
 };
-const ui = { mode: "chat", prompts: { ...PROMPTS }, controller: null, last: null };
+// turns: the chat's committed {user, answer, runs} (runs: the answer's step spans, kept to redraw it);
+// shown: whether the output pane holds the last turn's answer (else every turn is in the history)
+const ui = { mode: "chat", prompts: { ...PROMPTS }, controller: null, last: null, turns: [], shown: false };
 
 function setState(s) { document.body.dataset.state = s; }
 
@@ -42,9 +46,11 @@ function requestFor(kind) {
     paraspec: { plugin_params: pluginParams(kind), stream_steps: true },
   };
   const prompt = $("prompt").value;
-  if (ui.mode === "chat") body.messages = [{ role: "user", content: prompt }];
-  else body.prompt = prompt;
-  return { path: ui.mode === "chat" ? "/v1/chat/completions" : "/v1/completions", body, kind };
+  if (ui.mode === "chat") {
+    body.messages = ui.turns.flatMap((t) => [{ role: "user", content: t.user }, { role: "assistant", content: t.answer }]);
+    body.messages.push({ role: "user", content: prompt });
+  } else body.prompt = prompt;
+  return { path: ui.mode === "chat" ? "/v1/chat/completions" : "/v1/completions", body, kind, user: prompt };
 }
 
 async function errorText(response) {
@@ -181,6 +187,7 @@ class Pane {
       ["tokens", String(this.tokens)],
       ["steps", String(this.steps)],
       ["first token", this.tFirst !== null ? fmt(this.tFirst - this.t0, 0) + " ms" : "–"],
+      ["prompt reused", f && f.cached_tokens !== undefined ? `${f.cached_tokens} / ${f.prompt_tokens}` : "–"],
     ];
     this.figEl.replaceChildren(...rows.map(([k, v]) => {
       const div = document.createElement("div");
@@ -232,6 +239,7 @@ async function execute(pane, req) {
     ui.controller = null;
     $("run").disabled = false; $("stop").disabled = true;
     $("compare").disabled = ui.last === null;
+    showTurns();
     refreshMetrics();          // the run's tokens and trie growth, without waiting for the next poll
   }
 }
@@ -241,33 +249,21 @@ async function run() {
   ui.last = null;
   $("pane-off").hidden = true; $("verdict").hidden = true;
   document.querySelector(".panes").classList.remove("split");
-  if (await execute(panes.main, req)) ui.last = req;
+  ui.shown = false;            // the pane's last answer (if any) moves up into the history
+  showTurns();
+  const ask = $("ask");
+  ask.textContent = req.user; ask.hidden = ui.mode !== "chat";
+  if (await execute(panes.main, req)) {
+    ui.last = req;
+    if (ui.mode === "chat") {
+      const runs = [...panes.main.textEl.childNodes].map((n) => n.cloneNode(true));
+      ui.turns.push({ user: req.user, answer: panes.main.text, runs });
+      ui.shown = true;
+      $("prompt").value = "";
+      showTurns();
+    }
+  }
   $("compare").disabled = ui.last === null;
-}
-
-// the same request with parallel decoding off, side by side, and whether the texts agree
-async function compare() {
-  if (!ui.last) return;
-  const req = { ...ui.last, kind: "off",
-                body: { ...ui.last.body, paraspec: { plugin_params: "none", stream_steps: true } } };
-  $("pane-off").hidden = false; $("verdict").hidden = true;
-  document.querySelector(".panes").classList.add("split");
-  if (!(await execute(panes.off, req))) return;
-  const speedup = panes.main.tokensPerSecond / panes.off.tokensPerSecond;
-  const greedy = req.body.temperature === 0;
-  const same = panes.main.text === panes.off.text;
-  const verdict = $("verdict");
-  verdict.replaceChildren();
-  const big = document.createElement("b");
-  big.textContent = Number.isFinite(speedup) ? speedup.toFixed(2) + "× decode speed" : "speed: –";
-  const check = document.createElement("span");
-  check.className = greedy ? (same ? "ok" : "bad") : "neutral";
-  check.textContent = !greedy ? "sampling (temperature > 0): the texts are not expected to match"
-    : same ? "✓ identical text: greedy parallel decoding is lossless"
-    : "✗ the texts differ under greedy decoding: please report this";
-  verdict.append(big, check);
-  verdict.dataset.identical = String(same);
-  verdict.hidden = false;
 }
 
 // ------------------------------------------------------------------------------- server panel
@@ -294,6 +290,7 @@ async function refreshMetrics() {
       trie: v.paraspec_trie_nodes,
       per_step: count ? (v.paraspec_accepted_tokens_per_step_sum / count).toFixed(2) : "–",
       generated: v.paraspec_generation_tokens_total, steps: v.paraspec_decode_steps_total,
+      reused: v.paraspec_prefix_cache_reused_tokens_total,
     };
     for (const dd of document.querySelectorAll("[data-metric]")) {
       const x = shown[dd.dataset.metric];
@@ -328,6 +325,7 @@ function showParams() {
 function setMode(mode) {
   ui.prompts[ui.mode] = $("prompt").value;
   ui.mode = mode;
+  document.body.dataset.mode = mode;
   $("prompt").value = ui.prompts[mode];
   for (const tab of document.querySelectorAll(".tab")) tab.classList.toggle("active", tab.dataset.mode === mode);
 }
@@ -363,6 +361,9 @@ function init() {
   $("run").addEventListener("click", run);
   $("stop").addEventListener("click", () => ui.controller && ui.controller.abort());
   $("compare").addEventListener("click", compare);
+  $("edit-last").addEventListener("click", editLast);
+  $("clear").addEventListener("click", newChat);
+  document.body.dataset.mode = ui.mode;
   $("prompt").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && !$("run").disabled) run();
   });
