@@ -121,7 +121,8 @@ class Tokenizer:
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special)
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None) -> str:
         if not self.chat_template:
             raise RequestError("this model has no chat template; send a plain prompt (completions) "
                                "instead of chat messages")
@@ -134,9 +135,21 @@ class Tokenizer:
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             env.globals["raise_exception"] = _raise_template_error
             env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+            env.filters["tojson"] = _tojson
             self._template = env.from_string(self.chat_template)
         return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                     **self.special_tokens)
+                                     **({"tools": tools} if tools else {}), **self.special_tokens)
+
+    @cached_property
+    def template_takes_tools(self) -> bool:
+        """Whether the chat template renders a `tools` list itself (Qwen2.5's and Qwen3's do, SmolLM2-135M's not)."""
+        if not self.chat_template:
+            return False
+        from jinja2 import Environment, TemplateSyntaxError, meta
+        try:
+            return "tools" in meta.find_undeclared_variables(Environment().parse(self.chat_template))
+        except TemplateSyntaxError:
+            return "tools" in self.chat_template
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
         text = self.apply_chat_template(messages)
@@ -180,6 +193,11 @@ class IncrementalDetokenizer:
         full_text = decode(self.ids[self.prefix_offset:], self.skip_special)
         self.prefix_offset = self.read_offset = len(self.ids)
         return full_text[len(prefix_text):]
+
+
+def _tojson(x, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys: bool = False) -> str:
+    # transformers' filter: keys in their order (a tool's schema as written), not jinja's sorted one
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
 def _raise_template_error(message: str):

@@ -68,6 +68,9 @@ class ParaspecOptions(OpenAIBaseModel):
         False, strict=True,
         description="with stream=true: each chunk's `paraspec.steps` lists the decode steps whose text it "
                     "carries (step, tokens, drafted, accepted, text offsets); off, chunks are plain OpenAI")
+    grammar: dict[str, Any] | None = Field(
+        None, description='the output obeys a grammar: {"regex": ...}, {"lark": ...}, {"gbnf": ...} or '
+                          '{"choice": [...]} (structured_request.py)')
 
 
 class ModelCard(OpenAIBaseModel):
@@ -131,6 +134,7 @@ class CompletionRequest(_GenerationRequest):
     echo: bool | None = False
     logprobs: int | None = None
     suffix: str | None = None
+    response_format: dict[str, Any] | None = None       # vLLM's extra: as in chat
 
     def to_sampling_params(self, max_tokens: int) -> SamplingParams:
         return self._sampling_params(max_tokens, self.logprobs)
@@ -184,6 +188,8 @@ class ChatMessageParam(_StrictRequest):
     role: str
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None      # an assistant turn's calls (tool_calls.py)
+    tool_call_id: str | None = None                     # a tool turn's answer to that call
 
 
 class ChatCompletionRequest(_GenerationRequest):
@@ -203,6 +209,7 @@ class ChatCompletionRequest(_GenerationRequest):
 class ChatMessage(OpenAIBaseModel):
     role: str
     content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 class ChatCompletionLogProb(OpenAIBaseModel):
@@ -232,6 +239,7 @@ class ChatCompletionResponse(_Response[ChatCompletionResponseChoice]):
 class DeltaMessage(OpenAIBaseModel):
     role: str | None = None
     content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
 
     @model_serializer(mode="wrap")
     def _drop_nulls(self, handler) -> dict:

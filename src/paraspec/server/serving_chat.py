@@ -8,11 +8,14 @@ import logging
 import time
 from typing import AsyncIterator
 
+from ..structured.params import StructuredOutputsParams
 from .engine_client import EngineStream
 from .protocol import (ChatCompletionRequest, ChatCompletionResponse, ChatCompletionResponseChoice,
                        ChatCompletionResponseStreamChoice, ChatCompletionStreamResponse, ChatMessage, DeltaMessage,
                        random_id)
 from .serving import BIG_PROMPT_CHARS, APIError, ChoiceState, OpenAIServing, error_for, sse
+from .structured_request import asked, constrain
+from .tool_calls import ToolCallStream, ToolPlan, call_grammar, check_tools, parse_tool_calls, template_messages
 
 logger = logging.getLogger("paraspec.server")
 
@@ -20,37 +23,43 @@ logger = logging.getLogger("paraspec.server")
 class OpenAIServingChat(OpenAIServing):
     async def create_chat_completion(self, req: ChatCompletionRequest) -> ChatCompletionResponse | AsyncIterator[str]:
         self.check_common(req)
-        if req.tools:
-            raise APIError("tools are not supported; leave them out", param="tools")
-        if req.response_format and req.response_format.get("type", "text") != "text":
-            raise APIError("response_format other than {\"type\": \"text\"} is not supported",
-                           param="response_format")
+        plan = check_tools(req.tools, req.tool_choice)
         if req.top_logprobs is not None and not req.logprobs:
             raise APIError("top_logprobs needs logprobs=true", param="top_logprobs")
-        prompt = self.check_prompt(await self._render(req), "messages")
+        # response_format, paraspec.grammar, or the call format tool_choice "required" / a function asks for
+        calls = call_grammar(plan)
+        structured, param = asked(req, (StructuredOutputsParams(grammar=calls) if calls else None, "tools"))
+        prompt = self.check_prompt(await self._render(req, plan), "messages")
         requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         params = req.to_sampling_params(self.max_tokens(requested, len(prompt), None))
+        if structured is not None:
+            params = await constrain(params, structured, param, self.tokenizer, self.vocab_size)
         plugin, plugin_name = self.plugin_spec(req)
         request_id = random_id("chatcmpl")
         streams = self.submit(request_id, [prompt], [params], plugin)
         if req.stream:
-            return self._stream(req, request_id, streams[0], params.n, len(prompt), plugin_name)
+            return self._stream(req, request_id, streams[0], params.n, len(prompt), plugin_name, plan)
         choices = [ChoiceState() for _ in range(params.n)]
         try:
             async for d in streams[0]:
                 choices[d.index].add(d)
         finally:
             streams[0].close()
-        out = [ChatCompletionResponseChoice(
-            index=i, message=ChatMessage(role="assistant", content="".join(c.text)),
-            logprobs=self.chat_logprobs(c.logprobs) if req.logprobs else None, finish_reason=c.finish_reason)
-            for i, c in enumerate(choices)]
+        out = []
+        for i, c in enumerate(choices):
+            content, calls = "".join(c.text), []
+            if plan.parse:
+                content, calls = parse_tool_calls(content, plan)
+            finish = "tool_calls" if calls and c.finish_reason == "stop" else c.finish_reason
+            out.append(ChatCompletionResponseChoice(
+                index=i, message=ChatMessage(role="assistant", content=content, tool_calls=calls or None),
+                logprobs=self.chat_logprobs(c.logprobs) if req.logprobs else None, finish_reason=finish))
         return ChatCompletionResponse(id=request_id, model=self.model_name, choices=out,
                                       usage=self.usage([len(prompt)], choices),
                                       paraspec=self.paraspec_stats(plugin_name, choices))
 
-    async def _render(self, req: ChatCompletionRequest) -> list[int]:
-        """messages -> the model's chat template -> token ids."""
+    async def _render(self, req: ChatCompletionRequest, plan: ToolPlan) -> list[int]:
+        """messages (and tools) -> the model's chat template -> token ids."""
         messages = []
         for i, m in enumerate(req.messages):
             content = m.content
@@ -62,23 +71,26 @@ class OpenAIServingChat(OpenAIServing):
                                        param=f"messages[{i}].content")
                     texts.append(part["text"])
                 content = "".join(texts)
-            messages.append({"role": m.role, "content": content or ""})
+            messages.append({"role": m.role, "content": content or ""} | {
+                k: v for k in ("tool_calls", "tool_call_id", "name") if (v := getattr(m, k)) is not None})
         from jinja2 import TemplateError
         self.fit_text("".join(m["content"] for m in messages), "messages")     # before any templating
+        messages, tools = template_messages(messages, plan, self.tokenizer.template_takes_tools)
         try:
             if sum(len(m["content"]) for m in messages) > BIG_PROMPT_CHARS:
-                text = await asyncio.to_thread(self.tokenizer.apply_chat_template, messages)
+                text = await asyncio.to_thread(self.tokenizer.apply_chat_template, messages, True, tools)
             else:
-                text = self.tokenizer.apply_chat_template(messages)
+                text = self.tokenizer.apply_chat_template(messages, tools=tools)
         except TemplateError as e:
             raise APIError(f"the chat template could not render the messages: {e}", param="messages") from None
         return await self.encode(text, "messages", add_bos=self.tokenizer.chat_add_bos(text))
 
     async def _stream(self, req: ChatCompletionRequest, request_id: str, stream: EngineStream, n: int,
-                      prompt_len: int, plugin_name: str | None) -> AsyncIterator[str]:
+                      prompt_len: int, plugin_name: str | None, plan: ToolPlan) -> AsyncIterator[str]:
         created = int(time.time())
         choices = [ChoiceState() for _ in range(n)]
         trace = bool(req.paraspec and req.paraspec.stream_steps)
+        calls = [ToolCallStream(plan) if plan.parse else None for _ in range(n)]
 
         def chunk(choices: list[ChatCompletionResponseStreamChoice], **kw) -> str:
             return sse(ChatCompletionStreamResponse(id=request_id, created=created, model=self.model_name,
@@ -89,14 +101,19 @@ class OpenAIServingChat(OpenAIServing):
                 yield chunk([ChatCompletionResponseStreamChoice(index=i, delta=DeltaMessage(role="assistant",
                                                                                            content=""))])
             async for d in stream:
-                c = choices[d.index]
+                c, parser = choices[d.index], calls[d.index]
                 c.add(d, trace)
-                if not (d.text or d.finish_reason or (req.logprobs and d.token_ids)):
+                text, found, finish = d.text, [], d.finish_reason
+                if parser is not None:      # text that may open a tool call is held until it is known
+                    text, found = parser.push(d.text)
+                    text += parser.flush() if finish else ""
+                    finish = "tool_calls" if finish == "stop" and parser.calls else finish
+                if not (text or found or finish or (req.logprobs and d.token_ids)):
                     continue        # text held back (a multi-byte character or a stop string may follow)
                 lp = self.chat_logprobs(d.logprobs) if req.logprobs and d.logprobs else None
-                delta = DeltaMessage(content=d.text or None)
+                delta = DeltaMessage(content=text or None, tool_calls=found or None)
                 yield chunk([ChatCompletionResponseStreamChoice(index=d.index, delta=delta, logprobs=lp,
-                                                                finish_reason=d.finish_reason)],
+                                                                finish_reason=finish)],
                             paraspec=self.chunk_extension(c, d, d.index, trace))
             if req.stream_options and req.stream_options.include_usage:
                 yield chunk([], usage=self.usage([prompt_len], choices),

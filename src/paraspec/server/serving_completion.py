@@ -11,6 +11,7 @@ from .engine_client import EngineStream
 from .protocol import (CompletionRequest, CompletionResponse, CompletionResponseChoice, CompletionResponseStreamChoice,
                        CompletionStreamResponse, random_id)
 from .serving import APIError, ChoiceState, OpenAIServing, error_for, merge_streams, sse
+from .structured_request import asked, constrain
 
 logger = logging.getLogger("paraspec.server")
 
@@ -30,6 +31,9 @@ class OpenAIServingCompletion(OpenAIServing):
         texts, prompts = await self._prompts(req.prompt)
         params = [req.to_sampling_params(self.max_tokens(req.max_tokens, len(p), OPENAI_DEFAULT_MAX_TOKENS))
                   for p in prompts]
+        structured, param = asked(req)       # response_format or paraspec.grammar
+        if structured is not None:
+            params = [await constrain(p, structured, param, self.tokenizer, self.vocab_size) for p in params]
         plugin, plugin_name = self.plugin_spec(req)
         request_id = random_id("cmpl")
         streams = self.submit(request_id, prompts, params, plugin)
