@@ -73,7 +73,7 @@ def main() -> int:
     ap.add_argument("--chunks", default="256,64", help="prefill chunk sizes (comma-separated)")
     ap.add_argument("--repeats", type=int, default=2, help="runs of each workload per setting (medians over all)")
     ap.add_argument("--questions", type=int, default=6)
-    ap.add_argument("--max-tokens", type=int, default=8, help="tokens per answer (TTFT is what is measured)")
+    ap.add_argument("--max-tokens", type=int, default=32, help="tokens per answer (TTFT is measured; the answers make the conversation grow)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", default=None, help="write every measurement as JSON here")
     a = ap.parse_args()
@@ -98,6 +98,7 @@ def main() -> int:
                                  median_cached_tokens=statistics.median(t["cached_tokens"] for t in later),
                                  per_turn_ttft_ms=[round(1000 * statistics.median(r[i]["ttft_s"] for r in rs), 1)
                                                    for i in range(len(rs[0]))]))
+                print(json.dumps(rows[-1]), flush=True)      # as it goes: a run cut short keeps its rows
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
     print(f"# prefix cache TTFT, {llm.model_name}, {llm.kernels.label}, {cpu}\n")

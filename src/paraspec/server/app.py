@@ -29,6 +29,7 @@ from .protocol import ChatCompletionRequest, CompletionRequest, ModelCard, Model
 from .security import AccessGuard, default_allowed_hosts
 from .serving import APIError, error_for
 from .serving_chat import OpenAIServingChat
+from .serving_responses import OpenAIServingResponses, ResponsesRequest
 from .serving_completion import OpenAIServingCompletion
 
 logger = logging.getLogger("paraspec.server")
@@ -77,6 +78,12 @@ async def create_completion(request: CompletionRequest, raw: Request) -> Respons
 async def create_chat_completion(request: ChatCompletionRequest, raw: Request) -> Response:
     handler: OpenAIServingChat = raw.app.state.serving_chat
     return await _respond(raw, handler.create_chat_completion(request))
+
+
+@router.post("/v1/responses")
+async def create_response(request: ResponsesRequest, raw: Request) -> Response:
+    handler: OpenAIServingResponses = raw.app.state.serving_responses
+    return await _respond(raw, handler.create_response(request))
 
 
 async def _respond(raw: Request, work: Awaitable[Any]) -> Response:
@@ -243,6 +250,7 @@ def app_for(engine: EngineClient, model: ModelInfo, config: ServiceConfig, docs:
     app.state.async_engine = engine
     app.state.serving_completion = OpenAIServingCompletion(engine, model.tokenizer, config, **shared)
     app.state.serving_chat = OpenAIServingChat(engine, model.tokenizer, config, **shared)
+    app.state.serving_responses = OpenAIServingResponses(app.state.serving_chat)
     app.state.model_card = ModelCard(id=model.name, max_model_len=app.state.serving_chat.max_seq_len)
     app.include_router(router)
     app.include_router(playground_router)
