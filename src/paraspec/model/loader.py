@@ -232,13 +232,14 @@ def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
     tok_source = {
         "kind": "gguf",
         "model": field("tokenizer.ggml.model"),
+        "pre": field("tokenizer.ggml.pre"),
         "tokens": tokens,
         "merges": field("tokenizer.ggml.merges") or [],
         "token_type": field("tokenizer.ggml.token_type") or [],
         "bos_token_id": field("tokenizer.ggml.bos_token_id"),
         "eos_token_id": field("tokenizer.ggml.eos_token_id"),
         "eot_token_id": field("tokenizer.ggml.eot_token_id"),
-        "add_bos_token": bool(field("tokenizer.ggml.add_bos_token", False)),
+        "add_bos_token": field("tokenizer.ggml.add_bos_token"),   # None: the pre-tokenizer's default
         "chat_template": field("tokenizer.chat_template"),
     }
     name = path.stem.split(".")[0] if path.name == DEFAULT_MODEL_FILE else path.stem

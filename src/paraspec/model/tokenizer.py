@@ -1,8 +1,9 @@
 """Tokenizer: encode/decode, the chat template, stop tokens and streaming detokenisation.
 
-Built with the `tokenizers` library from a GGUF file's metadata (GPT-2 style byte-level BPE:
-vocab + merges; control tokens become special tokens) or from a Hugging Face folder's
-tokenizer.json. The chat template is the model's own Jinja template, rendered in a sandbox.
+Built with the `tokenizers` library from a GGUF file's metadata (byte-level BPE: vocab + merges,
+split first as `tokenizer.ggml.pre` names: pretokenizers.py; control tokens become special
+tokens) or from a Hugging Face folder's tokenizer.json. The chat template is the model's own
+Jinja template, rendered in a sandbox.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import ModelLoadError, RequestError
+from .pretokenizers import build_pre_tokenizer, pre_tokenizer_for
 
 GIL_FREE_CHARS = 4096    # longer texts are tokenized with the GIL released (a server's event loop runs on)
 GGUF_TOKEN_CONTROL = 3
@@ -39,24 +41,34 @@ class Tokenizer:
 
     @classmethod
     def _from_gguf(cls, s: dict) -> "Tokenizer":
-        from tokenizers import AddedToken, Tokenizer as Backend, decoders, models, pre_tokenizers
+        from tokenizers import AddedToken, Tokenizer as Backend, decoders, models, normalizers
 
         if s["model"] != "gpt2":
             raise ModelLoadError(f"GGUF tokenizer model {s['model']!r} is not supported (paraspec reads "
                                  "byte-level BPE 'gpt2' tokenizers); use a Hugging Face folder instead")
+        pre = pre_tokenizer_for(s.get("pre"))
         tokens = list(s["tokens"])
         vocab = {t: i for i, t in enumerate(tokens)}
         merges = [tuple(m.split(" ", 1)) for m in s["merges"]]
-        backend = Backend(models.BPE(vocab, merges, fuse_unk=False, byte_fallback=False))
-        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        backend = Backend(models.BPE(vocab, merges, fuse_unk=False, byte_fallback=False,
+                                     ignore_merges=pre.ignore_merges))
+        if pre.nfc:
+            backend.normalizer = normalizers.NFC()
+        backend.pre_tokenizer = build_pre_tokenizer(pre)
         backend.decoder = decoders.ByteLevel()
         types = list(s["token_type"]) or [1] * len(tokens)
-        special = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types)
-                   if ty in (GGUF_TOKEN_CONTROL, GGUF_TOKEN_USER_DEFINED)]
-        backend.add_special_tokens(special)
+        # control tokens (<|im_start|>, <|begin_of_text|>) are special: matched in text, dropped
+        # by decode(skip_special); user-defined ones (Qwen3's <think>) are matched but always
+        # decoded, as llama.cpp and Hugging Face both do
+        added = [AddedToken(t, special=ty == GGUF_TOKEN_CONTROL, normalized=False)
+                 for t, ty in zip(tokens, types) if ty in (GGUF_TOKEN_CONTROL, GGUF_TOKEN_USER_DEFINED)]
+        backend.add_special_tokens([a for a in added if a.special])
+        backend.add_tokens([a for a in added if not a.special])
         bos, eos = s.get("bos_token_id"), s.get("eos_token_id")
         eos_ids = [eos, s.get("eot_token_id")]
-        return cls(backend, bos_token_id=bos, eos_token_ids=eos_ids, add_bos=s.get("add_bos_token", False),
+        add_bos = s.get("add_bos_token")
+        return cls(backend, bos_token_id=bos, eos_token_ids=eos_ids,
+                   add_bos=pre.add_bos if add_bos is None else bool(add_bos),
                    chat_template=s.get("chat_template"),
                    special_tokens={"bos_token": tokens[bos] if bos is not None else "",
                                    "eos_token": tokens[eos] if eos is not None else ""})
@@ -86,8 +98,11 @@ class Tokenizer:
         template = tc.get("chat_template")
         if template is None and (path / "chat_template.jinja").is_file():
             template = (path / "chat_template.jinja").read_text()
+        add_bos = tc.get("add_bos_token")
+        if add_bos is None:   # as transformers: the tokenizer.json's post-processor says (Llama-3 adds BOS)
+            add_bos = bos is not None and backend.encode("", add_special_tokens=True).ids[:1] == [bos]
         return cls(backend, bos_token_id=bos, eos_token_ids=eos_ids,
-                   add_bos=bool(tc.get("add_bos_token", False)), chat_template=template,
+                   add_bos=bool(add_bos), chat_template=template,
                    special_tokens={"bos_token": bos_s or "", "eos_token": eos_s or ""})
 
     # ------------------------------------------------------------------------------------ text
