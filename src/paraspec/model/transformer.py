@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from . import kernels as cpu_kernels
 from .args import ModelArgs
 from .ggml import EmbeddingRows, GGUFLinear, GGUFWeight
+from .ggml_parts import GGUFParts, GGUFPartsLinear
 from .gguf_decoder import EMPTY_MASK as _EMPTY, gguf_decoder
 from .kv_cache import KEY_BUCKET, KVCache, round_up
 from .seq_input import SeqInput
@@ -75,6 +76,8 @@ class Linear:
         if self.packed is not None and not (prompt and x.dtype == torch.float32):
             y = torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
             return y if self.bias is None else y + self.bias
+        if self.bias is not None and self.bias.dtype != x.dtype:   # fp32 bias beside bf16 weights
+            return F.linear(x, self.weight) + self.bias            # added in fp32, as the packed road does
         return F.linear(x, self.weight, self.bias)
 
     def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, prompt: bool = False) -> torch.Tensor:
@@ -263,6 +266,8 @@ def make_linear(weight: torch.Tensor | GGUFWeight, bias: torch.Tensor | None = N
     GGUFLinear over GGUF blocks (ggml.py); passes: their int8 activation passes (1 or 2)."""
     if isinstance(weight, GGUFWeight):
         return GGUFLinear(weight, bias, kernels=kernels, residual=passes == 2)
+    if isinstance(weight, GGUFParts):
+        return GGUFPartsLinear(weight, bias, kernels=kernels, residual=passes == 2)
     if quantization == "w8a8":
         from .quant import Int8Linear
         return Int8Linear.from_float(weight.float(), bias, kernels=kernels, residual=passes == 2)
@@ -277,7 +282,7 @@ class Layer:
         self.attn_norm = w["attn_norm"]
         self.ffn_norm = w["ffn_norm"]
         self.wqkv = make_linear(w["wqkv"], w.get("bqkv"), quantization, kernels, passes)
-        self.wo = make_linear(w["wo"], None, quantization, kernels, passes)
+        self.wo = make_linear(w["wo"], w.get("bo"), quantization, kernels, passes)
         self.w_gate_up = make_linear(w["w_gate_up"], None, quantization, kernels, passes)
         self.w_down = make_linear(w["w_down"], None, quantization, kernels, passes)
         self.q_norm = w.get("q_norm")
@@ -299,7 +304,7 @@ class Transformer:
         # int8 activation passes of the quantised linears (kernels.resolve_activation_passes)
         self.activation_passes = passes = cpu_kernels.resolve_activation_passes(activation_passes, kernels, quantization)
         if quantization == "gguf":   # what no GGUF kernel runs is a plain linear in `dtype`
-            weights = {k: w if isinstance(w, GGUFWeight) or k.rsplit(".", 1)[-1] not in MATMULS else w.to(dtype)
+            weights = {k: w if isinstance(w, (GGUFWeight, GGUFParts)) or k.rsplit(".", 1)[-1] not in MATMULS else w.to(dtype)
                        for k, w in weights.items()}
         self.lm_head = make_linear(weights.get("lm_head", weights["tok_embeddings"]), None, quantization, kernels, passes)
         embed = weights["tok_embeddings"]   # [vocab, dim]; rows looked up (GGUF: dequantised at first use)
