@@ -112,18 +112,20 @@ def forward_times(llm, context: int, reps: int) -> dict[int, float]:
 
 def engine_weights(model) -> tuple[int, list[str]]:
     """Bytes of weights paraspec's decode step streams (the kernels' packed GGUF copies, dense
-    weights at their dtype) and the linears that are dense: a fused q/k/v or gate/up of mixed
-    block formats (Q4_K_M's Q6_K attn_v beside Q4_K q and k) is dequantised by the loader, and
-    then the layers run in the Python loop, not in one csrc call (model.decoder is None)."""
+    weights at their dtype) and the linears that are dense (a float weight the file holds; a fused
+    q/k/v or gate/up of mixed block formats, as Q4_K_M's Q6_K attn_v beside Q4_K q and k, stays
+    blocks: ggml_parts.GGUFPartsLinear, one packed copy per part)."""
     from paraspec.model.ggml import GGUFLinear
+    from paraspec.model.ggml_parts import GGUFPartsLinear
 
     named = [(f"layers.{i}.{n}", getattr(layer, n)) for i, layer in enumerate(model.layers)
              for n in ("wqkv", "wo", "w_gate_up", "w_down")] + [("lm_head", model.lm_head)]
     total, dense = 0, []
     for name, lin in named:
-        if isinstance(lin, GGUFLinear):
-            packed = getattr(lin, "packed", None)
-            total += packed.nbytes if packed is not None else 0
+        if isinstance(lin, (GGUFLinear, GGUFPartsLinear)):
+            for part in getattr(lin, "parts", [lin]):
+                packed = getattr(part, "packed", None)
+                total += packed.nbytes if packed is not None else 0
         else:
             total += lin.weight.numel() * lin.weight.element_size()
             dense.append(name)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .ggml import FORMATS, GGUFLinear
+from .ggml_parts import GGUFPartsLinear
 
 if TYPE_CHECKING:
     from .args import ModelArgs
@@ -36,19 +37,22 @@ class GgufDecoder:
 def gguf_decoder(kernels: Kernels, a: ModelArgs, layers: list, scale: float) -> GgufDecoder | None:
     """A GgufDecoder over a Transformer's `layers` (transformer.Layer: passed in, so that this
     module never imports the forward that calls it), or None where the loop stays in Python:
-    no compiled kernels, a layer linear that is not a GGUF one on the model's kernels, or q/k
+    no compiled kernels, a layer linear that is not a GGUF one (or GGUF parts) on the model's kernels, or q/k
     norms (Qwen3), which the csrc decoder does not apply."""
     if kernels.module is None:
         return None
     linears = [lin for layer in layers for lin in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
+    # a fused weight of mixed formats runs its parts in turn, their outputs side by side (ggml_parts.py)
+    per_linear = [lin.parts if isinstance(lin, GGUFPartsLinear) else [lin] for lin in linears]
+    parts = [p for ps in per_linear for p in ps]
     if any(layer.q_norm is not None for layer in layers) or not all(
-            isinstance(lin, GGUFLinear) and lin.kernels is kernels for lin in linears):
+            isinstance(p, GGUFLinear) and p.kernels is kernels for p in parts):
         return None
     empty = torch.empty(0, dtype=torch.float32)     # "no bias"
     return GgufDecoder(kernels.module.GgufDecoder(
-        [lin.packed for lin in linears], [FORMATS[lin.kind] for lin in linears],
-        [lin.out_features for lin in linears], [lin.passes for lin in linears],
-        [empty if lin.bias is None else lin.bias for lin in linears],
+        [p.packed for p in parts], [FORMATS[p.kind] for p in parts],
+        [p.out_features for p in parts], [p.passes for p in parts],
+        [empty if p.bias is None else p.bias for p in parts], [len(ps) for ps in per_linear],
         [layer.attn_norm.float().contiguous() for layer in layers],
         [layer.ffn_norm.float().contiguous() for layer in layers],
         a.norm_eps, kernels.w8a8_variant, a.n_heads, a.n_kv_heads, a.head_dim, scale))

@@ -9,6 +9,7 @@ q_norm?, k_norm?}, plus tok_embeddings, norm and lm_head (when not tied).
 
 keep_quantized (quantization "gguf"): a GGUF file's Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K matmul weights come back as
 ggml.GGUFWeight (their stored blocks) instead of dequantised; others are dequantised, with a log line.
+A fused weight whose parts differ in format (Q4_K_M's Q6_K attn_v) is a ggml_parts.GGUFParts.
 """
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ import torch
 
 from ..errors import ModelLoadError
 from ..gc_pause import gc_paused
-from . import ggml
+from . import ggml, ggml_parts
 from .args import SUPPORTED_ARCHS, ModelArgs
 from .ggml import GGUFWeight
+from .ggml_parts import GGUFParts
 
 logger = logging.getLogger("paraspec.loader")
 
@@ -92,7 +94,7 @@ def _cast(weights: dict[str, np.ndarray | torch.Tensor | GGUFWeight], dtype: tor
     GGUF blocks stay as they are."""
     out = {}
     for name, w in weights.items():
-        if isinstance(w, GGUFWeight):
+        if isinstance(w, (GGUFWeight, GGUFParts)):
             out[name] = w
             continue
         t = torch.from_numpy(np.array(w, dtype=np.float32, copy=not w.flags.writeable)) if isinstance(w, np.ndarray) else w
@@ -125,10 +127,11 @@ def _fuse_layer(w: dict, i: int, q, k, v, o, gate, up, down, attn_norm, ffn_norm
 
 
 def _concat(parts: list, name: str):
-    """Rows of fused weights stacked; GGUF blocks of one format stay blocks, mixed ones are
-    dequantised (with a log line)."""
+    """Rows of fused weights stacked; GGUF blocks stay blocks (parts of different formats: a
+    GGUFParts, each part in its own format), blocks beside float parts are dequantised (with a
+    log line)."""
     if all(isinstance(p, GGUFWeight) for p in parts):
-        fused = ggml.concat(parts)
+        fused = ggml_parts.stack(parts)
         if fused is not None:
             return fused
     if any(isinstance(p, GGUFWeight) for p in parts):

@@ -8,20 +8,28 @@
 
 class GgufDecoder {
  public:
-  // Per layer, four linears in the order wqkv, wo, w_gate_up, w_down: their packed weights,
-  // formats, output sizes, activation passes and biases (an empty tensor: none); per layer the
-  // fp32 RMSNorm weights fused into wqkv and w_gate_up.
+  // Per layer, four linears in the order wqkv, wo, w_gate_up, w_down, each of counts[j] parts (a
+  // fused weight whose parts differ in GGUF format: ggml_parts.py): per part its packed weight,
+  // format, output size, activation passes and bias (an empty tensor: none), the parts of a
+  // linear in its output order; per layer the fp32 RMSNorm weights fused into wqkv and w_gate_up.
   GgufDecoder(std::vector<at::Tensor> packed, std::vector<int64_t> fmts, std::vector<int64_t> ns,
-              std::vector<int64_t> passes, std::vector<at::Tensor> biases, std::vector<at::Tensor> attn_norms,
-              std::vector<at::Tensor> ffn_norms, double eps, std::string variant, int64_t n_heads, int64_t n_kv,
-              int64_t head_dim, double scale)
+              std::vector<int64_t> passes, std::vector<at::Tensor> biases, std::vector<int64_t> counts,
+              std::vector<at::Tensor> attn_norms, std::vector<at::Tensor> ffn_norms, double eps, std::string variant,
+              int64_t n_heads, int64_t n_kv, int64_t head_dim, double scale)
       : packed_(std::move(packed)), fmts_(std::move(fmts)), ns_(std::move(ns)), passes_(std::move(passes)),
-        attn_norms_(std::move(attn_norms)), ffn_norms_(std::move(ffn_norms)), eps_(eps),
+        counts_(std::move(counts)), attn_norms_(std::move(attn_norms)), ffn_norms_(std::move(ffn_norms)), eps_(eps),
         variant_(std::move(variant)), n_heads_(n_heads), n_kv_(n_kv), hd_(head_dim), scale_(scale) {
     const size_t n = attn_norms_.size();
-    TORCH_CHECK(ffn_norms_.size() == n && packed_.size() == 4 * n && fmts_.size() == 4 * n && ns_.size() == 4 * n &&
-                    passes_.size() == 4 * n && biases.size() == 4 * n,
-                "GgufDecoder: four linears and two norms per layer");
+    TORCH_CHECK(ffn_norms_.size() == n && counts_.size() == 4 * n, "GgufDecoder: four linears and two norms per layer");
+    int64_t parts = 0;
+    for (int64_t c : counts_) {
+      TORCH_CHECK(c >= 1, "GgufDecoder: a linear has at least one part");
+      firsts_.push_back(parts);
+      parts += c;
+    }
+    const size_t p = static_cast<size_t>(parts);
+    TORCH_CHECK(packed_.size() == p && fmts_.size() == p && ns_.size() == p && passes_.size() == p &&
+                    biases.size() == p, "GgufDecoder: one packed weight, format, size, passes and bias per part");
     for (const at::Tensor& b : biases)
       biases_.push_back(b.numel() ? c10::optional<at::Tensor>(b) : c10::nullopt);
   }
@@ -62,12 +70,21 @@ class GgufDecoder {
   }
 
  private:
+  // linear j: its parts' outputs side by side (cat copies bits: each part's are a gguf_linear's)
   at::Tensor linear(size_t j, const at::Tensor& x, const c10::optional<at::Tensor>& norm) const {
-    return gguf_linear(x, packed_[j], fmts_[j], ns_[j], passes_[j], biases_[j], norm, norm ? eps_ : 0.0, variant_);
+    const size_t first = static_cast<size_t>(firsts_[j]), n = static_cast<size_t>(counts_[j]);
+    if (n == 1) return part(first, x, norm);
+    std::vector<at::Tensor> ys;
+    for (size_t p = first; p < first + n; ++p) ys.push_back(part(p, x, norm));
+    return at::cat(ys, -1);
+  }
+
+  at::Tensor part(size_t p, const at::Tensor& x, const c10::optional<at::Tensor>& norm) const {
+    return gguf_linear(x, packed_[p], fmts_[p], ns_[p], passes_[p], biases_[p], norm, norm ? eps_ : 0.0, variant_);
   }
 
   std::vector<at::Tensor> packed_;
-  std::vector<int64_t> fmts_, ns_, passes_;
+  std::vector<int64_t> fmts_, ns_, passes_, counts_, firsts_;
   std::vector<c10::optional<at::Tensor>> biases_;
   std::vector<at::Tensor> attn_norms_, ffn_norms_;
   double eps_;

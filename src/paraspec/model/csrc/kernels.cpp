@@ -193,9 +193,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("w"), py::arg("bias") = py::none(), py::arg("norm") = py::none(), py::arg("eps") = 0.0);
   py::class_<GgufDecoder>(m, "GgufDecoder", "a decode / verify forward's layers on GGUF linears, one call (decoder.h)")
       .def(py::init<std::vector<at::Tensor>, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
-                    std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, double, std::string,
-                    int64_t, int64_t, int64_t, double>(),
-           py::arg("packed"), py::arg("fmts"), py::arg("ns"), py::arg("passes"), py::arg("biases"),
+                    std::vector<at::Tensor>, std::vector<int64_t>, std::vector<at::Tensor>, std::vector<at::Tensor>,
+                    double, std::string, int64_t, int64_t, int64_t, double>(),
+           py::arg("packed"), py::arg("fmts"), py::arg("ns"), py::arg("passes"), py::arg("biases"), py::arg("counts"),
            py::arg("attn_norms"), py::arg("ffn_norms"), py::arg("eps"), py::arg("variant"), py::arg("n_heads"),
            py::arg("n_kv"), py::arg("head_dim"), py::arg("scale"))
       .def("forward", &GgufDecoder::forward, py::call_guard<py::gil_scoped_release>(), py::arg("x"), py::arg("cos"),
