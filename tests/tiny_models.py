@@ -64,9 +64,43 @@ def _gguf_permute(w, n_heads: int):
     return w.reshape(n_heads, 2, rows // n_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(hf_dir: Path, out: Path, quant: str = "F32", arch_name: str | None = None) -> Path:
-    """Convert a tiny HF llama/qwen2 folder to GGUF (tensors in `quant`: F32, F16, I8, a type the
-    gguf package quantises (Q8_0, Q4_0, ...), or Q4_K / Q6_K by paraspec's own K quantiser)."""
+def llama3_rope_factors(config: dict) -> "np.ndarray | None":
+    """convert_hf_to_gguf's rope_freqs.weight for a llama3 rope_scaling: per frequency, the
+    divisor of its inverse frequency (computed in fp32 as the converter does). None otherwise."""
+    import math
+
+    import numpy as np
+    import torch as t
+    rope = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    if rope.get("rope_type", rope.get("type")) != "llama3":
+        return None
+    base = config.get("rope_theta") or rope.get("rope_theta", 10000.0)
+    dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    freqs = 1.0 / (base ** (t.arange(0, dim, 2, dtype=t.float32) / dim))
+    factor, low, high = rope.get("factor", 8.0), rope.get("low_freq_factor", 1.0), rope.get("high_freq_factor", 4.0)
+    old_ctx = rope.get("original_max_position_embeddings", 8192)
+    out = []
+    for freq in freqs.tolist():
+        wavelen = 2 * math.pi / freq
+        if wavelen < old_ctx / high:
+            out.append(1.0)
+        elif wavelen > old_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def write_gguf(hf_dir: Path, out: Path, quant: str = "F32", arch_name: str | None = None,
+               skip_tensors: tuple[str, ...] = (), metadata: dict[str, int] | None = None) -> Path:
+    """Convert a tiny HF llama/qwen2/qwen3 folder (one file or shards) to GGUF the way llama.cpp's
+    convert_hf_to_gguf.py does: its metadata keys, tensor names, llama's q/k row permutation
+    (biases too), rope_freqs.weight for llama3 rope, no output.weight when tied, 1-D tensors in
+    F32. Matmul tensors in `quant`: F32, F16, I8, a type the gguf package quantises (Q8_0,
+    Q4_0, ...), or Q4_K / Q6_K by paraspec's own K quantiser. The tokenizer is the test one.
+    For the error tests: skip_tensors are left out, metadata's uint32 keys replace (or add to) the
+    converter's."""
     import gguf
 
     from paraspec.model.ggml_kquants import QUANTIZERS
@@ -75,16 +109,32 @@ def write_gguf(hf_dir: Path, out: Path, quant: str = "F32", arch_name: str | Non
 
     config = json.loads((hf_dir / "config.json").read_text())
     arch = config["model_type"]
-    sd = {k.removeprefix("model."): v for k, v in load_file(str(next(hf_dir.glob("*.safetensors")))).items()}
-    w = gguf.GGUFWriter(str(out), arch_name or arch)
-    w.add_uint32(f"{arch_name or arch}.block_count", config["num_hidden_layers"])
-    w.add_uint32(f"{arch_name or arch}.context_length", config["max_position_embeddings"])
-    w.add_uint32(f"{arch_name or arch}.embedding_length", config["hidden_size"])
-    w.add_uint32(f"{arch_name or arch}.feed_forward_length", config["intermediate_size"])
-    w.add_uint32(f"{arch_name or arch}.attention.head_count", config["num_attention_heads"])
-    w.add_uint32(f"{arch_name or arch}.attention.head_count_kv", config["num_key_value_heads"])
-    w.add_float32(f"{arch_name or arch}.attention.layer_norm_rms_epsilon", config["rms_norm_eps"])
-    w.add_float32(f"{arch_name or arch}.rope.freq_base", 10000.0)
+    sd = {}
+    for f in sorted(hf_dir.glob("*.safetensors")):   # bf16 checkpoints: widened to fp32, as the converter does
+        sd.update({k.removeprefix("model."): v for k, v in load_file(str(f)).items()})
+    name = arch_name or arch
+    w = gguf.GGUFWriter(str(out), name)
+    metadata = dict(metadata or {})
+    add_uint32 = w.add_uint32
+    w.add_uint32 = lambda key, value: add_uint32(key, metadata.pop(key, value))
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim")
+    w.add_uint32(f"{name}.block_count", config["num_hidden_layers"])
+    w.add_uint32(f"{name}.context_length", config["max_position_embeddings"])
+    w.add_uint32(f"{name}.embedding_length", config["hidden_size"])
+    w.add_uint32(f"{name}.feed_forward_length", config["intermediate_size"])
+    w.add_uint32(f"{name}.attention.head_count", heads)
+    w.add_uint32(f"{name}.attention.head_count_kv", config["num_key_value_heads"])
+    theta = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    w.add_float32(f"{name}.rope.freq_base", float(theta))
+    w.add_float32(f"{name}.attention.layer_norm_rms_epsilon", config["rms_norm_eps"])
+    if head_dim is not None:
+        w.add_uint32(f"{name}.attention.key_length", head_dim)
+        w.add_uint32(f"{name}.attention.value_length", head_dim)
+    w.add_uint32("general.file_type", {"F32": 0, "F16": 1}.get(quant, 7))
+    if arch == "llama":
+        w.add_uint32(f"{name}.vocab_size", config["vocab_size"])
+        w.add_uint32(f"{name}.rope.dimension_count", head_dim or config["hidden_size"] // heads)
     tok = byte_level_tokenizer()
     vocab = tok.get_vocab()
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
@@ -97,6 +147,8 @@ def write_gguf(hf_dir: Path, out: Path, quant: str = "F32", arch_name: str | Non
     qtype = getattr(gguf.GGMLQuantizationType, quant)
 
     def put(name: str, a):
+        if name in skip_tensors:
+            return
         a = np.ascontiguousarray(a, dtype=np.float32)
         if a.ndim == 1 or quant == "F32":
             w.add_tensor(name, a)
@@ -109,28 +161,33 @@ def write_gguf(hf_dir: Path, out: Path, quant: str = "F32", arch_name: str | Non
         else:
             w.add_tensor(name, gguf.quants.quantize(a, qtype), raw_dtype=qtype)
 
-    heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    kv = config["num_key_value_heads"]
+    if (factors := llama3_rope_factors(config)) is not None:
+        put("rope_freqs.weight", factors)
     put("token_embd.weight", sd["embed_tokens.weight"])
     put("output_norm.weight", sd["norm.weight"])
     if "lm_head.weight" in sd:
         put("output.weight", sd["lm_head.weight"])
     for i in range(config["num_hidden_layers"]):
         p, b = f"layers.{i}.", f"blk.{i}."
-        q, k = sd[p + "self_attn.q_proj.weight"], sd[p + "self_attn.k_proj.weight"]
-        if arch == "llama":
-            q, k = _gguf_permute(q, heads), _gguf_permute(k, kv)
-        put(b + "attn_q.weight", q)
-        put(b + "attn_k.weight", k)
-        put(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
-        for proj in ("q", "k", "v"):
-            if p + f"self_attn.{proj}_proj.bias" in sd:
-                put(b + f"attn_{proj}.bias", sd[p + f"self_attn.{proj}_proj.bias"])
+        for proj, n in (("q", heads), ("k", kv), ("v", None)):
+            for kind in ("weight", "bias"):
+                t = sd.get(p + f"self_attn.{proj}_proj.{kind}")
+                if t is not None:
+                    put(b + f"attn_{proj}.{kind}", _gguf_permute(t, n) if arch == "llama" and n else t)
+        for proj in ("q", "k"):
+            if p + f"self_attn.{proj}_norm.weight" in sd:
+                put(b + f"attn_{proj}_norm.weight", sd[p + f"self_attn.{proj}_norm.weight"])
         put(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        if p + "self_attn.o_proj.bias" in sd:
+            put(b + "attn_output.bias", sd[p + "self_attn.o_proj.bias"])
         put(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
         put(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
         put(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
         put(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
         put(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+    for key, value in metadata.items():
+        add_uint32(key, value)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

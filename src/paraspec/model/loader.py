@@ -99,7 +99,7 @@ def _cast(weights: dict[str, np.ndarray | torch.Tensor | GGUFWeight], dtype: tor
             continue
         t = torch.from_numpy(np.array(w, dtype=np.float32, copy=not w.flags.writeable)) if isinstance(w, np.ndarray) else w
         short = name.rsplit(".", 1)[-1]
-        keep_fp32 = short in ("attn_norm", "ffn_norm", "norm", "q_norm", "k_norm", "bqkv")
+        keep_fp32 = short in ("attn_norm", "ffn_norm", "norm", "q_norm", "k_norm", "bqkv", "bo")
         out[name] = t.float() if keep_fp32 else t.to(dtype)
     return out
 
@@ -111,12 +111,14 @@ def _check_arch(arch: str, where: str) -> None:
 
 
 def _fuse_layer(w: dict, i: int, q, k, v, o, gate, up, down, attn_norm, ffn_norm,
-                q_bias=None, k_bias=None, v_bias=None, q_norm=None, k_norm=None) -> None:
+                q_bias=None, k_bias=None, v_bias=None, q_norm=None, k_norm=None, o_bias=None) -> None:
     p = f"layers.{i}."
     w[p + "wqkv"] = _concat([q, k, v], p + "wqkv")
     if q_bias is not None:
         w[p + "bqkv"] = np.concatenate([q_bias, k_bias, v_bias], axis=0)
     w[p + "wo"] = o
+    if o_bias is not None:    # a llama with attention_bias: o_proj has one too (Qwen2's has not)
+        w[p + "bo"] = o_bias
     w[p + "w_gate_up"] = _concat([gate, up], p + "w_gate_up")
     w[p + "w_down"] = down
     w[p + "attn_norm"] = attn_norm
@@ -195,6 +197,13 @@ def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
     tokens = field("tokenizer.ggml.tokens") or []
     embed = tensor("token_embd.weight", matmul=True)
     head_dim = int(field(f"{arch}.attention.key_length", dim // n_heads))
+    # paraspec rotates every dimension of a head and keeps values as wide as keys (as these
+    # families do); a file saying otherwise would run as another model, so it is refused
+    for key, want in (("rope.dimension_count", head_dim), ("attention.value_length", head_dim)):
+        got = field(f"{arch}.{key}")
+        if got is not None and int(got) != want:
+            raise ModelLoadError(f"GGUF {str(path)!r} has {arch}.{key} = {int(got)}, not the head size "
+                                 f"{want}; paraspec runs full-width RoPE with values as wide as keys")
     rope_freqs = tensor("rope_freqs.weight", required=False)
     args = ModelArgs(
         arch=arch,
@@ -212,23 +221,29 @@ def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
         max_seq_len=int(field(f"{arch}.context_length", 4096)),
         tie_embeddings="output.weight" not in tensors,
         qkv_bias="blk.0.attn_q.bias" in tensors,
-        qk_norm="blk.0.attn_q_norm.weight" in tensors,
+        qk_norm="blk.0.attn_q_norm.weight" in tensors or arch == "qwen3",
     )
+    if "blk.0.ffn_up.bias" in tensors:
+        raise ModelLoadError(f"GGUF {str(path)!r} has feed-forward biases (ffn_*.bias), which paraspec's "
+                             f"{arch} decoder does not have; this model cannot run here")
     w: dict[str, np.ndarray] = {"tok_embeddings": embed, "norm": tensor("output_norm.weight")}
     if not args.tie_embeddings:
         w["lm_head"] = tensor("output.weight", matmul=True)
     for i in range(args.n_layers):
         b = f"blk.{i}."
         q, k = tensor(b + "attn_q.weight", matmul=True), tensor(b + "attn_k.weight", matmul=True)
-        if arch == "llama":
+        qb, kb = tensor(b + "attn_q.bias", False), tensor(b + "attn_k.bias", False)
+        if arch == "llama":   # convert_hf_to_gguf permutes llama's q/k biases with their rows
             q, k = _gguf_unpermute(q, n_heads), _gguf_unpermute(k, n_kv)
+            qb, kb = (None if x is None else _gguf_unpermute(x, h) for x, h in ((qb, n_heads), (kb, n_kv)))
         mm = [tensor(b + f"{n}.weight", matmul=True)
               for n in ("attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
+        qk_norm = arch == "qwen3"     # Qwen3 always has them: a file without is incomplete, not another model
         _fuse_layer(w, i, q, k, *mm,
                     tensor(b + "attn_norm.weight"), tensor(b + "ffn_norm.weight"),
-                    tensor(b + "attn_q.bias", False), tensor(b + "attn_k.bias", False),
-                    tensor(b + "attn_v.bias", False),
-                    tensor(b + "attn_q_norm.weight", False), tensor(b + "attn_k_norm.weight", False))
+                    qb, kb, tensor(b + "attn_v.bias", qb is not None),
+                    tensor(b + "attn_q_norm.weight", qk_norm), tensor(b + "attn_k_norm.weight", qk_norm),
+                    tensor(b + "attn_output.bias", False))
     if dequantised:
         logger.info("paraspec: no GGUF kernel for %s; those tensors are dequantised (the Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K "
                     "ones run as stored)", ", ".join(f"{k} ({n} tensors)" for k, n in sorted(dequantised.items())))
@@ -259,10 +274,7 @@ def _load_hf(path: Path) -> LoadedModel:
                              "a Hugging Face model folder needs a valid config.json") from None
     arch = config.get("model_type", "?")
     _check_arch(arch, str(path / "config.json"))
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise ModelLoadError(f"no *.safetensors weights in {str(path)!r}; paraspec reads safetensors "
-                             "(convert .bin checkpoints with transformers' save_pretrained)")
+    files = _safetensors_files(path)
     from safetensors.torch import load_file
     raw: dict[str, torch.Tensor] = {}
     try:
@@ -282,6 +294,9 @@ def _load_hf(path: Path) -> LoadedModel:
                                  f"incomplete or not a {arch} model")
         return None
 
+    if config.get("mlp_bias"):
+        raise ModelLoadError(f"{str(path / 'config.json')!r} sets mlp_bias: feed-forward biases, which "
+                             f"paraspec's {arch} decoder does not have; this model cannot run here")
     n_heads = config["num_attention_heads"]
     rope = config.get("rope_parameters") or {}
     scaling = config.get("rope_scaling") or (rope if rope.get("rope_type") not in (None, "default") else None)
@@ -314,6 +329,29 @@ def _load_hf(path: Path) -> LoadedModel:
                     get(b + "input_layernorm.weight"), get(b + "post_attention_layernorm.weight"),
                     get(b + "self_attn.q_proj.bias", bias), get(b + "self_attn.k_proj.bias", bias),
                     get(b + "self_attn.v_proj.bias", bias),
-                    get(b + "self_attn.q_norm.weight", args.qk_norm), get(b + "self_attn.k_norm.weight", args.qk_norm))
+                    get(b + "self_attn.q_norm.weight", args.qk_norm), get(b + "self_attn.k_norm.weight", args.qk_norm),
+                    get(b + "self_attn.o_proj.bias", arch == "llama" and bias))
     tok_source = {"kind": "hf", "path": str(path), "config": config}
     return LoadedModel(args, w, path, path.name, tok_source)
+
+
+def _safetensors_files(path: Path) -> list[Path]:
+    """The weight files: the shards model.safetensors.index.json names (each must be there: a
+    half-downloaded folder fails naming the missing shard), else every *.safetensors."""
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, json.JSONDecodeError, KeyError, AttributeError, TypeError) as e:
+            raise ModelLoadError(f"cannot read {str(index)!r} ({type(e).__name__}: {e}); a sharded "
+                                 "checkpoint needs its index with a weight_map") from None
+        missing = [s for s in shards if not (path / s).is_file()]
+        if missing:
+            raise ModelLoadError(f"{str(path)!r} lacks shard {missing[0]!r} named in model.safetensors.index.json "
+                                 f"({len(missing)} of {len(shards)} missing); download the whole checkpoint")
+        return [path / s for s in shards]
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"no *.safetensors weights in {str(path)!r}; paraspec reads safetensors "
+                             "(convert .bin checkpoints with transformers' save_pretrained)")
+    return files
