@@ -83,10 +83,8 @@ def test_loader_keeps_each_part_in_its_format(mixed_file, arch, caplog):
     assert qkv.kind == {"llama": "Q4_K+Q6_K", "qwen2": "Q4_K+Q8_0+Q6_K"}[arch] and gate_up.kind == "Q4_K+Q6_K"
     a = lm.args
     assert qkv.shape == ((a.n_heads + 2 * a.n_kv_heads) * a.head_dim, a.dim) and gate_up.shape == (2 * a.hidden_dim, a.dim)
-    for lin in ("wqkv", "w_gate_up"):
-        model_layer = Transformer(lm.args, lm.weights, torch.bfloat16, quantization="gguf",
-                                  kernels=cpu_kernels.TORCH).layers[0]
-        assert isinstance(getattr(model_layer, lin), GGUFPartsLinear)
+    layer = Transformer(lm.args, lm.weights, torch.bfloat16, quantization="gguf", kernels=cpu_kernels.TORCH).layers[0]
+    assert isinstance(layer.wqkv, GGUFPartsLinear) and isinstance(layer.w_gate_up, GGUFPartsLinear)
 
 
 def test_stack_merges_runs_of_one_format():
@@ -127,8 +125,10 @@ def test_parts_linear_is_its_parts_side_by_side(kernels):
         torch.testing.assert_close(dense, torch.cat([a(tall, prompt=True) for a in alone], -1), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("kernels", per_isa())
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+# the torch reference (slow) on qwen2's three formats with biases only
+@pytest.mark.parametrize("arch,kernels", [pytest.param(arch, *k.values, id=f"{arch}-{k.id}", marks=k.marks)
+                                          for arch in ("llama", "qwen2") for k in per_isa()
+                                          if arch == "qwen2" or k.id != "torch"])
 def test_mixed_model_verify_equals_steps_and_the_dequantised_model(mixed_file, arch, kernels):
     lm, model = assert_gguf_model_lossless(mixed_file(arch), kernels)
     assert isinstance(model.layers[0].wqkv, GGUFPartsLinear)
@@ -155,8 +155,8 @@ def test_decoder_gives_the_python_loops_bits(mixed_file, kernels):
 @pytest.mark.parametrize("kernels", per_isa())
 def test_parallel_decoding_identical_to_ar(mixed_file, kernels):
     llm = LLM(str(mixed_file("qwen2")), quantization="gguf", kernels=kernels.label)
-    prompts = ["hello world", "aaaa bbbb aaaa bbbb aaaa"]
-    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    prompts = ["aaaa bbbb aaaa bbbb aaaa", "hello world"][:1 if kernels.module is None else 2]   # torch: slow
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
     ar = [o.token_ids for o in llm.generate(prompts, params)]
     for plugin in ('{"plugin_type": "memory_decoding", "decoding_length": 16}', '{"plugin_type": "hybrid"}'):
         assert [o.token_ids for o in llm.generate(prompts, params, plugin_params=plugin)] == ar, plugin
