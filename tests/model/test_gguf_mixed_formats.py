@@ -82,7 +82,8 @@ def test_loader_keeps_each_part_in_its_format(mixed_file, arch, caplog):
     # consecutive parts of one format are one weight
     assert qkv.kind == {"llama": "Q4_K+Q6_K", "qwen2": "Q4_K+Q8_0+Q6_K"}[arch] and gate_up.kind == "Q4_K+Q6_K"
     a = lm.args
-    assert qkv.shape == ((a.n_heads + 2 * a.n_kv_heads) * a.head_dim, a.dim) and gate_up.shape == (2 * a.hidden_dim, a.dim)
+    assert qkv.shape == ((a.n_heads + 2 * a.n_kv_heads) * a.head_dim, a.dim)
+    assert gate_up.shape == (2 * a.hidden_dim, a.dim)
     layer = Transformer(lm.args, lm.weights, torch.bfloat16, quantization="gguf", kernels=cpu_kernels.TORCH).layers[0]
     assert isinstance(layer.wqkv, GGUFPartsLinear) and isinstance(layer.w_gate_up, GGUFPartsLinear)
 
