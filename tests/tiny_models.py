@@ -110,7 +110,7 @@ def write_gguf(hf_dir: Path, out: Path, quant: str = "F32", arch_name: str | Non
     config = json.loads((hf_dir / "config.json").read_text())
     arch = config["model_type"]
     sd = {}
-    for f in sorted(hf_dir.glob("*.safetensors")):   # bf16 checkpoints: widened to fp32, as the converter does
+    for f in sorted(hf_dir.glob("*.safetensors")):   # one file or shards (fp32)
         sd.update({k.removeprefix("model."): v for k, v in load_file(str(f)).items()})
     name = arch_name or arch
     w = gguf.GGUFWriter(str(out), name)

@@ -211,7 +211,7 @@ def test_sharded_folder_missing_a_shard_names_it(written, tmp_path):
 
 PLUGINS = {"memory_decoding": '{"plugin_type": "memory_decoding", "decoding_length": 16}',
            "lookahead": '{"plugin_type": "la", "level": 4, "window": 5, "guess_set_size": 5}'}
-PROMPTS = ["hello hello hello world", "1, 2, 3, 1, 2, 3, 1, 2,"]
+PROMPTS = ["1, 2, 3, 1, 2, 3, 1, 2,"]   # repeats: both drafters find drafts to verify
 
 
 @pytest.mark.parametrize("numerics", [pytest.param(dict(dtype="float32"), id="fp32"), pytest.param({}, id="default")])
@@ -221,7 +221,7 @@ def test_greedy_parallel_decoding_equals_ar(written, family, fmt, numerics):
     from paraspec import LLM, SamplingParams
     path = written(family, family != "qwen2.5", fmt)[0]
     llm = LLM(str(path), **numerics)     # this CPU's default kernels (every path: tests/test_engine.py)
-    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
     ar = llm.generate(PROMPTS, params)
     for name, plugin in PLUGINS.items():
         par = llm.generate(PROMPTS, params, plugin_params=plugin)
