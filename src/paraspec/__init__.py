@@ -1,7 +1,8 @@
 """paraspec: an LLM inference engine built around lossless parallel decoding."""
 from .sampling.params import SamplingParams
+from .structured.params import StructuredOutputsParams
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput"]
+__all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "RequestOutput", "CompletionOutput"]
 __version__ = "0.1.0"
 
 

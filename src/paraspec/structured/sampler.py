@@ -10,6 +10,7 @@ A plain RequestSampler never reaches this code (`constrained` is a class attribu
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..decoding.proposer import Proposal
@@ -47,10 +48,12 @@ class ConstrainedSampler(RequestSampler):
         ok = self.allowed()
         if not ok.any():         # the grammar is done (or broken): end the output
             return self.eos_ids[0]
-        mask = torch.from_numpy(ok)
-        if logits.shape[-1] != mask.shape[0]:
-            mask = torch.nn.functional.pad(mask, (0, logits.shape[-1] - mask.shape[0]))
-        return super().draw(logits.masked_fill(~mask, float("-inf")))
+        if logits.shape[-1] != ok.shape[0]:
+            ok = np.pad(ok, (0, logits.shape[-1] - ok.shape[0]))
+        # in numpy: torch's masked_fill over a 49k row took 17 ms on a loaded 2-core machine (its
+        # thread team), np.where tens of microseconds
+        x = logits.detach().float().numpy()
+        return super().draw(torch.from_numpy(np.where(ok, x, np.float32(-np.inf))))
 
     def append(self, token: int) -> None:
         super().append(token)
