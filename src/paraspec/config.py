@@ -18,6 +18,7 @@ from .errors import ConfigError
 
 QUANTIZATIONS = ("w8a8", "gguf")
 KV_CACHE_DTYPES = ("fp32", "fp16")
+DEFAULT_PREFIX_CACHE_MB = 256    # KV of whole prompt chunks kept for reuse (prefix_cache.py); 0: off
 DEFAULT_PREFILL_CHUNK = 256      # ~1/8 of a 2k prompt's prefill between two decode steps
 
 

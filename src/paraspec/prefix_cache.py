@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .config import DEFAULT_PREFIX_CACHE_MB
 from .errors import ConfigError
 from .model.kv_cache import KVCache
 
-DEFAULT_PREFIX_CACHE_MB = 256
 MB = 1 << 20
 
 _Key = tuple[int, tuple[int, ...]]     # (parent block id, -1 at the prompt's start; the chunk's tokens)

@@ -25,8 +25,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import DEFAULT_PREFILL_CHUNK, PluginConfig, parse_plugin_params
-from ..prefix_cache import DEFAULT_PREFIX_CACHE_MB
+from ..config import DEFAULT_PREFILL_CHUNK, DEFAULT_PREFIX_CACHE_MB, PluginConfig, parse_plugin_params
 from ..errors import ConfigError
 from . import mindie_keys
 from .json_reader import Section
