@@ -17,11 +17,6 @@ from paraspec.server.security import AccessGuard, default_allowed_hosts, host_na
 KEY = "sk-test-0123456789"
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("llama", n_layers=2, hidden=64)
-
-
 def _app(model_dir, **server):
     config = load_config(None, model=str(model_dir), plugin_flags=True, plugin_params=None)
     for k, v in server.items():

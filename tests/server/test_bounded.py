@@ -16,11 +16,6 @@ from paraspec.server import create_app, load_config
 MAX_INPUT = 256
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("llama", n_layers=2, hidden=64)
-
-
 def _server(model_dir, truncation: bool = False) -> LiveServer:
     config = load_config(None, model=str(model_dir), plugin_flags=True, plugin_params=None)
     config.model_deploy.max_seq_len, config.model_deploy.max_input_token_len = 400, MAX_INPUT

@@ -17,11 +17,6 @@ SYSTEM = "You answer in one short sentence, politely, and never ask questions ba
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("llama", n_layers=2, hidden=64)
-
-
-@pytest.fixture(scope="module")
 def server(model_dir):
     llm = LLM(str(model_dir), dtype="float32", prefill_chunk=CHUNK)
     config = load_config(None, model=str(model_dir), plugin_flags=True, plugin_params=None)

@@ -14,11 +14,6 @@ import pytest
 from paraspec.server.command import SHUTDOWN_GRACE_S
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("llama", n_layers=2, hidden=64)
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

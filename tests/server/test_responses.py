@@ -16,16 +16,6 @@ INSTRUCTIONS = "Answer briefly."
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("llama", n_layers=2, hidden=64)
-
-
-@pytest.fixture(scope="module")
-def offline(model_dir):
-    return LLM(str(model_dir), dtype="float32")
-
-
-@pytest.fixture(scope="module")
 def server(model_dir):
     with LiveServer(create_app(LLM(str(model_dir), dtype="float32"), _config(model_dir))) as s:
         yield s

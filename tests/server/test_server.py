@@ -65,16 +65,6 @@ def _config(model_dir, **server):
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("llama", n_layers=2, hidden=64)
-
-
-@pytest.fixture(scope="module")
-def offline(model_dir):
-    return LLM(str(model_dir), dtype="float32")
-
-
-@pytest.fixture(scope="module")
 def server(model_dir):
     llm = LLM(str(model_dir), dtype="float32")
     llm.engine.default_drafter = RecordingDrafter(llm.model.args.vocab_size)

@@ -22,11 +22,6 @@ STEPS_ON = {"paraspec": {"stream_steps": True}}
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("llama", n_layers=2, hidden=64)
-
-
-@pytest.fixture(scope="module")
 def reference(model_dir):
     """(prompt ids, greedy output ids, output text) from offline autoregressive decoding."""
     out = LLM(str(model_dir), dtype="float32").generate(

@@ -33,16 +33,6 @@ JSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schema"
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("llama", n_layers=2, hidden=64)
-
-
-@pytest.fixture(scope="module")
-def offline(model_dir):
-    return LLM(str(model_dir), dtype="float32")
-
-
-@pytest.fixture(scope="module")
 def server(model_dir):
     llm = LLM(str(model_dir), dtype="float32")
     vocab = llm.model.args.vocab_size
