@@ -38,7 +38,7 @@ def test_encode_masks_forced_prefixes_and_uses_the_layout(tiny_model_dir):
     end = e.ids.index(ids.end_branch, b[0])
     assert tok.decode(e.ids[b[0] + 1:end]) == ex.blocks[0].branches[0].title + ": " + ex.blocks[0].branches[0].content
     plain = train.encode(ex, tok, None)
-    assert tok.decode(plain.ids[-len(plain.loss_rows):]).rstrip("<|im_end|>").endswith(ex.plain)
+    assert tok.decode(plain.ids[-len(plain.loss_rows):]).rstrip("<|im_end|>").endswith(ex.labelled)
     assert plain.positions.tolist() == list(range(len(plain.ids)))
 
 

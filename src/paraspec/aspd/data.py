@@ -3,7 +3,8 @@
 An answer is a list of segments: serial strings and `Block`s of titled branches. `aspd_text`
 renders the contract's markup (titles list, `<|para|>`, each branch restating "T: ", `<|/para|>`);
 `plain_text` is what a user reads (markup.to_plain's rule: the titles and markup dropped, branch
-contents joined by "\n"). The control model trains on `plain_text` of the very same answer, so
+contents joined by "\n"). The control model trains on `labelled_text` of the very same answer
+(plain text with each branch line led by its "title: ", the words ASPD's branches restate), so
 the two runs differ only in the markup, the mask and the positions.
 
 Records are JSONL, one `Example` per line (`write_jsonl` / `read_jsonl`).
@@ -49,6 +50,15 @@ def plain_text(segments: Iterable[Segment]) -> str:
     return "".join(s if isinstance(s, str) else "\n".join(b.content for b in s.branches) for s in segments)
 
 
+def labelled_text(segments: Iterable[Segment]) -> str:
+    """plain_text with each branch line led by its "title: ", as ASPD's branches restate it: the
+    control trains on this, so that ASPD and the control see the same words (the part labels a
+    branch is forced to start with help a small model keep its parts apart) and differ only in the
+    markup, the mask and the positions."""
+    return "".join(s if isinstance(s, str) else "\n".join(f"{b.title}{TITLE_SEP}{b.content}" for b in s.branches)
+                   for s in segments)
+
+
 @dataclass
 class Example:
     """One training / evaluation item. `checks` is what the exact checker needs (synthetic items);
@@ -68,6 +78,10 @@ class Example:
     @property
     def plain(self) -> str:
         return plain_text(self.segments)
+
+    @property
+    def labelled(self) -> str:
+        return labelled_text(self.segments)
 
     @property
     def blocks(self) -> list[Block]:

@@ -43,14 +43,14 @@ class Encoded:
 
 
 def encode(ex: Example, tok, ids: MarkupIds | None) -> Encoded:
-    """Prompt (chat template) + answer + EOS. ids=None: the control (plain text, causal)."""
+    """Prompt (chat template) + answer + EOS. ids=None: the control (labelled plain text, causal)."""
     prompt = tok.encode_chat([{"role": "user", "content": ex.prompt}])
     eos = min(tok.eos_token_ids)
     answer: list[int] = []
     skip_targets: set[int] = set()      # absolute indices whose token is not a target
     skip_rows: set[int] = set()
     if ids is None:
-        answer = tok.encode(ex.plain, add_bos=False)
+        answer = tok.encode(ex.labelled, add_bos=False)
     else:
         for seg in ex.segments:
             if isinstance(seg, str):
