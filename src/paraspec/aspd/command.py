@@ -46,7 +46,7 @@ def build_data_main(args: argparse.Namespace) -> int:
         raise ConfigError(f"--sources: unknown source {bad[0]!r}; use packages, model (comma separated)")
     out = Path(args.out)
     train = synth.generate(args.train, args.seed)
-    heldout = synth.generate(args.heldout, args.seed + 1000, exclude={e.prompt for e in train})
+    heldout = synth.generate(args.heldout, args.seed + 1000, exclude={e.prompt for e in train}, split="heldout")
     llm = None
     if "model" in wanted or args.judge != "rule":
         from ..api import LLM

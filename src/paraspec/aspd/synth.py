@@ -7,12 +7,17 @@ Three families, each an answer of one parallel block (2-4 branches) after a seri
   table (checker: each line names its fact's value);
 - "questions": independent sub-questions from the built-in QUESTIONS table (checker: each
   line holds its answer's key word).
-Held-out data is a different seed; `generate` drops any item whose prompt the other split has.
+The two splits share no table row and no arithmetic part: `split="heldout"` draws its countries
+and questions from HELDOUT_COUNTRIES / HELDOUT_QUESTIONS, which training never sees, and its
+arithmetic parts from the expressions whose hash falls in the held-out fifth (same operand
+ranges, same decompositions, so the held-out set measures generalisation and not recall). It
+also uses another seed, and `generate` drops any item whose prompt is in `exclude`.
 """
 from __future__ import annotations
 
 import random
 import re
+import zlib
 
 from .data import Block, Branch, Example
 
@@ -34,6 +39,7 @@ COUNTRIES = {
     "Portugal": ("Lisbon", "Portuguese", "the euro", "Europe"), "Norway": ("Oslo", "Norwegian", "the krone", "Europe"),
     "Thailand": ("Bangkok", "Thai", "the baht", "Asia"), "Nigeria": ("Abuja", "English", "the naira", "Africa"),
 }
+HELDOUT_COUNTRIES = ("Egypt", "Peru", "Sweden", "Thailand", "Canada", "Greece")
 FACTS = ("capital", "language", "currency", "continent")
 FACT_TITLES = {"capital": "Capital", "language": "Language", "currency": "Currency", "continent": "Continent"}
 
@@ -69,7 +75,14 @@ QUESTIONS = [
     ("What is the plural of foot?", "The plural of foot is feet.", "feet"),
 ]
 
+HELDOUT_QUESTIONS = frozenset(q for q, _, _ in QUESTIONS[1::4])     # 7 of 28, spread over the kinds
+SPLITS = ("train", "heldout")
+
 LABELS = "ABCD"
+
+
+def _in_split(expr: str, split: str) -> bool:
+    return (zlib.crc32(expr.encode()) % 5 == 0) == (split == "heldout")
 
 
 def _arith_part(rng: random.Random) -> tuple[str, str, int]:
@@ -85,9 +98,21 @@ def _arith_part(rng: random.Random) -> tuple[str, str, int]:
     return f"{a}-{b}", f"{a}-{b} = {a}-{b - b % 10} - {b % 10} = {a - b + b % 10} - {b % 10} = {a - b}.", a - b
 
 
-def arith(rng: random.Random, idx: str) -> Example:
+def _countries(split: str) -> list[str]:
+    return sorted(c for c in COUNTRIES if (c in HELDOUT_COUNTRIES) == (split == "heldout"))
+
+
+def _questions(split: str) -> list[tuple[str, str, str]]:
+    return [q for q in QUESTIONS if (q[0] in HELDOUT_QUESTIONS) == (split == "heldout")]
+
+
+def arith(rng: random.Random, idx: str, split: str = "train") -> Example:
     k = rng.randint(2, 4)
-    parts = [_arith_part(rng) for _ in range(k)]
+    parts = []
+    while len(parts) < k:
+        part = _arith_part(rng)
+        if _in_split(part[0], split):
+            parts.append(part)
     prompt = "Solve each part: " + " ".join(f"{LABELS[i]}) {e}" for i, (e, _, _) in enumerate(parts))
     block = Block(tuple(Branch(LABELS[i], c) for i, (_, c, _) in enumerate(parts)))
     checks = [{"kind": "result", "expr": e, "value": v} for e, _, v in parts]
@@ -102,8 +127,8 @@ def _fact_sentence(country: str, fact: str) -> tuple[str, str]:
             "continent": (f"{country} is a country in {continent}.", continent)}[fact]
 
 
-def facts(rng: random.Random, idx: str) -> Example:
-    country = rng.choice(sorted(COUNTRIES))
+def facts(rng: random.Random, idx: str, split: str = "train") -> Example:
+    country = rng.choice(_countries(split))
     chosen = rng.sample(FACTS, rng.randint(2, 4))
     names = ", ".join(chosen[:-1]) + " and " + chosen[-1]
     prompt = f"Give the {names} of {country}."
@@ -113,8 +138,8 @@ def facts(rng: random.Random, idx: str) -> Example:
     return Example(idx, "facts", prompt, [f"Here are the facts about {country}.\n", block], checks)
 
 
-def questions(rng: random.Random, idx: str) -> Example:
-    chosen = rng.sample(QUESTIONS, rng.randint(2, 4))
+def questions(rng: random.Random, idx: str, split: str = "train") -> Example:
+    chosen = rng.sample(_questions(split), rng.randint(2, 4))
     prompt = "Answer these questions: " + " ".join(f"{i + 1}. {q}" for i, (q, _, _) in enumerate(chosen))
     block = Block(tuple(Branch(f"Q{i + 1}", a) for i, (_, a, _) in enumerate(chosen)))
     checks = [{"kind": "contains", "value": key} for _, _, key in chosen]
@@ -125,8 +150,12 @@ FAMILIES = {"arith": arith, "facts": facts, "questions": questions}
 WEIGHTS = {"arith": 0.5, "facts": 0.25, "questions": 0.25}
 
 
-def generate(n: int, seed: int, exclude: set[str] = frozenset(), families: dict[str, float] | None = None) -> list[Example]:
-    """n examples drawn with `seed`, none whose prompt is in `exclude`, no prompt twice."""
+def generate(n: int, seed: int, exclude: set[str] = frozenset(), families: dict[str, float] | None = None,
+             split: str = "train") -> list[Example]:
+    """n examples of `split`'s tables and parts drawn with `seed`, none whose prompt is in
+    `exclude`, no prompt twice."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
     weights = families or WEIGHTS
     rng = random.Random(seed)
     names = sorted(weights)
@@ -134,17 +163,24 @@ def generate(n: int, seed: int, exclude: set[str] = frozenset(), families: dict[
     while len(out) < n and tries < 50 * n:
         tries += 1
         fam = rng.choices(names, [weights[f] for f in names])[0]
-        ex = FAMILIES[fam](rng, f"s{seed}-{len(out):05d}")
+        ex = FAMILIES[fam](rng, f"{split[0]}{seed}-{len(out):05d}", split)
         if ex.prompt not in seen:
             seen.add(ex.prompt)
             out.append(ex)
     return out
 
 
+_LABEL = re.compile(r"^(?:[A-D]|Q\d|Capital|Language|Currency|Continent)(?::|\))\s+")
+
+
 def check(example: Example, answer: str) -> bool:
     """Exact checker on a plain answer: one line per part, in order, each with its exact result
-    (arith: the line starts with the expression and its last number is the result)."""
-    lines = [ln.strip() for ln in answer.strip().splitlines() if ln.strip()]
+    (arith: the line starts with the expression and its last number is the result). A line may
+    start with its part's label ("A: ", "Q2) "), as the control writes them. An example without
+    checks cannot be scored (ValueError): the real-prompt set is judged another way."""
+    if not example.checks:
+        raise ValueError(f"example {example.id} has no checks to score an answer by")
+    lines = [_LABEL.sub("", ln.strip()) for ln in answer.strip().splitlines() if ln.strip()]
     lines = lines[-len(example.checks):] if len(lines) >= len(example.checks) else []
     if not lines:
         return False
