@@ -195,22 +195,29 @@ def loss_on(model: TrainModel, batch: list[Encoded]) -> torch.Tensor:
 
 @dataclass
 class TrainConfig:
+    """A run is fixed by its steps (or epochs), never by the clock: two variants trained side by
+    side, or on machines of different speed, see the same batches in the same order (the seed)."""
     epochs: float = 1.0
+    steps: int = 0              # optimizer steps; 0: epochs * examples / batch
     batch: int = 8
     lr: float = 1e-3
     warmup: float = 0.1
     max_len: int = 384
-    max_minutes: float = 25.0
+    max_minutes: float = 0.0    # 0: no cap; a cap makes the run depend on the machine's speed
     seed: int = 0
     log_every: int = 10
 
 
 def fit(model: TrainModel, data: list[Encoded], cfg: TrainConfig, log=print) -> dict:
-    """AdamW with linear warmup and cosine decay; stops early at cfg.max_minutes. Returns stats."""
+    """AdamW with linear warmup and cosine decay over cfg.steps (or the epochs' steps); stops early
+    only at a cfg.max_minutes cap when one is set. Returns stats."""
     g = torch.Generator().manual_seed(cfg.seed)
     data = [e for e in data if len(e.ids) <= cfg.max_len]
-    steps = max(1, math.ceil(len(data) * cfg.epochs / cfg.batch))
-    order = torch.cat([torch.randperm(len(data), generator=g) for _ in range(math.ceil(cfg.epochs) or 1)]).tolist()
+    if not data:
+        raise ValueError(f"no training example fits --max-len {cfg.max_len}")
+    steps = cfg.steps or max(1, math.ceil(len(data) * cfg.epochs / cfg.batch))
+    passes = math.ceil(steps * cfg.batch / len(data))
+    order = torch.cat([torch.randperm(len(data), generator=g) for _ in range(passes)]).tolist()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     warm = max(1, int(steps * cfg.warmup))
@@ -234,10 +241,10 @@ def fit(model: TrainModel, data: list[Encoded], cfg: TrainConfig, log=print) -> 
         if step % cfg.log_every == 0 or step == steps - 1:
             log(f"step {step + 1}/{steps} loss {loss.item():.4f} lr {sched.get_last_lr()[0]:.2e} "
                 f"{tokens / elapsed:.0f} tok/s {elapsed / 60:.1f} min")
-        if elapsed > cfg.max_minutes * 60:
+        if cfg.max_minutes and elapsed > cfg.max_minutes * 60:
             log(f"stopping at the {cfg.max_minutes} min budget (step {step + 1}/{steps})")
             break
     elapsed = time.perf_counter() - t0
     return {"steps": step + 1, "planned_steps": steps, "examples": len(data), "tokens": tokens,
-            "seconds": round(elapsed, 1), "tokens_per_s": round(tokens / elapsed, 1),
+            "seed": cfg.seed, "seconds": round(elapsed, 1), "tokens_per_s": round(tokens / elapsed, 1),
             "first_loss": losses[0] if losses else None, "last_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))}

@@ -9,7 +9,9 @@ tokenizer.json with the six tokens, tokenizer_config.json, generation_config.jso
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -27,13 +29,17 @@ def add_parsers(s) -> None:
     t.add_argument("--offset", type=int, default=0, help="skip the first N training examples (a continued run)")
     t.add_argument("--init", action="store_true", help="start from this variant's adapter in --out (continue a run)")
     t.add_argument("--no-extracted", action="store_true", help="train on the synthetic examples only")
-    t.add_argument("--epochs", type=float, default=1.0)
+    t.add_argument("--epochs", type=float, default=1.0, help="passes over the data when --steps is 0")
+    t.add_argument("--steps", type=int, default=0, help="optimizer steps (0: epochs * examples / batch); "
+                                                         "both variants of one recipe take the same steps")
+    t.add_argument("--seed", type=int, default=0, help="LoRA init and batch order")
     t.add_argument("--batch", type=int, default=8)
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--rank", type=int, default=8)
     t.add_argument("--alpha", type=float, default=16.0)
     t.add_argument("--max-len", type=int, default=384, help="drop examples longer than this many tokens")
-    t.add_argument("--max-minutes", type=float, default=25.0, help="wall-clock cap per variant")
+    t.add_argument("--max-minutes", type=float, default=0.0,
+                   help="wall-clock cap per variant (default 0: none; a cap makes the adapter depend on the machine)")
     t.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
     t.add_argument("--model", default="default", help="base model (default: the bundled SmolLM2-135M)")
     t.set_defaults(func=train_main)
@@ -65,18 +71,20 @@ def train_main(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from . import data, train
     from .lora import save_adapter
-    if args.threads < 1 or args.batch < 1 or args.rank < 1 or args.epochs <= 0:
-        raise ConfigError("--threads, --batch, --rank must be >= 1 and --epochs > 0")
+    if args.threads < 1 or args.batch < 1 or args.rank < 1 or args.epochs <= 0 or args.steps < 0:
+        raise ConfigError("--threads, --batch, --rank must be >= 1, --epochs > 0 and --steps >= 0")
     torch.set_num_threads(args.threads)
     examples = data.read_jsonl(Path(args.data) / "train.jsonl")
     examples = examples[args.offset:args.offset + args.examples] if args.examples else examples[args.offset:]
     extracted = Path(args.data) / "extracted.jsonl"
     if not args.no_extracted and extracted.is_file():
         examples += data.read_jsonl(extracted)
+    data_digest = hashlib.sha256("".join(json.dumps(e.to_json(), sort_keys=True) for e in examples).encode()
+                                 ).hexdigest()[:16]
     loaded, tok, ids, n_base = base(args.model)
     results = {}
     for variant in (VARIANTS if args.variant == "both" else (args.variant,)):
-        torch.manual_seed(0)
+        torch.manual_seed(args.seed)
         weights = loaded.weights if variant == "aspd" else \
             {**loaded.weights, "tok_embeddings": loaded.weights["tok_embeddings"][:n_base]}   # no markup rows
         model = train.TrainModel(loaded.args, weights, n_base, rank=args.rank, alpha=args.alpha)
@@ -86,14 +94,16 @@ def train_main(args: argparse.Namespace) -> int:
             tensors, previous = load_adapter(Path(args.out) / f"{variant}.safetensors")
             model.load_adapter(tensors)
         enc = [train.encode(e, tok, ids if variant == "aspd" else None) for e in examples]
-        cfg = train.TrainConfig(epochs=args.epochs, batch=args.batch, lr=args.lr, max_len=args.max_len,
-                                max_minutes=args.max_minutes)
+        cfg = train.TrainConfig(epochs=args.epochs, steps=args.steps, batch=args.batch, lr=args.lr,
+                                max_len=args.max_len, max_minutes=args.max_minutes, seed=args.seed)
         print(f"[{variant}] {len(enc)} examples, {sum(len(e.ids) for e in enc)} tokens, "
               f"{args.threads} thread(s)", flush=True)
         stats = train.fit(model, enc, cfg, log=lambda m, v=variant: print(f"[{v}] {m}", flush=True))
         meta = {"variant": variant, "base_model": loaded.name, "base_vocab": n_base, "rank": args.rank,
                 "alpha": args.alpha, "tokens": "markup" if variant == "aspd" else "none", "lr": args.lr,
-                "epochs": args.epochs, "batch": args.batch, "offset": args.offset, "train": stats,
+                "epochs": args.epochs, "steps": args.steps, "seed": args.seed, "batch": args.batch,
+                "offset": args.offset, "examples": args.examples, "data_sha256": data_digest,
+                "commit": source_commit(), "train": stats,
                 "previous_runs": ((previous or {}).get("previous_runs", []) + [previous["train"]]) if previous else [],
                 "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         out = Path(args.out) / f"{variant}.safetensors"
@@ -101,6 +111,20 @@ def train_main(args: argparse.Namespace) -> int:
         results[variant] = stats
         print(f"[{variant}] saved {out} ({out.stat().st_size / 1e6:.1f} MB): {json.dumps(stats)}", flush=True)
     return 0
+
+
+def source_commit() -> str:
+    """The git commit the trainer ran from ("+dirty" when its tree had changes), or "unknown"
+    outside a checkout: an adapter names the code that made it."""
+    here = Path(__file__).parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=here.parent.parent.parent,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
 
 
 def merged_weights(loaded, n_base: int, adapter: dict, meta: dict) -> dict:
