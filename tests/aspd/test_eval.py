@@ -10,7 +10,8 @@ from paraspec.aspd.data import write_jsonl
 from aspd_engines import Script
 from paraspec import LLM, SamplingParams
 from paraspec.aspd.paths import ADAPTER_DIR, EXPORT_DIR
-from paraspec.aspd.evaluate import ASPD, heldout, model_folder, run_eval
+from paraspec.aspd import eval_prompts
+from paraspec.aspd.evaluate import ASPD, brief_report, heldout, model_folder, run_eval
 from paraspec.aspd.hf_folder import write_hf_folder
 from paraspec.aspd.markup import MarkupIds, add_markup_tokens, to_plain
 from paraspec.cli import main
@@ -30,16 +31,27 @@ def models(tiny_model_dir, tmp_path_factory):
 
 
 def test_run_eval_scores_every_mode(models):
-    examples = synth.generate(2, 1000)
-    report = run_eval(*models, examples, max_tokens=12)
-    assert KEYS | {"speedup_cpu", "speedup_with_drafts_cpu"} <= set(report) and report["n"] == 2
-    for mode in ("control", "aspd", "aspd+drafts"):
+    examples = synth.generate(2, 1000, split="heldout")
+    real = eval_prompts.real_prompts()[18:21]      # two chat prompts and an instruction
+    report = run_eval(*models, examples, max_tokens=12, real=real, base_model=models[1])
+    assert KEYS | {"speedup_cpu", "speedup_with_drafts_cpu", "latency_ratio"} <= set(report) and report["n"] == 2
+    for mode in ("control", "control+drafts", "aspd", "aspd+drafts"):
         m = report["modes"][mode]
-        assert 0 <= m["accuracy"] <= 1 and m["total_wall_s"] > 0 and m["total_cpu_s"] > 0
+        assert 0 <= m["accuracy"]["mean"] <= 1 and m["total_wall_s"] > 0 and m["total_cpu_s"] > 0
         assert all(r["forward_passes"] >= 1 for r in report["answers"][mode])
     assert all(r["raw"] is not None for r in report["answers"]["aspd"])   # the engine's raw markup text
     assert report["accuracy_control"] == 0.0                              # a random model solves nothing
     assert report["text_mismatches"] == 0
+    lo, hi = report["intervals"]["speedup"]["ci90"]
+    assert lo <= report["speedup"] <= hi
+    r = report["real"]
+    assert r["n"] == 3 and set(r["modes"]) == {"base", "control", "control+drafts", "aspd", "aspd+drafts"}
+    assert all(row["overlap_base"] == 1.0 for row in r["answers"]["base"])   # the reference against itself
+    # the control model is the base model here, so the control's answers ARE the reference
+    assert r["quality"]["overlap_control"] == 1.0
+    assert r["answers"]["aspd"][2]["ok"] is not None and r["answers"]["aspd"][0]["ok"] is None   # checks or none
+    brief = brief_report(report)
+    assert json.dumps(brief) and brief["real"]["n"] == 3 and "answers" not in brief
 
 
 @pytest.mark.parametrize("max_tokens", [3, 5, 8, 11, 14, 16, 18, 20, 22, 25, 28, 31, 34, 37, 39, 41, 48])
@@ -74,11 +86,12 @@ def test_quick_eval_cli_prints_one_json_line(models, tmp_path, capsys):
     data = tmp_path / "heldout.jsonl"
     write_jsonl(data, synth.generate(2, 1000))
     aspd, control = models
-    assert main(["aspd", "eval", "--quick", "--n", "1", "--max-tokens", "8", "--data", str(data),
+    assert main(["aspd", "eval", "--quick", "--n", "1", "--real-n", "1", "--base-model", control,
+                 "--max-tokens", "8", "--data", str(data),
                  "--aspd-model", aspd, "--control-model", control, "--out", str(tmp_path / "r.json")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1 and KEYS <= set(json.loads(lines[0]))
-    assert json.loads((tmp_path / "r.json").read_text())["answers"]["control"][0]["id"] == "s1000-00000"
+    assert json.loads((tmp_path / "r.json").read_text())["answers"]["control"][0]["id"] == "t1000-00000"
 
 
 def test_eval_without_the_markup_tokens_fails_clearly(models, capsys):

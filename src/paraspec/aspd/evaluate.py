@@ -1,46 +1,61 @@
-"""`paraspec aspd eval [--quick]`: ASPD vs the control on held-out synthetic tasks.
+"""`paraspec aspd eval [--quick]`: ASPD against a matched control, on held-out synthetic tasks and on
+real prompts.
 
-Three decoders over the same held-out prompts, greedy, one request at a time (batch 1), taking
-turns per prompt so that load changes on a shared machine hit all three alike:
-- control: the control model (same recipe, plain text) decoded autoregressively;
-- aspd: the ASPD model with plugin "aspd" (serial segments AR, branches in parallel);
-- aspd+drafts: the same with memory_decoding drafts (serial segments and branches).
-Per decoder: accuracy by the exact checker (synth.check on the engine's `.text`, what a user
-reads), forward passes per answer token (decode forwards / tokens of `.text`, in the base
-tokenizer), and wall-clock per answer (prefill included). speedup = control's total wall-clock /
-aspd's. speedup_cpu (and speedup_with_drafts_cpu) is the same ratio of the process's CPU time
-(time.process_time) over the same calls: on a loaded, shared machine wall-clock also counts the
-time other processes hold the cores, which CPU time does not, so the two together tell a slow
-decoder from a busy machine. text_mismatches counts ASPD answers whose `.text` is not markup.to_plain of the engine's
-raw markup text (it must be 0: stream.py).
-Models are the committed adapters merged into cached Hugging Face folders (export), rebuilt
-when an adapter changes.
+The control is the same base model fine-tuned by the same recipe for the same steps on the same
+answers, written as plain text with each part's label kept as its line's prefix (data.labelled_text),
+so the two differ only in ASPD's markup, mask and positions. Decoders, greedy, one request at a
+time (batch 1), taking turns per prompt so that load changes on a shared machine hit all alike:
+- control / control+drafts: the control decoded autoregressively / with memory_decoding drafts;
+- aspd / aspd+drafts: the ASPD model with plugin "aspd" (serial segments AR, branches in parallel),
+  without / with the same memory_decoding drafts (serial segments and branches);
+- base (real prompts only): the untuned bundled model, whose answers are the reference.
+Two sets:
+- heldout: synthetic tasks whose countries, questions and arithmetic parts training never saw
+  (synth split "heldout"); accuracy by the exact checker on the engine's `.text` (what a user
+  reads), per family and overall;
+- real: the bench's chat prompts and eval_prompts.INSTRUCTIONS, which have no parallel structure
+  by construction. Quality: ROUGE-L of each answer against the base model's answer to the same
+  prompt, the prompt's exact checks where it has them, and loops (eval_stats.degenerate). The
+  speed figures are split by whether ASPD opened a block on the prompt.
+Speed: `speedup` is the control's seconds per answer token over ASPD's (tokens of `.text` in the
+base tokenizer; a throughput ratio, fair where answers differ in length), `speedup_with_drafts`
+the same for control+drafts over aspd+drafts (both with the same drafter: the gain ASPD adds to
+drafting), `latency_ratio` the control's total wall-clock over ASPD's. `_cpu`: process CPU time
+(time.process_time), which another process on a shared machine does not inflate. Every figure has
+a 90 % bootstrap interval over prompts (eval_stats). text_mismatches counts ASPD answers whose
+`.text` is not markup.to_plain of the engine's raw markup (it must be 0: stream.py).
+Models are the committed adapters merged into cached Hugging Face folders (export), rebuilt when
+an adapter changes.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
-import statistics
 import time
 from pathlib import Path
 
 from .paths import ADAPTER_DIR, DATA_DIR, EXPORT_DIR
 
-MODES = ("control", "aspd", "aspd+drafts")
+MODES = ("control", "control+drafts", "aspd", "aspd+drafts")
+REAL_MODES = ("base",) + MODES
+DRAFTS = {"plugin_type": "memory_decoding"}
 ASPD = {"plugin_type": "aspd"}
-ASPD_DRAFTS = {"plugin_type": "aspd", "drafter": {"plugin_type": "memory_decoding"}}
+ASPD_DRAFTS = {"plugin_type": "aspd", "drafter": DRAFTS}
+PLUGINS = {"base": None, "control": None, "control+drafts": DRAFTS, "aspd": None, "aspd+drafts": ASPD_DRAFTS}
 
 
 def add_parser(s) -> None:
-    e = s.add_parser("eval", help="accuracy, forward passes and wall-clock: ASPD vs the control")
-    e.add_argument("--quick", action="store_true", help="24 held-out prompts; print one JSON line")
-    e.add_argument("--n", type=int, default=0, help="held-out prompts (default: all, or 24 with --quick)")
+    e = s.add_parser("eval", help="ASPD vs the matched control: accuracy, quality, forward passes, speed")
+    e.add_argument("--quick", action="store_true", help="24 held-out tasks and 19 real prompts; print one JSON line")
+    e.add_argument("--n", type=int, default=0, help="held-out tasks (default: all, or 24 with --quick)")
+    e.add_argument("--real-n", type=int, default=-1, help="real prompts (default: all 76, or 19 with --quick; 0: none)")
     e.add_argument("--data", default=str(DATA_DIR / "heldout.jsonl"))
     e.add_argument("--adapters", default=str(ADAPTER_DIR))
     e.add_argument("--cache", default=str(EXPORT_DIR), help="where the merged model folders are cached")
     e.add_argument("--aspd-model", default=None, help="an exported ASPD folder (instead of the adapters)")
     e.add_argument("--control-model", default=None, help="an exported control folder (instead of the adapters)")
+    e.add_argument("--base-model", default="default", help="the reference for real prompts (default: the bundled model)")
     e.add_argument("--max-tokens", type=int, default=256)
     e.add_argument("--threads", type=int, default=1)
     e.add_argument("--out", default=None, help="also write the full report (JSON) here")
@@ -65,103 +80,180 @@ def model_folder(variant: str, adapters: Path, cache: Path) -> Path:
 
 
 def heldout() -> list:
-    """build-data's held-out split, regenerated (deterministic: seed 1000, disjoint from seed 0's 1200)."""
+    """build-data's held-out split, regenerated (deterministic: seed 1000, the held-out tables and
+    parts, no prompt of seed 0's 1200 training items)."""
     from . import synth
-    return synth.generate(120, 1000, exclude={e.prompt for e in synth.generate(1200, 0)})
+    return synth.generate(120, 1000, exclude={e.prompt for e in synth.generate(1200, 0)}, split="heldout")
+
+
+def _decode(llms: dict, mode: str, ex, params, count) -> dict:
+    from .markup import parse, to_plain
+    llm = llms["aspd" if mode.startswith("aspd") else "control" if mode.startswith("control") else "base"]
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = llm.chat([{"role": "user", "content": ex.prompt}], params, PLUGINS[mode])[0]
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    raw, text = out.stats.get("aspd_raw_text"), out.outputs[0].text
+    blocks = [seg for seg in parse(raw) if seg.parallel] if raw else []
+    return {"id": ex.id, "family": ex.family, "wall_s": wall, "cpu_s": cpu,
+            "forward_passes": out.stats.get("forward_passes", 0), "answer_tokens": len(count(text)),
+            "blocks": len(blocks), "branches": sum(len(b.branches) for b in blocks), "text": text, "raw": raw,
+            "text_mismatch": raw is not None and to_plain(raw) != text}
 
 
 def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: int = 256,
-             threads: int = 1, log=None) -> dict:
+             threads: int = 1, log=None, real: list | None = None, base_model: str = "default") -> dict:
+    """Every decoder on every held-out task (`examples`), then on every real prompt (`real`)."""
     import torch
 
     from ..api import LLM
     from ..sampling.params import SamplingParams
-    from .markup import to_plain
-    from .synth import check
+    from . import eval_prompts, synth
+    from .eval_stats import degenerate, rouge_l
     torch.set_num_threads(threads)
     llms = {"control": LLM(control_model), "aspd": LLM(aspd_model, plugin_params=ASPD)}
-    plugins = {"control": None, "aspd": None, "aspd+drafts": ASPD_DRAFTS}
+    if real:
+        llms["base"] = LLM(base_model)
     params = SamplingParams(temperature=0, max_tokens=max_tokens)
     count = llms["control"].tokenizer.encode
+    first = (examples or real)[0]
+    for name, llm in llms.items():      # the first call pays one-time costs (kernel packing, caches)
+        llm.chat([{"role": "user", "content": first.prompt}], SamplingParams(temperature=0, max_tokens=4))
     rows = {m: [] for m in MODES}
-    warm = [{"role": "user", "content": examples[0].prompt}]
-    for mode in ("control", "aspd"):      # first call pays one-time costs (kernel packing, caches)
-        llms[mode].chat(warm, SamplingParams(temperature=0, max_tokens=4))
     for i, ex in enumerate(examples):
-        msgs = [{"role": "user", "content": ex.prompt}]
         for mode in MODES:
-            llm = llms["control" if mode == "control" else "aspd"]
-            t0, c0 = time.perf_counter(), time.process_time()
-            out = llm.chat(msgs, params, plugins[mode])[0]
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            raw, text = out.stats.get("aspd_raw_text"), out.outputs[0].text
-            rows[mode].append({"id": ex.id, "family": ex.family, "ok": check(ex, text), "wall_s": wall, "cpu_s": cpu,
-                               "forward_passes": out.stats.get("forward_passes", 0),
-                               "answer_tokens": len(count(text)), "text": text, "raw": raw,
-                               "text_mismatch": raw is not None and to_plain(raw) != text})
+            r = _decode(llms, mode, ex, params, count)
+            r["ok"] = synth.check(ex, r["text"])
+            rows[mode].append(r)
         if log:
-            log(f"{i + 1}/{len(examples)} " + " ".join(f"{m}:{'ok' if rows[m][-1]['ok'] else 'x'} "
-                                                     f"{rows[m][-1]['wall_s']:.2f}s" for m in MODES))
-    report = summarize(rows, threads)
+            log(f"heldout {i + 1}/{len(examples)} " + " ".join(
+                f"{m}:{'ok' if rows[m][-1]['ok'] else 'x'} {rows[m][-1]['wall_s']:.2f}s" for m in MODES))
+    real_rows = {m: [] for m in REAL_MODES}
+    for i, ex in enumerate(real or []):
+        for mode in REAL_MODES:
+            r = _decode(llms, mode, ex, params, count)
+            r["ok"] = eval_prompts.check(ex, r["text"], r["branches"])
+            r["loop"] = degenerate(r["text"])
+            real_rows[mode].append(r)
+        ref = real_rows["base"][-1]["text"]
+        for mode in REAL_MODES:
+            real_rows[mode][-1]["overlap_base"] = rouge_l(real_rows[mode][-1]["text"], ref)
+        if log:
+            log(f"real {i + 1}/{len(real)} " + " ".join(
+                f"{m}:{real_rows[m][-1]['overlap_base']:.2f} {real_rows[m][-1]['wall_s']:.2f}s" for m in REAL_MODES)
+                + f" blocks {real_rows['aspd'][-1]['blocks']}")
+    report = summarize(rows, threads) if examples else {"n": 0, "threads": threads}
+    if real:
+        report["real"] = summarize_real(real_rows)
     n = llms["aspd"].numerics
     report["numerics"] = f"{n.dtype}" + (f"+{n.quantization}" if n.quantization else "")
     return report
 
 
+def _mode_summary(rs: list[dict]) -> dict:
+    from .eval_stats import mean_ci, ratio_ci
+    scored = [r for r in rs if r["ok"] is not None]
+    tokens = sum(r["answer_tokens"] for r in rs)
+    return {"accuracy": mean_ci([float(r["ok"]) for r in scored]),
+            "by_family": {f: mean_ci([float(r["ok"]) for r in scored if r["family"] == f])
+                          for f in sorted({r["family"] for r in scored})},
+            "forward_passes_per_token": ratio_ci([r["forward_passes"] for r in rs], [r["answer_tokens"] for r in rs]),
+            "answer_tokens": tokens, "total_wall_s": round(sum(r["wall_s"] for r in rs), 2),
+            "total_cpu_s": round(sum(r["cpu_s"] for r in rs), 2),
+            "prompts_with_blocks": sum(r["blocks"] > 0 for r in rs),
+            "text_mismatches": sum(r["text_mismatch"] for r in rs)}
+
+
+def _speeds(rows: dict, idx: list[int]) -> dict:
+    """The speed ratios over the prompts `idx` (paired: the same prompts for every decoder)."""
+    from .eval_stats import ratio_ci, speedup_ci
+
+    def col(mode, key):
+        return [rows[mode][i][key] for i in idx]
+
+    def speed(base, new, clock="wall_s"):
+        return speedup_ci(col(base, clock), col(base, "answer_tokens"), col(new, clock), col(new, "answer_tokens"))
+
+    return {"speedup": speed("control", "aspd"), "speedup_cpu": speed("control", "aspd", "cpu_s"),
+            "speedup_with_drafts": speed("control+drafts", "aspd+drafts"),
+            "speedup_with_drafts_cpu": speed("control+drafts", "aspd+drafts", "cpu_s"),
+            "drafts_alone": speed("control", "control+drafts"),
+            "latency_ratio": ratio_ci(col("control", "wall_s"), col("aspd", "wall_s")),
+            "forward_pass_ratio": ratio_ci(col("control", "forward_passes"), col("aspd", "forward_passes"))}
+
+
+def _brief(d: dict) -> dict:
+    """Point figures of a summary (the intervals stay in the full report)."""
+    return {k: (v.get("ratio", v.get("mean")) if isinstance(v, dict) else v) for k, v in d.items()}
+
+
 def summarize(rows: dict, threads: int) -> dict:
     from ..model import kernels as cpu_kernels
-    per = {}
-    for mode, rs in rows.items():
-        tokens = sum(r["answer_tokens"] for r in rs)
-        per[mode] = {"accuracy": sum(r["ok"] for r in rs) / len(rs),
-                     "forward_passes_per_token": sum(r["forward_passes"] for r in rs) / max(1, tokens),
-                     "median_wall_s": statistics.median(r["wall_s"] for r in rs),
-                     "total_wall_s": sum(r["wall_s"] for r in rs), "answer_tokens": tokens,
-                     "total_cpu_s": sum(r["cpu_s"] for r in rs),
-                     "text_mismatches": sum(r["text_mismatch"] for r in rs),
-                     "by_family": {f: sum(r["ok"] for r in rs if r["family"] == f) / n
-                                   for f in sorted({r["family"] for r in rs})
-                                   for n in [sum(r["family"] == f for r in rs)]}}
-    ctrl = per["control"]["total_wall_s"]
-    return {"speedup": round(ctrl / per["aspd"]["total_wall_s"], 3),
-            "accuracy_aspd": round(per["aspd"]["accuracy"], 4),
-            "accuracy_control": round(per["control"]["accuracy"], 4),
-            "speedup_with_drafts": round(ctrl / per["aspd+drafts"]["total_wall_s"], 3),
-            "accuracy_aspd_drafts": round(per["aspd+drafts"]["accuracy"], 4),
-            "speedup_cpu": round(per["control"]["total_cpu_s"] / max(1e-9, per["aspd"]["total_cpu_s"]), 3),
-            "speedup_with_drafts_cpu": round(per["control"]["total_cpu_s"]
-                                             / max(1e-9, per["aspd+drafts"]["total_cpu_s"]), 3),
-            "forward_pass_ratio": round(per["control"]["forward_passes_per_token"]
-                                        / max(1e-9, per["aspd"]["forward_passes_per_token"]), 3),
+    n = len(rows["control"])
+    per = {mode: _mode_summary(rs) for mode, rs in rows.items()}
+    speeds = _speeds(rows, list(range(n)))
+    return {**_brief(speeds),
+            "accuracy_aspd": per["aspd"]["accuracy"]["mean"], "accuracy_control": per["control"]["accuracy"]["mean"],
+            "accuracy_aspd_drafts": per["aspd+drafts"]["accuracy"]["mean"],
+            "accuracy_control_drafts": per["control+drafts"]["accuracy"]["mean"],
             "text_mismatches": sum(m["text_mismatches"] for m in per.values()),
-            "n": len(rows["control"]), "threads": threads, "kernels": cpu_kernels.default().name,
+            "n": n, "threads": threads, "kernels": cpu_kernels.default().name,
+            "intervals": speeds, "modes": per, "answers": rows}
+
+
+def summarize_real(rows: dict) -> dict:
+    """Quality against the base model's answers, and speed split by whether ASPD opened a block."""
+    from .eval_stats import mean_ci
+    n = len(rows["base"])
+    opened = [i for i in range(n) if rows["aspd"][i]["blocks"] > 0]
+    serial = [i for i in range(n) if rows["aspd"][i]["blocks"] == 0]
+    per = {mode: {**_mode_summary(rs), "overlap_base": mean_ci([r["overlap_base"] for r in rs]),
+                  "loops": sum(r["loop"] for r in rs)} for mode, rs in rows.items()}
+    paired = [rows["aspd"][i]["overlap_base"] - rows["control"][i]["overlap_base"] for i in range(n)]
+    quality = {"overlap_aspd": per["aspd"]["overlap_base"]["mean"], "overlap_control": per["control"]["overlap_base"]["mean"],
+               "overlap_diff": mean_ci(paired),
+               "checks_aspd": per["aspd"]["accuracy"]["mean"], "checks_control": per["control"]["accuracy"]["mean"],
+               "checks_base": per["base"]["accuracy"]["mean"],
+               "loops_aspd": per["aspd"]["loops"], "loops_control": per["control"]["loops"]}
+    return {"n": n, "prompts_with_blocks": len(opened), "quality": quality,
+            "block_prompts": _speeds(rows, opened) if opened else None,
+            "serial_prompts": _speeds(rows, serial) if serial else None,
+            "all_prompts": _speeds(rows, list(range(n))),
             "modes": per, "answers": rows}
 
 
 def eval_main(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
+    from . import eval_prompts
     from .data import read_jsonl
-    if args.n < 0 or args.max_tokens < 1 or args.threads < 1:
-        raise ConfigError("--n must be >= 0, --max-tokens and --threads >= 1")
+    if args.n < 0 or args.max_tokens < 1 or args.threads < 1 or args.real_n < -1:
+        raise ConfigError("--n must be >= 0, --real-n >= 0, --max-tokens and --threads >= 1")
     examples = read_jsonl(args.data) if Path(args.data).is_file() else heldout()
-    n = args.n or (24 if args.quick else len(examples))
-    examples = examples[:n]
-    if not examples:
-        raise ConfigError(f"{args.data} has no examples; run `paraspec aspd build-data`")
+    examples = examples[:args.n or (24 if args.quick else len(examples))]
+    real = eval_prompts.real_prompts()
+    real = real[::4] if args.quick and args.real_n < 0 else real[:args.real_n] if args.real_n >= 0 else real
+    if not examples and not real:
+        raise ConfigError(f"{args.data} has no examples and --real-n is 0; run `paraspec aspd build-data`")
     adapters, cache = Path(args.adapters), Path(args.cache)
     aspd = args.aspd_model or str(model_folder("aspd", adapters, cache))
     control = args.control_model or str(model_folder("control", adapters, cache))
     report = run_eval(aspd, control, examples, args.max_tokens, args.threads,
-                      log=None if args.quick else print)
+                      log=None if args.quick else print, real=real, base_model=args.base_model)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
-    brief = {k: v for k, v in report.items() if k not in ("modes", "answers")}
-    if args.quick:
-        print(json.dumps(brief))
-    else:
-        print(json.dumps(brief, indent=1))
-        for mode, m in report["modes"].items():
-            print(f"{mode:12s} accuracy {m['accuracy']:.3f} forward/token {m['forward_passes_per_token']:.3f} "
-                  f"median {m['median_wall_s']:.2f}s total {m['total_wall_s']:.1f}s {m['by_family']}")
+    brief = brief_report(report)
+    print(json.dumps(brief) if args.quick else json.dumps(brief, indent=1))
     return 0
+
+
+def brief_report(report: dict) -> dict:
+    """The report's point figures: what --quick prints as one line."""
+    brief = {k: v for k, v in report.items() if k not in ("modes", "answers", "intervals", "real")}
+    real = report.get("real")
+    if real:
+        brief["real"] = {"n": real["n"], "prompts_with_blocks": real["prompts_with_blocks"],
+                         **{k: (v["mean"] if isinstance(v, dict) else v) for k, v in real["quality"].items()},
+                         **{f"{group}_{k}": v for group in ("block_prompts", "serial_prompts")
+                            for k, v in _brief(real[group] or {}).items()
+                            if k in ("speedup", "speedup_with_drafts")}}
+    return brief
