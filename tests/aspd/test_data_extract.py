@@ -38,7 +38,7 @@ def test_rule_judge_rejects_cross_references_and_reused_results():
     rj = judge.RuleJudge()
     ok = Block((Branch("a", "Paris is the capital of France."), Branch("b", "Rome is the capital of Italy.")))
     ref = Block((Branch("a", "Compute 12 times 3."), Branch("b", "Add 5 to the previous result.")))
-    reuse = Block((Branch("a", "First, 12 * 3 = 36."), Branch("b", "Then 36 + 5 = 41.")))
+    reuse = Block((Branch("a", "First, 12 * 3 = 36."), Branch("b", "Adding 5: 36 + 5 = 41.")))
     assert rj.independent("q", "", ok, 3) == [True] * 3
     assert rj.independent("q", "", ref, 3) == [False] * 3
     assert rj.independent("q", "", reuse, 3) == [False] * 3
@@ -69,7 +69,7 @@ def test_llm_judge_votes_with_a_real_model(tiny_model_dir):
     votes = lj.independent("q", "", Block((Branch("a", "one thing"), Branch("b", "another"))), 3)
     assert len(votes) == 3 and all(isinstance(v, bool) for v in votes)
     both = judge.BothJudges(lj)
-    assert both.consistent("q", "x", "y", 2) == [False, False]   # the rules reject: no model call needed
+    assert both.consistent("q", "x", ["y"], 2) == [False, False]   # the rules reject: no model call needed
 
 
 def test_examples_round_trip_through_jsonl(tmp_path):
@@ -92,3 +92,97 @@ def test_build_data_cli_writes_jsonl_and_stage_counts(tmp_path, capsys):
     assert to_plain(rec["aspd"]) == rec["plain"]
     assert main(["aspd", "build-data", "--out", str(tmp_path), "--sources", "web"]) == 2
     assert "--sources: unknown source 'web'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ integrity and consistency can fail
+
+def _list_candidate() -> list:
+    (cand,) = extract.split(LIST_ANSWER)
+    return cand
+
+
+def _with_block(cand: list, block: Block) -> list:
+    return [block if isinstance(s, Block) else s for s in cand]
+
+
+def test_integrity_accepts_the_split_and_rejects_any_changed_character():
+    good = _list_candidate()
+    assert extract.integrity_problem(LIST_ANSWER, good) is None
+    head, block, tail = good
+    b0, b1, b2 = block.branches
+    changed = _with_block(good, Block((Branch(b0.title, b0.content.replace("mutable", "mutabel")), b1, b2)))
+    stripped = _with_block(good, Block((b0, Branch(b1.title, b1.content.rstrip()), b2)))   # a splitter's strip()
+    assert f"char {LIST_ANSWER.index('mutable') + 5}:" in extract.integrity_problem(LIST_ANSWER, changed)
+    assert extract.integrity_problem(LIST_ANSWER, stripped) is not None
+    assert extract.integrity_problem(LIST_ANSWER, [head.rstrip("\n"), block, tail]) is not None   # a lost newline
+    assert extract.integrity_problem(LIST_ANSWER, good[:2]) is not None                           # a lost tail
+
+
+def test_integrity_reads_the_markup_rendering_too():
+    # the plain join is exact, but a branch holding markup text does not survive to_plain of the
+    # ASPD rendering: training on it would teach an answer the user never reads
+    answer = LIST_ANSWER.replace("any objects you like", "a <|/branch|> token as text")
+    (cand,) = extract.split(answer)
+    assert data.plain_text(cand) == answer
+    assert extract.integrity_problem(answer, cand).startswith("to_plain(markup) differs")
+
+
+def test_consistency_accepts_the_split_and_rejects_each_crafted_structure():
+    good = _list_candidate()
+    assert extract.consistency_problem(LIST_ANSWER, good) is None
+    head, block, tail = good
+    b0, b1, b2 = block.branches
+    merged = _with_block(good, Block((b0, Branch(b1.title, b1.content + "\n" + b2.content))))
+    partial = [head, Block((b0, b1)), "\n" + b2.content + tail]
+    shifted = [head + b0.content + "\n", Block((b1, b2)), tail]
+    retitled = _with_block(good, Block((Branch("Dicts", b0.content), b1, b2)))
+    repeated = _with_block(good, Block((b0, Branch("lists", b1.content), b2)))
+    empty = _with_block(good, Block((Branch(" ", b0.content), b1, b2)))
+    cut = head.index("to know")     # a block that starts inside a line
+    midline = [head[:cut], Block((Branch("to", head[cut:] + b0.content), b1, b2)), tail]
+    bad = {"merged": merged, "partial": partial, "shifted": shifted, "retitled": retitled, "repeated": repeated,
+           "empty": empty, "midline": midline, "two serials": [head[:5], head[5:], block, tail],
+           "no block": [LIST_ANSWER]}
+    for name, cand in bad.items():
+        assert data.plain_text(cand) == LIST_ANSWER, name        # integrity alone passes every one of them
+        assert extract.consistency_problem(LIST_ANSWER, cand) is not None, name
+        assert judge.RuleJudge().consistent("q", LIST_ANSWER, cand, 2) == [False, False], name
+    assert "items at lines [3, 4, 7]" in extract.consistency_problem(LIST_ANSWER, merged)
+    assert "items at lines [3, 4, 7]" in extract.consistency_problem(LIST_ANSWER, partial)
+    assert "'Dicts' is not restated" in extract.consistency_problem(LIST_ANSWER, retitled)
+    assert judge.RuleJudge().consistent("q", LIST_ANSWER, good, 2) == [True, True]
+
+
+def test_consistency_checks_heading_blocks_against_their_level():
+    (good,) = extract.split(HEAD_ANSWER)
+    assert extract.consistency_problem(HEAD_ANSWER, good) is None
+    head, block, tail = good
+    install, usage = block.branches
+    # "### Details" as a third branch: the sections at level 2 are two, so the block is not the original's
+    usage_only, details = usage.content.split("\n### ")
+    three = [head, Block((install, Branch("Usage", usage_only), Branch("Details", "### " + details))), tail]
+    assert data.plain_text(three) == HEAD_ANSWER
+    assert extract.consistency_problem(HEAD_ANSWER, three) is not None
+
+
+def test_pipeline_rejects_a_buggy_splitter_at_integrity_and_a_rewriting_stage_at_consistency():
+    answer = LIST_ANSWER * 4
+
+    def strips(text):   # a plausible extraction bug: branch contents stripped of their blank lines
+        return [[s if isinstance(s, str) else Block(tuple(Branch(b.title, b.content.strip()) for b in s.branches))
+                 for s in cand] for cand in extract.split(text)]
+
+    real = extract.Pipeline(judge.RuleJudge(), min_tokens=50)
+    assert len(real.run([("a", "q", answer)])) == 1
+    buggy = extract.Pipeline(judge.RuleJudge(), min_tokens=50, splitter=strips)
+    assert buggy.run([("a", "q", answer)]) == []
+    assert buggy.counts["format"] == 4 and buggy.counts["integrity"] == 0
+
+    class Rewrites(extract.Pipeline):   # a stage after integrity that changes a branch's text
+        def _independent(self, question, segments):
+            return [s if isinstance(s, str) else Block((Branch(s.branches[0].title, s.branches[0].content + " "),)
+                                                       + s.branches[1:]) for s in segments]
+
+    rw = Rewrites(judge.RuleJudge(), min_tokens=50)
+    assert rw.run([("a", "q", answer)]) == []
+    assert rw.counts["independence"] == 4 and rw.counts["consistency"] == 0

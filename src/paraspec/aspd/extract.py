@@ -3,15 +3,18 @@
 `split(text)` proposes candidates (each a list of segments) by two rules: runs of 2+ list items
 ("- ", "* ", "1. ", "1) ") and runs of 2+ markdown-headed sections ("## Title"). A branch's content
 is the item's exact text, so joining a block's contents with "\n" (markup.to_plain's rule) gives
-back the original: integrity is checked, not assumed. Titles come from the item's bold lead
-("**Name**:"), its heading, or its first words.
+back the original. Titles come from the item's bold lead ("**Name**:"), its heading, or its
+first words.
 
-`Pipeline.run` applies the paper's stages to (question, answer) pairs and counts what each keeps:
-parsed (>= 1 block of >= 2 branches) -> min_length (the paper's 128-token rule) -> format
-(unique titles, branch longer than its title and >= 10 chars) -> integrity (exact round trip)
--> independence (judge votes per block; a rejected block is flattened to serial text, the
-candidate survives if a block is left) -> consistency (judge on original vs candidate) ->
-selection (the best candidate per answer by DP, then ABN, then APE).
+`Pipeline.run` applies the paper's stages to (id, question, answer) triples and counts what each
+keeps: parsed (>= 1 block of >= 2 branches) -> min_length (the paper's 128-token rule) -> format
+(unique titles, branch longer than its title and >= 10 chars) -> integrity (`integrity_problem`:
+both renderings of the candidate equal the original answer character for character) ->
+independence (judge votes per block; a rejected block is flattened to serial text, the
+candidate survives if a block is left) -> consistency (`consistency_problem` on the original's
+structure, integrity again after flattening, then the judge's votes) -> selection (the best
+candidate per answer by DP, then ABN, then APE). The two checks read only the original text and
+the candidate, so a splitter (`Pipeline.splitter`) or a stage that changes text fails them.
 """
 from __future__ import annotations
 
@@ -19,8 +22,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .data import Block, Branch, Example, Segment, parallel_metrics, plain_text
+from .data import Block, Branch, Example, Segment, aspd_text, parallel_metrics, plain_text
 from .judge import Judge, accept
+from .markup import TOKENS, to_plain
 
 ITEM = re.compile(r"^(?:[-*+]|\d{1,2}[.)])\s+\S")
 HEADING = re.compile(r"^#{1,6}\s+(\S.*)$")
@@ -28,6 +32,8 @@ BOLD_LEAD = re.compile(r"^(?:[-*+]|\d{1,2}[.)])\s+\*\*([^*\n]{1,40})\*\*")
 MAX_TITLE_WORDS = 4
 MIN_BRANCH_CHARS = 10
 STAGES = ("input", "parsed", "min_length", "format", "integrity", "independence", "consistency", "selected")
+
+Run = tuple[int, int, list[int]]   # (first line, end line, item start lines)
 
 
 def _title(piece: str, heading: bool) -> str:
@@ -43,7 +49,7 @@ def _title(piece: str, heading: bool) -> str:
 
 
 def _runs(lines: list[str], starts: Callable[[str], bool], heading: bool,
-          stops: Callable[[str], bool] = lambda s: False) -> list[tuple[int, int, list[int]]]:
+          stops: Callable[[str], bool] = lambda s: False) -> list[Run]:
     """(first line, end line, item start lines) of each run of 2+ items. A list run continues
     over indented or blank lines; a heading run takes every line up to the next heading of its
     level and ends at a shallower one (`stops`)."""
@@ -71,7 +77,19 @@ def _runs(lines: list[str], starts: Callable[[str], bool], heading: bool,
     return runs
 
 
-def _segments(lines: list[str], run: tuple[int, int, list[int]], heading: bool) -> list[Segment]:
+def _level(s: str) -> int:
+    return len(s) - len(s.lstrip("#")) if HEADING.match(s) else 0
+
+
+def all_runs(lines: list[str]) -> list[tuple[bool, Run]]:
+    """(heading?, run) for every list run and every same-level heading run of the text's lines."""
+    out = [(False, r) for r in _runs(lines, lambda s: bool(ITEM.match(s)), False)]
+    for level in range(1, 7):
+        out += [(True, r) for r in _runs(lines, lambda s: _level(s) == level, True, lambda s: 0 < _level(s) < level)]
+    return out
+
+
+def _segments(lines: list[str], run: Run, heading: bool) -> list[Segment]:
     begin, end, items = run
     pieces = ["\n".join(lines[a:b]) for a, b in zip(items, items[1:] + [end])]
     block = Block(tuple(Branch(_title(p, heading), p) for p in pieces))
@@ -83,13 +101,7 @@ def _segments(lines: list[str], run: tuple[int, int, list[int]], heading: bool) 
 def split(text: str) -> list[list[Segment]]:
     """Candidate segmentations of one answer: each list run and each heading run on its own."""
     lines = text.split("\n")
-    out = [_segments(lines, run, False) for run in _runs(lines, lambda s: bool(ITEM.match(s)), False)]
-    for level in range(1, 7):
-        def level_of(s: str) -> int:
-            return len(s) - len(s.lstrip("#")) if HEADING.match(s) else 0
-        for run in _runs(lines, lambda s: level_of(s) == level, True, lambda s: 0 < level_of(s) < level):
-            out.append(_segments(lines, run, True))
-    return out
+    return [_segments(lines, run, heading) for heading, run in all_runs(lines)]
 
 
 def format_ok(segments: list[Segment]) -> bool:
@@ -103,6 +115,75 @@ def format_ok(segments: list[Segment]) -> bool:
     return True
 
 
+def _first_diff(a: str, b: str) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def integrity_problem(original: str, segments: list[Segment]) -> str | None:
+    """None when the candidate's plain text and to_plain of its ASPD markup are both the original
+    answer, character for character; else where they first differ."""
+    for name, text in (("plain text", plain_text(segments)), ("to_plain(markup)", to_plain(aspd_text(segments)))):
+        if text != original:
+            i = _first_diff(text, original)
+            return f"{name} differs from the original at char {i}: {text[i:i + 24]!r} != {original[i:i + 24]!r}"
+    return None
+
+
+def _words(s: str) -> str:
+    return " ".join(re.sub(r"[^\w'-]+", " ", s).casefold().split())
+
+
+def consistency_problem(original: str, segments: list[Segment]) -> str | None:
+    """None when the candidate's structure is the original's: every block is exactly one list or
+    heading run of the original (same first and last line, one branch per item, no item hidden
+    inside a branch or left outside), stands on whole lines between serial text, and has
+    non-empty, unique titles that its branches' first lines restate. The offsets are read off
+    the original, so a candidate whose text is not the original's fails first."""
+    if plain_text(segments) != original:
+        return "the candidate's text is not the original's (integrity)"
+    lines = original.split("\n")
+    runs = {r[2][0]: (heading, r) for heading, r in all_runs(lines)}
+    pos, blocks = 0, 0
+    for i, seg in enumerate(segments):
+        if isinstance(seg, str):
+            if not seg:
+                return f"segment {i} is empty serial text"
+            if i and isinstance(segments[i - 1], str):
+                return f"segments {i - 1} and {i} are both serial text (one segment)"
+            pos += len(seg)
+            continue
+        blocks += 1
+        if len(seg.branches) < 2:
+            return f"block {blocks} has {len(seg.branches)} branch (a block has 2 or more)"
+        after = pos + len(plain_text([seg]))
+        if (pos and original[pos - 1] != "\n") or original[after:after + 1] not in ("", "\n"):
+            return f"block {blocks} does not stand on whole lines of the original"
+        starts, p = [], pos
+        for b in seg.branches:
+            starts.append(original.count("\n", 0, p))
+            p += len(b.content) + 1
+        end = original.count("\n", 0, p - 1) + 1
+        heading, run = runs.get(starts[0], (None, None))
+        if run is None:
+            return f"block {blocks} starts at line {starts[0] + 1}, where the original has no list or heading run"
+        if run[2] != starts or run[1] != end:
+            return (f"block {blocks} has branches at lines {[s + 1 for s in starts]} (to line {end}); the original's "
+                    f"{'sections' if heading else 'list'} there has items at lines {[s + 1 for s in run[2]]} "
+                    f"(to line {run[1]})")
+        titles = [b.title for b in seg.branches]
+        if any(not t.strip() or "\n" in t or any(m in t for m in TOKENS) for t in titles):
+            return f"block {blocks} has an empty title or one with a newline or markup: {titles}"
+        if len({t.strip().casefold() for t in titles}) != len(titles):
+            return f"block {blocks} repeats a title: {titles}"
+        for b in seg.branches:
+            if _words(b.title) not in _words(b.content.split("\n", 1)[0]):
+                return f"block {blocks}: title {b.title!r} is not restated by its branch's first line"
+        pos = after
+    if not blocks:
+        return "no block"
+    return None
+
+
 @dataclass
 class Pipeline:
     judge: Judge
@@ -110,10 +191,13 @@ class Pipeline:
     min_tokens: int = 128
     votes: int = 3
     unanimous: bool = True
+    splitter: Callable[[str], list[list[Segment]]] = split
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAGES, 0))
+    by_source: dict[str, dict[str, int]] = field(default_factory=dict)
 
-    def _keep(self, stage: str, cands: list) -> list:
+    def _keep(self, stage: str, cands: list, source: str) -> list:
         self.counts[stage] += len(cands)
+        self.by_source[source][stage] += len(cands)
         return cands
 
     def _independent(self, question: str, segments: list[Segment]) -> list[Segment]:
@@ -129,21 +213,35 @@ class Pipeline:
                 out.append(s)
         return out
 
-    def run(self, items: list[tuple[str, str, str]]) -> list[Example]:
-        """items: (id, question, plain answer). Returns the accepted examples."""
+    def _consistent(self, question: str, answer: str, cand: list[Segment]) -> bool:
+        if integrity_problem(answer, cand) or consistency_problem(answer, cand):
+            return False
+        return accept(self.judge.consistent(question, answer, cand, self.votes), self.unanimous)
+
+    def run(self, items: list[tuple[str, str, str]], source: str = "extract",
+            keep_serial: bool = False) -> list[Example]:
+        """items: (id, question, plain answer). Returns the accepted examples (source `source`);
+        with keep_serial, an answer none of whose candidates is accepted is kept as serial text
+        (family "serial", counted as by_source[source]["serial"])."""
+        counts = self.by_source.setdefault(source, dict.fromkeys(STAGES, 0))
+        if keep_serial:
+            counts.setdefault("serial", 0)
         accepted = []
         for idx, question, answer in items:
             self.counts["input"] += 1
-            cands = self._keep("parsed", split(answer))
-            cands = self._keep("min_length", cands if self.count(answer) >= self.min_tokens else [])
-            cands = self._keep("format", [c for c in cands if format_ok(c)])
-            cands = self._keep("integrity", [c for c in cands if plain_text(c) == answer])
+            counts["input"] += 1
+            cands = self._keep("parsed", self.splitter(answer), source)
+            cands = self._keep("min_length", cands if self.count(answer) >= self.min_tokens else [], source)
+            cands = self._keep("format", [c for c in cands if format_ok(c)], source)
+            cands = self._keep("integrity", [c for c in cands if integrity_problem(answer, c) is None], source)
             cands = [self._independent(question, c) for c in cands]
-            cands = self._keep("independence", [c for c in cands if any(isinstance(s, Block) for s in c)])
-            cands = self._keep("consistency", [c for c in cands if accept(
-                self.judge.consistent(question, answer, plain_text(c), self.votes), self.unanimous)])
+            cands = self._keep("independence", [c for c in cands if any(isinstance(s, Block) for s in c)], source)
+            cands = self._keep("consistency", [c for c in cands if self._consistent(question, answer, c)], source)
             if cands:
                 best = max(cands, key=lambda c: tuple(parallel_metrics(c, self.count).values()))
-                self.counts["selected"] += 1
-                accepted.append(Example(idx, "extracted", question, best, source="extract"))
+                self._keep("selected", [best], source)
+                accepted.append(Example(idx, "extracted", question, best, source=source))
+            elif keep_serial:
+                counts["serial"] += 1
+                accepted.append(Example(idx, "serial", question, [answer], source=source))
         return accepted

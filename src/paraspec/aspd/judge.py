@@ -4,23 +4,25 @@ paper's rule (released defaults: unanimous, n = 3; majority is the paper text's 
 
 - RuleJudge: deterministic (its n votes agree). Independence fails on a cross reference
   ("above", "previous", "step 3", "as mentioned" ...) or on a branch reusing a number that only a
-  sibling introduced (a result computed there); consistency is the exact text round trip plus
-  the same count of list items and headings.
+  sibling introduced (a result computed there); consistency is extract.integrity_problem and
+  extract.consistency_problem (exact text, each block one whole list of the original, titles
+  restated by their branches).
 - LLMJudge: the local model (paraspec's LLM API, the bundled model by default) answers a yes/no
-  prompt n times with sampling; a vote is "yes" when the reply starts with yes.
+  prompt n times with sampling; a vote is "yes" when the reply starts with yes. For consistency
+  it reads the original and the candidate with each block shown as "[title] content" lines
+  (the plain texts are equal by integrity; what it can judge is whether the titles fit).
 """
 from __future__ import annotations
 
 import re
 from typing import Protocol
 
-from .data import Block
+from .data import Block, Segment
 
 CROSS_REF = re.compile(
     r"\b(above|below|previous(ly)?|preceding|aforementioned|earlier|the following|as mentioned|as noted|"
     r"same as|(step|item|point|part|section) \d+|former|latter|this result|that result)\b", re.I)
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w|\.\d)")
-STRUCTURE = re.compile(r"^(?:\s*(?:[-*+]|\d{1,2}[.)])\s|#{1,6}\s)", re.M)
 
 
 class Judge(Protocol):
@@ -28,7 +30,7 @@ class Judge(Protocol):
 
     def independent(self, question: str, precondition: str, block: Block, n: int) -> list[bool]: ...
 
-    def consistent(self, question: str, original: str, candidate: str, n: int) -> list[bool]: ...
+    def consistent(self, question: str, original: str, candidate: list[Segment], n: int) -> list[bool]: ...
 
 
 def accept(votes: list[bool], unanimous: bool = True) -> bool:
@@ -56,9 +58,10 @@ class RuleJudge:
                     return False
         return True
 
-    def consistent(self, question: str, original: str, candidate: str, n: int) -> list[bool]:
-        same = candidate == original and len(STRUCTURE.findall(candidate)) == len(STRUCTURE.findall(original))
-        return [same] * n
+    def consistent(self, question: str, original: str, candidate: list[Segment], n: int) -> list[bool]:
+        from .extract import consistency_problem, integrity_problem   # extract imports this module
+        ok = integrity_problem(original, candidate) is None and consistency_problem(original, candidate) is None
+        return [ok] * n
 
 
 INDEP_PROMPT = (
@@ -67,7 +70,8 @@ INDEP_PROMPT = (
     "result or refers to it)? Reply with yes or no.")
 CONSIST_PROMPT = (
     "Question: {question}\n\nAnswer 1:\n{original}\n\nAnswer 2:\n{candidate}\n\n"
-    "Do Answer 1 and Answer 2 give the same information? Reply with yes or no.")
+    "Answer 2 is Answer 1 with a [title] before some parts. Does each title fit its part, and do the two "
+    "answers give the same information? Reply with yes or no.")
 
 
 class LLMJudge:
@@ -94,8 +98,10 @@ class LLMJudge:
         parts = "\n".join(f"[{b.title}] {b.content}" for b in block.branches)
         return self._votes(INDEP_PROMPT.format(question=question, parts=parts), n)
 
-    def consistent(self, question: str, original: str, candidate: str, n: int) -> list[bool]:
-        return self._votes(CONSIST_PROMPT.format(question=question, original=original, candidate=candidate), n)
+    def consistent(self, question: str, original: str, candidate: list[Segment], n: int) -> list[bool]:
+        shown = "".join(s if isinstance(s, str) else "\n".join(f"[{b.title}] {b.content}" for b in s.branches)
+                        for s in candidate)
+        return self._votes(CONSIST_PROMPT.format(question=question, original=original, candidate=shown), n)
 
 
 class BothJudges:
@@ -110,6 +116,6 @@ class BothJudges:
         votes = self.rule.independent(question, precondition, block, n)
         return votes if not all(votes) else self.llm.independent(question, precondition, block, n)
 
-    def consistent(self, question: str, original: str, candidate: str, n: int) -> list[bool]:
+    def consistent(self, question: str, original: str, candidate: list[Segment], n: int) -> list[bool]:
         votes = self.rule.consistent(question, original, candidate, n)
         return votes if not all(votes) else self.llm.consistent(question, original, candidate, n)
