@@ -43,6 +43,13 @@ def test_rule_judge_rejects_cross_references_and_reused_results():
     assert rj.independent("q", "", ref, 3) == [False] * 3
     assert rj.independent("q", "", reuse, 3) == [False] * 3
     assert rj.independent("what is 36 + 5 and 36 - 5", "", reuse, 1) == [True]   # 36 came from the question
+    steps = [Block((Branch("Clone", "1. Clone the repository."), Branch("Enter", f"2. {w} enter its folder.")))
+             for w in ("Then", "After that,", "**Enter**: then", "Enter: next")]
+    assert all(rj.independent("q", "", b, 1) == [False] for b in steps)
+    # a sequence word only counts where it opens a later branch: "then as now" inside an item is no order
+    later = Block((Branch("Paris", "- Paris: France's capital, then as now its largest city."),
+                   Branch("Rome", "- Rome: Italy's capital.")))
+    assert rj.independent("q", "", later, 1) == [True]
     assert judge.accept([True, True, True]) and not judge.accept([True, True, False])
     assert judge.accept([True, True, False], unanimous=False) and not judge.accept([])
 

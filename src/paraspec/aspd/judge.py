@@ -3,8 +3,11 @@ rewritten answer say what the original said? Each call returns n votes; `accept`
 paper's rule (released defaults: unanimous, n = 3; majority is the paper text's variant).
 
 - RuleJudge: deterministic (its n votes agree). Independence fails on a cross reference
-  ("above", "previous", "step 3", "as mentioned" ...) or on a branch reusing a number that only a
-  sibling introduced (a result computed there); consistency is extract.integrity_problem and
+  ("above", "previous", "step 3", "as mentioned", "because of this" ...), on a later branch that
+  opens with a sequence word ("Then", "After that", "Next", "Finally", "Once", "So", "Therefore",
+  "That ...") after its list marker and title lead, or on a branch reusing a number that only a
+  sibling introduced (a result computed there). It cannot see an order that no word states (a
+  recipe's numbered steps): benchmarks/aspd_judge.py measures what it misses. Consistency is extract.integrity_problem and
   extract.consistency_problem (exact text, each block one whole list of the original, titles
   restated by their branches).
 - LLMJudge: the local model (paraspec's LLM API, the bundled model by default) answers a yes/no
@@ -22,6 +25,12 @@ from .data import Block, Segment
 CROSS_REF = re.compile(
     r"\b(above|below|previous(ly)?|preceding|aforementioned|earlier|the following|as mentioned|as noted|"
     r"same as|(step|item|point|part|section) \d+|former|latter|this result|that result)\b", re.I)
+CROSS_REF_EXTRA = re.compile(r"\b(as a result|because of (this|that)|for this reason|due to (this|that))\b", re.I)
+# a branch after the first opening with one of these continues its sibling rather than standing alone
+SEQUENCE_OPENER = re.compile(
+    r"^(then|next|after that|afterwards?|finally|lastly|once|so|therefore|thus|hence|subsequently|that|those)\b",
+    re.I)
+LEAD = re.compile(r"^\s*(?:[-*+]|\d{1,2}[.)]|[A-Za-z][.)])?\s*(?:\*\*[^*\n]{1,40}\*\*\s*:?\s*)?")
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w|\.\d)")
 
 
@@ -46,8 +55,18 @@ class RuleJudge:
         return [self._independent(question, precondition, block)] * n
 
     @staticmethod
-    def _independent(question: str, precondition: str, block: Block) -> bool:
-        if any(CROSS_REF.search(b.content) for b in block.branches):
+    def _opening(branch) -> str:
+        """The branch's own words: without its list marker, bold lead or "Title:" lead."""
+        text = LEAD.sub("", branch.content, count=1)
+        if text[:len(branch.title) + 1].casefold() == branch.title.casefold() + ":":
+            text = text[len(branch.title) + 1:]
+        return text.lstrip(" ,:")
+
+    @classmethod
+    def _independent(cls, question: str, precondition: str, block: Block) -> bool:
+        if any(CROSS_REF.search(b.content) or CROSS_REF_EXTRA.search(b.content) for b in block.branches):
+            return False
+        if any(SEQUENCE_OPENER.match(cls._opening(b)) for b in block.branches[1:]):
             return False
         known = set(NUMBER.findall(question)) | set(NUMBER.findall(precondition))
         numbers = [set(NUMBER.findall(b.content)) - known for b in block.branches]
