@@ -2,8 +2,11 @@
 and `paraspec aspd build-data`."""
 import json
 
-from paraspec.aspd import data, extract, judge, synth
+import pytest
+
+from paraspec.aspd import data, extract, judge, sources, synth
 from paraspec.aspd.data import Block, Branch
+from paraspec.errors import ConfigError
 from paraspec.aspd.markup import to_plain
 from paraspec.cli import main
 
@@ -93,6 +96,7 @@ def test_build_data_cli_writes_jsonl_and_stage_counts(tmp_path, capsys):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["synthetic"]["train"] == 20 and summary["synthetic"]["heldout"] == 5
     assert list(summary["extraction"]["stages"]) == list(extract.STAGES)
+    assert summary["extraction"]["by_source"]["packages"]["input"] == summary["extraction"]["stages"]["input"]
     out = capsys.readouterr().out
     assert "extraction (rule): input" in out
     rec = json.loads((tmp_path / "train.jsonl").read_text().splitlines()[0])
@@ -193,3 +197,59 @@ def test_pipeline_rejects_a_buggy_splitter_at_integrity_and_a_rewriting_stage_at
     rw = Rewrites(judge.RuleJudge(), min_tokens=50)
     assert rw.run([("a", "q", answer)]) == []
     assert rw.counts["independence"] == 4 and rw.counts["consistency"] == 0
+
+
+# ------------------------------------------------------------------------------------ user data
+
+PAD = (" Each of these is part of the language itself, so no import is needed to use it, and every one"
+       " of them supports len(), iteration and membership tests with the in operator.")
+USER_LIST = LIST_ANSWER + PAD * 4
+USER_PLAIN = ("Python is a general-purpose programming language that favours readable code." + PAD * 5)
+USER_STEPS = ("To build the project from source:\n"
+              "1. Clone the repository into a new folder on your machine.\n"
+              "2. Then enter that folder and create a virtual environment in it.\n"
+              "3. After that, install the package into the environment you just made.\n" + PAD * 4)
+
+
+def _jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_user_data_runs_through_the_pipeline_and_keeps_plain_answers_serial(tmp_path, capsys):
+    f = _jsonl(tmp_path / "mine.jsonl", [{"prompt": "Which built-in types should I know?", "answer": USER_LIST},
+                                          "", {"prompt": "What is Python?", "answer": USER_PLAIN},
+                                          {"prompt": "How do I build it?", "answer": USER_STEPS}])
+    out = tmp_path / "out"
+    assert main(["aspd", "build-data", "--out", str(out), "--train", "3", "--heldout", "2", "--sources", "",
+                 "--user-data", str(f)]) == 0
+    recs = [json.loads(line) for line in (out / "extracted.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["source"], r["family"]) for r in recs] == [
+        ("user/1", "user", "extracted"), ("user/3", "user", "serial"), ("user/4", "user", "serial")]
+    listed, plain, steps = recs
+    assert [b["title"] for b in listed["segments"][1]["branches"]] == ["Lists", "Tuples", "Sets"]
+    assert listed["plain"] == USER_LIST and to_plain(listed["aspd"]) == USER_LIST
+    assert plain["segments"] == [USER_PLAIN] and plain["aspd"] == USER_PLAIN
+    assert steps["plain"] == USER_STEPS and "<|para|>" not in steps["aspd"]   # sequential steps stay serial
+    user = json.loads((out / "summary.json").read_text())["extraction"]["by_source"]["user"]
+    assert user["input"] == 3 and user["selected"] == 1 and user["serial"] == 2 and user["written"] == 3
+    assert user["parsed"] == 2 and user["independence"] == 1     # the steps' block was judged dependent
+    assert "  user: input 3 -> parsed 2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"prompt": "p"}', "line 2: missing field 'answer'"),
+    ('{"answer": "a"}', "line 2: missing field 'prompt'"),
+    ('{"prompt": "", "answer": "a"}', "line 2: field 'prompt' must be a non-empty string"),
+    ('{"prompt": "p", "answer": 3}', "line 2: field 'answer' must be a non-empty string"),
+    ('{"prompt": "p", "answer": ', "line 2 is not JSON"),
+    ('["p", "a"]', "line 2 is a JSON list"),
+])
+def test_user_data_bad_line_is_one_config_error_naming_line_and_field(tmp_path, capsys, line, message):
+    f = _jsonl(tmp_path / "bad.jsonl", [{"prompt": "p", "answer": "a"}, line])
+    with pytest.raises(ConfigError, match=message):
+        sources.user_answers(f)
+    assert main(["aspd", "build-data", "--out", str(tmp_path / "o"), "--user-data", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()    # nothing written before the data is read

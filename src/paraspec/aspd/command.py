@@ -26,6 +26,9 @@ def add_parser(sub) -> None:
     b.add_argument("--votes", type=int, default=3, help="judge votes per decision (unanimous by default)")
     b.add_argument("--majority", action="store_true", help="accept on a majority of votes instead of all")
     b.add_argument("--model-answers", type=int, default=16, help="chat prompts the bundled model answers (source 'model')")
+    b.add_argument("--user-data", default=None, metavar="FILE.jsonl",
+                   help='your own {"prompt": ..., "answer": ...} lines, extracted as source "user" '
+                        "(answers without an accepted block are kept as serial examples)")
     b.set_defaults(func=build_data_main)
     from . import evaluate, train_command   # train / export / eval flags live next to their code
     train_command.add_parsers(s)
@@ -45,33 +48,40 @@ def build_data_main(args: argparse.Namespace) -> int:
     if bad:
         raise ConfigError(f"--sources: unknown source {bad[0]!r}; use packages, model (comma separated)")
     out = Path(args.out)
+    user = sources.user_answers(args.user_data) if args.user_data else None   # bad lines fail before any work
     train = synth.generate(args.train, args.seed)
     heldout = synth.generate(args.heldout, args.seed + 1000, exclude={e.prompt for e in train}, split="heldout")
     llm = None
     if "model" in wanted or args.judge != "rule":
         from ..api import LLM
         llm = LLM("default")
-    items = []
-    if "packages" in wanted:
-        items += sources.package_answers()
-    if "model" in wanted:
-        items += sources.model_answers(llm, args.model_answers)
     the_judge = {"rule": judge.RuleJudge, "llm": lambda: judge.LLMJudge(llm),
                  "rule+llm": lambda: judge.BothJudges(judge.LLMJudge(llm))}[args.judge]()
     count = _token_counter(llm)
     pipe = extract.Pipeline(the_judge, count=count, votes=args.votes, unanimous=not args.majority)
-    extracted = pipe.run(items)
+    extracted = []
+    if "packages" in wanted:
+        extracted += pipe.run(sources.package_answers(), "packages")
+    if "model" in wanted:
+        extracted += pipe.run(sources.model_answers(llm, args.model_answers), "model")
+    if user is not None:
+        # the user's own answers are training data as given: the ones that stay serial teach when not to branch
+        extracted += pipe.run(user, "user", keep_serial=True)
+    written = data.write_jsonl(out / "extracted.jsonl", extracted)
+    by_source = {src: {**c, "written": sum(e.source == src for e in extracted)} for src, c in pipe.by_source.items()}
     summary = {
         "synthetic": {"train": data.write_jsonl(out / "train.jsonl", train),
                       "heldout": data.write_jsonl(out / "heldout.jsonl", heldout),
                       "families": {f: sum(e.family == f for e in train) for f in synth.FAMILIES}},
         "extraction": {"judge": the_judge.name, "votes": args.votes, "unanimous": not args.majority,
-                       "sources": wanted, "stages": pipe.counts,
-                       "written": data.write_jsonl(out / "extracted.jsonl", extracted)},
+                       "sources": list(by_source), "stages": pipe.counts, "by_source": by_source,
+                       "written": written},
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"synthetic: {len(train)} train, {len(heldout)} held-out ({summary['synthetic']['families']})")
     print("extraction (" + the_judge.name + "): " + " -> ".join(f"{k} {v}" for k, v in pipe.counts.items()))
+    for src, c in by_source.items():
+        print(f"  {src}: " + " -> ".join(f"{k} {v}" for k, v in c.items()))
     print(f"wrote {out}/train.jsonl, heldout.jsonl, extracted.jsonl, summary.json")
     return 0
 
