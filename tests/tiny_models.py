@@ -11,6 +11,23 @@ CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\
           "+ '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64, "rope_theta": 500000.0}
+QWEN_ROPE = {"rope_type": "default", "rope_theta": 1000000.0}
+FAMILIES = {   # the families users run, tiny: name -> (model_type, make_tiny_model arguments)
+    "qwen2.5": ("qwen2", dict(rope_parameters=QWEN_ROPE)),
+    "qwen3": ("qwen3", dict(head_dim=32, rope_parameters=QWEN_ROPE)),
+    "llama3": ("llama", dict(heads=8, kv_heads=2, rope_parameters=LLAMA3_ROPE)),
+    "llama-bias": ("llama", dict(kv_heads=2, attention_bias=True)),
+}
+
+
+def family_dir(tiny_model_dir, family: str, tied: bool) -> Path:
+    """A FAMILIES model from conftest's tiny_model_dir factory, with a tied or untied head."""
+    arch, kwargs = FAMILIES[family]
+    return tiny_model_dir(arch, tie_word_embeddings=tied, **kwargs)
+
+
 def byte_level_tokenizer():
     """Byte-level BPE with no merges: one token per byte, plus ChatML specials (ids 256..258)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers

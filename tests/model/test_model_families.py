@@ -18,24 +18,10 @@ from paraspec.errors import ModelLoadError
 from paraspec.model import kernels as kernels_module
 from paraspec.model.loader import load_model
 from paraspec.model.transformer import SeqInput, Transformer
-from tiny_models import write_gguf
+from tiny_models import FAMILIES, family_dir, write_gguf
 
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 64, "rope_theta": 500000.0}
-QWEN_ROPE = {"rope_type": "default", "rope_theta": 1000000.0}
-FAMILIES = {   # name: (model_type, make_tiny_model arguments)
-    "qwen2.5": ("qwen2", dict(rope_parameters=QWEN_ROPE)),
-    "qwen3": ("qwen3", dict(head_dim=32, rope_parameters=QWEN_ROPE)),
-    "llama3": ("llama", dict(heads=8, kv_heads=2, rope_parameters=LLAMA3_ROPE)),
-    "llama-bias": ("llama", dict(kv_heads=2, attention_bias=True)),
-}
 FORMATS = ["hf-fp32", "hf-sharded", "hf-bf16", "gguf-f32", "gguf-f16"]
 ATOL = 1e-4
-
-
-def family_dir(tiny_model_dir, family: str, tied: bool):
-    arch, kwargs = FAMILIES[family]
-    return tiny_model_dir(arch, tie_word_embeddings=tied, **kwargs)
 
 
 @pytest.fixture(scope="module")
