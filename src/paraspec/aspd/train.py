@@ -1,13 +1,16 @@
-"""Fine-tuning for ASPD (and its control): a small differentiable Llama forward, LoRA, the loop.
+"""Fine-tuning for ASPD (and its control): a small differentiable decoder forward, LoRA, the loop.
 
-The forward (`TrainModel`) is transformer.py's math in autograd form: RMSNorm, RoPE from the
-same tables, SwiGLU, F.scaled_dot_product_attention with a boolean mask per sequence. ASPD rows
-get markup-aware positions and the branch-isolation mask from layout.layout (the contract's
-Same-Seq rules); the control gets a causal mask and 0..n-1. tests/aspd/test_train.py checks it
-against paraspec's own forward given the same mask and positions.
+The forward (`TrainModel`) is transformer.py's math in autograd form for what loader.py loads
+(Llama, Qwen2/2.5's q/k/v biases, Qwen3's per-head q/k norms, tied or untied heads): RMSNorm,
+RoPE from the same tables, SwiGLU, F.scaled_dot_product_attention with a boolean mask per
+sequence. What it cannot represent is refused (trainable.py). ASPD rows get markup-aware
+positions and the branch-isolation mask from layout.layout (the contract's Same-Seq rules); the
+control gets a causal mask and 0..n-1. tests/aspd/test_train.py checks it against paraspec's own
+forward given the same mask and positions, and against transformers.
 
 Trainable: LoRA A/B on every layer's wqkv, wo, w_gate_up and w_down, and the six new token
-rows (new tokens, tied embeddings: they are both input rows and LM-head rows).
+rows: embedding rows, which a tied head also uses as its output rows; an untied head's six new
+rows are trained beside them ("new_head" in the adapter). Biases and norms stay frozen.
 
 Branch tokens follow decode.py: the forced prefix is `<|branch|>` + title + ":", and the content
 is tokenized as BPE writes it after ":" (the space joins the next word: ": The" is ":", " The").
@@ -32,6 +35,7 @@ from .data import Block, Example
 from .layout import layout
 from .lora import TARGETS, LoRALinear
 from .markup import MarkupIds
+from .trainable import check_weights
 
 
 @dataclass
@@ -90,10 +94,18 @@ class TrainModel(nn.Module):
     def __init__(self, args: ModelArgs, weights: dict[str, torch.Tensor], n_base_vocab: int,
                  rank: int = 8, alpha: float = 16.0, targets: tuple[str, ...] = TARGETS):
         super().__init__()
+        check_weights(weights, args.n_layers)   # a name this forward does not use would be another network
         self.args = args
         emb = weights["tok_embeddings"].float()
         self.register_buffer("base_embed", emb[:n_base_vocab].contiguous(), persistent=False)
         self.new_embed = nn.Parameter(emb[n_base_vocab:].clone())   # the markup rows (may be empty)
+        self.untied = "lm_head" in weights
+        if self.untied:   # the head's own rows for the same new tokens, trained too
+            head = weights["lm_head"].float()
+            if head.shape[0] != emb.shape[0]:
+                raise ValueError(f"lm_head has {head.shape[0]} rows but tok_embeddings {emb.shape[0]}")
+            self.register_buffer("base_head", head[:n_base_vocab].contiguous(), persistent=False)
+            self.new_head = nn.Parameter(head[n_base_vocab:].clone())
         self.norm = weights["norm"].float()
         self.layers = nn.ModuleList()
         for i in range(args.n_layers):
@@ -102,13 +114,19 @@ class TrainModel(nn.Module):
                 w = weights[f"layers.{i}.{name}"].float()
                 mod = LoRALinear(w, rank, alpha) if name in targets else _Frozen(w)
                 setattr(layer, name, mod)
-            layer.attn_norm = weights[f"layers.{i}.attn_norm"].float()
-            layer.ffn_norm = weights[f"layers.{i}.ffn_norm"].float()
+            for name in ("attn_norm", "ffn_norm", "bqkv", "bo", "q_norm", "k_norm"):   # the last four: None if absent
+                w = weights.get(f"layers.{i}.{name}")
+                setattr(layer, name, None if w is None else w.float())
             self.layers.append(layer)
         self.cos, self.sin = rope_tables(args, args.max_seq_len)
 
     def embedding(self) -> torch.Tensor:
         return torch.cat([self.base_embed, self.new_embed]) if self.new_embed.numel() else self.base_embed
+
+    def head(self) -> torch.Tensor:
+        if not self.untied:
+            return self.embedding()
+        return torch.cat([self.base_head, self.new_head]) if self.new_head.numel() else self.base_head
 
     def hidden(self, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
         """tokens, positions [B, T]; visible [B, T, T] bool -> final-norm hidden states [B, T, dim]."""
@@ -119,20 +137,27 @@ class TrainModel(nn.Module):
         cos, sin = self.cos[positions].unsqueeze(2), self.sin[positions].unsqueeze(2)   # [B, T, 1, hd]
         mask = visible.unsqueeze(1)
         for layer in self.layers:
-            qkv = layer.wqkv(F.rms_norm(x, (a.dim,), layer.attn_norm, a.norm_eps)).view(B, T, nh + 2 * nkv, hd)
+            # attention block: q/k/v (+ bias), Qwen3's per-head q/k norms, RoPE on q and k, SDPA under the mask
+            qkv = _plus(layer.wqkv(F.rms_norm(x, (a.dim,), layer.attn_norm, a.norm_eps)), layer.bqkv)
+            qkv = qkv.view(B, T, nh + 2 * nkv, hd)
+            if layer.q_norm is not None:
+                qkv = torch.cat([F.rms_norm(qkv[:, :, :nh], (hd,), layer.q_norm, a.norm_eps),
+                                 F.rms_norm(qkv[:, :, nh:nh + nkv], (hd,), layer.k_norm, a.norm_eps),
+                                 qkv[:, :, nh + nkv:]], dim=2)
             qk = _rope(qkv[:, :, :nh + nkv], cos, sin)
             q, k, v = (t.transpose(1, 2) for t in (qk[:, :, :nh], qk[:, :, nh:], qkv[:, :, nh + nkv:]))
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=nh != nkv)
-            x = x + layer.wo(o.transpose(1, 2).reshape(B, T, nh * hd))
+            x = x + _plus(layer.wo(o.transpose(1, 2).reshape(B, T, nh * hd)), layer.bo)
+            # feed-forward block (SwiGLU)
             gate, up = layer.w_gate_up(F.rms_norm(x, (a.dim,), layer.ffn_norm, a.norm_eps)).chunk(2, dim=-1)
             x = x + layer.w_down(F.silu(gate) * up)
         return F.rms_norm(x, (a.dim,), self.norm, a.norm_eps)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(h, self.embedding())
+        return F.linear(h, self.head())
 
     def adapter_tensors(self) -> dict[str, torch.Tensor]:
-        out = {"new_embed": self.new_embed}
+        out = {"new_embed": self.new_embed, **({"new_head": self.new_head} if self.untied else {})}
         for i, layer in enumerate(self.layers):
             for name in TARGETS:
                 mod = getattr(layer, name)
@@ -140,7 +165,6 @@ class TrainModel(nn.Module):
                     out[f"layers.{i}.{name}.lora_A"] = mod.lora_A
                     out[f"layers.{i}.{name}.lora_B"] = mod.lora_B
         return out
-
 
     @torch.no_grad()
     def load_adapter(self, tensors: dict[str, torch.Tensor]) -> None:
@@ -162,6 +186,10 @@ class _Frozen(nn.Module):
 
     def forward(self, x):
         return F.linear(x, self.weight)
+
+
+def _plus(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return y if bias is None else y + bias
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -52,13 +52,16 @@ def add_parsers(s) -> None:
 
 
 def base(model: str = "default"):
-    """(loaded fp32 model with the markup rows added, tokenizer, MarkupIds, base vocab size)."""
+    """(loaded fp32 model with the markup rows added, tokenizer, MarkupIds, base vocab size).
+    A model the training forward cannot represent is refused here (trainable.py)."""
     import torch
 
     from ..model.loader import load_model
     from ..model.tokenizer import Tokenizer
     from .markup import add_markup_tokens
+    from .trainable import check_trainable
     loaded = load_model(model, torch.float32)
+    check_trainable(loaded)
     tok = Tokenizer.from_source(loaded.tokenizer_source)
     n_base = loaded.weights["tok_embeddings"].shape[0]
     ids = add_markup_tokens(tok, loaded.weights, loaded)
@@ -85,8 +88,7 @@ def train_main(args: argparse.Namespace) -> int:
     results = {}
     for variant in (VARIANTS if args.variant == "both" else (args.variant,)):
         torch.manual_seed(args.seed)
-        weights = loaded.weights if variant == "aspd" else \
-            {**loaded.weights, "tok_embeddings": loaded.weights["tok_embeddings"][:n_base]}   # no markup rows
+        weights = loaded.weights if variant == "aspd" else without_markup(loaded.weights, n_base)
         model = train.TrainModel(loaded.args, weights, n_base, rank=args.rank, alpha=args.alpha)
         previous = None
         if args.init:
@@ -127,14 +129,32 @@ def source_commit() -> str:
     return head + ("+dirty" if dirty else "")
 
 
+def without_markup(weights: dict, n_base: int) -> dict:
+    """The weights with the markup rows cut from the embedding (and an untied head): the control's."""
+    return {**weights, **{k: weights[k][:n_base] for k in ("tok_embeddings", "lm_head") if k in weights}}
+
+
 def merged_weights(loaded, n_base: int, adapter: dict, meta: dict) -> dict:
-    """Base weights (markup rows included) with the adapter folded in."""
+    """Base weights with the adapter folded in: its new rows (none for the control) after the
+    base vocabulary in the embedding and an untied head, LoRA's B A added to each target."""
     import torch
+
+    from ..errors import ConfigError
     weights = dict(loaded.weights)
     scale = meta["alpha"] / meta["rank"]
-    new = adapter["new_embed"]
-    weights["tok_embeddings"] = torch.cat([weights["tok_embeddings"][:n_base], new]) if new.numel() else \
-        weights["tok_embeddings"][:n_base]
+    for name, key in (("tok_embeddings", "new_embed"), ("lm_head", "new_head")):
+        if name not in weights:
+            if key in adapter:
+                raise ConfigError(f"adapter has {key} but this model has no {name} (a tied head): it was "
+                                  "trained on another model; export it with that --model")
+            continue
+        if key not in adapter:
+            raise ConfigError(f"adapter lacks {key}, the new rows of this model's {name}: trained on another model "
+                              "(or on this untied one before its head's rows were trained); retrain it with `paraspec aspd train`")
+        new = adapter[key]
+        if key == "new_head" and new.shape != adapter["new_embed"].shape:
+            raise ConfigError(f"adapter new_head has shape {tuple(new.shape)} but new_embed {tuple(adapter['new_embed'].shape)}")
+        weights[name] = torch.cat([weights[name][:n_base].float(), new]) if new.numel() else weights[name][:n_base]
     for key, a in adapter.items():
         if key.endswith(".lora_A"):
             name = key[:-len(".lora_A")]
