@@ -10,6 +10,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,8 @@ def test_wheel_installs_in_a_fresh_venv_with_its_compiled_kernels(tmp_path):
                            capture_output=True, text=True, env=env, cwd=tmp_path)
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     wheel, = (tmp_path / "wheels").glob("paraspec-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"paraspec/aspd/adapters/{v}.safetensors" for v in ("aspd", "control")} <= names   # package data
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
