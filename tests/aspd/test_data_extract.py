@@ -105,6 +105,19 @@ def test_build_data_cli_writes_jsonl_and_stage_counts(tmp_path, capsys):
     assert "--sources: unknown source 'web'" in capsys.readouterr().err
 
 
+FENCED = ("Intro to the tool, in a few words.\n## Install\nRun this:\n```sh\n# fetch the code\n# build it\n"
+          "- not an item\n- nor this\n```\n## Usage\nImport it and call run() on your data.\n## Notes\n")
+
+
+def test_code_fences_hide_headings_and_items_and_a_bare_heading_fails_format():
+    cands = extract.split(FENCED)
+    titles = [[b.title for b in s.branches] for c in cands for s in c if isinstance(s, Block)]
+    assert titles == [["Install", "Usage", "Notes"]]     # no "# fetch the code" run, no "- not an item" list
+    assert data.plain_text(cands[0]) == FENCED and extract.consistency_problem(FENCED, cands[0]) is None
+    assert not extract.format_ok(cands[0])              # "## Notes" has nothing under it
+    assert extract.format_ok(extract.split(FENCED + "Tested on Linux only.")[0])
+
+
 # ------------------------------------------------------------------ integrity and consistency can fail
 
 def _list_candidate() -> list:

@@ -7,8 +7,9 @@ back the original. Titles come from the item's bold lead ("**Name**:"), its head
 first words.
 
 `Pipeline.run` applies the paper's stages to (id, question, answer) triples and counts what each
-keeps: parsed (>= 1 block of >= 2 branches) -> min_length (the paper's 128-token rule) -> format
-(unique titles, branch longer than its title and >= 10 chars) -> integrity (`integrity_problem`:
+keeps: parsed (>= 1 block of >= 2 branches; nothing inside a code fence counts) -> min_length
+(the paper's 128-token rule) -> format (unique titles, branch longer than its title and >= 10
+chars, a heading branch has a body) -> integrity (`integrity_problem`:
 both renderings of the candidate equal the original answer character for character) ->
 independence (judge votes per block; a rejected block is flattened to serial text, the
 candidate survives if a block is left) -> consistency (`consistency_problem` on the original's
@@ -81,8 +82,25 @@ def _level(s: str) -> int:
     return len(s) - len(s.lstrip("#")) if HEADING.match(s) else 0
 
 
+FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def _unfenced(lines: list[str]) -> list[str]:
+    """The lines with each code fence's lines (markers included) replaced by a neutral line of
+    the same indentation: a "# comment" or "- x" in code is no heading or item, an indented
+    fence still continues its list item, and a run never ends inside a fence."""
+    out, fenced = [], False
+    for ln in lines:
+        marker = bool(FENCE.match(ln))
+        out.append(ln[:len(ln) - len(ln.lstrip())] + "x" if fenced or marker else ln)
+        fenced ^= marker
+    return out
+
+
 def all_runs(lines: list[str]) -> list[tuple[bool, Run]]:
-    """(heading?, run) for every list run and every same-level heading run of the text's lines."""
+    """(heading?, run) for every list run and every same-level heading run of the text's lines,
+    outside code fences."""
+    lines = _unfenced(lines)
     out = [(False, r) for r in _runs(lines, lambda s: bool(ITEM.match(s)), False)]
     for level in range(1, 7):
         out += [(True, r) for r in _runs(lines, lambda s: _level(s) == level, True, lambda s: 0 < _level(s) < level)]
@@ -112,6 +130,8 @@ def format_ok(segments: list[Segment]) -> bool:
                 return False
             if any(len(b.content) < MIN_BRANCH_CHARS or len(b.content) <= len(b.title) for b in s.branches):
                 return False
+            if any(HEADING.match(b.content) and not b.content.partition("\n")[2].strip() for b in s.branches):
+                return False   # a heading with no section under it says nothing
     return True
 
 
