@@ -118,6 +118,19 @@ def test_code_fences_hide_headings_and_items_and_a_bare_heading_fails_format():
     assert extract.format_ok(extract.split(FENCED + "Tested on Linux only.")[0])
 
 
+def test_package_answers_come_in_pieces_that_fit_with_fences_whole():
+    count = len    # characters, so that the budget is exact here
+    text = "# pkg\nLead.\n" + "".join(f"## Part {i}\n" + "word " * 30 + "\n```py\n" + "x = 1\n" * 12 + "```\n"
+                                         for i in range(6))
+    pieces = sources._chunks(text, count, 200)
+    assert len(pieces) > 6 and all(count(p) <= 200 for p in pieces)
+    assert all(sum(bool(extract.FENCE.match(ln)) for ln in p.split("\n")) % 2 == 0 for p in pieces)
+    assert [ln for p in pieces for ln in p.split("\n")] == [ln for ln in text.split("\n") if ln]   # nothing lost
+    assert sources._chunks("one very long line " * 40, count, 50) == ["one very long line " * 40]
+    answers = sources.package_answers(limit=6)
+    assert answers and all(len(a) // 4 <= sources.ANSWER_TOKENS for _, _, a in answers)
+
+
 # ------------------------------------------------------------------ integrity and consistency can fail
 
 def _list_candidate() -> list:

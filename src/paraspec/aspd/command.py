@@ -61,7 +61,7 @@ def build_data_main(args: argparse.Namespace) -> int:
     pipe = extract.Pipeline(the_judge, count=count, votes=args.votes, unanimous=not args.majority)
     extracted = []
     if "packages" in wanted:
-        extracted += pipe.run(sources.package_answers(), "packages")
+        extracted += pipe.run(sources.package_answers(count=count), "packages")
     if "model" in wanted:
         extracted += pipe.run(sources.model_answers(llm, args.model_answers), "model")
     if user is not None:
