@@ -74,19 +74,21 @@ def main() -> None:
     for name in names:
         j = judge_named(name, llm_judge)
         t0 = time.perf_counter()
-        said = []
+        said, yes = [], 0
         for it in items:
             block = Block(tuple(Branch(b["title"], b["content"]) for b in it["branches"]))
             votes = j.independent(it["question"], it["precondition"], block, args.votes)
             said.append(judge.accept(votes, not args.majority))
+            yes += sum(votes)
         s = scores(truth, said)
+        s["yes_votes"] = f"{yes}/{len(items) * args.votes}"
         s["seconds"] = round(time.perf_counter() - t0, 1)
         s["wrong"] = [it["id"] + " " + it["kind"] for it, t, d in zip(items, truth, said) if t != d]
         results["judges"][name] = s
         fmt = lambda v: "-" if v is None else f"{v:.2f}"   # noqa: E731
         print(f"{name:9s} precision {fmt(s['precision'])}  recall {fmt(s['recall'])}  accuracy {fmt(s['accuracy'])}"
               f"  (accepted {s['accepted']}, dependent accepted {s['dependent_accepted']}, "
-              f"independent rejected {s['independent_rejected']}; {s['seconds']} s)")
+              f"independent rejected {s['independent_rejected']}; yes votes {s['yes_votes']}; {s['seconds']} s)")
         print("          wrong: " + ("; ".join(s["wrong"]) or "none"))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
