@@ -7,9 +7,9 @@ paper's rule (released defaults: unanimous, n = 3; majority is the paper text's 
   opens with a sequence word ("Then", "After that", "Next", "Finally", "Once", "So", "Therefore",
   "That ...") after its list marker and title lead, or on a branch reusing a number that only a
   sibling introduced (a result computed there). It cannot see an order that no word states (a
-  recipe's numbered steps): benchmarks/aspd_judge.py measures what it misses. Consistency is extract.integrity_problem and
-  extract.consistency_problem (exact text, each block one whole list of the original, titles
-  restated by their branches).
+  recipe's numbered steps): benchmarks/aspd_judge.py measures what it misses. Consistency is
+  extract.integrity_problem and extract.consistency_problem (exact text, each block one whole
+  list of the original, titles restated by their branches).
 - LLMJudge: the local model (paraspec's LLM API, the bundled model by default) answers a yes/no
   prompt n times with sampling; a vote is "yes" when the reply starts with yes. For consistency
   it reads the original and the candidate with each block shown as "[title] content" lines
