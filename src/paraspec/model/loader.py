@@ -10,6 +10,9 @@ q_norm?, k_norm?}, plus tok_embeddings, norm and lm_head (when not tied).
 keep_quantized (quantization "gguf"): a GGUF file's Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K matmul weights come back as
 ggml.GGUFWeight (their stored blocks) instead of dequantised; others are dequantised, with a log line.
 A fused weight whose parts differ in format (Q4_K_M's Q6_K attn_v) is a ggml_parts.GGUFParts.
+
+A GGUF's metadata and tensors come from gguf_file.read_gguf. LoadedModel keeps the metadata and
+tensor names for later checks.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import importlib.util
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +46,10 @@ class LoadedModel:
     path: Path
     name: str
     tokenizer_source: dict          # what tokenizer.py needs (see Tokenizer.from_source)
+    # the file's metadata (a GGUF's fields, an HF folder's config.json) and every tensor name it
+    # holds, kept so that later checks need not read the file again
+    metadata: dict = field(default_factory=dict)
+    tensor_names: tuple[str, ...] = ()
 
 
 def default_model_path() -> Path:
@@ -80,9 +87,8 @@ def is_gguf(model: str | os.PathLike | None) -> bool:
 
 def load_model(model: str | os.PathLike | None, dtype: torch.dtype, keep_quantized: bool = False) -> LoadedModel:
     path = resolve_model_path(model)
-    # the cyclic GC paused meanwhile: the GGUF reader makes ~0.2 M short-lived numpy views, whose
-    # allocations would trigger full collections over the whole heap (torch's included); loading
-    # the default model takes 2.0 s instead of 2.7-3.1 s
+    # the cyclic GC paused meanwhile: a vocabulary's ~0.1-0.3 M strings would trigger full
+    # collections over the whole heap (torch's included)
     with gc_paused():
         loaded = _load_hf(path) if path.is_dir() else _load_gguf(path, keep_quantized)
         loaded.weights = _cast(loaded.weights, dtype)
@@ -155,20 +161,18 @@ def _gguf_unpermute(w: np.ndarray | GGUFWeight, n_heads: int) -> np.ndarray | GG
 
 
 def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
+    import gguf
+
+    from .gguf_file import read_gguf
     try:
-        import gguf
-        reader = gguf.GGUFReader(str(path))
-    except Exception as e:  # the gguf package raises assorted errors on bad files
+        reader = read_gguf(path)
+    except Exception as e:  # struct / numpy / mmap raise assorted errors on bad files
         raise ModelLoadError(f"cannot read {str(path)!r} as GGUF ({type(e).__name__}: {e}); "
                              "check that the file is complete and really a .gguf model") from None
-
-    def field(key: str, default=None):
-        f = reader.fields.get(key)
-        return default if f is None else f.contents()
-
+    field = reader.get
     arch = field("general.architecture", "?")
     _check_arch(arch, str(path))
-    tensors = {t.name: t for t in reader.tensors}
+    tensors = reader.tensors
 
     dequantised: dict[str, int] = {}
 
@@ -261,7 +265,7 @@ def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
         "chat_template": field("tokenizer.chat_template"),
     }
     name = path.stem.split(".")[0] if path.name == DEFAULT_MODEL_FILE else path.stem
-    return LoadedModel(args, w, path, name, tok_source)
+    return LoadedModel(args, w, path, name, tok_source, reader.fields, tuple(tensors))
 
 
 # ------------------------------------------------------------------------------ Hugging Face folder
@@ -332,7 +336,7 @@ def _load_hf(path: Path) -> LoadedModel:
                     get(b + "self_attn.q_norm.weight", args.qk_norm), get(b + "self_attn.k_norm.weight", args.qk_norm),
                     get(b + "self_attn.o_proj.bias", arch == "llama" and bias))
     tok_source = {"kind": "hf", "path": str(path), "config": config}
-    return LoadedModel(args, w, path, path.name, tok_source)
+    return LoadedModel(args, w, path, path.name, tok_source, config, tuple(raw))
 
 
 def _safetensors_files(path: Path) -> list[Path]:
