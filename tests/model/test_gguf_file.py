@@ -1,13 +1,18 @@
 """gguf_file.read_gguf reads what the gguf package's GGUFReader reads (every value type, string
-arrays with multi-byte text, plain and block tensors, custom alignment) without its per-string
-numpy views."""
+arrays with multi-byte text, plain and block tensors, custom alignment) without its
+per-string numpy views, and a LoadedModel keeps the file's metadata and tensor names, so that
+check_trainable needs no second read of the file."""
+import shutil
 import struct
 
 import numpy as np
 import pytest
+import torch
 
+from paraspec.aspd.trainable import check_trainable
 from paraspec.model.ggml_kquants import QUANTIZERS
 from paraspec.model.gguf_file import read_gguf
+from paraspec.model.loader import load_model
 from tiny_models import write_gguf
 
 
@@ -90,3 +95,18 @@ def test_bad_files_raise(tmp_path):
         with pytest.raises((ValueError, KeyError, struct.error)):
             read_gguf(tmp_path / f"{i}.gguf")
 
+
+def test_loaded_model_keeps_metadata_and_tensor_names_so_check_trainable_reads_no_file(tiny_model_dir, tmp_path):
+    path = write_gguf(tiny_model_dir("qwen2"), tmp_path / "m.gguf")
+    fields, tensors = _reference(path)
+    loaded = load_model(path, torch.float32)
+    assert loaded.metadata == fields and loaded.tensor_names == tuple(t.name for t in tensors)
+    assert loaded.tokenizer_source["tokens"] is loaded.metadata["tokenizer.ggml.tokens"]
+    path.unlink()          # the checks run on what the LoadedModel kept
+    check_trainable(loaded)
+
+    hf = shutil.copytree(tiny_model_dir("qwen3"), tmp_path / "hf")
+    loaded = load_model(hf, torch.float32)
+    assert loaded.metadata["model_type"] == "qwen3" and "model.norm.weight" in loaded.tensor_names
+    shutil.rmtree(hf)
+    check_trainable(loaded)

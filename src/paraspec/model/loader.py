@@ -11,8 +11,9 @@ keep_quantized (quantization "gguf"): a GGUF file's Q4_0 / Q4_1 / Q5_0 / Q8_0 / 
 ggml.GGUFWeight (their stored blocks) instead of dequantised; others are dequantised, with a log line.
 A fused weight whose parts differ in format (Q4_K_M's Q6_K attn_v) is a ggml_parts.GGUFParts.
 
-A GGUF's metadata and tensors come from gguf_file.read_gguf. LoadedModel keeps the metadata and
-tensor names for later checks.
+A GGUF's metadata and tensors come from gguf_file.read_gguf; a file or config that asks for math
+the forward does not compute (architecture.py: sliding windows, partial or yarn RoPE, experts, ...)
+is refused in one line. LoadedModel keeps the metadata and tensor names for later checks.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import torch
 
 from ..errors import ModelLoadError
 from ..gc_pause import gc_paused
-from . import ggml, ggml_parts
+from . import architecture, ggml, ggml_parts
 from .args import SUPPORTED_ARCHS, ModelArgs
 from .ggml import GGUFWeight
 from .ggml_parts import GGUFParts
@@ -47,7 +48,7 @@ class LoadedModel:
     name: str
     tokenizer_source: dict          # what tokenizer.py needs (see Tokenizer.from_source)
     # the file's metadata (a GGUF's fields, an HF folder's config.json) and every tensor name it
-    # holds, kept so that later checks need not read the file again
+    # holds, kept so that later checks (architecture.check_loaded) need not read the file again
     metadata: dict = field(default_factory=dict)
     tensor_names: tuple[str, ...] = ()
 
@@ -173,6 +174,8 @@ def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
     arch = field("general.architecture", "?")
     _check_arch(arch, str(path))
     tensors = reader.tensors
+    architecture.check_gguf_fields(reader.fields, str(path))
+    architecture.check_tensors(tensors, "gguf", int(field(f"{arch}.block_count", 0)), str(path))
 
     dequantised: dict[str, int] = {}
 
@@ -201,14 +204,13 @@ def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
     tokens = field("tokenizer.ggml.tokens") or []
     embed = tensor("token_embd.weight", matmul=True)
     head_dim = int(field(f"{arch}.attention.key_length", dim // n_heads))
-    # paraspec rotates every dimension of a head and keeps values as wide as keys (as these
-    # families do); a file saying otherwise would run as another model, so it is refused
-    for key, want in (("rope.dimension_count", head_dim), ("attention.value_length", head_dim)):
-        got = field(f"{arch}.{key}")
-        if got is not None and int(got) != want:
-            raise ModelLoadError(f"GGUF {str(path)!r} has {arch}.{key} = {int(got)}, not the head size "
-                                 f"{want}; paraspec runs full-width RoPE with values as wide as keys")
     rope_freqs = tensor("rope_freqs.weight", required=False)
+    scaling = architecture.gguf_rope_scaling(reader.fields, arch)
+    if rope_freqs is not None:
+        if scaling is not None:   # llama.cpp would apply both; paraspec's RoPE takes one
+            raise architecture.refuse(str(path), f"rope_freqs.weight with {arch}.rope.scaling.factor "
+                                      f"{scaling['factor']}", "RoPE takes frequency factors or a linear scaling")
+        scaling = {"rope_type": "freq_factors", "factors": rope_freqs.tolist()}
     args = ModelArgs(
         arch=arch,
         vocab_size=embed.shape[0],
@@ -220,16 +222,12 @@ def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
         hidden_dim=int(field(f"{arch}.feed_forward_length")),
         norm_eps=float(field(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),
         rope_theta=float(field(f"{arch}.rope.freq_base", 10000.0)),
-        rope_scaling=None if rope_freqs is None else {"rope_type": "freq_factors",
-                                                      "factors": rope_freqs.tolist()},
+        rope_scaling=scaling,
         max_seq_len=int(field(f"{arch}.context_length", 4096)),
         tie_embeddings="output.weight" not in tensors,
         qkv_bias="blk.0.attn_q.bias" in tensors,
         qk_norm="blk.0.attn_q_norm.weight" in tensors or arch == "qwen3",
     )
-    if "blk.0.ffn_up.bias" in tensors:
-        raise ModelLoadError(f"GGUF {str(path)!r} has feed-forward biases (ffn_*.bias), which paraspec's "
-                             f"{arch} decoder does not have; this model cannot run here")
     w: dict[str, np.ndarray] = {"tok_embeddings": embed, "norm": tensor("output_norm.weight")}
     if not args.tie_embeddings:
         w["lm_head"] = tensor("output.weight", matmul=True)
@@ -278,6 +276,7 @@ def _load_hf(path: Path) -> LoadedModel:
                              "a Hugging Face model folder needs a valid config.json") from None
     arch = config.get("model_type", "?")
     _check_arch(arch, str(path / "config.json"))
+    architecture.check_hf_config(config, str(path / "config.json"))
     files = _safetensors_files(path)
     from safetensors.torch import load_file
     raw: dict[str, torch.Tensor] = {}
@@ -288,6 +287,7 @@ def _load_hf(path: Path) -> LoadedModel:
     except Exception as e:
         raise ModelLoadError(f"cannot read {str(f)!r} ({type(e).__name__}: {e}); the weights file "
                              "is corrupt or incomplete") from None
+    architecture.check_tensors(raw, "hf", config.get("num_hidden_layers", 0), str(path))
 
     def get(name: str, required: bool = True):
         for prefix in ("model.", ""):
@@ -298,9 +298,6 @@ def _load_hf(path: Path) -> LoadedModel:
                                  f"incomplete or not a {arch} model")
         return None
 
-    if config.get("mlp_bias"):
-        raise ModelLoadError(f"{str(path / 'config.json')!r} sets mlp_bias: feed-forward biases, which "
-                             f"paraspec's {arch} decoder does not have; this model cannot run here")
     n_heads = config["num_attention_heads"]
     rope = config.get("rope_parameters") or {}
     scaling = config.get("rope_scaling") or (rope if rope.get("rope_type") not in (None, "default") else None)
