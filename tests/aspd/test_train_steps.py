@@ -1,6 +1,8 @@
 """ASPD training is fixed by steps and seed, never by the clock: the same recipe gives the same
 adapter, both variants take the planned steps, and the adapter's metadata names its recipe and
 the commit that made it."""
+import json
+
 import torch
 
 from paraspec.aspd import synth, train
@@ -43,3 +45,22 @@ def test_train_cli_records_steps_seed_data_and_commit(tiny_model_dir, tmp_path):
         assert meta["steps"] == 3 and meta["seed"] == 3 and meta["train"]["steps"] == 3   # not 4 examples / 2
         assert meta["commit"] and len(meta["data_sha256"]) == 16
     assert metas[0]["data_sha256"] == metas[1]["data_sha256"]
+
+
+def test_train_on_the_users_own_pairs(tiny_model_dir, tmp_path, capsys):
+    """--data FILE.jsonl: the user's (prompt, answer) pairs go through build-data's stages; a list
+    answer becomes a block, a plain one stays serial, and both train."""
+    from test_data_extract import LIST_ANSWER, PAD     # over the stages' 128 tokens, under the tiny model's 1024 bytes
+    pairs = [{"prompt": "What containers does Python have?", "answer": LIST_ANSWER + PAD * 2},
+             {"prompt": "What is Python?", "answer": "Python is a programming language." + PAD * 3}]
+    f = tmp_path / "mine.jsonl"
+    f.write_text("\n".join(json.dumps(p) for p in pairs) + "\n")
+    assert main(["aspd", "train", "--variant", "aspd", "--model", str(tiny_model_dir()), "--data", str(f),
+                 "--out", str(tmp_path / "ad"), "--steps", "1", "--batch", "2", "--max-len", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "1 with blocks, 1 serial" in out and "[aspd] 2 examples" in out, out
+    assert load_adapter(tmp_path / "ad" / "aspd.safetensors")[1]["train"]["steps"] == 1
+    f.write_text(json.dumps({"prompt": "no answer"}) + "\n")
+    assert main(["aspd", "train", "--model", str(tiny_model_dir()), "--data", str(f), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--data" in err[0] and "line 1" in err[0] and "'answer'" in err[0], err

@@ -112,7 +112,7 @@ def model_answers(llm, limit: int = 16, max_tokens: int = 256) -> list[tuple[str
     return [(f"model/{t.task_id}", t.messages[-1]["content"], o.text.strip()) for t, o in zip(tasks, outs)]
 
 
-def user_answers(path: str | Path) -> list[tuple[str, str, str]]:
+def user_answers(path: str | Path, flag: str = "--user-data") -> list[tuple[str, str, str]]:
     """(f"user/{line}", prompt, answer) for each non-blank line of a JSONL file; the answer is
     taken as written (no cut: the user chose it). A bad line is a one-line ConfigError naming
     the line and the field."""
@@ -120,13 +120,13 @@ def user_answers(path: str | Path) -> list[tuple[str, str, str]]:
 
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"--user-data: {str(path)!r} is not a file; give a JSONL file of "
+        raise ConfigError(f"{flag}: {str(path)!r} is not a file; give a JSONL file of "
                           '{"prompt": ..., "answer": ...} lines', param="user_data")
     out = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
-        where = f"--user-data {path}: line {n}"
+        where = f"{flag} {path}: line {n}"
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
@@ -142,6 +142,6 @@ def user_answers(path: str | Path) -> list[tuple[str, str, str]]:
                 raise ConfigError(f"{where}: field {key!r} must be a non-empty string", param="user_data")
         out.append((f"user/{n}", rec["prompt"], rec["answer"]))
     if not out:
-        raise ConfigError(f"--user-data {path}: no lines; each line is " '{"prompt": ..., "answer": ...}',
+        raise ConfigError(f"{flag} {path}: no lines; each line is " '{"prompt": ..., "answer": ...}',
                           param="user_data")
     return out

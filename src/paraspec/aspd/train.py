@@ -240,9 +240,10 @@ def fit(model: TrainModel, data: list[Encoded], cfg: TrainConfig, log=print) -> 
     """AdamW with linear warmup and cosine decay over cfg.steps (or the epochs' steps); stops early
     only at a cfg.max_minutes cap when one is set. Returns stats."""
     g = torch.Generator().manual_seed(cfg.seed)
-    data = [e for e in data if len(e.ids) <= cfg.max_len]
+    max_len = min(cfg.max_len, model.args.max_seq_len)      # the RoPE tables end at max_seq_len
+    data = [e for e in data if len(e.ids) <= max_len]
     if not data:
-        raise ValueError(f"no training example fits --max-len {cfg.max_len}")
+        raise ValueError(f"no training example fits --max-len {max_len}")
     steps = cfg.steps or max(1, math.ceil(len(data) * cfg.epochs / cfg.batch))
     passes = math.ceil(steps * cfg.batch / len(data))
     order = torch.cat([torch.randperm(len(data), generator=g) for _ in range(passes)]).tolist()

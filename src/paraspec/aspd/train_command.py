@@ -23,7 +23,9 @@ VARIANTS = ("aspd", "control")
 def add_parsers(s) -> None:
     t = s.add_parser("train", help="LoRA fine-tune of the bundled model for ASPD and/or the plain-text control")
     t.add_argument("--variant", choices=VARIANTS + ("both",), default="both")
-    t.add_argument("--data", default=str(DATA_DIR), help="folder of build-data's JSONL files")
+    t.add_argument("--data", default=str(DATA_DIR),
+                   help='folder of build-data\'s JSONL files, or your own JSONL file of {"prompt": ..., "answer": ...} '
+                        "lines (run through build-data's extraction stages)")
     t.add_argument("--out", default=str(ADAPTER_DIR), help="where adapters/<variant>.safetensors go")
     t.add_argument("--examples", type=int, default=0, help="use the first N training examples (0: all)")
     t.add_argument("--offset", type=int, default=0, help="skip the first N training examples (a continued run)")
@@ -77,11 +79,16 @@ def train_main(args: argparse.Namespace) -> int:
     if args.threads < 1 or args.batch < 1 or args.rank < 1 or args.epochs <= 0 or args.steps < 0:
         raise ConfigError("--threads, --batch, --rank must be >= 1, --epochs > 0 and --steps >= 0")
     torch.set_num_threads(args.threads)
-    examples = data.read_jsonl(Path(args.data) / "train.jsonl")
+    if Path(args.data).is_file():
+        examples = user_examples(Path(args.data))
+    else:
+        examples = data.read_jsonl(Path(args.data) / "train.jsonl")
+        extracted = Path(args.data) / "extracted.jsonl"
+        if not args.no_extracted and extracted.is_file():
+            examples += data.read_jsonl(extracted)
     examples = examples[args.offset:args.offset + args.examples] if args.examples else examples[args.offset:]
-    extracted = Path(args.data) / "extracted.jsonl"
-    if not args.no_extracted and extracted.is_file():
-        examples += data.read_jsonl(extracted)
+    if not examples:
+        raise ConfigError(f"--data {args.data}: no training examples (after --offset / --examples)")
     data_digest = hashlib.sha256("".join(json.dumps(e.to_json(), sort_keys=True) for e in examples).encode()
                                  ).hexdigest()[:16]
     loaded, tok, ids, n_base = base(args.model)
@@ -113,6 +120,21 @@ def train_main(args: argparse.Namespace) -> int:
         results[variant] = stats
         print(f"[{variant}] saved {out} ({out.stat().st_size / 1e6:.1f} MB): {json.dumps(stats)}", flush=True)
     return 0
+
+
+def user_examples(path: Path) -> list:
+    """A JSONL file of the user's {"prompt", "answer"} pairs through build-data's extraction
+    stages (rule judge): answers with lists or sections the stages accept become blocks, the
+    others stay serial examples, which teach the model when not to branch."""
+    from . import extract, judge, sources
+    from .command import _token_counter
+    pipe = extract.Pipeline(judge.RuleJudge(), count=_token_counter(None))
+    examples = pipe.run(sources.user_answers(path, "--data"), "user", keep_serial=True)
+    counts = pipe.by_source["user"]
+    print(f"--data {path}: " + " -> ".join(f"{k} {v}" for k, v in counts.items())
+          + f"; {sum(bool(e.blocks) for e in examples)} with blocks, {sum(not e.blocks for e in examples)} serial",
+          flush=True)
+    return examples
 
 
 def source_commit() -> str:
