@@ -16,6 +16,7 @@ import torch
 from paraspec import LLM
 from paraspec.cli import main
 from paraspec.errors import ModelLoadError
+from paraspec.model.gguf_file import read_gguf
 from paraspec.model.loader import load_model
 from paraspec.model.transformer import SeqInput, Transformer
 from tiny_models import write_gguf
@@ -47,17 +48,15 @@ def _gguf_with(src, out, fields: dict | None = None, tensors: dict | None = None
     """A copy of the F32 GGUF src with extra (or replaced) metadata `fields` (str / float / int values)
     and extra F32 `tensors`."""
     import gguf
-    reader = gguf.GGUFReader(str(src))
+    reader = read_gguf(src)
     fields = dict(fields or {})
-    w = gguf.GGUFWriter(str(out), reader.fields["general.architecture"].contents())
-    for f in reader.fields.values():
-        if f.name.startswith("GGUF.") or f.name in ("general.architecture", *fields):
-            continue
-        w.add_key_value(f.name, f.contents(), f.types[0],
-                        sub_type=f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
+    w = gguf.GGUFWriter(str(out), reader.fields["general.architecture"])
+    for key, value in reader.fields.items():
+        if key not in ("general.architecture", *fields):
+            w.add_key_value(key, value, *reader.types[key])
     for key, value in fields.items():
         {str: w.add_string, float: w.add_float32, int: w.add_uint32}[type(value)](key, value)
-    for t in reader.tensors:
+    for t in reader.tensors.values():
         w.add_tensor(t.name, np.array(t.data, dtype=np.float32))
     for name, a in (tensors or {}).items():
         w.add_tensor(name, a)

@@ -13,6 +13,7 @@ from paraspec import LLM, SamplingParams
 from paraspec.model import ggml
 from paraspec.model import kernels as cpu_kernels
 from paraspec.model.ggml_kquants import QUANTIZERS
+from paraspec.model.gguf_file import read_gguf
 from paraspec.model.gguf_requant import have_llamacpp, llamacpp_quantize
 from tiny_models import write_gguf
 
@@ -82,11 +83,10 @@ def test_own_quantiser_round_trips(kind):
 def test_own_quantiser_close_to_llamacpps(tiny_k_files, kind):
     """llama.cpp's quantiser (pure `kind`) vs ours on the same F32 weights: same format (the
     gguf package decodes both), and our error at most 1.6x llama.cpp's (its search is smarter)."""
-    import gguf
-    f32 = gguf.GGUFReader(str(tiny_k_files("F32")))
-    theirs = {t.name: t for t in gguf.GGUFReader(str(tiny_k_files(f"pure {kind}"))).tensors}
+    f32 = read_gguf(tiny_k_files("F32"))
+    theirs = read_gguf(tiny_k_files(f"pure {kind}")).tensors
     checked = 0
-    for t in f32.tensors:
+    for t in f32.tensors.values():
         if len(t.shape) != 2 or theirs[t.name].tensor_type.name != kind:
             continue
         x = np.asarray(t.data, np.float32).reshape(int(t.shape[1]), -1)

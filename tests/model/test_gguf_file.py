@@ -23,6 +23,13 @@ def _reference(path):
     return fields, r.tensors
 
 
+def _reference_types(path):
+    import gguf
+    r = gguf.GGUFReader(str(path))
+    return {k: (f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
+            for k, f in r.fields.items() if not k.startswith("GGUF.")}
+
+
 def _write_every_kind(path, alignment: int | None = None):
     import gguf
     T = gguf.GGUFValueType
@@ -69,6 +76,7 @@ def _assert_same(path):
         assert got.fields[key] == want and type(got.fields[key]) is type(want), key
         if isinstance(want, list) and want:
             assert [type(v) for v in got.fields[key]] == [type(v) for v in want], key
+    assert got.types == _reference_types(path)     # what GGUFWriter.add_key_value needs to copy a field
     assert list(got.tensors) == [t.name for t in tensors]
     for t in tensors:
         mine = got.tensors[t.name]

@@ -15,6 +15,7 @@ from paraspec.model import ggml
 from paraspec.model import kernels as cpu_kernels
 from paraspec.model.ggml_kquants import QUANTIZERS
 from paraspec.model.ggml_parts import GGUFParts, GGUFPartsLinear, stack
+from paraspec.model.gguf_file import read_gguf
 from paraspec.model.loader import load_model
 from paraspec.model.transformer import SeqInput, Transformer
 from tiny_models import write_gguf
@@ -33,14 +34,12 @@ def _quantise(a: np.ndarray, kind: str) -> np.ndarray:
 def write_mixed(f32_path, out, mix: dict[str, str]):
     """A copy of an F32 GGUF with each matmul tensor in the format `mix` names for it (else Q4_K)."""
     import gguf
-    reader = gguf.GGUFReader(str(f32_path))
-    w = gguf.GGUFWriter(str(out), reader.fields["general.architecture"].contents())
-    for f in reader.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        w.add_key_value(f.name, f.contents(), f.types[0],
-                        sub_type=f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
-    for t in reader.tensors:
+    reader = read_gguf(f32_path)
+    w = gguf.GGUFWriter(str(out), reader.fields["general.architecture"])
+    for key, value in reader.fields.items():
+        if key != "general.architecture":
+            w.add_key_value(key, value, *reader.types[key])
+    for t in reader.tensors.values():
         a = np.ascontiguousarray(t.data, dtype=np.float32).reshape([int(d) for d in reversed(t.shape)])
         if a.ndim == 1:
             w.add_tensor(t.name, a)

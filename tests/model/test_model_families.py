@@ -16,6 +16,7 @@ import torch
 from kernel_paths import per_isa
 from paraspec.errors import ModelLoadError
 from paraspec.model import kernels as kernels_module
+from paraspec.model.gguf_file import read_gguf
 from paraspec.model.loader import load_model
 from paraspec.model.transformer import SeqInput, Transformer
 from tiny_models import FAMILIES, family_dir, write_gguf
@@ -122,11 +123,10 @@ def test_logits_equal_transformers(written, family, tied, fmt, kernels):
     assert_logits_match(path, ref, kernels)
 
 
-def _gguf_layout(path) -> tuple[set, dict]:
-    import gguf
-    r = gguf.GGUFReader(str(path))
-    return {t.name: t.tensor_type.name for t in r.tensors}, {k: f.contents() for k, f in r.fields.items()
-                                                            if not k.startswith(("tokenizer.", "GGUF."))}
+def _gguf_layout(path) -> tuple[dict, dict]:
+    g = read_gguf(path)
+    return ({name: t.tensor_type.name for name, t in g.tensors.items()},
+            {k: v for k, v in g.fields.items() if not k.startswith("tokenizer.")})
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -156,12 +156,11 @@ def test_gguf_layout_is_llama_cpps(tiny_model_dir, tmp_path, family):
 def test_llama_q_k_rows_are_stored_permuted_and_loaded_back(tiny_model_dir, tmp_path):
     """llama.cpp interleaves a llama head's rotary halves in attn_q/attn_k (weights and biases);
     the loader restores HF's layout: its fused q/k/v equal the checkpoint's."""
-    import gguf
     from safetensors.torch import load_file
     hf = family_dir(tiny_model_dir, "llama-bias", False)
     sd = load_file(str(hf / "model.safetensors"))
     path = write_gguf(hf, tmp_path / "m.gguf")
-    stored = {t.name: t.data for t in gguf.GGUFReader(str(path)).tensors}
+    stored = {name: t.data for name, t in read_gguf(path).tensors.items()}
     q = sd["model.layers.0.self_attn.q_proj.weight"]
     assert not torch.equal(torch.from_numpy(stored["blk.0.attn_q.weight"].copy()), q)
     assert not torch.equal(torch.from_numpy(stored["blk.0.attn_k.bias"].copy()), sd["model.layers.0.self_attn.k_proj.bias"])

@@ -122,8 +122,8 @@ def _gguf_tokenizer(path: Path) -> Tokenizer:
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
-    """Each family's tokenizer source as paraspec's loader reads it from the GGUF (once: reading a
-    150k-token GGUF's metadata takes gguf's reader half a minute on this machine)."""
+    """Each family's tokenizer source as paraspec's loader reads it from the GGUF (once a family:
+    each writes a GGUF of up to 150k tokens; the loader reads one back in under a second)."""
     out = {}
 
     def source(name: str) -> dict:

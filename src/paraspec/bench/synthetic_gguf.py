@@ -201,14 +201,12 @@ def llama3_rope_factors(shape: ModelShape) -> np.ndarray:
 
 @functools.lru_cache(maxsize=1)
 def _bundled_tokenizer() -> tuple[tuple[str, object, object, object], ...]:
-    import gguf
-
     from ..gc_pause import gc_paused
+    from ..model.gguf_file import read_gguf
     from ..model.loader import default_model_path
-    with gc_paused():       # the reader's ~0.5 M short-lived views (loader.py says why)
-        reader = gguf.GGUFReader(str(default_model_path()))
-        return tuple((f.name, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
-                     for f in reader.fields.values() if f.name.startswith("tokenizer."))
+    with gc_paused():       # the vocabulary's ~0.1 M strings (loader.py says why)
+        g = read_gguf(default_model_path())
+    return tuple((key, value, *g.types[key]) for key, value in g.fields.items() if key.startswith("tokenizer."))
 
 
 def tokenizer_fields(vocab_size: int) -> list[tuple[str, object, object, object]]:

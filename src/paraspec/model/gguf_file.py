@@ -5,7 +5,8 @@ The gguf package's GGUFReader makes a few numpy views per string of every metada
 views slow dequantisation down. Here a string array is one loop over plain bytes (struct offsets
 and one decode per string), numeric arrays are one np.frombuffer, and tensor data are ndarray views
 (not memmap) of one read-only mapping, shaped as GGUFReader shapes them (so that gguf.quants and
-loader.py take either).
+loader.py take either). `types` keeps each key's GGUF value type, so that a copy of the file can
+be written back through gguf.GGUFWriter.add_key_value with the same types.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf.constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType
+from gguf.constants import (GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType,
+                            GGUFValueType)
 
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 # GGUF value types (gguf.GGUFValueType) -> numpy dtype; 8 is a string, 9 an array
@@ -41,6 +43,7 @@ class GGUFFile:
     path: Path
     fields: dict[str, Any]        # key -> int / float / bool / str / list (GGUFReader's contents())
     tensors: dict[str, GGUFTensor]   # in file order
+    types: dict[str, tuple[GGUFValueType, GGUFValueType | None]]   # key -> (vtype, an array's sub_type)
 
     def get(self, key: str, default=None):
         return self.fields.get(key, default)
@@ -118,11 +121,15 @@ def read_gguf(path: str | Path) -> GGUFFile:
         raise ValueError(f"GGUF version {version} is not 2 or 3")
     n_tensors, n_fields = c.u64(), c.u64()
     fields: dict[str, Any] = {}
+    types: dict[str, tuple[GGUFValueType, GGUFValueType | None]] = {}
     for _ in range(n_fields):
         key = c.string()
         if key in fields:
             raise KeyError(f"duplicate metadata key {key!r}")
-        fields[key] = c.value(c.u32())
+        kind = c.u32()
+        sub = _U32.unpack_from(mapped, c.off)[0] if kind == _ARRAY else None
+        fields[key] = c.value(kind)
+        types[key] = (GGUFValueType(kind), None if sub is None else GGUFValueType(sub))
     infos = []
     for _ in range(n_tensors):
         name = c.string()
@@ -137,7 +144,7 @@ def read_gguf(path: str | Path) -> GGUFFile:
         if name in tensors:
             raise ValueError(f"duplicate tensor {name!r}")
         tensors[name] = GGUFTensor(name, kind, dims, _data(mapped, start + offset, dims, kind))
-    return GGUFFile(path, fields, tensors)
+    return GGUFFile(path, fields, tensors, types)
 
 
 def _data(buf, offset: int, dims: tuple[int, ...], kind: GGMLQuantizationType) -> np.ndarray:

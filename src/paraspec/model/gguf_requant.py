@@ -31,15 +31,14 @@ def to_f32(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     """A copy of the GGUF file `src` with every tensor dequantised to F32 (what llama.cpp
     quantises from; requantising a quantised file would need allow_requantize)."""
     import gguf
-    reader = gguf.GGUFReader(str(src))
-    arch = reader.fields["general.architecture"].contents()
-    w = gguf.GGUFWriter(str(dst), arch)
-    for f in reader.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue   # written by the writer itself
-        sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub)
-    for t in reader.tensors:
+
+    from .gguf_file import read_gguf
+    reader = read_gguf(src)
+    w = gguf.GGUFWriter(str(dst), reader.fields["general.architecture"])
+    for key, value in reader.fields.items():
+        if key != "general.architecture":   # written by the writer itself
+            w.add_key_value(key, value, *reader.types[key])
+    for t in reader.tensors.values():
         a = gguf.quants.dequantize(t.data, t.tensor_type)
         w.add_tensor(t.name, np.ascontiguousarray(a, dtype=np.float32).reshape([int(d) for d in reversed(t.shape)]))
     w.write_header_to_file()
