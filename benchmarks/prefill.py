@@ -17,7 +17,7 @@ The roads a prompt chunk takes, on GGUF weights in the model's default numerics 
 prompt_rows.py). --roads: where the dense road starts to pay: forward(prompt=True) over a chunk of
 n tokens with the linears on the integer kernel vs dequantised weights through torch's matmul
 (ggml.PROMPT_ROWS, the threshold between them). --attention-roads: the same for attention
-(transformer.PROMPT_ATTENTION_*): the csrc kernel vs torch's prompt_attention, after 0-768 keys.
+(transformer.PROMPT_ATTENTION_*): the csrc kernel vs torch's prompt_attention, chunks of 16-512 rows after 0-1536 keys.
 Medians of interleaved runs. For an AVX2 CPU's torch, set ATEN_CPU_CAPABILITY=avx2
 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 and --kernels avx2:avx2 (an emulation:
 quote ratios).
@@ -156,8 +156,8 @@ def attention_roads(llm, a) -> None:
     from paraspec.model.transformer import SeqInput
     m, reps = llm.model, a.repeats
     saved = transformer.PROMPT_ATTENTION_ROWS, transformer.PROMPT_ATTENTION_KEYS
-    for ctx in (0, 256, 768):
-        for n in (16, 32, 64, 128, 256):
+    for ctx in (0, 256, 768, 1536):
+        for n in (16, 32, 64, 128, 256, 512):
             times: dict[str, list[float]] = {"torch": [], "csrc": []}
             cache = m.new_cache(ctx + n + 8)
             if ctx:

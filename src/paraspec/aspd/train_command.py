@@ -92,6 +92,12 @@ def train_main(args: argparse.Namespace) -> int:
     data_digest = hashlib.sha256("".join(json.dumps(e.to_json(), sort_keys=True) for e in examples).encode()
                                  ).hexdigest()[:16]
     loaded, tok, ids, n_base = base(args.model)
+    # Both variants train on the same examples in the same order: drop those whose ASPD encoding
+    # (the longer one: markup and restated titles) does not fit, for the control too.
+    max_len = min(args.max_len, loaded.args.max_seq_len)
+    examples = [e for e in examples if len(train.encode(e, tok, ids).ids) <= max_len]
+    if not examples:
+        raise ConfigError(f"--data {args.data}: no example fits --max-len {max_len}")
     results = {}
     for variant in (VARIANTS if args.variant == "both" else (args.variant,)):
         torch.manual_seed(args.seed)
