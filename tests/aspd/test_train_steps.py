@@ -64,3 +64,23 @@ def test_train_on_the_users_own_pairs(tiny_model_dir, tmp_path, capsys):
     assert main(["aspd", "train", "--model", str(tiny_model_dir()), "--data", str(f), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--data" in err[0] and "line 1" in err[0] and "'answer'" in err[0], err
+
+
+def test_both_variants_drop_the_same_too_long_examples(tiny_model_dir, tmp_path):
+    """An example whose ASPD encoding is over --max-len but whose plain one fits is dropped for the
+    control too: the two variants see the same examples, so the same batches."""
+    m = load_model(tiny_model_dir(), torch.float32)
+    tok = Tokenizer.from_source(m.tokenizer_source)
+    ids = add_markup_tokens(tok, m.weights, m)
+    examples = synth.generate(4, 2)
+    aspd_len = [len(train.encode(e, tok, ids).ids) for e in examples]
+    plain_len = [len(train.encode(e, tok, None).ids) for e in examples]
+    longest = max(range(4), key=aspd_len.__getitem__)
+    max_len = aspd_len[longest] - 1
+    assert plain_len[longest] <= max_len and sorted(aspd_len)[-2] <= max_len     # the case under test
+    write_jsonl(tmp_path / "train.jsonl", examples)
+    for variant in ("aspd", "control"):
+        assert main(["aspd", "train", "--variant", variant, "--model", str(tiny_model_dir()), "--data", str(tmp_path),
+                     "--out", str(tmp_path / "ad"), "--steps", "1", "--batch", "2", "--max-len", str(max_len)]) == 0
+    metas = [load_adapter(tmp_path / "ad" / f"{v}.safetensors")[1] for v in ("aspd", "control")]
+    assert metas[0]["train"]["examples"] == metas[1]["train"]["examples"] == 3

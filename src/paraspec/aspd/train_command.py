@@ -49,7 +49,7 @@ def add_parsers(s) -> None:
     e.add_argument("--variant", choices=VARIANTS, default="aspd")
     e.add_argument("--adapter", default=None, help="adapter file (default: the committed one for --variant)")
     e.add_argument("--out", default=None, help=f"folder (default: {EXPORT_DIR}/<variant>)")
-    e.add_argument("--model", default="default")
+    e.add_argument("--model", default="default", help="the base model the adapter was trained on (default: the bundled one)")
     e.set_defaults(func=export_main)
 
 
