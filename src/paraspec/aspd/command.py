@@ -25,7 +25,8 @@ def add_parser(sub) -> None:
     b.add_argument("--judge", choices=("rule", "llm", "rule+llm"), default="rule", help="extraction judge")
     b.add_argument("--votes", type=int, default=3, help="judge votes per decision (unanimous by default)")
     b.add_argument("--majority", action="store_true", help="accept on a majority of votes instead of all")
-    b.add_argument("--model-answers", type=int, default=16, help="chat prompts the bundled model answers (source 'model')")
+    b.add_argument("--model-answers", type=int, default=152,
+                   help="bench chat prompts the bundled model answers (source 'model'; the eval's 20 left out)")
     b.add_argument("--user-data", default=None, metavar="FILE.jsonl",
                    help='your own {"prompt": ..., "answer": ...} lines, extracted as source "user" '
                         "(answers without an accepted block are kept as serial examples)")
@@ -63,7 +64,8 @@ def build_data_main(args: argparse.Namespace) -> int:
     if "packages" in wanted:
         extracted += pipe.run(sources.package_answers(count=count), "packages")
     if "model" in wanted:
-        extracted += pipe.run(sources.model_answers(llm, args.model_answers), "model")
+        # kept serial where no block is accepted: the base model's own answers regularise the fine-tune
+        extracted += pipe.run(sources.model_answers(llm, args.model_answers), "model", keep_serial=True)
     if user is not None:
         # the user's own answers are training data as given: the ones that stay serial teach when not to branch
         extracted += pipe.run(user, "user", keep_serial=True)

@@ -104,12 +104,20 @@ def package_answers(limit: int | None = None, count: Callable[[str], int] | None
 
 
 def model_answers(llm, limit: int = 16, max_tokens: int = 256) -> list[tuple[str, str, str]]:
+    """The model's own greedy answers to up to `limit` bench chat prompts, leaving out those the
+    evaluation uses (eval_prompts.chat_prompts) and answers that loop or hit `max_tokens`: the
+    base model's behaviour as training data (self-distillation), which keeps a fine-tune close to
+    it on ordinary requests and, as serial examples, teaches when not to branch."""
     from ..bench.chat_tasks import chat
     from ..sampling.params import SamplingParams
+    from .eval_prompts import chat_prompts
+    from .eval_stats import degenerate
 
-    tasks = chat()[:limit]
+    held = {e.prompt for e in chat_prompts()}
+    tasks = [t for t in chat() if t.messages[-1]["content"] not in held][:limit]
     outs = llm.chat([t.messages for t in tasks], SamplingParams(temperature=0, max_tokens=max_tokens))
-    return [(f"model/{t.task_id}", t.messages[-1]["content"], o.text.strip()) for t, o in zip(tasks, outs)]
+    return [(f"model/{t.task_id}", t.messages[-1]["content"], o.text.strip()) for t, o in zip(tasks, outs)
+            if o.outputs[0].finish_reason == "stop" and o.text.strip() and not degenerate(o.text)]
 
 
 def user_answers(path: str | Path, flag: str = "--user-data") -> list[tuple[str, str, str]]:
