@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from paraspec.aspd import data, extract, judge, sources, synth
+from paraspec.aspd import data, extract, judge, pipeline, sources, synth
 from paraspec.aspd.data import Block, Branch
 from paraspec.errors import ConfigError
 from paraspec.aspd.markup import to_plain
@@ -63,7 +63,7 @@ def test_pipeline_counts_every_stage():
                  "- Step two: add five to the previous result from above to get 41\n") * 3
     dup = "Some text here to start.\n- same thing here\n- same thing here\n" * 8
     items = [("a", "q", LIST_ANSWER * 4), ("b", "q", dependent), ("c", "q", dup), ("d", "q", "short\n- x\n- y")]
-    pipe = extract.Pipeline(judge.RuleJudge(), min_tokens=50)
+    pipe = pipeline.Pipeline(judge.RuleJudge(), min_tokens=50)
     out = pipe.run(items)
     c = pipe.counts
     assert c["input"] == 4 and c["selected"] == len(out) == 1
@@ -209,13 +209,13 @@ def test_pipeline_rejects_a_buggy_splitter_at_integrity_and_a_rewriting_stage_at
         return [[s if isinstance(s, str) else Block(tuple(Branch(b.title, b.content.strip()) for b in s.branches))
                  for s in cand] for cand in extract.split(text)]
 
-    real = extract.Pipeline(judge.RuleJudge(), min_tokens=50)
+    real = pipeline.Pipeline(judge.RuleJudge(), min_tokens=50)
     assert len(real.run([("a", "q", answer)])) == 1
-    buggy = extract.Pipeline(judge.RuleJudge(), min_tokens=50, splitter=strips)
+    buggy = pipeline.Pipeline(judge.RuleJudge(), min_tokens=50, splitter=strips)
     assert buggy.run([("a", "q", answer)]) == []
     assert buggy.counts["format"] == 4 and buggy.counts["integrity"] == 0
 
-    class Rewrites(extract.Pipeline):   # a stage after integrity that changes a branch's text
+    class Rewrites(pipeline.Pipeline):   # a stage after integrity that changes a branch's text
         def _independent(self, question, segments):
             return [s if isinstance(s, str) else Block((Branch(s.branches[0].title, s.branches[0].content + " "),)
                                                        + s.branches[1:]) for s in segments]

@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
 
 def build_data_main(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
-    from . import data, extract, judge, sources, synth
+    from . import data, judge, pipeline, sources, synth
 
     for name in ("train", "heldout", "votes", "model_answers"):
         if getattr(args, name) < (1 if name == "votes" else 0):
@@ -58,8 +58,8 @@ def build_data_main(args: argparse.Namespace) -> int:
         llm = LLM("default")
     the_judge = {"rule": judge.RuleJudge, "llm": lambda: judge.LLMJudge(llm),
                  "rule+llm": lambda: judge.BothJudges(judge.LLMJudge(llm))}[args.judge]()
-    count = _token_counter(llm)
-    pipe = extract.Pipeline(the_judge, count=count, votes=args.votes, unanimous=not args.majority)
+    count = sources.token_counter(llm)
+    pipe = pipeline.Pipeline(the_judge, count=count, votes=args.votes, unanimous=not args.majority)
     extracted = []
     if "packages" in wanted:
         extracted += pipe.run(sources.package_answers(count=count), "packages")
@@ -86,19 +86,3 @@ def build_data_main(args: argparse.Namespace) -> int:
         print(f"  {src}: " + " -> ".join(f"{k} {v}" for k, v in c.items()))
     print(f"wrote {out}/train.jsonl, heldout.jsonl, extracted.jsonl, summary.json")
     return 0
-
-
-def _token_counter(llm):
-    """Token counts with the bundled model's tokenizer (no weights loaded when there is no llm)."""
-    if llm is not None:
-        return lambda s: len(llm.tokenizer.encode(s))
-    import torch
-
-    from ..errors import ModelLoadError
-    from ..model.loader import load_model
-    from ..model.tokenizer import Tokenizer
-    try:
-        tok = Tokenizer.from_source(load_model("default", torch.float32, keep_quantized=True).tokenizer_source)
-    except ModelLoadError:   # no bundled model: characters / 4, as extract.Pipeline's default
-        return lambda s: len(s) // 4
-    return lambda s: len(tok.encode(s))

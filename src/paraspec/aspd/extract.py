@@ -6,7 +6,7 @@ is the item's exact text, so joining a block's contents with "\n" (markup.to_pla
 back the original. Titles come from the item's bold lead ("**Name**:"), its heading, or its
 first words.
 
-`Pipeline.run` applies the paper's stages to (id, question, answer) triples and counts what each
+`pipeline.Pipeline.run` applies the paper's stages to (id, question, answer) triples and counts what each
 keeps: parsed (>= 1 block of >= 2 branches; nothing inside a code fence counts) -> min_length
 (the paper's 128-token rule) -> format (unique titles, branch longer than its title and >= 10
 chars, a heading branch has a body) -> integrity (`integrity_problem`:
@@ -16,15 +16,14 @@ candidate survives if a block is left) -> consistency (`consistency_problem` on 
 structure, integrity again after flattening, then the judge's votes) -> selection (the best
 candidate per answer by DP, then ABN, then APE). The two checks read only the original text and
 the candidate, so a splitter (`Pipeline.splitter`) or a stage that changes text fails them.
+The judge (judge.py) reads these checks; the pipeline (pipeline.py) runs both.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Callable
 
-from .data import Block, Branch, Example, Segment, aspd_text, parallel_metrics, plain_text
-from .judge import Judge, accept
+from .data import Block, Branch, Segment, aspd_text, plain_text
 from .markup import TOKENS, to_plain
 
 ITEM = re.compile(r"^(?:[-*+]|\d{1,2}[.)])\s+\S")
@@ -202,66 +201,3 @@ def consistency_problem(original: str, segments: list[Segment]) -> str | None:
     if not blocks:
         return "no block"
     return None
-
-
-@dataclass
-class Pipeline:
-    judge: Judge
-    count: Callable[[str], int] = lambda s: len(s) // 4   # tokens (a tokenizer's length, or chars / 4)
-    min_tokens: int = 128
-    votes: int = 3
-    unanimous: bool = True
-    splitter: Callable[[str], list[list[Segment]]] = split
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAGES, 0))
-    by_source: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    def _keep(self, stage: str, cands: list, source: str) -> list:
-        self.counts[stage] += len(cands)
-        self.by_source[source][stage] += len(cands)
-        return cands
-
-    def _independent(self, question: str, segments: list[Segment]) -> list[Segment]:
-        out: list[Segment] = []
-        for i, s in enumerate(segments):
-            if isinstance(s, Block):
-                pre = plain_text(segments[:i])
-                if not accept(self.judge.independent(question, pre, s, self.votes), self.unanimous):
-                    s = plain_text([s])   # the paper flattens a rejected group to serial text
-            if out and isinstance(s, str) and isinstance(out[-1], str):
-                out[-1] += s
-            else:
-                out.append(s)
-        return out
-
-    def _consistent(self, question: str, answer: str, cand: list[Segment]) -> bool:
-        if integrity_problem(answer, cand) or consistency_problem(answer, cand):
-            return False
-        return accept(self.judge.consistent(question, answer, cand, self.votes), self.unanimous)
-
-    def run(self, items: list[tuple[str, str, str]], source: str = "extract",
-            keep_serial: bool = False) -> list[Example]:
-        """items: (id, question, plain answer). Returns the accepted examples (source `source`);
-        with keep_serial, an answer none of whose candidates is accepted is kept as serial text
-        (family "serial", counted as by_source[source]["serial"])."""
-        counts = self.by_source.setdefault(source, dict.fromkeys(STAGES, 0))
-        if keep_serial:
-            counts.setdefault("serial", 0)
-        accepted = []
-        for idx, question, answer in items:
-            self.counts["input"] += 1
-            counts["input"] += 1
-            cands = self._keep("parsed", self.splitter(answer), source)
-            cands = self._keep("min_length", cands if self.count(answer) >= self.min_tokens else [], source)
-            cands = self._keep("format", [c for c in cands if format_ok(c)], source)
-            cands = self._keep("integrity", [c for c in cands if integrity_problem(answer, c) is None], source)
-            cands = [self._independent(question, c) for c in cands]
-            cands = self._keep("independence", [c for c in cands if any(isinstance(s, Block) for s in c)], source)
-            cands = self._keep("consistency", [c for c in cands if self._consistent(question, answer, c)], source)
-            if cands:
-                best = max(cands, key=lambda c: tuple(parallel_metrics(c, self.count).values()))
-                self._keep("selected", [best], source)
-                accepted.append(Example(idx, "extracted", question, best, source=source))
-            elif keep_serial:
-                counts["serial"] += 1
-                accepted.append(Example(idx, "serial", question, [answer], source=source))
-        return accepted

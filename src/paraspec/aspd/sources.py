@@ -4,7 +4,7 @@
   package X and how is it used?" and questions about the section a piece starts with;
 - "model": the bundled model's own greedy answers to the bench's chat prompts (chat_tasks.py);
 - "user": a JSONL file of {"prompt": ..., "answer": ...} lines (`user_answers`).
-Each yields (id, question, answer) triples for extract.Pipeline.
+Each yields (id, question, answer) triples for pipeline.Pipeline.
 """
 from __future__ import annotations
 
@@ -153,3 +153,19 @@ def user_answers(path: str | Path, flag: str = "--user-data") -> list[tuple[str,
         raise ConfigError(f"{flag} {path}: no lines; each line is " '{"prompt": ..., "answer": ...}',
                           param="user_data")
     return out
+
+
+def token_counter(llm):
+    """Token counts with the bundled model's tokenizer (no weights loaded when there is no llm)."""
+    if llm is not None:
+        return lambda s: len(llm.tokenizer.encode(s))
+    import torch
+
+    from ..errors import ModelLoadError
+    from ..model.loader import load_model
+    from ..model.tokenizer import Tokenizer
+    try:
+        tok = Tokenizer.from_source(load_model("default", torch.float32, keep_quantized=True).tokenizer_source)
+    except ModelLoadError:   # no bundled model: characters / 4, as pipeline.Pipeline's default
+        return lambda s: len(s) // 4
+    return lambda s: len(tok.encode(s))

@@ -132,9 +132,8 @@ def user_examples(path: Path) -> list:
     """A JSONL file of the user's {"prompt", "answer"} pairs through build-data's extraction
     stages (rule judge): answers with lists or sections the stages accept become blocks, the
     others stay serial examples, which teach the model when not to branch."""
-    from . import extract, judge, sources
-    from .command import _token_counter
-    pipe = extract.Pipeline(judge.RuleJudge(), count=_token_counter(None))
+    from . import judge, pipeline, sources
+    pipe = pipeline.Pipeline(judge.RuleJudge(), count=sources.token_counter(None))
     examples = pipe.run(sources.user_answers(path, "--data"), "user", keep_serial=True)
     counts = pipe.by_source["user"]
     print(f"--data {path}: " + " -> ".join(f"{k} {v}" for k, v in counts.items())
