@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import subprocess
 import time
 from pathlib import Path
 
@@ -143,17 +142,10 @@ def user_examples(path: Path) -> list:
 
 
 def source_commit() -> str:
-    """The git commit the trainer ran from ("+dirty" when its tree had changes), or "unknown"
-    outside a checkout: an adapter names the code that made it."""
-    here = Path(__file__).parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=here.parent.parent.parent,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
+    """The git commit the trainer ran from ("+dirty" when src/ had changes, new files included),
+    or "unknown" outside a checkout: an adapter names the code that made it."""
+    from ..source_version import git_commit
+    return git_commit("src", untracked=True) or "unknown"
 
 
 def without_markup(weights: dict, n_base: int) -> dict:

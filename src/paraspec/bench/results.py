@@ -37,18 +37,8 @@ def environment(plan: Plan) -> dict:
 
 def _git_commit() -> str | None:
     """HEAD of the checkout this file is in, "+dirty" with uncommitted changes; None outside a checkout."""
-    import subprocess
-    here = Path(__file__).resolve()
-    root = next((p for p in here.parents if (p / ".git").exists()), None)
-    if root is None:
-        return None
-    try:
-        git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,  # noqa: E731
-                                        timeout=10).stdout.strip()
-        head = git("rev-parse", "HEAD")
-        return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "") if head else None
-    except (OSError, subprocess.SubprocessError):
-        return None
+    from ..source_version import git_commit
+    return git_commit()
 
 
 def write_results(run: Run) -> int:
