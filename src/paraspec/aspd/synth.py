@@ -170,7 +170,7 @@ def generate(n: int, seed: int, exclude: set[str] = frozenset(), families: dict[
     return out
 
 
-_LABEL = re.compile(r"^(?:[A-D]|Q\d|Capital|Language|Currency|Continent)(?::|\))\s+")
+_LABEL = re.compile(r"^(?:[%s]|Q\d|%s)(?::|\))\s+" % (LABELS, "|".join(FACT_TITLES.values())))   # the parts' titles
 
 
 def check(example: Example, answer: str) -> bool:
