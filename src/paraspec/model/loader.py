@@ -255,6 +255,8 @@ def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
         "pre": field("tokenizer.ggml.pre"),
         "tokens": tokens,
         "merges": field("tokenizer.ggml.merges") or [],
+        "scores": field("tokenizer.ggml.scores") or [],            # SentencePiece ('llama') vocabularies
+        "add_space_prefix": field("tokenizer.ggml.add_space_prefix"),
         "token_type": field("tokenizer.ggml.token_type") or [],
         "bos_token_id": field("tokenizer.ggml.bos_token_id"),
         "eos_token_id": field("tokenizer.ggml.eos_token_id"),

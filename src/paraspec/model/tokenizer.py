@@ -1,8 +1,9 @@
 """Tokenizer: encode/decode, the chat template, stop tokens and streaming detokenisation.
 
-Built with the `tokenizers` library from a GGUF file's metadata (byte-level BPE: vocab + merges,
-split first as `tokenizer.ggml.pre` names: pretokenizers.py; control tokens become special
-tokens) or from a Hugging Face folder's tokenizer.json. The chat template is the model's own
+Built with the `tokenizers` library from a GGUF file's metadata or from a Hugging Face folder's
+tokenizer.json. A GGUF vocabulary is either byte-level BPE ('gpt2': vocab + merges, split first as
+`tokenizer.ggml.pre` names: pretokenizers.py) or SentencePiece BPE ('llama': Llama-2, Mistral,
+TinyLlama; pieces + scores, bytes by fallback); its control tokens become special tokens. The chat template is the model's own
 Jinja template, rendered in a sandbox.
 """
 from __future__ import annotations
@@ -17,8 +18,11 @@ from ..errors import ModelLoadError, RequestError
 from .pretokenizers import build_pre_tokenizer, pre_tokenizer_for
 
 GIL_FREE_CHARS = 4096    # longer texts are tokenized with the GIL released (a server's event loop runs on)
+GGUF_TOKEN_NORMAL = 1
+GGUF_TOKEN_UNKNOWN = 2
 GGUF_TOKEN_CONTROL = 3
 GGUF_TOKEN_USER_DEFINED = 4
+SPM_SPACE = "\u2581"      # SentencePiece's visible space: "\u2581hello" is " hello"
 
 
 class Tokenizer:
@@ -43,32 +47,41 @@ class Tokenizer:
     def _from_gguf(cls, s: dict) -> "Tokenizer":
         from tokenizers import AddedToken, Tokenizer as Backend, decoders, models, normalizers
 
-        if s["model"] != "gpt2":
-            raise ModelLoadError(f"GGUF tokenizer model {s['model']!r} is not supported (paraspec reads "
-                                 "byte-level BPE 'gpt2' tokenizers); use a Hugging Face folder instead")
-        pre = pre_tokenizer_for(s.get("pre"))
         tokens = list(s["tokens"])
-        vocab = {t: i for i, t in enumerate(tokens)}
-        merges = [tuple(m.split(" ", 1)) for m in s["merges"]]
-        backend = Backend(models.BPE(vocab, merges, fuse_unk=False, byte_fallback=False,
-                                     ignore_merges=pre.ignore_merges))
-        if pre.nfc:
-            backend.normalizer = normalizers.NFC()
-        backend.pre_tokenizer = build_pre_tokenizer(pre)
-        backend.decoder = decoders.ByteLevel()
-        types = list(s["token_type"]) or [1] * len(tokens)
-        # control tokens (<|im_start|>, <|begin_of_text|>) are special: matched in text, dropped
+        types = list(s["token_type"]) or [GGUF_TOKEN_NORMAL] * len(tokens)
+        special_types = {GGUF_TOKEN_CONTROL}
+        if s["model"] == "gpt2":
+            pre = pre_tokenizer_for(s.get("pre"))
+            add_bos_default = pre.add_bos
+            vocab = {t: i for i, t in enumerate(tokens)}
+            merges = [tuple(m.split(" ", 1)) for m in s["merges"]]
+            backend = Backend(models.BPE(vocab, merges, fuse_unk=False, byte_fallback=False,
+                                         ignore_merges=pre.ignore_merges))
+            if pre.nfc:
+                backend.normalizer = normalizers.NFC()
+            backend.pre_tokenizer = build_pre_tokenizer(pre)
+            backend.decoder = decoders.ByteLevel()
+        elif s["model"] == "llama":
+            backend = _spm_backend(tokens, types, s.get("scores") or [],
+                                   add_space_prefix=s.get("add_space_prefix") is not False)
+            add_bos_default = True     # llama.cpp's default for SentencePiece vocabularies
+            special_types.add(GGUF_TOKEN_UNKNOWN)    # llama.cpp matches <unk> in text as it does <s>
+        else:
+            raise ModelLoadError(f"GGUF tokenizer.ggml.model {s['model']!r} is not supported (paraspec "
+                                 "reads 'gpt2' byte-level BPE and 'llama' SentencePiece vocabularies); "
+                                 "load the model's Hugging Face folder instead")
+        # control tokens (<|im_start|>, <|begin_of_text|>, <s>) are special: matched in text, dropped
         # by decode(skip_special); user-defined ones (Qwen3's <think>) are matched but always
         # decoded, as llama.cpp and Hugging Face both do
-        added = [AddedToken(t, special=ty == GGUF_TOKEN_CONTROL, normalized=False)
-                 for t, ty in zip(tokens, types) if ty in (GGUF_TOKEN_CONTROL, GGUF_TOKEN_USER_DEFINED)]
+        added = [AddedToken(t, special=ty in special_types, normalized=False)
+                 for t, ty in zip(tokens, types) if ty in special_types or ty == GGUF_TOKEN_USER_DEFINED]
         backend.add_special_tokens([a for a in added if a.special])
         backend.add_tokens([a for a in added if not a.special])
         bos, eos = s.get("bos_token_id"), s.get("eos_token_id")
         eos_ids = [eos, s.get("eot_token_id")]
         add_bos = s.get("add_bos_token")
         return cls(backend, bos_token_id=bos, eos_token_ids=eos_ids,
-                   add_bos=pre.add_bos if add_bos is None else bool(add_bos),
+                   add_bos=add_bos_default if add_bos is None else bool(add_bos),
                    chat_template=s.get("chat_template"),
                    special_tokens={"bos_token": tokens[bos] if bos is not None else "",
                                    "eos_token": tokens[eos] if eos is not None else ""})
@@ -208,6 +221,43 @@ class IncrementalDetokenizer:
         full_text = decode(self.ids[self.prefix_offset:], self.skip_special)
         self.prefix_offset = self.read_offset = len(self.ids)
         return full_text[len(prefix_text):]
+
+
+def _spm_backend(tokens: list[str], types: list[int], scores: list[float], *, add_space_prefix: bool):
+    """A SentencePiece BPE vocabulary as a `tokenizers` BPE.
+
+    SentencePiece (and llama.cpp after it) merges, again and again, the adjacent pair whose joined
+    piece scores highest, leftmost first on ties; characters no piece covers fall back to their
+    UTF-8 bytes' <0xXX> tokens. BPE merges ranked by the joined piece's score apply the same
+    merges in the same order. Spaces are written as U+2581, with one more before the text (and,
+    since the tokenizer normalises each piece between special tokens on its own, after every
+    special token, as llama.cpp does).
+    """
+    from tokenizers import Tokenizer as Backend, decoders, models, normalizers
+
+    if len(scores) != len(tokens):
+        raise ModelLoadError(f"the GGUF's tokenizer.ggml.scores has {len(scores)} entries for "
+                             f"{len(tokens)} tokens; a SentencePiece vocabulary needs one score per token")
+    vocab = {t: i for i, t in enumerate(tokens)}
+    normal = {t for t, ty in zip(tokens, types) if ty == GGUF_TOKEN_NORMAL}
+    ranked = []
+    for piece, ty, score in zip(tokens, types, scores):
+        if ty != GGUF_TOKEN_NORMAL:
+            continue
+        for cut in range(1, len(piece)):
+            left, right = piece[:cut], piece[cut:]
+            if left in normal and right in normal:
+                ranked.append((-score, vocab[left], left, right))
+    ranked.sort()
+    unk = next((t for t, ty in zip(tokens, types) if ty == GGUF_TOKEN_UNKNOWN), None)
+    backend = Backend(models.BPE(vocab, [(left, right) for *_, left, right in ranked], unk_token=unk,
+                                 fuse_unk=True, byte_fallback="<0x00>" in vocab))
+    steps = [normalizers.Prepend(SPM_SPACE)] if add_space_prefix else []
+    backend.normalizer = normalizers.Sequence(steps + [normalizers.Replace(" ", SPM_SPACE)])
+    strip = [decoders.Strip(" ", 1, 0)] if add_space_prefix else []
+    backend.decoder = decoders.Sequence([decoders.Replace(SPM_SPACE, " "), decoders.ByteFallback(),
+                                         decoders.Fuse(), *strip])
+    return backend
 
 
 def _tojson(x, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys: bool = False) -> str:
