@@ -46,6 +46,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from paraspec.bench import synthetic_gguf as syn  # noqa: E402
+from paraspec.source_version import git_commit  # noqa: E402
 
 KS = (1, 2, 4, 8, 12, 16)
 
@@ -197,7 +198,8 @@ def measure(a) -> dict:
     plan = syn.tensor_plan(shape, a.quant, a.pure)
     threads = a.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
-    result: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "cpu": cpu_name(), "machine": platform.machine(),
+    result: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "git_commit": git_commit(),
+                    "cpu": cpu_name(), "machine": platform.machine(),
                     "threads": threads, "file": str(path), "shape": dataclasses.asdict(shape), "quant": a.quant, "pure": a.pure,
                     "file_bytes": path.stat().st_size, "blocks": {}}
     for t in plan:
