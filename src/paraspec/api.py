@@ -87,8 +87,8 @@ class LLM:
     activation_passes: "auto" (default), 1 or 2: how a GGUF / W8A8 linear quantises its input to
         int8. 1 is llama.cpp's numerics (one Q8 step per 32-block); 2 adds the step's rounding
         residual (closer to fp32, twice the integer work per row). "auto": 1 for GGUF blocks on
-        CPUs without an int8 dot product instruction (plain AVX2), where it makes verify rows much
-        cheaper, else 2. Parallel decoding is token-identical to plain decoding under either.
+        the compiled kernels (the quality llama.cpp gives the file, verify rows up to twice as
+        cheap), else 2. Parallel decoding is token-identical to plain decoding under either.
     """
 
     def __init__(self, model: str | None = "default", dtype: str = "auto", plugin_params: str | dict | None = None,

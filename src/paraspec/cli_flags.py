@@ -24,7 +24,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "step reads per token of context)")
     p.add_argument("--activation-passes", default="auto", choices=["auto", "1", "2"],
                    help="int8 activation passes of GGUF / W8A8 linears: 1 (llama.cpp's Q8 numerics), 2 (plus the "
-                        "rounding residual), auto (default: 1 for GGUF blocks on plain AVX2, else 2)")
+                        "rounding residual), auto (default: 1 for GGUF blocks on the compiled kernels, else 2)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
 
 

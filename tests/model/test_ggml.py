@@ -223,14 +223,15 @@ def test_either_activation_passes_keeps_parallel_decoding_identical(tiny_gguf, k
     assert [o.token_ids for o in llm.generate(prompts, params)] == ar
 
 
-def test_activation_passes_auto_is_one_pass_only_without_an_int8_dot_product():
+def test_activation_passes_auto_is_one_pass_for_gguf_blocks_on_the_kernels():
     plain = cpu_kernels.Kernels("avx2", module=object(), w8a8_variant="avx2")
     vnni = cpu_kernels.Kernels("avx2", module=object(), w8a8_variant="avxvnni")
     avx512 = cpu_kernels.Kernels("avx512", module=object(), w8a8_variant="vnni512")
+    amx = cpu_kernels.Kernels("avx512", module=object(), w8a8_variant="amx")
     resolve = cpu_kernels.resolve_activation_passes
-    assert resolve("auto", plain, "gguf") == 1
-    assert [resolve("auto", k, "gguf") for k in (vnni, avx512, cpu_kernels.TORCH)] == [2, 2, 2]
-    assert resolve("auto", plain, "w8a8") == 2            # one scale a row: its one pass costs quality
+    assert [resolve("auto", k, "gguf") for k in (plain, vnni, avx512, amx)] == [1, 1, 1, 1]
+    assert resolve("auto", cpu_kernels.TORCH, "gguf") == 2     # the torch reference
+    assert resolve("auto", avx512, "w8a8") == 2            # one scale a row: its one pass costs quality
     assert resolve(2, plain, "gguf") == 2 and resolve("1", avx512, "w8a8") == 1
 
 

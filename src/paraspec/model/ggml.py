@@ -26,7 +26,8 @@ an own scale (amax_r / 127) would give. The kernels run q1 as a second sub-row o
     Q6_K: 256 v can pass 2^31, so float(v_0) * 256 + float(v_1) (fp32, one rounding) is float(I)
 
 One int8 step per 32 values alone loses 3-4 % teacher-forced top-1 agreement on the bundled model
-(the quality gate, benchmarks/gguf_quality_gate.py); the two passes keep it at ~99.98 %. GGUFLinear runs the
+(the quality gate, benchmarks/gguf_quality_gate.py), as llama.cpp's numerics do; the two passes keep it at
+~99.98 %, for twice the integer work (one is the default: kernels.resolve_activation_passes). GGUFLinear runs the
 compiled kernel of the model's kernels (csrc/gguf.h: AVX-512 VNNI, AVX-VNNI or AVX2) on a repacked
 copy of the same values (pack()), or where none runs, the torch reference below, which does the
 same fp32 operations in the same order: both give the same bits (with a fused RMSNorm, the norm's

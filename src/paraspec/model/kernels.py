@@ -138,12 +138,14 @@ def resolve_activation_passes(passes: int | str | None, kernels: Kernels, quanti
     """The int8 activation passes of the model's GGUF / W8A8 linears (ggml.py, quant.py).
 
     1: one Q8 step per 32-block, llama.cpp's numerics; 2: its rounding residual quantised again
-    (closer to fp32, twice the integer work of every row). "auto": one pass for GGUF blocks where
-    the kernels have no int8 dot product (plain AVX2), where the second pass makes every verify row
-    nearly twice as dear and buys no quality over llama.cpp's; two elsewhere. W8A8 (one scale per
-    row, much coarser than per 32-block) keeps two on "auto" (its one pass costs 4 % perplexity)."""
+    (closer to fp32, twice the integer work of every row). "auto": one pass for GGUF blocks on the
+    compiled kernels: the quality llama.cpp gives the same file (perplexity within 0.5 % of
+    llama.cpp's, benchmarks/gguf_quality_gate.py), while the second pass makes every verify row
+    up to twice as dear (a Qwen2.5-1.5B-shape Q4_K_M on avx512:vnni512: t(16)/t(1) 6.4 with two,
+    3.0 with one). The torch reference keeps two. W8A8 (one scale per row, much coarser than per
+    32-block) keeps two on "auto" (its one pass costs 4 % perplexity)."""
     if passes in (None, "auto"):
-        return 1 if quantization == "gguf" and kernels.module is not None and not kernels.int8_dot else 2
+        return 1 if quantization == "gguf" and kernels.module is not None else 2
     if isinstance(passes, str) and passes.strip() in ("1", "2"):
         return int(passes)
     if isinstance(passes, bool) or passes not in (1, 2):
