@@ -6,7 +6,7 @@ per 32-block) against the fp32 dequantisation of the same file, the model the fi
   1. perplexity on chunks x 512 tokens of Python's pydoc topics (real English prose, offline):
      gguf (two activation passes) within 1 % of fp32, and gguf with an fp16 KV cache (gguf-kv16)
      within 0.1 % of gguf; gguf-1pass (one Q8 pass per 32-block, llama.cpp's numerics, the default
-     on plain AVX2) within 1 % of fp32 and, with llama-cpp-python installed, no more than 0.5 %
+     on the compiled kernels) within 1 % of fp32 and, with llama-cpp-python installed, no more than 0.5 %
      above llama.cpp's own perplexity on the same file and tokens;
   2. teacher-forced top-1 agreement with fp32 over the same tokens: >= 97 % (gguf-kv16 with gguf:
      >= 99 %); gguf-1pass: >= 95 %, and (with llama.cpp) no more than 0.5 points below llama.cpp's
