@@ -143,11 +143,11 @@ inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, c
           const int64_t b1 = std::min(b0 + chunk, B), at = gguf_panel_bytes(fmt, b0);
           const int64_t bytes = gguf_panel_bytes(fmt, b1) - at;
           // The weight stream runs on into the next panel. One tile fetches kPrefetch bytes ahead
-          // of its blocks; several fetch the bytes after the chunk, a share in each tile, so that
-          // the stream flows while every tile runs (not only the first: 1/T of the time)
+          // of its blocks (one row: kGgufPrefetch); several fetch the bytes after the chunk, a share
+          // in each tile, so that the stream flows while every tile runs (not only the first: 1/T of the time)
           const int64_t lines = T == 1 ? (bytes / (b1 - b0) + 63) / 64 : (bytes / 64 + T * (b1 - b0) - 1) / (T * (b1 - b0));
           for (int64_t r = r0, t = 0; r < r1; r += R, ++t) {
-            const uint8_t* pf = T == 1 ? panel + at + kPrefetch : panel + at + bytes + t * (b1 - b0) * lines * 64;
+            const uint8_t* pf = T == 1 ? panel + at + (r1 - r0 == P ? kGgufPrefetch : kPrefetch) : panel + at + bytes + t * (b1 - b0) * lines * 64;
             loop.fn[P - 1][fmt][std::min(R, r1 - r)](panel, b0, b1, xw + r * K4, K4, dx + r * B, xs + r * B,
                                                      xh + r * B, xm + r * B, B, acc + (r - r0) * 32, pf, lines);
           }
