@@ -186,3 +186,24 @@ def test_bad_spm_vocabularies_are_one_line_errors(spm):
         Tokenizer.from_source({**source, "scores": []})
     with pytest.raises(ModelLoadError, match=r"tokenizer.ggml.model 'bert' is not supported.*'llama'"):
         Tokenizer.from_source({**source, "model": "bert"})
+
+
+def test_the_llama_cpp_vocab_cases_script_reads_a_models_folder(spm, tmp_path):
+    """benchmarks/llama_cpp_vocab_cases.py on a folder laid out as llama.cpp's models/ (the trained
+    vocabulary, its cases written with SentencePiece's ids; one case changed: a mismatch)."""
+    import importlib.util as iu
+    import shutil
+
+    sp, path, _ = spm
+    spec = iu.spec_from_file_location("vocab_cases", Path(__file__).parents[2] / "benchmarks" / "llama_cpp_vocab_cases.py")
+    script = iu.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    vocab = tmp_path / "ggml-vocab-trained.gguf"
+    shutil.copy(path, vocab)
+    texts = ["hello world", "    def f(x):\n        return x", "Héllo 日本語"]
+    (tmp_path / (vocab.name + ".inp")).write_text("".join(t + script.SEPARATOR for t in texts), encoding="utf-8")
+    ids = [" ".join(map(str, sp.encode(t))) for t in texts]
+    (tmp_path / (vocab.name + ".out")).write_text("\n".join(ids) + "\n")
+    assert script.check(vocab)[:3] == ("ok", 3, 0)
+    (tmp_path / (vocab.name + ".out")).write_text("\n".join(ids[:2] + ["1 2 3"]) + "\n")
+    assert script.check(vocab)[:3] == ("MISMATCH", 3, 1)

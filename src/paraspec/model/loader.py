@@ -161,6 +161,27 @@ def _gguf_unpermute(w: np.ndarray | GGUFWeight, n_heads: int) -> np.ndarray | GG
     return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def gguf_tokenizer_source(fields: dict) -> dict:
+    """What tokenizer.Tokenizer.from_source needs from a GGUF file's metadata (a vocabulary-only
+    file, without tensors, has all of it)."""
+    field = fields.get
+    return {
+        "kind": "gguf",
+        "model": field("tokenizer.ggml.model"),
+        "pre": field("tokenizer.ggml.pre"),
+        "tokens": field("tokenizer.ggml.tokens") or [],
+        "merges": field("tokenizer.ggml.merges") or [],
+        "scores": field("tokenizer.ggml.scores") or [],            # SentencePiece ('llama') vocabularies
+        "add_space_prefix": field("tokenizer.ggml.add_space_prefix"),
+        "token_type": field("tokenizer.ggml.token_type") or [],
+        "bos_token_id": field("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": field("tokenizer.ggml.eos_token_id"),
+        "eot_token_id": field("tokenizer.ggml.eot_token_id"),
+        "add_bos_token": field("tokenizer.ggml.add_bos_token"),   # None: the pre-tokenizer's default
+        "chat_template": field("tokenizer.chat_template"),
+    }
+
+
 def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
     import gguf
 
@@ -201,7 +222,6 @@ def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
     n_heads = int(field(f"{arch}.attention.head_count"))
     n_kv = int(field(f"{arch}.attention.head_count_kv", n_heads))
     dim = int(field(f"{arch}.embedding_length"))
-    tokens = field("tokenizer.ggml.tokens") or []
     embed = tensor("token_embd.weight", matmul=True)
     head_dim = int(field(f"{arch}.attention.key_length", dim // n_heads))
     rope_freqs = tensor("rope_freqs.weight", required=False)
@@ -249,21 +269,7 @@ def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
     if dequantised:
         logger.info("paraspec: no GGUF kernel for %s; those tensors are dequantised (the Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K "
                     "ones run as stored)", ", ".join(f"{k} ({n} tensors)" for k, n in sorted(dequantised.items())))
-    tok_source = {
-        "kind": "gguf",
-        "model": field("tokenizer.ggml.model"),
-        "pre": field("tokenizer.ggml.pre"),
-        "tokens": tokens,
-        "merges": field("tokenizer.ggml.merges") or [],
-        "scores": field("tokenizer.ggml.scores") or [],            # SentencePiece ('llama') vocabularies
-        "add_space_prefix": field("tokenizer.ggml.add_space_prefix"),
-        "token_type": field("tokenizer.ggml.token_type") or [],
-        "bos_token_id": field("tokenizer.ggml.bos_token_id"),
-        "eos_token_id": field("tokenizer.ggml.eos_token_id"),
-        "eot_token_id": field("tokenizer.ggml.eot_token_id"),
-        "add_bos_token": field("tokenizer.ggml.add_bos_token"),   # None: the pre-tokenizer's default
-        "chat_template": field("tokenizer.chat_template"),
-    }
+    tok_source = gguf_tokenizer_source(reader.fields)
     name = path.stem.split(".")[0] if path.name == DEFAULT_MODEL_FILE else path.stem
     return LoadedModel(args, w, path, name, tok_source, reader.fields, tuple(tensors))
 
