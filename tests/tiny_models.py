@@ -210,3 +210,33 @@ def write_gguf(hf_dir: Path, out: Path, quant: str = "F32", arch_name: str | Non
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+def write_one_layer_gguf(out: Path, n_tokens: int, tokenizer_fields) -> Path:
+    """A GGUF with one tiny random llama layer over `n_tokens` embeddings, so paraspec's loader
+    reads it as a model, and the tokenizer keys `tokenizer_fields(writer)` adds: the vocabulary
+    tests' files."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(out), "llama")
+    dim, hidden = 16, 32
+    for key, v in (("block_count", 1), ("context_length", 256), ("embedding_length", dim),
+                   ("feed_forward_length", hidden), ("attention.head_count", 2), ("attention.head_count_kv", 1)):
+        w.add_uint32(f"llama.{key}", v)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-6)
+    tokenizer_fields(w)
+    rng = np.random.default_rng(0)
+    head_dim = dim // 2
+    shapes = {"token_embd.weight": (n_tokens, dim), "output_norm.weight": (dim,), "blk.0.attn_q.weight": (dim, dim),
+              "blk.0.attn_k.weight": (head_dim, dim), "blk.0.attn_v.weight": (head_dim, dim),
+              "blk.0.attn_output.weight": (dim, dim), "blk.0.ffn_gate.weight": (hidden, dim),
+              "blk.0.ffn_up.weight": (hidden, dim), "blk.0.ffn_down.weight": (dim, hidden),
+              "blk.0.attn_norm.weight": (dim,), "blk.0.ffn_norm.weight": (dim,)}
+    for name, shape in shapes.items():
+        w.add_tensor(name, rng.standard_normal(shape, dtype=np.float32) * 0.1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out

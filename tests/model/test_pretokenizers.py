@@ -16,13 +16,13 @@ import random
 import unicodedata
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from paraspec.errors import ModelLoadError
 from paraspec.model.loader import load_model
 from paraspec.model.tokenizer import IncrementalDetokenizer, Tokenizer
+from tiny_models import write_one_layer_gguf
 
 DATA = Path(__file__).parent / "data"
 FAMILIES = {   # pre name, the package's folder, the llama.cpp reference files, BOS, pad rows
@@ -71,8 +71,6 @@ def write_vocab_gguf(out: Path, tok_dir: Path, pre: str | None, *, add_bos: bool
     """A GGUF with the tokenizer.json's vocabulary laid out as convert_hf_to_gguf.py writes it (added
     tokens: special -> CONTROL, others -> USER_DEFINED; rows past the tokenizer -> [PADn], UNUSED),
     and one tiny random llama layer so paraspec's loader reads it as a model."""
-    import gguf
-
     d = json.loads((tok_dir / "tokenizer.json").read_text())
     vocab, added = d["model"]["vocab"], {a["id"]: a for a in d["added_tokens"]}
     n = max(len(vocab), max(added) + 1) + pad
@@ -82,38 +80,20 @@ def write_vocab_gguf(out: Path, tok_dir: Path, pre: str | None, *, add_bos: bool
     for i, a in added.items():
         tokens[i], types[i] = a["content"], 3 if a["special"] else 4
     ids = {t: i for i, t in enumerate(tokens)}
-    w = gguf.GGUFWriter(str(out), "llama")
-    dim, hidden = 16, 32
-    for key, v in (("block_count", 1), ("context_length", 256), ("embedding_length", dim),
-                   ("feed_forward_length", hidden), ("attention.head_count", 2), ("attention.head_count_kv", 1)):
-        w.add_uint32(f"llama.{key}", v)
-    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-6)
-    w.add_string("tokenizer.ggml.model", "gpt2")
-    if pre is not None:
-        w.add_string("tokenizer.ggml.pre", pre)
-    w.add_array("tokenizer.ggml.tokens", tokens)
-    w.add_array("tokenizer.ggml.token_type", types)
-    w.add_array("tokenizer.ggml.merges", [m if isinstance(m, str) else " ".join(m) for m in d["model"]["merges"]])
-    if bos is not None:
-        w.add_uint32("tokenizer.ggml.bos_token_id", ids[bos])
-    if eos is not None:
-        w.add_uint32("tokenizer.ggml.eos_token_id", ids[eos])
-    if add_bos is not None:
-        w.add_bool("tokenizer.ggml.add_bos_token", add_bos)
-    rng = np.random.default_rng(0)
-    head_dim = dim // 2
-    shapes = {"token_embd.weight": (n, dim), "output_norm.weight": (dim,), "blk.0.attn_q.weight": (dim, dim),
-              "blk.0.attn_k.weight": (head_dim, dim), "blk.0.attn_v.weight": (head_dim, dim),
-              "blk.0.attn_output.weight": (dim, dim), "blk.0.ffn_gate.weight": (hidden, dim),
-              "blk.0.ffn_up.weight": (hidden, dim), "blk.0.ffn_down.weight": (dim, hidden),
-              "blk.0.attn_norm.weight": (dim,), "blk.0.ffn_norm.weight": (dim,)}
-    for name, shape in shapes.items():
-        w.add_tensor(name, rng.standard_normal(shape, dtype=np.float32) * 0.1)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return out
+    def fields(w):
+        w.add_string("tokenizer.ggml.model", "gpt2")
+        if pre is not None:
+            w.add_string("tokenizer.ggml.pre", pre)
+        w.add_array("tokenizer.ggml.tokens", tokens)
+        w.add_array("tokenizer.ggml.token_type", types)
+        w.add_array("tokenizer.ggml.merges", [m if isinstance(m, str) else " ".join(m) for m in d["model"]["merges"]])
+        if bos is not None:
+            w.add_uint32("tokenizer.ggml.bos_token_id", ids[bos])
+        if eos is not None:
+            w.add_uint32("tokenizer.ggml.eos_token_id", ids[eos])
+        if add_bos is not None:
+            w.add_bool("tokenizer.ggml.add_bos_token", add_bos)
+    return write_one_layer_gguf(out, n, fields)
 
 
 def _gguf_tokenizer(path: Path) -> Tokenizer:

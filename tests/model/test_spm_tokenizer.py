@@ -16,7 +16,6 @@ import os
 import random
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -24,6 +23,7 @@ from paraspec.errors import ModelLoadError
 from paraspec.model.loader import load_model
 from paraspec.model.tokenizer import IncrementalDetokenizer, Tokenizer
 from test_pretokenizers import POOL, TEXTS
+from tiny_models import write_one_layer_gguf
 
 SRC = Path(__file__).parents[2] / "src" / "paraspec"
 DATA = Path(__file__).parent / "data"
@@ -50,7 +50,6 @@ def _corpus() -> list[str]:
 def spm(tmp_path_factory):
     """(the sentencepiece processor, the GGUF path, paraspec's tokenizer from the GGUF)."""
     _require("sentencepiece", "the reference tokenizer, in the [test] extra")
-    import gguf
     import sentencepiece
 
     tmp = tmp_path_factory.mktemp("spm")
@@ -71,34 +70,19 @@ def spm(tmp_path_factory):
              else 4 if sp.id_to_piece(i) == USER_DEFINED else 5 if sp.is_unused(i) else 1
              for i in range(n)] + [5] * 3
     path = tmp / "spm.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
-    dim, hidden = 16, 32
-    for key, v in (("block_count", 1), ("context_length", 256), ("embedding_length", dim),
-                   ("feed_forward_length", hidden), ("attention.head_count", 2), ("attention.head_count_kv", 1)):
-        w.add_uint32(f"llama.{key}", v)
-    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-6)
-    w.add_string("tokenizer.ggml.model", "llama")
-    w.add_string("tokenizer.ggml.pre", "default")
-    w.add_array("tokenizer.ggml.tokens", tokens)
-    w.add_array("tokenizer.ggml.scores", scores)
-    w.add_array("tokenizer.ggml.token_type", types)
-    w.add_uint32("tokenizer.ggml.bos_token_id", sp.bos_id())
-    w.add_uint32("tokenizer.ggml.eos_token_id", sp.eos_id())
-    w.add_uint32("tokenizer.ggml.unknown_token_id", sp.unk_id())
-    w.add_string("tokenizer.chat_template", "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}"
-                 "[INST] {{ m['content'] }} [/INST]{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}")
-    rng = np.random.default_rng(0)
-    shapes = {"token_embd.weight": (len(tokens), dim), "output_norm.weight": (dim,),
-              "blk.0.attn_q.weight": (dim, dim), "blk.0.attn_k.weight": (dim // 2, dim),
-              "blk.0.attn_v.weight": (dim // 2, dim), "blk.0.attn_output.weight": (dim, dim),
-              "blk.0.ffn_gate.weight": (hidden, dim), "blk.0.ffn_up.weight": (hidden, dim),
-              "blk.0.ffn_down.weight": (dim, hidden), "blk.0.attn_norm.weight": (dim,), "blk.0.ffn_norm.weight": (dim,)}
-    for name, shape in shapes.items():
-        w.add_tensor(name, rng.standard_normal(shape, dtype=np.float32) * 0.1)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+
+    def fields(w):
+        w.add_string("tokenizer.ggml.model", "llama")
+        w.add_string("tokenizer.ggml.pre", "default")
+        w.add_array("tokenizer.ggml.tokens", tokens)
+        w.add_array("tokenizer.ggml.scores", scores)
+        w.add_array("tokenizer.ggml.token_type", types)
+        w.add_uint32("tokenizer.ggml.bos_token_id", sp.bos_id())
+        w.add_uint32("tokenizer.ggml.eos_token_id", sp.eos_id())
+        w.add_uint32("tokenizer.ggml.unknown_token_id", sp.unk_id())
+        w.add_string("tokenizer.chat_template", "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}"
+                     "[INST] {{ m['content'] }} [/INST]{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}")
+    write_one_layer_gguf(path, len(tokens), fields)
     source = load_model(path, torch.float32).tokenizer_source
     return sp, path, source
 
