@@ -11,7 +11,8 @@ last position. --llamacpp: llama.cpp (llama-cpp-python, the same GGUF file, the 
 Medians of --repeats runs, the systems interleaved so drift hits all alike.
 
     python benchmarks/prefill.py --roads [--model default] [--kernels avx512:amx] [--threads 2]
-    python benchmarks/prefill.py --attention-roads [--model default]
+        [--activation-passes 1|2] [--sizes 64,128,256,512]
+    python benchmarks/prefill.py --attention-roads [--model default] [--contexts 0,1536] [--attention-sizes 64,512]
 
 The roads a prompt chunk takes, on GGUF weights in the model's default numerics (was
 prompt_rows.py). --roads: where the dense road starts to pay: forward(prompt=True) over a chunk of
@@ -51,13 +52,17 @@ def main() -> None:
     ap.add_argument("--model", default="default", help="with --roads / --attention-roads: default, a path, q4_k_m...")
     ap.add_argument("--kernels", default="auto", help="a kernel path label (avx2:avx2, ...)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--activation-passes", default="auto", help="with --roads: int8 activation passes (auto, 1, 2)")
+    ap.add_argument("--contexts", default="0,256,768,1536", help="with --attention-roads: cached keys before the chunk")
+    ap.add_argument("--attention-sizes", default="16,32,64,128,256,512", help="with --attention-roads: chunk sizes (rows)")
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="with --roads: chunk sizes (rows)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.roads or args.attention_roads:
         from paraspec import LLM
         from paraspec.model.gguf_requant import bench_model
-        llm = LLM(bench_model(args.model), kernels=args.kernels)
+        llm = LLM(bench_model(args.model), kernels=args.kernels, activation_passes=args.activation_passes)
         return (attention_roads if args.attention_roads else linear_roads)(llm, args)
 
     from paraspec import LLM
@@ -134,8 +139,8 @@ def linear_roads(llm, a) -> None:
     from paraspec.model.transformer import SeqInput
     m, saved = llm.model, dict(ggml.PROMPT_ROWS)
     print(f"{a.model}: {llm.config.dtype} + {llm.config.quantization}, kernels {m.kernels.label}, {torch.get_num_threads()} threads; "
-          f"dense from {ggml.prompt_rows(m.kernels)} rows")
-    for n in SIZES:
+          f"dense from {ggml.prompt_rows(m.kernels, m.activation_passes)} rows")
+    for n in (int(x) for x in a.sizes.split(",")):
         times: dict[str, list[float]] = {"dense": [], "kernel": []}
         for _ in range(a.repeats):
             for road, rows in (("dense", 1), ("kernel", 10 ** 9)):
@@ -156,8 +161,8 @@ def attention_roads(llm, a) -> None:
     from paraspec.model.transformer import SeqInput
     m, reps = llm.model, a.repeats
     saved = transformer.PROMPT_ATTENTION_ROWS, transformer.PROMPT_ATTENTION_KEYS
-    for ctx in (0, 256, 768, 1536):
-        for n in (16, 32, 64, 128, 256, 512):
+    for ctx in (int(x) for x in a.contexts.split(",")):
+        for n in (int(x) for x in a.attention_sizes.split(",")):
             times: dict[str, list[float]] = {"torch": [], "csrc": []}
             cache = m.new_cache(ctx + n + 8)
             if ctx:

@@ -172,12 +172,15 @@ def test_long_prompt_parallel_decoding_identical(prompt_models, kernels, quant, 
     assert (dense - integer).abs().max() < 0.05 * integer.abs().max()
 
 
-def test_one_pass_prompts_stay_on_the_kernel_without_an_int8_dot():
-    """Where the GGUF loop has no int8 dot (plain AVX2) and runs one activation pass, the dense
-    road's fp32 FMAs are slower than the integer kernel at every chunk size: no threshold."""
+def test_one_pass_prompts_stay_on_the_kernel_except_on_amx():
+    """With one activation pass the integer kernel's rows are cheap enough that the dense road
+    loses at every chunk size (plain AVX2's fp32 FMAs, and Zen 4's AVX512-BF16 matmul too): no
+    threshold, except on AMX, whose bf16 tiles win tall chunks. Two passes keep thresholds."""
     from paraspec.model.kernels import Kernels
-    plain = Kernels("avx2", object(), "avx2")
-    vnni = Kernels("avx512", object(), "vnni512")
-    assert ggml.prompt_rows(plain, 1) == ggml.NEVER
-    assert ggml.prompt_rows(plain, 2) == ggml.PROMPT_ROWS[""]
-    assert ggml.prompt_rows(vnni, 1) == ggml.prompt_rows(vnni, 2) == ggml.PROMPT_ROWS["vnni512"]
+    plain, vnni, amx = (Kernels(isa, object(), v) for isa, v in
+                        (("avx2", "avx2"), ("avx512", "vnni512"), ("avx512", "amx")))
+    assert ggml.prompt_rows(plain, 1) == ggml.prompt_rows(vnni, 1) == ggml.NEVER
+    assert ggml.prompt_rows(Kernels("avx2", object(), "avxvnni"), 1) == ggml.NEVER
+    assert ggml.prompt_rows(plain, 2) == ggml.prompt_rows(vnni, 2) == 256
+    assert ggml.prompt_rows(amx, 1) == ggml.prompt_rows(amx, 2) == 128
+    assert ggml.prompt_rows(Kernels("avx512", object(), "a-future-variant"), 1) == ggml.NEVER

@@ -37,10 +37,10 @@ Prompt chunks of prompt_rows() rows or more take another road: a prompt is compu
 bandwidth-bound, and needs no row invariance (every decoding mode starts from the same prefill).
 The kernel writes the layer's weight back to a plain [N, K] matrix in a reused scratch buffer
 (csrc/gguf_dequant.h, the values dequantize() gives, in every format) and torch's matmul runs it:
-bf16 through oneDNN where the CPU multiplies bf16 natively (AMX, AVX512-BF16), fp32 elsewhere. On
-the bundled model this made a 256-token chunk's linears several times faster (benchmarks/prefill.py);
-on its Q4_K_M requantisation (mostly Q5_0) a 1000-token TTFT 1.4-1.9x shorter (benchmarks/prefill.py
---roads --model q4_k_m times the two roads).
+bf16 through oneDNN where the CPU multiplies bf16 natively (AMX, AVX512-BF16), fp32 elsewhere.
+Which road is faster depends on the kernel's cost per row, so on the activation passes: with two,
+the dense road won chunks from 128 rows on AMX and from ~256 elsewhere; with one (the default) only
+AMX's tiles beat the integer kernel (PROMPT_ROWS; benchmarks/prefill.py --roads times the two roads).
 """
 from __future__ import annotations
 
@@ -62,21 +62,24 @@ FORMATS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q4_K": 4, "Q6_K": 5}   #
 PANEL = 32                                           # output channels per packed panel
 DENSE_KINDS = tuple(FORMATS)             # the formats csrc/gguf_dequant.h writes back: all
 # Rows from which a prompt chunk runs dequantised weights through torch's matmul (module doc), per
-# kernel variant. That road pays a dequantisation of the whole weight per chunk, the integer kernel
-# a cost per row, so where rows are cheap (AMX tiles) the kernel wins taller chunks; on AVX2 the
-# dense road multiplies in fp32 and hardly ever wins (benchmarks/prefill.py --roads measures both).
-PROMPT_ROWS = {"amx": 128, "vnni512": 80, "": 256}
-# ... except with one activation pass on kernels without an int8 dot instruction: there the dense
-# road's fp32 FMAs lost to the integer kernel at every chunk size (AVX2, 1 thread: 0.31x its time
-# at 64 rows, 0.71x at 256; docs/verify-cost-breakdown.md), so prompts stay on the kernel.
+# (kernel variant, int8 activation passes). That road pays a dequantisation of the whole weight per
+# chunk, the integer kernel a cost per row, so the dense road wins only where torch multiplies far
+# faster than the kernel's int8 rows (benchmarks/prefill.py --roads measures both; docs/benchmarks.md):
+# - AMX: oneDNN's bf16 tiles, from 128 rows (measured under two passes);
+# - vnni512 (Zen 4, with AVX512-BF16 for the dense road): two passes from 256 rows; one pass (the
+#   default) never: the kernel took 0.30-0.76x the dense road's time at 64-512 rows on the bundled
+#   model, its Q4_K_M and a Qwen2.5-1.5B-shape Q4_K_M;
+# - AVX2 with or without AVX-VNNI: two passes from 256 rows; one pass never: the dense road's fp32
+#   FMAs lost at every chunk size on plain AVX2 (0.31x at 64 rows, 0.71x at 256), and an int8 dot
+#   only makes the kernel's rows cheaper.
 NEVER = 1 << 62
+PROMPT_ROWS = {("amx", 1): 128, ("amx", 2): 128, ("vnni512", 1): NEVER, ("vnni512", 2): 256,
+               ("avxvnni", 1): NEVER, ("avxvnni", 2): 256, ("avx2", 1): NEVER, ("avx2", 2): 256}
 
 
 def prompt_rows(kernels: Kernels, passes: int = 2) -> int:
     """The row count from which a prompt chunk takes the dense road on these kernels."""
-    if passes == 1 and not kernels.int8_dot:
-        return NEVER
-    return PROMPT_ROWS.get(kernels.w8a8_variant, PROMPT_ROWS[""])
+    return PROMPT_ROWS.get((kernels.w8a8_variant, passes), NEVER if passes == 1 else 256)
 
 
 @dataclass
