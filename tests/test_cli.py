@@ -22,12 +22,25 @@ def _cli(*args, timeout=120):
     (["generate", "--quantization", "int3", "hi"], "quantization"),
     (["generate", "--threads", "-1", "hi"], "num_threads=-1 is invalid"),
 ])
-def test_user_errors_exit_2_with_one_line(args, needle):
-    run = _cli(*args)
-    assert run.returncode == 2
-    lines = [line for line in run.stderr.strip().splitlines() if line.strip()]
-    assert len(lines) <= 2 and needle in run.stderr, run.stderr      # argparse adds a usage line
-    assert "Traceback" not in run.stderr
+def test_user_errors_exit_2_with_one_line(args, needle, capsys):
+    # in this process (cli.main, as `python -m paraspec.cli` runs it: an exception other than a
+    # user error would fail the test as it would print a traceback); the next test runs the
+    # command itself
+    from paraspec import cli
+    try:
+        code = cli.main(list(args))
+    except SystemExit as e:          # argparse's own errors
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) <= 2 and needle in err, err      # argparse adds a usage line
+
+
+def test_a_user_error_from_the_command_itself_is_one_line_and_exit_2():
+    run = _cli("generate", "--model", "/no/such/model.gguf", "hi")
+    assert run.returncode == 2 and "does not exist" in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
 
 
 @pytest.mark.parametrize("plugin", [[], ["--plugin", "memory_decoding"]])
