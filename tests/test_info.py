@@ -10,9 +10,13 @@ def test_json_report_names_features_kernels_and_default_numerics(capsys):
     r = json.loads(capsys.readouterr().out)
     assert r["kernels"] == kernels.default().label
     assert set(r["features"]) <= set(kernels.SHOWN)
-    assert {"decode/verify attention", "decode/verify linear", "w8a8 linear", "gguf linear", "prompt linear"} <= set(r["ops"])
+    assert {"decode/verify attention", "decode/verify linear", "w8a8 linear", "gguf linear", "prompt linear",
+            "gguf prompt linear"} <= set(r["ops"])
     if kernels.default().module is not None:
         assert r["gguf_numerics"]["quantization"] == "gguf"
+        from paraspec.model import ggml
+        tall = ggml.prompt_rows(kernels.default(), 1)        # one pass: the GGUF default here
+        assert ("any height" if tall >= ggml.NEVER else f"under {tall} rows") in r["ops"]["gguf prompt linear"]
     n = kernels.default_numerics()
     assert (r["default_numerics"]["dtype"], r["default_numerics"]["quantization"]) == (n.dtype, n.quantization)
     assert set(r["not_running"]) | {k.name for k in kernels.runnable()} >= set(kernels.ISAS)

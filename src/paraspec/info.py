@@ -57,11 +57,15 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
     import torch
 
     from .model import kernels as cpu_kernels
-    from .model.transformer import PROMPT_ATTENTION_KEYS, PROMPT_ATTENTION_ROWS
+    from .model.ggml import NEVER, prompt_rows
+    from .model.transformer import PROMPT_ATTENTION_KEYS, PROMPT_ATTENTION_ROWS, PROMPT_ATTENTION_ROWS_AVX2
     k = kernels or cpu_kernels.default()
     compiled = k.module is not None
     numerics = cpu_kernels.default_numerics(k)
     gguf = cpu_kernels.gguf_numerics(k) if compiled else None
+    rows_attn = PROMPT_ATTENTION_ROWS_AVX2 if k.name == "avx2" else PROMPT_ATTENTION_ROWS
+    passes = cpu_kernels.resolve_activation_passes("auto", k, "gguf")
+    gguf_rows = prompt_rows(k, passes) if compiled else NEVER
     return {
         "cpu": cpu_name(), "machine": platform.machine(), "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -72,7 +76,7 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
         "not_running": {isa: cpu_kernels.why_not(isa) for isa in cpu_kernels.ISAS if cpu_kernels.why_not(isa)},
         "ops": {
             "decode/verify attention": f"csrc attention, {k.name}" if compiled else "torch (fp64 sums over key chunks)",
-            "prompt attention": (f"csrc attention for chunks under {PROMPT_ATTENTION_ROWS} rows over at most "
+            "prompt attention": (f"csrc attention for chunks{_under(rows_attn)} over at most "
                                  f"{PROMPT_ATTENTION_KEYS} keys, else " if compiled else "") +
             "torch fp32 (prefill needs no row invariance)",
             # the amx variant's tiles serve GGUF blocks only: its W8A8 calls run vnni512's loop
@@ -84,11 +88,20 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
                                                               if k.w8a8_variant == "amx" else "")
                             if compiled else "none: a GGUF file is dequantised to bf16/fp32"),
             "prompt linear": f"torch: bf16 {_torch_linear('bfloat16')}, fp32 F.linear",
+            "gguf prompt linear": (f"csrc gguf blocks for chunks{_under(gguf_rows)}"
+                                   + ("" if gguf_rows >= NEVER else ", else its weights dequantised through torch's matmul")
+                                   + f" ({passes} int8 activation pass{'es' if passes > 1 else ''})")
+            if compiled else "none: a GGUF file is dequantised to bf16/fp32",
         },
         "default_numerics": {"dtype": numerics.dtype, "quantization": numerics.quantization, "why": numerics.why},
         "gguf_numerics": None if gguf is None else
         {"dtype": gguf.dtype, "quantization": gguf.quantization, "why": gguf.why},
     }
+
+
+def _under(rows: int) -> str:
+    """' under N rows', or '' where no height is too tall ("of any height")."""
+    return f" under {rows} rows" if rows < 1 << 29 else " of any height"
 
 
 def measure_cost(model: str, kernels: Kernels) -> dict:
