@@ -3,6 +3,7 @@ the cache swapped), on the bundled model:
 
     python benchmarks/prefix_cache.py                       # prefill chunks of 256 (the default) and 64
     python benchmarks/prefix_cache.py --chunks 256 --repeats 1 --out /tmp/prefix_cache.json
+    python benchmarks/prefix_cache.py --chunks 256 --system-repeat 8   # a ~2,200-token system prompt
 
   * conversation: a 5-turn chat (a system prompt, then each user turn sent with every earlier turn
     and answer, as a chat client does); TTFT per turn.
@@ -58,10 +59,10 @@ def conversation(llm: LLM, max_tokens: int) -> list[dict]:
     return out
 
 
-def system_prompt(llm: LLM, max_tokens: int, questions: int) -> list[dict]:
-    out = []
+def system_prompt(llm: LLM, max_tokens: int, questions: int, repeat: int = 1) -> list[dict]:
+    out, system = [], SYSTEM * repeat
     for q in QUESTIONS[:questions]:
-        ttft, prompt, cached, tokens, _ = _ttft(llm, [{"role": "system", "content": SYSTEM},
+        ttft, prompt, cached, tokens, _ = _ttft(llm, [{"role": "system", "content": system},
                                                      {"role": "user", "content": q}], max_tokens)
         out.append(dict(ttft_s=ttft, prompt_tokens=prompt, cached_tokens=cached, tokens=tokens))
     return out
@@ -75,6 +76,8 @@ def main() -> int:
     ap.add_argument("--questions", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=32, help="tokens per answer (TTFT is measured; the answers make the conversation grow)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--system-repeat", type=int, default=1,
+                    help="the system prompt this many times over (8: ~2,200 tokens, a long shared prefix)")
     ap.add_argument("--out", default=None, help="write every measurement as JSON here")
     a = ap.parse_args()
     llm = LLM(a.model, num_threads=a.threads)
@@ -87,7 +90,7 @@ def main() -> int:
                 for mode in ("off", "on"):          # interleaved: the machine's drift hits both alike
                     llm.engine.prefix_cache = PrefixCache(0 if mode == "off" else 256)     # empty each run
                     runs[mode].append(conversation(llm, a.max_tokens) if workload == "conversation"
-                                      else system_prompt(llm, a.max_tokens, a.questions))
+                                      else system_prompt(llm, a.max_tokens, a.questions, a.system_repeat))
             same &= all([t["tokens"] for t in r] == [t["tokens"] for t in runs["off"][0]] for m in runs.values() for r in m)
             # the conversation: turns 2-5 (turn 1 has nothing to reuse); the system prompt: questions 2-N
             for mode, rs in runs.items():

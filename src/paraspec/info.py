@@ -58,12 +58,11 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
 
     from .model import kernels as cpu_kernels
     from .model.ggml import NEVER, prompt_rows
-    from .model.transformer import PROMPT_ATTENTION_KEYS, PROMPT_ATTENTION_ROWS, PROMPT_ATTENTION_ROWS_AVX2
+    from .model.transformer import PROMPT_ATTENTION_KEYS, PROMPT_ATTENTION_ROWS
     k = kernels or cpu_kernels.default()
     compiled = k.module is not None
     numerics = cpu_kernels.default_numerics(k)
     gguf = cpu_kernels.gguf_numerics(k) if compiled else None
-    rows_attn = PROMPT_ATTENTION_ROWS_AVX2 if k.name == "avx2" else PROMPT_ATTENTION_ROWS
     passes = cpu_kernels.resolve_activation_passes("auto", k, "gguf")
     gguf_rows = prompt_rows(k, passes) if compiled else NEVER
     return {
@@ -76,8 +75,9 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
         "not_running": {isa: cpu_kernels.why_not(isa) for isa in cpu_kernels.ISAS if cpu_kernels.why_not(isa)},
         "ops": {
             "decode/verify attention": f"csrc attention, {k.name}" if compiled else "torch (fp64 sums over key chunks)",
-            "prompt attention": (f"csrc attention for chunks{_under(rows_attn)} over at most "
-                                 f"{PROMPT_ATTENTION_KEYS} keys, else " if compiled else "") +
+            "prompt attention": (f"csrc attention for chunks under {PROMPT_ATTENTION_ROWS} rows"
+                                 + (f" and any chunk over at most {PROMPT_ATTENTION_KEYS} keys" if k.name == "avx2" else "")
+                                 + ", else " if compiled else "") +
             "torch fp32 (prefill needs no row invariance)",
             # the amx variant's tiles serve GGUF blocks only: its W8A8 calls run vnni512's loop
             "w8a8 linear": (f"csrc w8a8, {k.name}:vnni512 (AMX tiles are for GGUF blocks)" if k.w8a8_variant == "amx"

@@ -77,3 +77,21 @@ def test_prompt_attention_matches_transformers_also_in_chunks(tiny_model_dir, ar
     with pytest.raises(ValueError, match="causal"):
         model.forward(ids[:4], torch.arange(4), [SeqInput(model.new_cache(8), 4, torch.ones(4, 4, dtype=torch.bool))],
                       prompt=True)
+
+
+def test_a_short_chunk_over_a_long_cache_matches_transformers(tiny_model_dir):
+    """A short prompt chunk after more than PROMPT_ATTENTION_KEYS cached keys (a new turn after a
+    reused prefix) attends through the csrc kernel where it is built, the torch road elsewhere:
+    either way transformers' logits."""
+    from paraspec.model import transformer
+    ref, model = _pair(tiny_model_dir("llama", max_position_embeddings=1280))
+    n = transformer.PROMPT_ATTENTION_KEYS + 100
+    ids = torch.randint(0, model.args.vocab_size, (n + 20,), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = ref(ids[None]).logits[0]
+    cache = model.new_cache(n + 32)
+    model.forward(ids[:n], torch.arange(n), [SeqInput(cache, n)], prompt=True)
+    cache.commit(range(n))
+    assert 20 < transformer.PROMPT_ATTENTION_ROWS
+    got = model.forward(ids[n:], torch.arange(n, n + 20), [SeqInput(cache, 20)], prompt=True)
+    assert (got - want[n:]).abs().max() < 1e-4

@@ -211,13 +211,15 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     return out.view(n_heads, rows, head_dim)[:, :n_q].transpose(0, 1).reshape(n_q, n_heads * head_dim)
 
 
-# Prompt chunks shorter than PROMPT_ATTENTION_ROWS over at most PROMPT_ATTENTION_KEYS keys attend
-# through the csrc kernel (forward): torch's per-layer op overhead dominates a short chunk; taller
-# chunks or longer caches are faster in torch (benchmarks/prefill.py --attention-roads). On the
-# AVX2 kernels, against torch's AVX2 matmuls, the kernel was faster at every chunk height up to
-# 256 rows after 0-768 keys (0.80-0.98x torch's time, 1 thread): any height there.
+# Prompt chunks shorter than PROMPT_ATTENTION_ROWS attend through the csrc kernel (forward), over
+# any context: torch's per-layer op overhead dominates a short chunk, and a short chunk over a long
+# cache (a new turn after a reused prefix) is a verify step's shape, which the kernel is built for
+# (Zen 4, 16-64 rows after 1,536-7,168 keys: 0.59-0.97x torch's time on four model shapes;
+# benchmarks/prefill.py --attention-roads). Taller chunks are level or faster in torch, except on
+# the AVX2 kernels against torch's AVX2 matmuls: there the kernel was faster at every chunk height
+# up to 256 rows after 0-768 keys (0.80-0.98x, 1 thread) and level at 512 rows after 1,536, so
+# chunks of any height over at most PROMPT_ATTENTION_KEYS keys take it.
 PROMPT_ATTENTION_ROWS = 64
-PROMPT_ATTENTION_ROWS_AVX2 = 1 << 30
 PROMPT_ATTENTION_KEYS = 1024
 PROMPT_BLOCK = 64   # query rows per block of prompt_attention: a block's scores stay in cache
 
@@ -346,9 +348,8 @@ class Transformer:
                 raise ValueError(f"tree_mask has shape {tuple(s.tree_mask.shape)}; it must cover the "
                                  f"{s.num_tokens} new rows and the slots from {s.start} to the last new one")
         n_tokens = tokens.shape[0]
-        tall = PROMPT_ATTENTION_ROWS_AVX2 if self.kernels.name == "avx2" else PROMPT_ATTENTION_ROWS
-        short = prompt and n_tokens < tall and all(  # short chunks: the csrc kernel
-            s.cache.length + s.num_tokens <= PROMPT_ATTENTION_KEYS for s in seqs)
+        short = prompt and (n_tokens < PROMPT_ATTENTION_ROWS or (  # these chunks: the csrc kernel
+            self.kernels.name == "avx2" and all(s.cache.length + s.num_tokens <= PROMPT_ATTENTION_KEYS for s in seqs)))
         kernel = self.kernels.rope_attention if not prompt or short else None
         group = n_heads // n_kv
         biases = [None if kernel else prompt_bias(s.cache, s.num_tokens, group) if prompt else
