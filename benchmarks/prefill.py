@@ -3,7 +3,7 @@ decode attention it replaced for prompts, and transformers' forward, same prompt
 
     python benchmarks/prefill.py [--lengths 128,512,1024,2048] [--repeats 3] [--dtype auto] [--llamacpp]
 
-paraspec prefills in chunks of 512 tokens (ModelRunner.prefill_chunk); "row-invariant" runs the
+paraspec prefills in chunks of ModelRunner.prefill_chunk tokens (256 by default); "row-invariant" runs the
 same chunks through forward(prompt=False), the fp64-sum attention that draft verification needs
 and a prompt does not. transformers: one forward over the prompt (use_cache=True), logits of the
 last position. --llamacpp: llama.cpp (llama-cpp-python, the same GGUF file, the same tokens,
@@ -160,7 +160,7 @@ def attention_roads(llm, a) -> None:
     from paraspec.model import transformer
     from paraspec.model.transformer import SeqInput
     m, reps = llm.model, a.repeats
-    saved = transformer.PROMPT_ATTENTION_ROWS, transformer.PROMPT_ATTENTION_KEYS
+    saved = dict(transformer.PROMPT_ATTENTION_ROWS), transformer.PROMPT_ATTENTION_KEYS
     for ctx in (int(x) for x in a.contexts.split(",")):
         for n in (int(x) for x in a.attention_sizes.split(",")):
             times: dict[str, list[float]] = {"torch": [], "csrc": []}
@@ -172,7 +172,8 @@ def attention_roads(llm, a) -> None:
             for _ in range(reps):
                 for road in times:
                     limit = 0 if road == "torch" else 10 ** 9
-                    transformer.PROMPT_ATTENTION_ROWS = transformer.PROMPT_ATTENTION_KEYS = limit
+                    transformer.PROMPT_ATTENTION_ROWS = {isa: limit for isa in saved[0]}
+                    transformer.PROMPT_ATTENTION_KEYS = limit
                     t0 = time.perf_counter()
                     m.forward(torch.randint(100, 1000, (n,)), torch.arange(ctx, ctx + n), [SeqInput(cache, n)],
                               torch.tensor([n - 1]), prompt=True)

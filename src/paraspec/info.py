@@ -75,7 +75,7 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
         "not_running": {isa: cpu_kernels.why_not(isa) for isa in cpu_kernels.ISAS if cpu_kernels.why_not(isa)},
         "ops": {
             "decode/verify attention": f"csrc attention, {k.name}" if compiled else "torch (fp64 sums over key chunks)",
-            "prompt attention": (f"csrc attention for chunks under {PROMPT_ATTENTION_ROWS} rows"
+            "prompt attention": (f"csrc attention for chunks of at most {PROMPT_ATTENTION_ROWS.get(k.name, 0)} rows"
                                  + (f" and any chunk over at most {PROMPT_ATTENTION_KEYS} keys" if k.name == "avx2" else "")
                                  + ", else " if compiled else "") +
             "torch fp32 (prefill needs no row invariance)",

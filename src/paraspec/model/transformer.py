@@ -211,15 +211,18 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     return out.view(n_heads, rows, head_dim)[:, :n_q].transpose(0, 1).reshape(n_q, n_heads * head_dim)
 
 
-# Prompt chunks shorter than PROMPT_ATTENTION_ROWS attend through the csrc kernel (forward), over
-# any context: torch's per-layer op overhead dominates a short chunk, and a short chunk over a long
-# cache (a new turn after a reused prefix) is a verify step's shape, which the kernel is built for
-# (Zen 4, 16-64 rows after 1,536-7,168 keys: 0.59-0.97x torch's time on four model shapes;
-# benchmarks/prefill.py --attention-roads). Taller chunks are level or faster in torch, except on
-# the AVX2 kernels against torch's AVX2 matmuls: there the kernel was faster at every chunk height
-# up to 256 rows after 0-768 keys (0.80-0.98x, 1 thread) and level at 512 rows after 1,536, so
-# chunks of any height over at most PROMPT_ATTENTION_KEYS keys take it.
-PROMPT_ATTENTION_ROWS = 64
+# Prompt chunks of at most PROMPT_ATTENTION_ROWS[kernels] rows (the default prefill chunk is 256)
+# attend through the csrc kernel (forward), over any context: torch's per-layer op overhead
+# dominates a short chunk, and a short chunk over a long cache (a new turn after a reused prefix)
+# is a verify step's shape. Whole chunk forwards, csrc / torch (benchmarks/prefill.py
+# --attention-roads): on AVX-512, Zen 4 0.59-0.97 at 16-64 rows after 1,536-7,168 keys and
+# 0.71-1.00 at 128-256 rows on four model shapes (a Qwen2.5-1.5B shape: 0.99-1.12 at 512 rows),
+# Sapphire Rapids 0.94-1.07 at 128-256 rows after 0-768 keys; on the AVX2 kernels against torch's
+# AVX2 matmuls (Zen 4, emulated) 0.76-0.99 at 64 rows after 1,536-3,584 keys, but 1.11-1.15 at 256
+# rows on the 1.5B shape. The AVX2 kernels also take chunks of any height over at most
+# PROMPT_ATTENTION_KEYS keys (0.80-0.98 up to 256 rows after 0-768 keys, 1 thread; level at 512
+# rows after 1,536 on a real Zen 3).
+PROMPT_ATTENTION_ROWS = {"avx512": 256, "avx2": 64}
 PROMPT_ATTENTION_KEYS = 1024
 PROMPT_BLOCK = 64   # query rows per block of prompt_attention: a block's scores stay in cache
 
@@ -348,7 +351,7 @@ class Transformer:
                 raise ValueError(f"tree_mask has shape {tuple(s.tree_mask.shape)}; it must cover the "
                                  f"{s.num_tokens} new rows and the slots from {s.start} to the last new one")
         n_tokens = tokens.shape[0]
-        short = prompt and (n_tokens < PROMPT_ATTENTION_ROWS or (  # these chunks: the csrc kernel
+        short = prompt and (n_tokens <= PROMPT_ATTENTION_ROWS.get(self.kernels.name, 0) or (  # the csrc kernel
             self.kernels.name == "avx2" and all(s.cache.length + s.num_tokens <= PROMPT_ATTENTION_KEYS for s in seqs)))
         kernel = self.kernels.rope_attention if not prompt or short else None
         group = n_heads // n_kv
