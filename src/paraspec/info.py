@@ -100,7 +100,7 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
 
 
 def _under(rows: int) -> str:
-    """' under N rows', or '' where no height is too tall ("of any height")."""
+    """' under N rows', or ' of any height' where no chunk is tall enough to leave the kernel."""
     return f" under {rows} rows" if rows < 1 << 29 else " of any height"
 
 

@@ -39,8 +39,9 @@ The kernel writes the layer's weight back to a plain [N, K] matrix in a reused s
 (csrc/gguf_dequant.h, the values dequantize() gives, in every format) and torch's matmul runs it:
 bf16 through oneDNN where the CPU multiplies bf16 natively (AMX, AVX512-BF16), fp32 elsewhere.
 Which road is faster depends on the kernel's cost per row, so on the activation passes: with two,
-the dense road won chunks from 128 rows on AMX and from ~256 elsewhere; with one (the default) only
-AMX's tiles beat the integer kernel (PROMPT_ROWS; benchmarks/prefill.py --roads times the two roads).
+the dense road won chunks from 128 rows on AMX and from ~256 elsewhere; with one (the default) it
+lost at every chunk size off AMX, whose threshold stays as tuned under two passes (PROMPT_ROWS;
+benchmarks/prefill.py --roads times the two roads).
 """
 from __future__ import annotations
 

@@ -351,9 +351,9 @@ class Transformer:
                 raise ValueError(f"tree_mask has shape {tuple(s.tree_mask.shape)}; it must cover the "
                                  f"{s.num_tokens} new rows and the slots from {s.start} to the last new one")
         n_tokens = tokens.shape[0]
-        short = prompt and (n_tokens <= PROMPT_ATTENTION_ROWS.get(self.kernels.name, 0) or (  # the csrc kernel
+        on_kernel = prompt and (n_tokens <= PROMPT_ATTENTION_ROWS.get(self.kernels.name, 0) or (  # prompt chunks
             self.kernels.name == "avx2" and all(s.cache.length + s.num_tokens <= PROMPT_ATTENTION_KEYS for s in seqs)))
-        kernel = self.kernels.rope_attention if not prompt or short else None
+        kernel = self.kernels.rope_attention if not prompt or on_kernel else None
         group = n_heads // n_kv
         biases = [None if kernel else prompt_bias(s.cache, s.num_tokens, group) if prompt else
                   attention_bias(s.cache, s.num_tokens, s.tree_mask, group, s.mask_from)
