@@ -1,7 +1,7 @@
 """Prefill (time to first token) on the default model: paraspec's prompt path, the row-invariant
 decode attention it replaced for prompts, and transformers' forward, same prompt and dtype, one run.
 
-    python benchmarks/prefill.py [--lengths 128,512,1024,2048] [--repeats 3] [--dtype auto] [--llamacpp]
+    python benchmarks/prefill.py [--lengths 128,512,1024,2048] [--repeats 3] [--dtype auto] [--llamacpp] [--model PATH]
 
 paraspec prefills in chunks of ModelRunner.prefill_chunk tokens (256 by default); "row-invariant" runs the
 same chunks through forward(prompt=False), the fp64-sum attention that draft verification needs
@@ -49,7 +49,8 @@ def main() -> None:
     ap.add_argument("--llamacpp", action="store_true", help="also llama.cpp's prompt evaluation on the same file")
     ap.add_argument("--roads", action="store_true", help="a chunk's linears: integer kernel vs dense, by chunk size")
     ap.add_argument("--attention-roads", action="store_true", help="a chunk's attention: csrc vs torch, by keys")
-    ap.add_argument("--model", default="default", help="with --roads / --attention-roads: default, a path, q4_k_m...")
+    ap.add_argument("--model", default="default", help="default, a GGUF path, q4_k_m... (a synthetic file's vocabulary "
+                                                        "is random: pass --no-transformers)")
     ap.add_argument("--kernels", default="auto", help="a kernel path label (avx2:avx2, ...)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--activation-passes", default="auto", help="with --roads: int8 activation passes (auto, 1, 2)")
@@ -65,16 +66,20 @@ def main() -> None:
         llm = LLM(bench_model(args.model), kernels=args.kernels, activation_passes=args.activation_passes)
         return (attention_roads if args.attention_roads else linear_roads)(llm, args)
 
+    from pathlib import Path
+
     from paraspec import LLM
+    from paraspec.model.gguf_requant import bench_model
     from paraspec.model.loader import default_model_path
     from paraspec.model.transformer import SeqInput
 
-    llm = LLM(kernels=args.kernels) if args.dtype == "auto" else LLM(dtype=args.dtype, quantization="none", kernels=args.kernels)
+    path = default_model_path() if args.model == "default" else Path(bench_model(args.model))
+    llm = LLM(str(path), kernels=args.kernels) if args.dtype == "auto" else \
+        LLM(str(path), dtype=args.dtype, quantization="none", kernels=args.kernels)
     runner, model = llm.runner, llm.model
     hf = None
     if not args.no_transformers:
         import transformers
-        path = default_model_path()
         hf = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
                                                                dtype=getattr(torch, "bfloat16" if args.dtype == "auto" else args.dtype)).eval()
     gen = torch.Generator().manual_seed(0)
@@ -106,7 +111,7 @@ def main() -> None:
         systems.append(("transformers forward", theirs))
     if args.llamacpp:
         from llama_cpp import Llama
-        peer = Llama(model_path=str(default_model_path()), n_ctx=max(int(x) for x in args.lengths.split(",")) + 64,
+        peer = Llama(model_path=str(path), n_ctx=max(int(x) for x in args.lengths.split(",")) + 64,
                      n_threads=torch.get_num_threads(), n_batch=512, verbose=False)
 
         def llamacpp(ids: list[int]) -> float:
