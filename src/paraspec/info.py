@@ -88,8 +88,9 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
                                                               if k.w8a8_variant == "amx" else "")
                             if compiled else "none: a GGUF file is dequantised to bf16/fp32"),
             "prompt linear": f"torch: bf16 {_torch_linear('bfloat16')}, fp32 F.linear",
-            "gguf prompt linear": (f"csrc gguf blocks for chunks{_under(gguf_rows)}"
-                                   + ("" if gguf_rows >= NEVER else ", else its weights dequantised through torch's matmul")
+            "gguf prompt linear": (("csrc gguf blocks for chunks of any height" if gguf_rows >= NEVER else
+                                    f"csrc gguf blocks for chunks under {gguf_rows} rows, else its weights "
+                                    "dequantised through torch's matmul")
                                    + f" ({passes} int8 activation pass{'es' if passes > 1 else ''})")
             if compiled else "none: a GGUF file is dequantised to bf16/fp32",
         },
@@ -97,11 +98,6 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
         "gguf_numerics": None if gguf is None else
         {"dtype": gguf.dtype, "quantization": gguf.quantization, "why": gguf.why},
     }
-
-
-def _under(rows: int) -> str:
-    """' under N rows', or ' of any height' where no chunk is tall enough to leave the kernel."""
-    return f" under {rows} rows" if rows < 1 << 29 else " of any height"
 
 
 def measure_cost(model: str, kernels: Kernels) -> dict:

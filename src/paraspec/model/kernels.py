@@ -123,13 +123,6 @@ class Kernels:
     def w8a8_linear(self, *args, **kwargs):
         return self.module.w8a8_linear(*args, variant=self.w8a8_variant, **kwargs)
 
-    @property
-    def int8_dot(self) -> bool:
-        """Whether the GGUF loop has a u8 x s8 dot product with int32 sums (VNNI, AVX-VNNI, AMX).
-        Without one (plain AVX2: vpmaddubsw + vpmaddwd, on one multiply pipe on Zen 1-2) every
-        activation pass is a whole second set of multiplies for each verify row."""
-        return self.module is not None and self.w8a8_variant != "avx2"
-
 
 ACTIVATION_PASSES = ("auto", 1, 2)
 
