@@ -30,6 +30,19 @@ _PLAIN = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I8": np.int8
           "I32": np.int32, "I64": np.int64}
 
 
+class CutShort(ValueError):
+    """The file ends before the bytes its own header promises (an interrupted download or copy)."""
+
+    def __init__(self, what: str, end: int, size: int):
+        super().__init__(f"it has {size:,} bytes, but {what} ends at byte {end:,}")
+
+
+def _past_end(what: str, end: int, size: int) -> ValueError:
+    if end > 1 << 42:      # no model file is this large: a garbage length, not a file cut short
+        return ValueError(f"{what} would end at byte {end:,}: the file is corrupt")
+    return CutShort(what, end, size)
+
+
 @dataclass(frozen=True)
 class GGUFTensor:
     name: str
@@ -55,35 +68,42 @@ class _Cursor:
     def __init__(self, buf):
         self.buf, self.off = buf, 0
 
+    def need(self, n: int, what: str) -> None:
+        if self.off + n > len(self.buf):
+            raise _past_end(what, self.off + n, len(self.buf))
+
     def u32(self) -> int:
+        self.need(4, "the header")
         (v,) = _U32.unpack_from(self.buf, self.off)
         self.off += 4
         return v
 
     def u64(self) -> int:
+        self.need(8, "the header")
         (v,) = _U64.unpack_from(self.buf, self.off)
         self.off += 8
         return v
 
     def string(self) -> str:
         n = self.u64()
-        if self.off + n > len(self.buf):
-            raise ValueError("a string runs past the end of the file")
+        self.need(n, "a metadata string")
         s = str(self.buf[self.off:self.off + n], "utf-8")
         self.off += n
         return s
 
     def strings(self, count: int) -> list[str]:
         # the hot loop (a vocabulary's tokens and merges): locals only, no numpy per string
-        buf, off, unpack = self.buf, self.off, _U64.unpack_from
+        buf, off, unpack, end = self.buf, self.off, _U64.unpack_from, len(self.buf)
         out = [""] * count
         for i in range(count):
+            if off + 8 > end:
+                raise _past_end("a metadata string array", off + 8, end)
             (n,) = unpack(buf, off)
             off += 8
+            if off + n > end:
+                raise _past_end("a metadata string array", off + n, end)
             out[i] = str(buf[off:off + n], "utf-8")
             off += n
-        if off > len(buf):
-            raise ValueError("a string array runs past the end of the file")
         self.off = off
         return out
 
@@ -97,10 +117,12 @@ class _Cursor:
             if sub == _ARRAY:
                 return [self.value(_ARRAY) for _ in range(count)]
             dtype = np.dtype(_SCALARS[sub])
+            self.need(dtype.itemsize * count, "a metadata array")
             a = np.frombuffer(self.buf, dtype.newbyteorder("<"), count, self.off)
             self.off += a.nbytes
             return a.tolist()
         dtype = np.dtype(_SCALARS[kind])
+        self.need(dtype.itemsize, "the header")
         v = np.frombuffer(self.buf, dtype.newbyteorder("<"), 1, self.off)[0].item()
         self.off += dtype.itemsize
         return v
@@ -143,16 +165,24 @@ def read_gguf(path: str | Path) -> GGUFFile:
     for name, dims, kind, offset in infos:
         if name in tensors:
             raise ValueError(f"duplicate tensor {name!r}")
-        tensors[name] = GGUFTensor(name, kind, dims, _data(mapped, start + offset, dims, kind))
+        tensors[name] = GGUFTensor(name, kind, dims, _data(mapped, start + offset, dims, kind, name))
     return GGUFFile(path, fields, tensors, types)
 
 
-def _data(buf, offset: int, dims: tuple[int, ...], kind: GGMLQuantizationType) -> np.ndarray:
+def _data(buf, offset: int, dims: tuple[int, ...], kind: GGMLQuantizationType, name: str) -> np.ndarray:
     shape = tuple(reversed(dims))
     n = int(np.prod(dims, dtype=np.int64))
     if kind.name in _PLAIN:
-        return np.frombuffer(buf, np.dtype(_PLAIN[kind.name]).newbyteorder("<"), n, offset).reshape(shape)
+        dtype = np.dtype(_PLAIN[kind.name]).newbyteorder("<")
+        _within(buf, offset + n * dtype.itemsize, name)
+        return np.frombuffer(buf, dtype, n, offset).reshape(shape)
     block, size = GGML_QUANT_SIZES[kind]
     if shape[-1] % block:
         raise ValueError(f"tensor rows of {shape[-1]} values are not whole {kind.name} blocks of {block}")
+    _within(buf, offset + n // block * size, name)
     return np.frombuffer(buf, np.uint8, n // block * size, offset).reshape(*shape[:-1], shape[-1] // block * size)
+
+
+def _within(buf, end: int, name: str) -> None:
+    if end > len(buf):
+        raise _past_end(f"tensor {name!r}", end, len(buf))

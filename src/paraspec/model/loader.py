@@ -117,7 +117,7 @@ def _cast(weights: dict[str, np.ndarray | torch.Tensor | GGUFWeight], dtype: tor
 def _check_arch(arch: str, where: str) -> None:
     if arch not in SUPPORTED_ARCHS:
         raise ModelLoadError(f"unsupported architecture {arch!r} in {where}; paraspec runs "
-                             f"{', '.join(SUPPORTED_ARCHS)} models")
+                             f"{', '.join(SUPPORTED_ARCHS)} models: use a model of one of those")
 
 
 def _fuse_layer(w: dict, i: int, q, k, v, o, gate, up, down, attn_norm, ffn_norm,
@@ -188,9 +188,14 @@ def gguf_tokenizer_source(fields: dict) -> dict:
 def _load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
     import gguf
 
-    from .gguf_file import read_gguf
+    from .gguf_file import CutShort, read_gguf
     try:
         reader = read_gguf(path)
+    except CutShort as e:
+        fix = next((catalog.fetch_hint(a.name) + " to fetch it again" for a in catalog.ARTIFACTS.values()
+                    if a.file == path.name), "download or copy the whole file again")
+        raise ModelLoadError(f"{str(path)!r} is cut short ({e}; an interrupted download or copy?); "
+                             f"{fix}") from None
     except Exception as e:  # struct / numpy / mmap raise assorted errors on bad files
         raise ModelLoadError(f"cannot read {str(path)!r} as GGUF ({type(e).__name__}: {e}); "
                              "check that the file is complete and really a .gguf model") from None
