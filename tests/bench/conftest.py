@@ -1,4 +1,4 @@
-"""Shared by the task-set tests."""
+"""Shared by the bench's tests: no network for loaders, the fetched data sets, hand-written results."""
 import socket
 
 import pytest
@@ -11,6 +11,33 @@ def no_network(monkeypatch):
         raise AssertionError("task loaders must not touch the network")
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def need_data(*names: str) -> None:
+    """Skip, with the one-line fix, where a data set `paraspec fetch` caches is absent, unless CI is set:
+    there .ci/run fetches them, and a test that needs one must run (and fail loudly without it)."""
+    from kernel_paths import on_ci
+
+    from paraspec import catalog
+    missing = [n for n in names if not catalog.is_fetched(n)]
+    if missing and not on_ci():
+        pytest.skip(f"{' and '.join(missing)} not fetched: run `paraspec fetch {' '.join(missing)}`")
+
+
+@pytest.fixture(scope="session")
+def mtbench_data():
+    need_data("mtbench")
+
+
+@pytest.fixture(scope="session")
+def sharegpt_data():
+    need_data("sharegpt")
+
+
+@pytest.fixture
+def measurement():
+    """The helper below: one measurement dict as results.json holds it."""
+    return _m
 
 
 def _m(system: str, task_id: str, tps: float, tokens: list[int], forwards: int | None, accepted: float | None,

@@ -71,3 +71,12 @@ def test_bad_input_is_refused():
         load_task_set("nope")
     with pytest.raises(ValueError):
         load_task_set("chat", n=-1)
+
+
+def test_every_set_has_a_quick_pick_and_unknown_sets_name_them_all():
+    from paraspec.bench.run import QUICK_TASKS
+    from paraspec.bench.tasks import ALL_TASK_SETS
+
+    assert set(QUICK_TASKS) == set(ALL_TASK_SETS) and ALL_TASK_SETS[:len(TASK_SETS)] == TASK_SETS
+    with pytest.raises(ValueError, match="choose from humaneval, grounded, chat, repeated, mtbench, sharegpt"):
+        load_task_set("nope")

@@ -19,10 +19,15 @@ class Task:
     max_new_tokens: int
     source: str                   # where the text comes from, and its licence
     stop: tuple[str, ...] = ()    # strings that also end the answer (besides EOS)
+    # Later user turns (MT-Bench's second question): each is asked after the answering system's
+    # own previous answer, so every system sees a conversation of its own (dialogue.py).
+    followups: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):
             raise ValueError(f"task {self.task_id}: set exactly one of prompt and messages")
+        if self.followups and self.messages is None:
+            raise ValueError(f"task {self.task_id}: follow-up turns need a chat (messages), not a raw prompt")
 
     @property
     def kind(self) -> str:
@@ -34,8 +39,12 @@ class Task:
 
     @property
     def text(self) -> str:
-        """All of the prompt's text, for budgets and cost estimates."""
+        """All of the prompt's text, for budgets and cost estimates (the first turn's)."""
         return self.prompt if self.prompt is not None else "\n".join(m["content"] for m in self.messages)
+
+    @property
+    def turns(self) -> int:
+        return 1 + len(self.followups)
 
 
 def answer_cap(answer_chars: int) -> int:
@@ -52,4 +61,4 @@ def user_turn(text: str) -> list[dict]:
 def copy_task(t: Task) -> Task:
     # Cached tasks are handed out as copies: a caller that edits its messages must not change ours.
     messages = None if t.messages is None else [dict(m) for m in t.messages]
-    return Task(t.task_set, t.task_id, t.prompt, messages, t.max_new_tokens, t.source, t.stop)
+    return Task(t.task_set, t.task_id, t.prompt, messages, t.max_new_tokens, t.source, t.stop, t.followups)

@@ -10,10 +10,12 @@
   `chatterbot-corpus` package (BSD-3-Clause); without it, questions on the language-reference topics.
 - ``repeated``: one request kind over many functions of one stdlib module, then the same requests again.
   Run it in order on one engine so its memory (the trie) carries over between requests.
+- ``mtbench``, ``sharegpt``: the field's own chat workloads (workload_tasks.py), from data files that
+  `paraspec fetch` caches: not in the default list, so a default run works on a fresh machine.
 
 Each loader is offline, deterministic for a seed and fast: the stdlib files are parsed once, lazily.
 Here: the sets by name, picking n tasks of a set, and --quick's cheap picks. The loaders live in
-stdlib_tasks.py (grounded, repeated) and chat_tasks.py; the Task type in task.py.
+stdlib_tasks.py (grounded, repeated), chat_tasks.py and workload_tasks.py; the Task type in task.py.
 """
 from __future__ import annotations
 
@@ -27,8 +29,11 @@ from ..errors import ConfigError
 from .chat_tasks import chat
 from .stdlib_tasks import grounded, repeat_of, repeated
 from .task import Task
+from .workload_tasks import mtbench, seeded_sample, sharegpt
 
-TASK_SETS = ("humaneval", "grounded", "chat", "repeated")
+TASK_SETS = ("humaneval", "grounded", "chat", "repeated")     # the default list: no data to fetch
+WORKLOAD_SETS = ("mtbench", "sharegpt")                      # need `paraspec fetch mtbench sharegpt`
+ALL_TASK_SETS = TASK_SETS + WORKLOAD_SETS
 
 
 def load_task_set(name: str, n: int | None = None, seed: int = 0) -> list[Task]:
@@ -36,14 +41,17 @@ def load_task_set(name: str, n: int | None = None, seed: int = 0) -> list[Task]:
 
     Picks go round-robin over the set's kinds (grounded sub-kinds, chat categories) so any n is a mix,
     and load_task_set(name, n, seed) is a prefix of load_task_set(name, n + 1, seed). "repeated" is
-    the exception: its n tasks are ceil(n/2) requests followed by the same requests again.
+    the exception: its n tasks are ceil(n/2) requests followed by the same requests again; and
+    "sharegpt" is a plain seeded sample, so its kinds come in ShareGPT's own proportions.
     """
     if name not in _BUILDERS:
-        raise ValueError(f"unknown task set {name!r}; choose from {', '.join(TASK_SETS)}")
+        raise ValueError(f"unknown task set {name!r}; choose from {', '.join(ALL_TASK_SETS)}")
     if n is not None and n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     if name == "repeated":  # its order is the point: first passes, then repeats
         return repeated(n, seed)
+    if name == "sharegpt":
+        return seeded_sample(sharegpt(), n, seed)
     tasks = _BUILDERS[name]()
     if n is None:
         return tasks
@@ -96,4 +104,5 @@ def _humaneval() -> list[Task]:
 
 
 _BUILDERS: dict[str, Callable[[], list[Task]]] = {
-    "humaneval": _humaneval, "grounded": grounded, "chat": chat, "repeated": lambda: repeated(None, 0)}
+    "humaneval": _humaneval, "grounded": grounded, "chat": chat, "repeated": lambda: repeated(None, 0),
+    "mtbench": mtbench, "sharegpt": sharegpt}
