@@ -59,3 +59,37 @@ def test_the_quick_time_budget():
     assert not run.over_budget()
     run.started -= QUICK_BUDGET_S + 1
     assert run.over_budget() and not Run(plan()).over_budget()
+
+
+def test_the_workload_sets_are_asked_for_by_name_not_run_by_default():
+    assert plan("--tasks", "mtbench,sharegpt").task_sets == ["mtbench", "sharegpt"]
+    assert "mtbench" not in plan().task_sets                    # a default run needs no fetched data
+
+
+def test_warm_systems_take_the_warm_memory_built_for_the_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARASPEC_CACHE", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"none was built for m; run `paraspec bench --build-warm-memory 64 "
+                                          r"--model m` \(or pass --warm-memory FILE\)"):
+        plan("--model", "m", "--systems", "hybrid+warm")
+    (tmp_path / "warm").mkdir()
+    for n in (8, 64, 16):
+        (tmp_path / "warm" / f"m-{n}.trie").write_bytes(b"")
+    p = plan("--model", "m", "--systems", "hybrid,hybrid+warm,md-tree-dyn+warm")
+    assert p.systems == ["ar", "hybrid", "hybrid+warm", "md-tree-dyn+warm"]
+    assert p.warm_memory_file == str(tmp_path / "warm" / "m-64.trie")          # the most answers
+    assert plan("--model", "m", "--systems", "hybrid").warm_memory_file is None
+    assert plan("--systems", "hybrid+warm", "--warm-memory", str(tmp_path / "warm" / "m-8.trie"),
+                "--memory", "x.trie").warm_memory_file.endswith("m-8.trie")
+    assert plan("--build-warm-memory", "32", "--model", "m").build_warm_memory == 32
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--systems", "la+warm"], "la+warm: la keeps no memory to warm; '+warm' goes on memory_decoding and hybrid"),
+    (["--systems", "nope+warm"], "unknown bench system 'nope+warm'"),
+    (["--systems", "hybrid+warm", "--warm-memory", "/no/such.trie"],
+     "--warm-memory /no/such.trie does not exist; build it with `paraspec bench --build-warm-memory 64"),
+])
+def test_bad_warm_systems_are_one_line_errors(argv, words):
+    with pytest.raises(ConfigError) as e:
+        plan(*argv)
+    assert words in str(e.value) and "\n" not in str(e.value)

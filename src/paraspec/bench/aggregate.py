@@ -10,15 +10,20 @@ What each number is:
   * peak RSS delta and KV cache bytes: the largest seen over the set's runs;
   * greedy = AR: a paraspec system's greedy tokens must equal AR's on every task and repeat; for
     peers the mean fraction of AR's tokens they reproduce before the first difference (their
-    numerics differ: information only).
+    numerics differ: information only);
+  * per kind (an MT-Bench category, a ShareGPT kind; and per turn where tasks have several), as
+    Spec-Bench reports: the median speedup over the kind's tasks beside the pooled tokens per step,
+    then the geometric mean of both over the kinds.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
 MB = 1 << 20
+GEOMEAN = "geomean"     # KindRow.kind of the geometric mean over a set's kinds
 
 
 @dataclass
@@ -52,6 +57,20 @@ class Row:
     kv_mb: float | None
     identical: tuple[int, int] | None      # paraspec, greedy: tasks equal to AR / tasks
     agreement: float | None                # peers, greedy: mean prefix agreement with AR
+
+
+@dataclass
+class KindRow:
+    """One system on the tasks of one kind of a set (main suite), at one turn (None: single-turn)."""
+    mode: str
+    task_set: str
+    kind: str                  # or GEOMEAN: over the set's kinds at this turn
+    turn: int | None
+    system: str
+    tasks: int
+    tps: float | None          # median decode tok/s (None on the geometric-mean row)
+    speedup: float | None
+    accepted_per_step: float | None
 
 
 # ------------------------------------------------------------------------------------ aggregation
@@ -94,9 +113,6 @@ def summarize(results: dict) -> list[Row]:
                 else:
                     agree.append(statistics.mean(_prefix_agreement(r["token_ids"], ref) for r in tr.runs))
         runs = [r for _, tr in items for r in tr.runs]
-        steps = sum(r["forward_passes"] - 1 for r in runs if r["mean_accepted_tokens_per_step"] is not None)
-        emitted = sum(r["mean_accepted_tokens_per_step"] * (r["forward_passes"] - 1) for r in runs
-                      if r["mean_accepted_tokens_per_step"] is not None)
         counted = [r for r in runs if r["forward_passes"] is not None]
         gen = sum(r["generated_tokens"] for r in counted)
         peaks = [r["peak_rss_delta_bytes"] for r in runs if r["peak_rss_delta_bytes"] is not None]
@@ -105,7 +121,7 @@ def summarize(results: dict) -> list[Row]:
         rows.append(Row(
             suite, mode, ts, name, len(items), statistics.median(tr.tps for _, tr in items),
             statistics.median(ratios) if ratios else None, min(ratios) if ratios else None,
-            max(ratios) if ratios else None, emitted / steps if steps else None,
+            max(ratios) if ratios else None, _accepted_per_step(runs),
             sum(r["forward_passes"] for r in counted) / gen if gen else None,
             statistics.median(tr.ttft_s for _, tr in items), statistics.median(tr.wall_s for _, tr in items),
             max(peaks) / MB if peaks else None, max(kvs) / MB if kvs else None,
@@ -114,6 +130,64 @@ def summarize(results: dict) -> list[Row]:
     order = {name: i for i, name in enumerate(results["systems"])}
     rows.sort(key=lambda r: (r.suite, r.mode, r.task_set, order.get(r.system, 1 << 30), r.system))
     return rows
+
+
+def _accepted_per_step(runs: list[dict]) -> float | None:
+    """Tokens per decode step pooled over runs (sum of tokens / sum of steps); None: not counted."""
+    known = [(r["mean_accepted_tokens_per_step"], r["forward_passes"] - 1) for r in runs
+             if r["mean_accepted_tokens_per_step"] is not None and r["forward_passes"] is not None]
+    steps = sum(n for _, n in known)
+    return sum(a * n for a, n in known) / steps if steps else None
+
+
+def task_kinds(results: dict) -> dict[tuple[str, str], tuple[str, int | None]]:
+    """(task_set, task_id) -> (kind, turn), in the run's task order. results.json files from before
+    kinds were recorded: the kind is the id up to its first "/", and every task has one turn."""
+    out = {}
+    for t in results.get("tasks", []):
+        out[(t["task_set"], t["task_id"])] = (t.get("kind") or t["task_id"].split("/", 1)[0], t.get("turn"))
+    for m in results["measurements"]:
+        out.setdefault((m["task_set"], m["task_id"]), (m["task_id"].split("/", 1)[0], None))
+    return out
+
+
+def kind_rows(results: dict) -> list[KindRow]:
+    """Per kind and turn of every main-suite set with more than one (kind, turn), then GEOMEAN rows."""
+    kinds = task_kinds(results)
+    groups: dict[tuple, list[tuple[dict[str, TaskResult], TaskResult]]] = defaultdict(list)
+    for (suite, mode, ts, tid), systems in _task_results(results["measurements"]).items():
+        if suite == "main":
+            kind, turn = kinds[(ts, tid)]
+            for name, tr in systems.items():
+                groups[(mode, ts, kind, turn, name)].append((systems, tr))
+    shapes: dict[tuple, set] = defaultdict(set)
+    for mode, ts, kind, turn, _ in groups:
+        shapes[(mode, ts)].add((kind, turn))
+    rows = []
+    for (mode, ts, kind, turn, name), items in groups.items():
+        if len(shapes[(mode, ts)]) < 2:
+            continue
+        ratios = [tr.tps / s["ar"].tps for s, tr in items if "ar" in s and s["ar"].tps > 0]
+        speedup = statistics.median(ratios) if ratios else None
+        rows.append(KindRow(mode, ts, kind, turn, name, len(items), statistics.median(tr.tps for _, tr in items),
+                            speedup, _accepted_per_step([r for _, tr in items for r in tr.runs])))
+    means: dict[tuple, list[KindRow]] = defaultdict(list)
+    for r in rows:
+        means[(r.mode, r.task_set, r.turn, r.system)].append(r)
+    for (mode, ts, turn, name), rs in means.items():
+        rows.append(KindRow(mode, ts, GEOMEAN, turn, name, sum(r.tasks for r in rs), None,
+                            _geomean([r.speedup for r in rs]), _geomean([r.accepted_per_step for r in rs])))
+    kind_order = {k: i for i, k in enumerate(dict.fromkeys(k for k, _ in kinds.values()))}
+    kind_order[GEOMEAN] = len(kind_order)
+    order = {name: i for i, name in enumerate(results["systems"])}
+    rows.sort(key=lambda r: (r.mode, r.task_set, kind_order[r.kind], r.turn or 0, order.get(r.system, 1 << 30),
+                             r.system))
+    return rows
+
+
+def _geomean(values: list[float | None]) -> float | None:
+    vs = [v for v in values if v is not None and v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in vs)) if vs else None
 
 
 def identity_failures(results: dict) -> list[str]:

@@ -1,10 +1,13 @@
-"""The Markdown report: the run's environment and method, one table per task set and mode, the
-targets' verdicts, sweeps, TTFT and serving tables, and notes (lossless failures among them)."""
+"""The Markdown report: the run's environment and method, one table per task set and mode (and per
+kind and turn where a set has several), the targets' verdicts, sweeps, TTFT and serving tables, and
+notes (lossless failures among them)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from .aggregate import Row, best_sweep, claims, identity_failures, ttft_ratios
+from .aggregate import GEOMEAN, KindRow, Row, best_sweep, claims, identity_failures, kind_rows, ttft_ratios
+
+_MEMORY_PLUGINS = ("memory_decoding", "hybrid")
 
 
 def _f(v, fmt: str = "{:.2f}", none: str = "-") -> str:
@@ -30,6 +33,44 @@ def _set_table(rows: list[Row]) -> list[str]:
     return _table(header, body)
 
 
+def _kind_table(rows: list[KindRow]) -> list[str]:
+    """Rows: kinds (and turns); per system (AR aside) its median speedup vs AR / pooled tokens per step."""
+    names = [n for n in dict.fromkeys(r.system for r in rows) if n != "ar"]
+    turns = any(r.turn is not None for r in rows)
+    cell = {(r.kind, r.turn, r.system): r for r in rows}
+    body = []
+    for kind, turn in dict.fromkeys((r.kind, r.turn) for r in rows):
+        ar = cell.get((kind, turn, "ar"))
+        label = f"**{GEOMEAN}**" if kind == GEOMEAN else kind
+        body.append([label, *([str(turn)] if turns else []), str(ar.tasks if ar else "-"),
+                     _f(ar and ar.tps, "{:.1f}") if kind != GEOMEAN else "",
+                     *[f"{_f(getattr(cell.get((kind, turn, n)), 'speedup', None), '{:.2f}x')} / "
+                       f"{_f(getattr(cell.get((kind, turn, n)), 'accepted_per_step', None))}" for n in names]])
+    return _table(["kind", *(["turn"] if turns else []), "tasks", "AR tok/s", *names], body)
+
+
+def _memory_label(name: str, info: dict, cfg: dict) -> str:
+    """cold / warm / pre-filled, for the memory systems; '-' for the others."""
+    if (info.get("plugin_params") or {}).get("plugin_type") not in _MEMORY_PLUGINS:
+        return "-"
+    pre = f" + `{Path(cfg['memory_file']).name}`" if cfg.get("memory_file") else ""
+    if name.endswith("+warm"):
+        return f"**warm** (`{Path(str(cfg.get('warm_memory_file'))).name}`{pre})"
+    return "pre-filled" + pre if pre else "cold"
+
+
+def _memory_paragraph(cfg: dict) -> list[str]:
+    warm = cfg.get("warm_memory") or {}
+    if not cfg.get("warm_memory_file"):
+        return []
+    what = (f"the greedy answers of `{warm.get('model')}` to {warm.get('n')} ShareGPT prompts of the warm "
+            f"split ({warm.get('generated_tokens')} tokens; never benchmarked, no chat shared with the `sharegpt` "
+            "set, no MT-Bench question)") if warm else "a memory file with no record of how it was built"
+    return [f"**Cold and warm.** A system named `<system>+warm` is that system with its memory starting each "
+            f"set from `{cfg['warm_memory_file']}`: {what}. The same system without the suffix starts cold, "
+            "from the prompt and its own outputs.", ""]
+
+
 def markdown(results: dict, rows: list[Row], figures: dict[str, Path]) -> str:
     env, cfg = results["environment"], results["config"]
     L = [f"# paraspec bench{' (--quick: a smoke run, not evidence)' if cfg['quick'] else ''}", "",
@@ -46,7 +87,8 @@ def markdown(results: dict, rows: list[Row], figures: dict[str, Path]) -> str:
          f"{'loaded from that file' if cfg['trie_prefilled'] else 'empty'} when a task set begins; within a set "
          "it accumulates the system's outputs of the earlier tasks, as a server's memory would (the `repeated` "
          "set asks each request twice to show that). Repeats of one task all start from the same memory, so no "
-         "run sees its own previous answer.", "",
+         "run sees its own previous answer. A task of several turns (mtbench) is measured turn by turn "
+         "(`<id>#<turn>`): each system's second turn follows its own first answer.", "",
          f"Method: every task is run by every system before the next task (AR first), {cfg['repeats']} repeat(s), "
          "medians per task; speedup = decode tokens/s (tokens after the first / time after the first) over "
          "paraspec AR's on the same task, median over the set's tasks. Peers generate AR's token count; "
@@ -58,9 +100,11 @@ def markdown(results: dict, rows: list[Row], figures: dict[str, Path]) -> str:
          "with a ones column); transformers: K and V of prompt + output in the model dtype (computed)."
          + (f" Forward cost t(k)/t(1) the engine probed at start-up and shaped (drafters price rows by it; the engine then refreshes it from its own steps): {env['forward_cost']}."
             if env.get("forward_cost") else ""), ""]
-    L += ["## Systems", ""] + _table(["system", "kind", "what", "status"], [
-        [k, v["kind"], v["description"], v["status"] + (f": {v['note']}" if v["note"] else "")]
-        for k, v in results["systems"].items() if not _is_sweep(k)]) + [""]
+    L += _memory_paragraph(cfg)
+    L += ["## Systems", ""] + _table(["system", "kind", "what", "status", "memory"], [
+        [k, v["kind"], v["description"], v["status"] + (f": {v['note']}" if v["note"] else ""),
+         _memory_label(k, v, cfg)] for k, v in results["systems"].items() if not _is_sweep(k)]) + [""]
+    per_kind = kind_rows(results)
 
     main = [r for r in rows if r.suite == "main"]
     sets = list(dict.fromkeys(r.task_set for r in main))
@@ -79,6 +123,10 @@ def markdown(results: dict, rows: list[Row], figures: dict[str, Path]) -> str:
             L += [f"![speedup per task set and system]({figures['speedup'].name})", ""]
         for s in sets:
             L += [f"### {s} ({mode})", ""] + _set_table([r for r in mrows if r.task_set == s]) + [""]
+            if krows := [r for r in per_kind if (r.mode, r.task_set) == (mode, s)]:
+                L += [f"#### {s} per kind ({mode}): speedup vs AR (median over the kind's tasks) / accepted "
+                      f"tokens per step; {GEOMEAN}: geometric mean over the kinds", ""]
+                L += _kind_table(krows) + [""]
         if mode == "sampled":
             L += ["Sampled outputs are not compared token by token: parallel decoding is lossless in "
                   "distribution, and a draft changes which random numbers each token uses.", ""]

@@ -6,8 +6,11 @@ registry, so switching systems is switching drafters, as `plugin_params=` per `g
 engine's shared trie, one system's output of a task would be in memory when the next system runs
 the same task, and its speedup would be a replay.
 
-Memory across requests: a memory system's trie is empty when a task set begins and then
-accumulates the set's previous tasks (its own outputs), as a server's would. All runs of one task
+Memory across requests: a memory system's trie is empty when a task set begins (cold: the prompt
+and its own outputs are all it drafts from) and then accumulates the set's previous tasks (its own
+outputs), as a server's would. "<system>+warm" ("hybrid+warm") is the same system whose memory
+starts each set from a warm file instead (warm_memory.py: the model's own answers to a disjoint
+ShareGPT sample); --memory FILE pre-fills every memory system, cold and warm alike. All runs of one task
 (repeats, sampled runs) start from the same snapshot, taken at begin_task, so a repeat never finds
 its own previous answer in memory; end_task keeps the state after the task's first run (the greedy
 one when greedy is measured: the orchestrator runs greedy first).
@@ -22,6 +25,9 @@ import time
 from ..decoding.memory_save import merge_memory_file
 from .base import GREEDY, SAMPLED_TEMPERATURE, SAMPLED_TOP_P, BenchTask, Measurement, RunParams, SystemInfo
 from .peak_rss import PeakRSS
+
+WARM_SUFFIX = "+warm"
+MEMORY_PLUGINS = ("memory_decoding", "hybrid")   # the plugin types that keep a memory (a trie)
 
 # name -> plugin_params (None = plain autoregressive decoding)
 PARASPEC_SYSTEMS: dict[str, dict | None] = {
@@ -44,14 +50,32 @@ def sweep_plugin(name: str) -> dict | None:
     return None
 
 
+def warm_base(name: str) -> str | None:
+    """"hybrid+warm" -> "hybrid"; None for a name without the suffix."""
+    return name[:-len(WARM_SUFFIX)] if name.endswith(WARM_SUFFIX) else None
+
+
+def plugin_of(name: str) -> dict | None:
+    """The plugin_params of a paraspec system or sweep point (None: AR or not paraspec's)."""
+    return PARASPEC_SYSTEMS.get(name) or sweep_plugin(name)
+
+
+def keeps_memory(plugin_params: dict | None) -> bool:
+    return plugin_params is not None and plugin_params.get("plugin_type") in MEMORY_PLUGINS
+
+
 class ParaspecSystem:
-    def __init__(self, name: str, llm, plugin_params: dict | None, memory_file: str | None = None):
+    def __init__(self, name: str, llm, plugin_params: dict | None, memory_file: str | None = None,
+                 warm_file: str | None = None):
         from ..config import parse_plugin_params
 
         self.llm = llm
         self.memory_file = memory_file   # saved by LLM.save_memory: pre-fills every set's memory
+        self.warm_file = warm_file       # a "+warm" system's: merged after memory_file
         self.plugin = parse_plugin_params(plugin_params, llm.config.speculation_gamma)  # validates; may raise
         desc = "paraspec, plain autoregressive" if plugin_params is None else f"paraspec, `{json.dumps(plugin_params)}`"
+        if warm_file:
+            desc += f"; memory starts warm from {warm_file}"
         self.info = SystemInfo(name, "paraspec", desc, plugin_params)
         self._drafter = None      # the drafter carried across the tasks of a set
         self._snapshot = None     # its state at begin_task: every run of the task starts from it
@@ -62,15 +86,16 @@ class ParaspecSystem:
             return None
         # every memory system gets a trie of its own: one system's answers must not feed another's
         drafter = self.llm.engine.drafters.private(self.plugin)
-        if self.memory_file and drafter.trie is not None:
-            merge_memory_file(self.memory_file, drafter.trie, getattr(drafter, "output_memory", None))
+        for path in (self.memory_file, self.warm_file):
+            if path and drafter.trie is not None:
+                merge_memory_file(path, drafter.trie, getattr(drafter, "output_memory", None))
         return drafter
 
     def prepare(self) -> None:
         self.begin_set("")
 
     def begin_set(self, task_set: str) -> None:
-        self._drafter = self._new_drafter()   # an empty trie, unless --memory pre-fills it
+        self._drafter = self._new_drafter()   # an empty trie, unless --memory or a warm file pre-fills it
 
     def begin_task(self) -> None:
         self._snapshot, self._after_first = self._drafter, None

@@ -52,7 +52,9 @@ def write_results(run: Run) -> int:
                    "memory_policy": ("pre-filled from " + plan.memory_file if plan.memory_file else "empty") +
                                     " at the start of each task set; accumulates the set's earlier tasks (the "
                                     "system's own outputs); every run of a task starts from the same snapshot, so "
-                                    "repeats never see their own previous answer",
+                                    "repeats never see their own previous answer; '+warm' systems also start "
+                                    "each set from the warm memory (warm_memory_file)",
+                   "warm_memory": run.warm_memory,
                    "sampled": {"temperature": 0.8, "top_p": 0.95}},
         "systems": {k: dataclasses.asdict(v) for k, v in run.systems.items()},
         "tasks": run.tasks,
