@@ -23,6 +23,7 @@ from ..errors import ParaspecError
 from .async_engine import AsyncEngine, EngineDeadError, RequestTimeoutError, ServerBusyError
 from .config import ServiceConfig
 from .engine_client import EngineClient, ModelInfo
+from .framing import BodySizeLimit, RequestFraming
 from .metrics import ServingMetrics
 from .playground import router as playground_router
 from .protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
@@ -34,14 +35,13 @@ from .serving_completion import OpenAIServingCompletion
 
 logger = logging.getLogger("paraspec.server")
 
-MAX_BODY_BYTES = 16 * 1024 * 1024     # a request body larger than this is refused (HTTP 413)
-
 router = APIRouter()
 
 
 # ------------------------------------------------------------------------------------ routes
 
 @router.get("/health")
+@router.head("/health", include_in_schema=False)      # probes that send HEAD
 async def health(raw: Request) -> Response:
     """Liveness: the engine loop is alive (app.state.async_engine: the EngineClient)."""
     ok = raw.app.state.async_engine.is_running
@@ -49,6 +49,7 @@ async def health(raw: Request) -> Response:
 
 
 @router.get("/ready")
+@router.head("/ready", include_in_schema=False)      # probes that send HEAD
 async def ready(raw: Request) -> Response:
     """Readiness: the model is loaded and requests are accepted (false while shutting down)."""
     engine: EngineClient = raw.app.state.async_engine
@@ -141,13 +142,31 @@ def _add_exception_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        kinds = {404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error"}
-        return _error(APIError(str(e.detail), status=e.status_code, type=kinds.get(e.status_code, "api_error")))
+        if e.status_code == 400 and e.__cause__ is not None:      # FastAPI's "error parsing the body"
+            return _error(_unreadable_body(e.__cause__))
+        kinds = {404: "not_found_error", 405: "invalid_request_error", 408: "invalid_request_error",
+                 413: "invalid_request_error"}
+        error = APIError(str(e.detail), status=e.status_code, type=kinds.get(e.status_code, "api_error"))
+        response = _error(error)
+        response.headers.update(e.headers or {})        # a 408's Connection: close
+        return response
 
     @app.exception_handler(Exception)
     async def _bug(_: Request, e: Exception) -> JSONResponse:
         logger.exception("unhandled error", exc_info=e)
         return _error(error_for(e))
+
+
+def _unreadable_body(cause: BaseException) -> APIError:
+    """A body json.loads could not read for another reason than its syntax, worded like a syntax error."""
+    if isinstance(cause, UnicodeDecodeError):
+        why = f"it is not UTF-8 text (byte {cause.start}: {cause.object[cause.start:cause.start + 1]!r})"
+        fix = "encode the JSON as UTF-8"
+    elif isinstance(cause, RecursionError):
+        why, fix = "it nests arrays or objects too deep to read", "flatten it"
+    else:
+        why, fix = f"it could not be read ({type(cause).__name__})", "send a JSON object"
+    return APIError(f"the request body is not valid JSON: {why}; {fix}", code="invalid_json")
 
 
 def _validation_error(e: RequestValidationError, content_type: str | None) -> APIError:
@@ -174,33 +193,6 @@ def _validation_error(e: RequestValidationError, content_type: str | None) -> AP
         param = param or loc
         parts.append(f"{loc}: {err.get('msg')}")
     return APIError("invalid request: " + "; ".join(parts), param=param)
-
-
-class BodySizeLimit:
-    """Refuses bodies over max_bytes (HTTP 413), by Content-Length and while reading a chunked body."""
-
-    def __init__(self, app, max_bytes: int = MAX_BODY_BYTES):
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            response = _error(APIError(f"the request body is larger than {self.max_bytes} bytes", status=413))
-            return await response(scope, receive, send)
-        seen = 0
-
-        async def limited():
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:     # FastAPI re-raises HTTPException while reading the body
-                    raise StarletteHTTPException(413, f"the request body is larger than {self.max_bytes} bytes")
-            return message
-
-        return await self.app(scope, limited, send)
 
 
 # ------------------------------------------------------------------------------------ app
@@ -259,6 +251,7 @@ def app_for(engine: EngineClient, model: ModelInfo, config: ServiceConfig, docs:
     server = config.server
     hosts = server.allowed_hosts if server.allowed_hosts is not None else default_allowed_hosts(server.ip_address)
     app.add_middleware(AccessGuard, api_key=server.api_key, allowed_hosts=hosts, metrics_open=server.metrics_open)
+    app.add_middleware(RequestFraming, body_timeout=server.body_timeout)
     return app
 
 

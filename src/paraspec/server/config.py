@@ -68,6 +68,8 @@ class ServerConfig:
     localhost, 127.0.0.1 and ::1 (any when bound to 0.0.0.0)."""
     metrics_open: bool = False
     """metricsOpen: serve /metrics without the API key (for a scraper without secrets)."""
+    body_timeout: float = 60.0
+    """bodyTimeout (paraspec's own): seconds a request body may take to arrive; slower is HTTP 408, closed."""
 
 
 @dataclass
@@ -235,7 +237,8 @@ def parse_config(raw: dict) -> ServiceConfig:
         e2e_timeout=s.get("e2eTimeout", float, 600.0, 0.001, 86_400),
         api_key=s.get("apiKey", str, None),
         allowed_hosts=s.get("allowedHosts", list, None),
-        metrics_open=s.get("metricsOpen", bool, False))
+        metrics_open=s.get("metricsOpen", bool, False),
+        body_timeout=s.get("bodyTimeout", float, 60.0, 0.001, 86_400))
     _check_address(server, problems)
     _check_access(server, problems)
     if s.get("httpsEnabled", bool, False):

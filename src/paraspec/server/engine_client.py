@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Protocol
 
-from ..errors import RequestError
+from ..errors import ParaspecError, RequestError
 from ..model.tokenizer import Tokenizer
 from ..outputs import StepTrace, TokenLogprob
 from ..sampling.params import SamplingParams
@@ -31,6 +31,14 @@ class RequestTimeoutError(Exception):
 
 class EngineDeadError(Exception):
     """The engine loop is not running (shut down, or crashed) (HTTP 503)."""
+
+
+def outcome_of(error: BaseException) -> str:
+    """paraspec_requests_total's outcome for a request that ended on `error`: a client's mistake
+    (HTTP 4xx) is not an engine error."""
+    if isinstance(error, ParaspecError):
+        return "invalid_request"
+    return "error"
 
 
 @dataclass(frozen=True)
@@ -83,7 +91,7 @@ class DeltaStream:
 
     def _accept(self, item: "Delta | BaseException") -> "Delta":
         if isinstance(item, BaseException):
-            self.close("error")
+            self.close(outcome_of(item))
             raise item
         if item.finish_reason is not None:
             self.finished_samples += 1

@@ -56,7 +56,7 @@ class UsageInfo(OpenAIBaseModel):
     prompt_tokens_details: PromptTokensDetails | None = None
 
 
-class StreamOptions(OpenAIBaseModel):
+class StreamOptions(_StrictRequest):
     include_usage: bool = False
 
 
@@ -114,6 +114,7 @@ class _GenerationRequest(_StrictRequest):
     paraspec: ParaspecOptions | None = None
 
     def _sampling_params(self, max_tokens: int, logprobs: int | None) -> SamplingParams:
+        # stop "" is [""], refused alike (an empty stop string would end every output at its start)
         return SamplingParams(
             n=1 if self.n is None else self.n, max_tokens=max_tokens,
             temperature=1.0 if self.temperature is None else self.temperature,
@@ -121,7 +122,8 @@ class _GenerationRequest(_StrictRequest):
             min_p=self.min_p or 0.0, seed=self.seed,
             repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
             presence_penalty=self.presence_penalty or 0.0, frequency_penalty=self.frequency_penalty or 0.0,
-            stop=self.stop or [], stop_token_ids=self.stop_token_ids or [], ignore_eos=self.ignore_eos,
+            stop=[] if self.stop is None else self.stop, stop_token_ids=self.stop_token_ids or [],
+            ignore_eos=self.ignore_eos,
             include_stop_str_in_output=self.include_stop_str_in_output, logprobs=logprobs,
             skip_special_tokens=self.skip_special_tokens)
 

@@ -10,6 +10,7 @@ as one Delta and becomes one SSE chunk: parallel decoding streams in runs.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Sequence
@@ -130,6 +131,14 @@ class OpenAIServing:
             raise APIError("stream_options is only allowed with stream=true", param="stream_options")
         if req.paraspec is not None and req.paraspec.stream_steps and not req.stream:
             raise APIError("paraspec.stream_steps is only allowed with stream=true", param="paraspec.stream_steps")
+        for i, stop in enumerate([req.stop] if isinstance(req.stop, str) else req.stop or []):
+            try:
+                stop.encode("utf-8")
+            except UnicodeEncodeError as e:     # as in messages: not text a model can write
+                where = "stop" if isinstance(req.stop, str) else f"stop[{i}]"
+                raise APIError(f"{where} holds an invalid Unicode character {stop[e.start]!r} at offset "
+                               f"{e.start} (a lone surrogate); send valid UTF-16 pairs or drop it",
+                               param="stop") from None
 
     def plugin_spec(self, req: CompletionRequest | ChatCompletionRequest) -> tuple[Any, str | None]:
         """The drafter for this request: the server's, or `paraspec.plugin_params` validated against
@@ -139,6 +148,8 @@ class OpenAIServing:
             return DEFAULT, self.engine.default_plugin
         value = opts.plugin_params
         if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")) or value == {}:
+            return None, None
+        if _plain_decoding(value):
             return None, None
         try:
             plugin = parse_plugin_params(value, self.config.model_deploy.speculation_gamma)
@@ -260,6 +271,24 @@ class OpenAIServing:
     @staticmethod
     def error_event(e: BaseException) -> str:
         return f"data: {error_for(e).response().model_dump_json()}\n\n"
+
+
+def _plain_decoding(plugin_params: str | dict) -> bool:
+    """{"plugin_type": "none"} (or its JSON string): plain decoding, as `--plugin none` is."""
+    value = plugin_params
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return False                        # parse_plugin_params words the error
+    kind = value.get("plugin_type") if isinstance(value, dict) else None
+    if not isinstance(kind, str) or kind.strip().lower() != "none":
+        return False
+    if len(value) > 1:
+        others = ", ".join(sorted(k for k in value if k != "plugin_type"))
+        raise APIError(f"paraspec.plugin_params: plugin_type 'none' (plain decoding) takes no other keys; drop "
+                       f"{others}", param="paraspec.plugin_params")
+    return True
 
 
 def error_for(e: BaseException) -> APIError:

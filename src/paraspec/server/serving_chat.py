@@ -15,9 +15,13 @@ from .protocol import (ChatCompletionRequest, ChatCompletionResponse, ChatComple
                        random_id)
 from .serving import BIG_PROMPT_CHARS, APIError, ChoiceState, OpenAIServing, error_for, sse
 from .structured_request import asked, constrain
-from .tool_calls import ToolCallStream, ToolPlan, call_grammar, check_tools, parse_tool_calls, template_messages
+from .tool_calls import (ToolCallStream, ToolPlan, call_grammar, check_history_calls, check_tools,
+                         parse_tool_calls, template_messages)
 
 logger = logging.getLogger("paraspec.server")
+
+# OpenAI's roles; "developer" is its newer name for "system", which is what chat templates know
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
 class OpenAIServingChat(OpenAIServing):
@@ -62,6 +66,15 @@ class OpenAIServingChat(OpenAIServing):
         """messages (and tools) -> the model's chat template -> token ids."""
         messages = []
         for i, m in enumerate(req.messages):
+            role = ROLES.get(m.role)
+            if role is None:
+                raise APIError(f"messages[{i}].role={m.role!r} is not one of "
+                               f"{', '.join(repr(r) for r in ROLES)}", param=f"messages[{i}].role")
+            if m.tool_calls is not None:
+                if role != "assistant":
+                    raise APIError(f"messages[{i}].tool_calls is only allowed on assistant messages",
+                                   param=f"messages[{i}].tool_calls")
+                check_history_calls(m.tool_calls, f"messages[{i}].tool_calls")
             content = m.content
             if isinstance(content, list):           # content parts: text only
                 texts = []
@@ -71,7 +84,7 @@ class OpenAIServingChat(OpenAIServing):
                                        param=f"messages[{i}].content")
                     texts.append(part["text"])
                 content = "".join(texts)
-            messages.append({"role": m.role, "content": content or ""} | {
+            messages.append({"role": role, "content": content or ""} | {
                 k: v for k in ("tool_calls", "tool_call_id", "name") if (v := getattr(m, k)) is not None})
         from jinja2 import TemplateError
         self.fit_text("".join(m["content"] for m in messages), "messages")     # before any templating

@@ -87,6 +87,27 @@ def check_tools(tools: list | None, tool_choice: str | dict | None) -> ToolPlan:
     return ToolPlan(checked, name, named=True)
 
 
+def check_history_calls(calls: list[dict], where: str) -> None:
+    """An assistant turn's `tool_calls` (`where`: "messages[i].tool_calls") as the chat templates read
+    them, or a 400 naming the entry's field: a template indexing a missing key would fail as a 500."""
+    for j, call in enumerate(calls):
+        at = f"{where}[{j}]"
+        if call.get("type", "function") != "function":
+            raise APIError(f'{at}.type must be "function"', param=f"{at}.type")
+        if call.get("id") is not None and not isinstance(call["id"], str):
+            raise APIError(f"{at}.id must be a string (the id a tool message answers)", param=f"{at}.id")
+        fn = call.get("function")
+        if not isinstance(fn, dict):
+            raise APIError(f'{at}.function must be an object {{"name": ..., "arguments": "<JSON text>"}}',
+                           param=f"{at}.function")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise APIError(f"{at}.function.name must be a non-empty string (the function called)",
+                           param=f"{at}.function.name")
+        if not isinstance(fn.get("arguments"), (str, dict)):
+            raise APIError(f"{at}.function.arguments must be a string of JSON (or an object)",
+                           param=f"{at}.function.arguments")
+
+
 def call_grammar(plan: ToolPlan) -> str | None:
     """The Lark grammar of the output `required` or a named function asks for; None otherwise."""
     if plan.choice in ("none", "auto"):
