@@ -28,7 +28,7 @@ from .metrics import ServingMetrics
 from .playground import router as playground_router
 from .protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from .security import AccessGuard, default_allowed_hosts
-from .serving import APIError, error_for
+from .serving import APIError, error_for, unexpected
 from .serving_chat import OpenAIServingChat
 from .serving_responses import OpenAIServingResponses, ResponsesRequest
 from .serving_completion import OpenAIServingCompletion
@@ -103,10 +103,9 @@ async def _respond(raw: Request, work: Awaitable[Any]) -> Response:
     try:
         result = task.result()
     except Exception as e:      # rendered here: an unhandled exception would also drop the connection
-        error = error_for(e)
-        if error.type == "internal_server_error":
+        if unexpected(e):
             logger.error("request failed", exc_info=e)
-        return _error(error)
+        return _error(error_for(e))
     if hasattr(result, "__aiter__"):
         return StreamingResponse(result, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -28,8 +28,9 @@ from ..engine import Engine
 from ..errors import ParaspecError, RequestError
 from ..sampling.params import SamplingParams
 from ..sequence import SequenceUpdate
-from .engine_client import (NOT_READY, Delta, DeltaStream, EngineDeadError, RequestTimeoutError,  # noqa: F401
-                            ServerBusyError, check_room)
+from .engine_client import (CUT, NOT_READY, SHUTTING_DOWN, Delta, DeltaStream, EngineDeadError,  # noqa: F401
+                            EngineStepError, RequestTimeoutError, ServerBusyError, ShuttingDownError,
+                            check_room)
 from .metrics import ServingMetrics
 
 logger = logging.getLogger("paraspec.server")
@@ -79,6 +80,7 @@ class RequestStream(DeltaStream):
         self.queue: asyncio.Queue = asyncio.Queue()
         self.token_timeout = token_timeout
         self.deadline = time.monotonic() + e2e_timeout
+        self.was_cut = False                   # by the shutdown (AsyncEngine.cut)
 
     async def _receive(self) -> Delta | BaseException:
         timeout = min(self.token_timeout, self.deadline - time.monotonic())
@@ -117,6 +119,8 @@ class AsyncEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._accepting = False
+        self._draining = False
+        self.cut_requests = 0                             # requests the shutdown ended unfinished
         self._outbox: list[tuple[str, Delta | BaseException]] = []     # loop thread -> event loop
         self._outbox_lock = threading.Lock()
         # loop-thread side only
@@ -145,13 +149,12 @@ class AsyncEngine:
             self._stopped.set()
 
     async def shutdown(self, grace_s: float = 0.0) -> None:
-        """Stop accepting; let running requests finish for up to grace_s; abort the rest; stop the thread."""
-        self._accepting = False
+        """Stop accepting; let running requests finish for up to grace_s; cut the rest; stop the thread."""
+        self.stop_accepting()
         deadline = time.monotonic() + grace_s
         while self._streams and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        for stream in list(self._streams.values()):
-            stream.queue.put_nowait(EngineDeadError("the server is shutting down; retry on another replica"))
+        self.cut("the server stopped")
         if self._thread is not None:
             self._commands.put(_Stop())
             if self.own_thread:
@@ -159,10 +162,28 @@ class AsyncEngine:
             else:
                 await asyncio.to_thread(self._stopped.wait, 30)
 
+    def stop_accepting(self) -> None:
+        """Drain (event loop): new requests get HTTP 503, /ready says not ready, the running ones go on."""
+        self._accepting, self._draining = False, True
+
+    def cut(self, why: str) -> None:
+        """End every request still held with ShuttingDownError (event loop): a stream sends it as an
+        error event, a whole response as HTTP 503; each one's abort reaches the engine; one log line each."""
+        for request_id, stream in self._streams.items():
+            if not stream.was_cut:
+                stream.was_cut = True
+                stream.queue.put_nowait(ShuttingDownError(CUT))
+                logger.warning("request %s was cut by the shutdown (%s)", request_id, why)
+                self.cut_requests += 1
+
     def stop_loop(self) -> None:
         """End the loop thread after its current step (idempotent; from any thread)."""
         self._accepting = False
         self._commands.put(_Stop())
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:      # the app's, once started
+        return self._loop
 
     @property
     def is_running(self) -> bool:
@@ -204,6 +225,8 @@ class AsyncEngine:
     def check_capacity(self, sequences: int) -> None:
         """Raise unless `sequences` more (prompts x n, of one client request) fit: ServerBusyError
         while others hold the room, RequestError (HTTP 400) when they could never fit."""
+        if self._draining:
+            raise ShuttingDownError(SHUTTING_DOWN)
         if not self.is_ready:
             raise EngineDeadError(NOT_READY)
         try:
@@ -274,7 +297,9 @@ class AsyncEngine:
                 self._publish()
             except Exception as e:  # a bug, not a user error: fail what is in flight, keep serving
                 logger.exception("engine step failed; failing the requests in flight")
-                out += [(s.request_id, e) for s in engine.sequences()]
+                failed = EngineStepError(f"an engine step failed ({type(e).__name__}) and cancelled every "
+                                         "request in flight; retry it (the server log has the cause)")
+                out += [(s.request_id, failed) for s in engine.sequences()]
                 self._abort_all()
             if out:
                 self._post(out)

@@ -17,7 +17,7 @@ from .security import API_KEY_ENV
 
 logger = logging.getLogger("paraspec.server")
 
-SHUTDOWN_GRACE_S = 30                 # on SIGTERM, running requests get this long to finish
+SHUTDOWN_GRACE_S = ServerConfig.shutdown_grace      # the default time running requests get after SIGTERM
 
 
 def add_parser(sub) -> None:
@@ -69,7 +69,8 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
 
 def serve_main(args: argparse.Namespace) -> int:
     """`paraspec serve`: refuses to start (exit code 2, one line on stderr) on an invalid config or
-    an address it cannot listen on, both found before the model loads."""
+    an address it cannot listen on, both found before the model loads. After SIGTERM or Ctrl-C
+    (shutdown.py) it exits 0 when every request finished, 1 when it had to cut any."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if getattr(args, "ray", False):
         return _serve_on_ray(args)
@@ -99,12 +100,16 @@ def serve_main(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from .shutdown import FLUSH_S, GracefulShutdown
+
     # the engine loop runs on the main thread (torch is ~1.5x faster there than on a second
     # thread, see AsyncEngine), uvicorn's event loop on another
     app = create_app(llm, config, engine_thread=False, docs=args.docs)
     engine = app.state.async_engine
+    # uvicorn is told to exit once the drain (shutdown.py) holds no request: its own grace only
+    # bounds the last bytes' way to a client that reads slowly
     server = uvicorn.Server(uvicorn.Config(app, log_level=logging.getLevelName(config.log_level).lower(),
-                                           timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
+                                           timeout_graceful_shutdown=FLUSH_S))
 
     def serve_http() -> None:
         try:
@@ -114,18 +119,14 @@ def serve_main(args: argparse.Namespace) -> int:
             # loop must end whenever the HTTP side does, or the process never exits
             engine.stop_loop()
 
-    def stop(*_) -> None:
-        if server.should_exit:       # a second signal: stop waiting for running requests
-            server.force_exit = True
-        server.should_exit = True
-
+    shutdown = GracefulShutdown(server, engine, config.server.shutdown_grace)
     http = threading.Thread(target=serve_http, name="paraspec-http", daemon=True)
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, shutdown.on_signal)
+    signal.signal(signal.SIGINT, shutdown.on_signal)
     http.start()
     engine.run_in_this_thread(should_stop=lambda: not http.is_alive())
     http.join()
-    return 0 if server.started else 1
+    return 0 if server.started and not engine.cut_requests else 1
 
 
 def _serve_on_ray(args: argparse.Namespace) -> int:

@@ -70,6 +70,8 @@ class ServerConfig:
     """metricsOpen: serve /metrics without the API key (for a scraper without secrets)."""
     body_timeout: float = 60.0
     """bodyTimeout (paraspec's own): seconds a request body may take to arrive; slower is HTTP 408, closed."""
+    shutdown_grace: float = 30.0
+    """shutdownGrace (paraspec's own): seconds requests get to finish after SIGTERM; the rest are cut."""
 
 
 @dataclass
@@ -238,7 +240,8 @@ def parse_config(raw: dict) -> ServiceConfig:
         api_key=s.get("apiKey", str, None),
         allowed_hosts=s.get("allowedHosts", list, None),
         metrics_open=s.get("metricsOpen", bool, False),
-        body_timeout=s.get("bodyTimeout", float, 60.0, 0.001, 86_400))
+        body_timeout=s.get("bodyTimeout", float, 60.0, 0.001, 86_400),
+        shutdown_grace=s.get("shutdownGrace", float, 30.0, 0, 86_400))
     _check_address(server, problems)
     _check_access(server, problems)
     if s.get("httpsEnabled", bool, False):

@@ -19,6 +19,9 @@ from ..outputs import StepTrace, TokenLogprob
 from ..sampling.params import SamplingParams
 
 NOT_READY = "the server is not ready (starting up or shutting down); retry shortly"
+SHUTTING_DOWN = "the server is shutting down; retry on another server or once it is back"
+CUT = ("the server is shutting down and cut this request unfinished; retry on another server or once it "
+       "is back")
 
 
 class ServerBusyError(Exception):
@@ -33,11 +36,22 @@ class EngineDeadError(Exception):
     """The engine loop is not running (shut down, or crashed) (HTTP 503)."""
 
 
+class ShuttingDownError(EngineDeadError):
+    """The server is draining after SIGTERM: no new work, and what was cut at the end (HTTP 503)."""
+
+
+class EngineStepError(Exception):
+    """An engine step raised (a bug, not the client's): every request in flight failed (HTTP 500).
+    The message names the exception's class; its text and traceback stay in the server log."""
+
+
 def outcome_of(error: BaseException) -> str:
     """paraspec_requests_total's outcome for a request that ended on `error`: a client's mistake
     (HTTP 4xx) is not an engine error."""
     if isinstance(error, ParaspecError):
         return "invalid_request"
+    if isinstance(error, ShuttingDownError):
+        return "shutdown"
     return "error"
 
 

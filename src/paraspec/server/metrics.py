@@ -85,7 +85,8 @@ class ServingMetrics:
         self.registry = registry or CollectorRegistry()
         r, p = self.registry, PREFIX
         self.requests = Counter(f"{p}_requests", "Engine requests by outcome (finished, aborted, timeout, "
-                                "error: the server's, invalid_request: the client's, rejected: at capacity)", ["outcome"], registry=r)
+                                "error: the server's, invalid_request: the client's, rejected: at capacity, "
+                                "shutdown: cut by it)", ["outcome"], registry=r)
         self.prompt_tokens = Counter(f"{p}_prompt_tokens", "Prompt tokens prefilled", registry=r)
         self.generation_tokens = Counter(f"{p}_generation_tokens", "Tokens generated", registry=r)
         self.decode_steps = Counter(f"{p}_decode_steps", "Batched decode steps (one forward each)", registry=r)

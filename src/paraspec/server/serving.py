@@ -22,7 +22,7 @@ from ..model.tokenizer import Tokenizer
 from ..sampling.params import SamplingParams
 from .async_engine import DEFAULT, Delta, EngineDeadError, RequestTimeoutError, ServerBusyError
 from .config import ServiceConfig
-from .engine_client import EngineClient, EngineStream
+from .engine_client import EngineClient, EngineStepError, EngineStream, ShuttingDownError
 from .protocol import (ChatCompletionLogProb, ChatCompletionLogProbs, ChatCompletionLogProbsContent,
                        ChatCompletionRequest, CompletionLogProbs, CompletionRequest, ErrorInfo, ErrorResponse,
                        PromptTokensDetails, UsageInfo)
@@ -299,12 +299,22 @@ def error_for(e: BaseException) -> APIError:
         return APIError(str(e), param=e.param)
     if isinstance(e, RequestTimeoutError):
         return APIError(str(e), status=504, type="timeout_error", code="timeout")
+    if isinstance(e, ShuttingDownError):
+        return APIError(str(e), status=503, type="service_unavailable_error", code="shutting_down")
     if isinstance(e, EngineDeadError):
         return APIError(str(e), status=503, type="service_unavailable_error")
+    if isinstance(e, EngineStepError):
+        return APIError(str(e), status=500, type="internal_server_error", code="engine_step_failed")
     if isinstance(e, ServerBusyError):
         return APIError(str(e), status=503, type="service_unavailable_error", code="server_busy")
     return APIError("internal server error; the request was cancelled (see the server log)", status=500,
                     type="internal_server_error")
+
+
+def unexpected(e: BaseException) -> bool:
+    """Whether a handler logs e's traceback: a bug's, not an engine step's failure (logged once, with
+    its cause, where it happened, however many requests it failed)."""
+    return error_for(e).type == "internal_server_error" and not isinstance(e, EngineStepError)
 
 
 async def merge_streams(streams: list[EngineStream]) -> AsyncIterator[tuple[int, Delta]]:

@@ -13,7 +13,7 @@ from .engine_client import EngineStream
 from .protocol import (ChatCompletionRequest, ChatCompletionResponse, ChatCompletionResponseChoice,
                        ChatCompletionResponseStreamChoice, ChatCompletionStreamResponse, ChatMessage, DeltaMessage,
                        random_id)
-from .serving import BIG_PROMPT_CHARS, APIError, ChoiceState, OpenAIServing, error_for, sse
+from .serving import BIG_PROMPT_CHARS, APIError, ChoiceState, OpenAIServing, sse, unexpected
 from .structured_request import asked, constrain
 from .tool_calls import (ToolCallStream, ToolPlan, call_grammar, check_history_calls, check_tools,
                          parse_tool_calls, template_messages)
@@ -132,7 +132,7 @@ class OpenAIServingChat(OpenAIServing):
                 yield chunk([], usage=self.usage([prompt_len], choices),
                             paraspec=self.paraspec_stats(plugin_name, choices))
         except Exception as e:
-            if error_for(e).type == "internal_server_error":
+            if unexpected(e):
                 logger.exception("chat stream %s failed", request_id)
             yield self.error_event(e)
         finally:

@@ -10,7 +10,7 @@ from typing import AsyncIterator
 from .engine_client import EngineStream
 from .protocol import (CompletionRequest, CompletionResponse, CompletionResponseChoice, CompletionResponseStreamChoice,
                        CompletionStreamResponse, random_id)
-from .serving import APIError, ChoiceState, OpenAIServing, error_for, merge_streams, sse
+from .serving import APIError, ChoiceState, OpenAIServing, merge_streams, sse, unexpected
 from .structured_request import asked, constrain
 
 logger = logging.getLogger("paraspec.server")
@@ -111,7 +111,7 @@ class OpenAIServingCompletion(OpenAIServing):
                                                    choices=[], usage=self.usage(prompt_lens, choices),
                                                    paraspec=self.paraspec_stats(plugin_name, choices)))
         except Exception as e:
-            if error_for(e).type == "internal_server_error":
+            if unexpected(e):
                 logger.exception("completion stream %s failed", request_id)
             yield self.error_event(e)
         finally:
