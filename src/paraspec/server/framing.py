@@ -18,7 +18,7 @@ import asyncio
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .protocol import ErrorInfo, ErrorResponse
+from .security import reject
 
 MAX_BODY_BYTES = 16 * 1024 * 1024     # a request body larger than this is refused (HTTP 413)
 CLOSE = {"Connection": "close"}
@@ -37,9 +37,9 @@ class RequestFraming:
             return await self.app(scope, receive, send)
         names = {name for name, _ in scope["headers"]}           # ASGI names are lower case
         if b"transfer-encoding" in names and b"content-length" in names:
-            return await send_error(send, 400, "the request has both Content-Length and Transfer-Encoding "
-                                               "headers, which frame its body two ways; send one of them",
-                                    "invalid_framing")
+            return await reject(send, 400, "the request has both Content-Length and Transfer-Encoding headers, "
+                                           "which frame its body two ways; send one of them",
+                                "invalid_request_error", "invalid_framing", [(b"connection", b"close")])
         deadline: float | None = None
         complete = False
 
@@ -74,8 +74,8 @@ class BodySizeLimit:
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            return await send_error(send, 413, f"the request body is larger than {self.max_bytes} bytes",
-                                    close=False)
+            return await reject(send, 413, f"the request body is larger than {self.max_bytes} bytes",
+                                "invalid_request_error", None)
         seen = 0
 
         async def limited():
@@ -88,13 +88,3 @@ class BodySizeLimit:
             return message
 
         return await self.app(scope, limited, send)
-
-
-async def send_error(send, status: int, message: str, code: str | None = None, close: bool = True) -> None:
-    """An OpenAI-shaped error answered before the app runs (`close`: end the connection after it)."""
-    body = ErrorResponse(error=ErrorInfo(message=message, type="invalid_request_error", code=code))
-    data = body.model_dump_json().encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    await send({"type": "http.response.start", "status": status,
-                "headers": headers + ([(b"connection", b"close")] if close else [])})
-    await send({"type": "http.response.body", "body": data})

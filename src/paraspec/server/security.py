@@ -72,11 +72,11 @@ class AccessGuard:
         if self.hosts is not None:
             host = headers.get(b"host", b"").decode("latin-1")
             if host_name(host) not in self.hosts:
-                return await _reject(send, 400, f"the Host header {host[:100]!r} is not one this server answers "
+                return await reject(send, 400, f"the Host header {host[:100]!r} is not one this server answers "
                                                 "to; use one of ServerConfig.allowedHosts / --allowed-hosts",
                                      "invalid_request_error", "invalid_host")
         if self.needs_key(scope["path"]) and not self._authorized(headers.get(b"authorization", b"")):
-            return await _reject(send, 401, "Incorrect or missing API key; send it as the header "
+            return await reject(send, 401, "Incorrect or missing API key; send it as the header "
                                             "'Authorization: Bearer <key>'", "invalid_request_error",
                                  "invalid_api_key", [(b"www-authenticate", b"Bearer")])
         return await self.app(scope, receive, send)
@@ -87,8 +87,9 @@ class AccessGuard:
         return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key)
 
 
-async def _reject(send, status: int, message: str, type_: str, code: str,
-                  extra: list[tuple[bytes, bytes]] = ()) -> None:
+async def reject(send, status: int, message: str, type_: str, code: str | None,
+                 extra: list[tuple[bytes, bytes]] = ()) -> None:
+    """An OpenAI-shaped error answered before the app runs (ASGI middleware)."""
     body = ErrorResponse(error=ErrorInfo(message=message, type=type_, code=code)).model_dump_json().encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
