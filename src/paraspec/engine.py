@@ -23,7 +23,7 @@ from .decoding.mode import ModePlugin
 from .decoding.proposer import Proposer, StepContext
 from .decoding.registry import DrafterRegistry
 from .decoding.stats import GATE_CLOSED, NO_MATCH, NO_ROOM
-from .decoding.verify import Query, build_query
+from .decoding.verify import Query, build_query, fit_proposal
 from .errors import ParaspecError
 from .forward_cost import ForwardCost
 from .model.kv_cache import KVCache
@@ -260,6 +260,9 @@ class Engine:
         elif seq.drafter is not None:
             why = NO_ROOM if budget <= 0 else GATE_CLOSED
         proposal = seq.sampler.constrain(proposal, budget) if seq.sampler.constrained else proposal
+        if proposal is not None:      # the model's vocabulary, the cache's end and the context bound it
+            fit_proposal(proposal, self.runner.model.args.vocab_size, seq.cache.capacity - seq.cache.length,
+                         self.runner.max_seq_len - seq.cache.length)
         return build_query(seq.tokens[-1], seq.cache.length, proposal), False, looked, why
 
     def _accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, draft_s: float,
@@ -354,7 +357,7 @@ class Engine:
             if len(seq.output) >= seq.max_tokens:
                 seq.finish_reason = "length"
                 break
-        if seq.finish_reason is None and seq.cache.length + 2 >= self.runner.max_seq_len:
+        if seq.finish_reason is None and seq.cache.length + 1 >= self.runner.max_seq_len:
             seq.finish_reason = "length"
         if seq.finished:
             if not (stop_strs and seq.finish_reason == "stop" and not is_stop_token(seq.output[-1])):

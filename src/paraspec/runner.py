@@ -76,6 +76,9 @@ class ModelRunner:
                 # and 2 rows cost most of what 4 do, not a third of the way there), and the few
                 # rows most drafts are made of are measured, not interpolated
                 sizes = tuple(sorted({1, 2, 3, 6, *sizes}))
+            # a short context: the probe's rows need positions in it (sizes up to half of it)
+            sizes = tuple(k for k in sizes if 2 * k <= self.max_seq_len) or sizes[:1]
+            context = max(1, min(context, self.max_seq_len - max(sizes) - 1))
             pinned = os.environ.get(COST_ENV, "").strip()
             measured = parse_pinned_curve(pinned) if pinned else self._probe(context, sizes, rounds)
             shaped = plausible_curve(measured, multiple)

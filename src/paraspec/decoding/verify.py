@@ -59,3 +59,19 @@ def build_query(root: int, root_pos: int, proposal: Proposal | None) -> Query:
         mask[n + 1:, n + 1:] = la.mask
     rows = [n + 1 + r for r in la.output_rows] if la is not None else []
     return Query(tokens, positions, torch.from_numpy(mask), draft.children(), n, rows)
+
+
+def fit_proposal(proposal: Proposal, vocab: int, rows: int, positions: int) -> None:
+    """Cut what the model cannot verify, in place: draft tokens outside [0, vocab) with their
+    subtrees (a memory loaded from another model's file would fail the whole batch's forward), and
+    a lookahead branch that needs more than `rows` query rows or a position offset of `positions`
+    or more (near the context's end: the draft's budget bounds the draft's rows, not the branch's).
+    A drafter whose branch is cut sees a step without its argmax, as after a step without a window."""
+    draft = proposal.draft
+    if draft.tokens and not 0 <= min(draft.tokens) <= max(draft.tokens) < vocab:
+        proposal.draft = draft.pruned(lambda i: 0 <= draft.tokens[i] < vocab)
+    la = proposal.lookahead
+    if la is not None and (1 + len(proposal.draft) + len(la.tokens) > rows
+                           or max(la.offsets, default=0) >= positions
+                           or (la.tokens and not 0 <= min(la.tokens) <= max(la.tokens) < vocab)):
+        proposal.lookahead = None
