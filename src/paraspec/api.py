@@ -144,13 +144,15 @@ class LLM:
         """Save the engine's drafting memory so it survives a restart: the trie's output counts
         (memory_decoding, hybrid) and the hybrid's past outputs, in one file (memory_save.py)."""
         d = self.engine.drafters
-        save_memory_file(path, d.trie(), d.output_memory() if d.has_output_memory else None)
+        save_memory_file(path, d.trie(), d.output_memory() if d.has_output_memory else None,
+                         self.model.args.vocab_size)
 
     def load_memory(self, path: str) -> None:
         """Merge a memory saved by save_memory (or an older trie-only file) into this engine's
-        memory; a file that cannot be used raises MemoryFileError and changes nothing."""
+        memory; a file that cannot be used (one from a model with another vocabulary included)
+        raises MemoryFileError and changes nothing."""
         d = self.engine.drafters
-        merge_memory_file(path, d.trie(), d.output_memory())
+        merge_memory_file(path, d.trie(), d.output_memory(), self.model.args.vocab_size)
 
     # --------------------------------------------------------------------------------------
 

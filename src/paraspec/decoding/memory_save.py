@@ -10,17 +10,20 @@ import os
 
 import numpy as np
 
-from .memory_file import MEMORY_FORMAT, MEMORY_VERSION, MemoryContents, read_memory_file
+from .memory_file import MEMORY_FORMAT, MEMORY_VERSION, MemoryContents, check_vocabulary, read_memory_file
 from .output_memory import OutputMemory
 from .trie import TokenTrie
 
 
-def save_memory_file(path: str | os.PathLike, trie: TokenTrie, output_memory: OutputMemory | None) -> None:
+def save_memory_file(path: str | os.PathLike, trie: TokenTrie, output_memory: OutputMemory | None,
+                     vocab_size: int | None = None) -> None:
     """Write the trie's output counts and the past outputs (prompt counts belong to live
-    requests: not saved). The file is replaced atomically: a crash never leaves half of it."""
+    requests: not saved), with the model's vocabulary size where given (a model with another
+    one refuses the file). The file is replaced atomically: a crash never leaves half of it."""
     parent, token, count = trie._output_arrays()
     outputs = output_memory.tokens() if output_memory is not None else np.zeros(0, np.int32)
-    meta = json.dumps({"format": MEMORY_FORMAT, "version": MEMORY_VERSION, "window": trie.window})
+    meta = {"format": MEMORY_FORMAT, "version": MEMORY_VERSION, "window": trie.window}
+    meta = json.dumps(meta if vocab_size is None else {**meta, "vocab_size": vocab_size})
     tmp = f"{os.fspath(path)}.tmp"
     with open(tmp, "wb") as f:
         np.savez_compressed(f, meta=np.array(meta), parent=parent, token=token, count=count, outputs=outputs)
@@ -28,10 +31,13 @@ def save_memory_file(path: str | os.PathLike, trie: TokenTrie, output_memory: Ou
 
 
 def merge_memory_file(path: str | os.PathLike, trie: TokenTrie | None,
-                      output_memory: OutputMemory | None) -> MemoryContents:
+                      output_memory: OutputMemory | None, vocab_size: int | None = None) -> MemoryContents:
     """Add a saved memory to `trie` and `output_memory` in place (either may be None: not kept).
-    The whole file is read and checked before either is touched."""
+    The whole file is read and checked (against the model's vocabulary, where given) before
+    either is touched."""
     contents = read_memory_file(path)
+    if vocab_size is not None:
+        check_vocabulary(contents, vocab_size, path)
     if trie is not None:
         trie._add_output_arrays(contents.parent, contents.token, contents.count)
     if output_memory is not None and len(contents.outputs):
