@@ -1,6 +1,7 @@
 """A real uvicorn serving an app on 127.0.0.1 (a free port) in a background thread, for the server tests."""
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -37,6 +38,10 @@ class LiveServer:
     @property
     def engine(self):
         return self.app.state.async_engine
+
+    def call(self, fn, timeout: float = 60.0):
+        """fn(engine) on the engine's loop thread between two steps (AsyncEngine.call)."""
+        return asyncio.run_coroutine_threadsafe(self.engine.call(fn), self.engine.loop).result(timeout)
 
     def wait_idle(self, timeout: float = 10.0) -> None:
         """Until no request is held and the engine has nothing left (aborts are processed)."""

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from drafters import RandomTreeDrafter
 from live_server import LiveServer
+from test_hostile_input import _outcomes             # outcome -> paraspec_requests_total
 from paraspec import LLM, SamplingParams
 from paraspec.decoding.proposer import DEFAULT_CONTEXT
 from paraspec.server import create_app, load_config
@@ -382,8 +383,12 @@ def test_timeout_is_504_and_frees_the_request(slow_server):
 
 
 def test_disconnect_cancels_and_frees_kv(slow_server):
+    """A client that goes away aborts its request: streamed (KV freed at once) and not (the
+    disconnect seen while the handler waits). Each counts as aborted once; a disconnect missed
+    would end the request by the 2 s e2eTimeout instead, counted as a timeout."""
     slow_server.wait_idle()
     engine = slow_server.engine.engine
+    before = _outcomes(slow_server)
     body = {"prompt": "hello", "max_tokens": 100, "ignore_eos": True, "stream": True}
     with slow_server.http.stream("POST", "/v1/completions", json=body) as s:
         lines = s.iter_lines()
@@ -393,13 +398,14 @@ def test_disconnect_cancels_and_frees_kv(slow_server):
         assert len(held) == 1 and held[0].cache is not None
     slow_server.wait_idle()
     assert held[0].finish_reason == "abort" and held[0].cache is None        # KV freed
+    streamed = _outcomes(slow_server)
+    assert streamed.get("aborted", 0) == before.get("aborted", 0) + 1, (before, streamed)
     with pytest.raises(httpx.ReadTimeout):                                   # the same without streaming
         slow_server.http.post("/v1/completions", json={**body, "stream": False}, timeout=0.5)
     slow_server.wait_idle()
-    families = {f.name: f for f in text_string_to_metric_families(slow_server.http.get("/metrics").text)}
-    aborted = [s.value for s in families["paraspec_requests"].samples
-               if s.name == "paraspec_requests_total" and s.labels.get("outcome") == "aborted"]
-    assert aborted and aborted[0] >= 2
+    after = _outcomes(slow_server)
+    assert after.get("aborted", 0) == streamed.get("aborted", 0) + 1, (streamed, after)
+    assert after.get("timeout", 0) == before.get("timeout", 0), (before, after)
 
 
 # ------------------------------------------------------------------------------------ metrics
