@@ -8,12 +8,13 @@ import logging
 import time
 from typing import AsyncIterator
 
+from ..errors import ParaspecError
 from ..structured.params import StructuredOutputsParams
 from .engine_client import EngineStream
 from .protocol import (ChatCompletionRequest, ChatCompletionResponse, ChatCompletionResponseChoice,
                        ChatCompletionResponseStreamChoice, ChatCompletionStreamResponse, ChatMessage, DeltaMessage,
                        random_id)
-from .serving import BIG_PROMPT_CHARS, APIError, ChoiceState, OpenAIServing, sse, unexpected
+from .serving import BIG_PROMPT_CHARS, APIError, ChoiceState, OpenAIServing, error_for, sse, unexpected
 from .structured_request import asked, constrain
 from .tool_calls import (ToolCallStream, ToolPlan, call_grammar, check_history_calls, check_tools,
                          parse_tool_calls, template_messages)
@@ -22,6 +23,16 @@ logger = logging.getLogger("paraspec.server")
 
 # OpenAI's roles; "developer" is its newer name for "system", which is what chat templates know
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+
+
+def _as_sent(e: APIError, req: ChatCompletionRequest) -> APIError:
+    """An error about two chat fields, in the names the request used: the engine's logprobs is
+    chat's top_logprobs, and its max_tokens may have come as max_completion_tokens."""
+    completion_tokens = "max_completion_tokens" if req.max_completion_tokens is not None else None
+    sent = {"logprobs": "top_logprobs", "max_tokens": completion_tokens}.get(e.param)
+    if sent is None:
+        return e
+    return APIError(str(e).replace(f"{e.param}=", f"{sent}=", 1), e.status, e.type, sent, e.code)
 
 
 class OpenAIServingChat(OpenAIServing):
@@ -35,7 +46,10 @@ class OpenAIServingChat(OpenAIServing):
         structured, param = asked(req, (StructuredOutputsParams(grammar=calls) if calls else None, "tools"))
         prompt = self.check_prompt(await self._render(req, plan), "messages")
         requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        params = req.to_sampling_params(self.max_tokens(requested, len(prompt), None))
+        try:
+            params = req.to_sampling_params(self.max_tokens(requested, len(prompt), None))
+        except (APIError, ParaspecError) as e:
+            raise _as_sent(error_for(e), req) from None
         if structured is not None:
             params = await constrain(params, structured, param, self.tokenizer, self.vocab_size)
         plugin, plugin_name = self.plugin_spec(req)

@@ -84,7 +84,7 @@ def chat_messages(req: ResponsesRequest) -> list[dict[str, str]]:
         if item.get("type", "message") != "message":
             raise APIError(f"input[{i}].type={item.get('type')!r} is not supported; send messages "
                            '({"role": "user", "content": "..."})', param=f"input[{i}].type")
-        role = ROLES.get(item.get("role"))
+        role = ROLES.get(item["role"]) if isinstance(item.get("role"), str) else None
         if role is None:
             raise APIError(f"input[{i}].role={item.get('role')!r} is not one of user, assistant, system, developer",
                            param=f"input[{i}].role")
