@@ -4,6 +4,8 @@ peers (peers.py), all behind the interface in base.py.
     ar, md-tree, md-chain, md-tree-dyn, md-chain-dyn, la, hybrid   paraspec, one plugin_params each
     md-tree-L<n>, md-chain-L<n>, la-N<n>W<w>G<g>                   sweep points
     hf, hf-pld, llamacpp, llamacpp-pld                             transformers, llama-cpp-python
+    llamaserver, llamaserver-ngram-mod, llamaserver-ngram-mod-long,  llama.cpp's llama-server, plain and
+    llamaserver-ngram-map-k, llamaserver-ngram-cache                 its n-gram drafts (llama_server.py)
 """
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ from typing import Any
 
 from ..errors import ConfigError
 from .base import System, SystemInfo
+from .llama_server import LLAMA_SERVER_SYSTEMS, LlamaServerSystem
 from .paraspec_systems import PARASPEC_SYSTEMS, ParaspecSystem, sweep_plugin
 from .peers import PEER_SYSTEMS, PLD_TOKENS, HFModelCache, LlamaCppSystem, TransformersSystem
 
-ALL_SYSTEMS = (*PARASPEC_SYSTEMS, *PEER_SYSTEMS)
+ALL_SYSTEMS = (*PARASPEC_SYSTEMS, *PEER_SYSTEMS, *LLAMA_SERVER_SYSTEMS)
 
 
 @dataclass
@@ -40,6 +43,8 @@ def make_system(name: str, ctx: SystemContext) -> System:
                                   PLD_TOKENS if name == "hf-pld" else None)
     if name in ("llamacpp", "llamacpp-pld"):
         return LlamaCppSystem(name, ctx.model, ctx.threads, PLD_TOKENS if name == "llamacpp-pld" else None)
+    if name in LLAMA_SERVER_SYSTEMS:   # a context up to paraspec's own: the prompts it runs fit
+        return LlamaServerSystem(name, ctx.model, ctx.threads, ctx.llm.runner.max_seq_len)
     raise ConfigError(f"unknown bench system {name!r}; choose from {', '.join(ALL_SYSTEMS)}, "
                       "md-tree-L<n>, md-chain-L<n> or la-N<n>W<w>G<g>")
 
