@@ -97,6 +97,8 @@ def _sampling(r: random.Random, body: dict, chat: bool) -> None:
         body[name] = options[name]()
     if "top_logprobs" in body:
         body["logprobs"] = True
+    if body.get("echo") and body.get("logprobs") is not None:
+        del body["echo"]          # (refused together: no prompt log-probabilities)
     if body.get("stream") is None and r.random() < 0.35:
         body["stream"] = True
         if r.random() < 0.5:

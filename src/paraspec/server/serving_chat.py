@@ -44,7 +44,13 @@ class OpenAIServingChat(OpenAIServing):
         # response_format, paraspec.grammar, or the call format tool_choice "required" / a function asks for
         calls = call_grammar(plan)
         structured, param = asked(req, (StructuredOutputsParams(grammar=calls) if calls else None, "tools"))
-        prompt = self.check_prompt(await self._render(req, plan), "messages")
+        try:
+            prompt = self.check_prompt(await self._render(req, plan), "messages")
+        except APIError as e:
+            if e.code != "context_length_exceeded" or not (plan.parse and plan.tools):
+                raise             # (else the tools are in the prompt too: say so)
+            raise APIError(str(e).replace("the prompt", "the prompt (the messages and the tools' definitions)", 1),
+                           e.status, e.type, e.param, e.code) from None
         requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         try:
             params = req.to_sampling_params(self.max_tokens(requested, len(prompt), None))
