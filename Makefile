@@ -68,17 +68,20 @@ models: install
 # lists AMX, ggml's native build dies in its AMX matmul on some VMs (SIGSEGV): build AVX-512 without it.
 # Then llama.cpp's own llama-server (bench systems llamaserver*), from the vendored llama.cpp of the same
 # sdist: only that target, llama.cpp's libraries linked in (it runs from .venv/bin alone), CPU only, no
-# web UI (its build would download one); skipped while .venv/bin/llama-server runs. 15-30 min on 2 cores.
+# web UI (its build would download one); skipped while .venv/bin/llama-server runs and was built on a CPU
+# with these flags (a native build dies with SIGILL on a CPU without them). 15-30 min on 2 cores.
 PEER_CMAKE := $(shell grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && echo '-DGGML_NATIVE=OFF -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AMX_INT8=OFF')
 LLAMA_SERVER := $(VENV)/bin/llama-server
 LLAMA_SERVER_BUILD := build/llama-server
+LLAMA_SERVER_CPU := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | md5sum | cut -c1-16)
 LLAMA_SERVER_CMAKE := -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON $(PEER_CMAKE) -DBUILD_SHARED_LIBS=OFF \
 	-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF
 peers: install
 	CMAKE_ARGS="$(PEER_CMAKE) $$CMAKE_ARGS" $(PY) -m pip install -q --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36
 	$(PY) -m pip install -q diskcache    # llama_cpp imports it (the line above takes no dependencies)
-	if $(LLAMA_SERVER) --version >/dev/null 2>&1; then echo "llama-server: $(LLAMA_SERVER) is there"; else \
+	if $(LLAMA_SERVER) --version >/dev/null 2>&1 && [ "$$(cat $(LLAMA_SERVER).cpu 2>/dev/null)" = "$(LLAMA_SERVER_CPU)" ]; \
+	then echo "llama-server: $(LLAMA_SERVER) is there"; else \
 	  rm -rf $(LLAMA_SERVER_BUILD) && mkdir -p $(LLAMA_SERVER_BUILD) && \
 	  $(PY) -m pip download -q --no-binary :all: --no-deps llama-cpp-python==0.3.36 -d $(LLAMA_SERVER_BUILD) && \
 	  tar xzf $(LLAMA_SERVER_BUILD)/llama_cpp_python-0.3.36.tar.gz -C $(LLAMA_SERVER_BUILD) && \
@@ -86,7 +89,7 @@ peers: install
 	    $(LLAMA_SERVER_CMAKE) $$CMAKE_ARGS >$(LLAMA_SERVER_BUILD)/cmake.log && \
 	  cmake --build $(LLAMA_SERVER_BUILD)/cmake --target llama-server -j2 && \
 	  install -m 755 $(LLAMA_SERVER_BUILD)/cmake/bin/llama-server $(LLAMA_SERVER) && \
-	  $(LLAMA_SERVER) --version; fi
+	  echo $(LLAMA_SERVER_CPU) > $(LLAMA_SERVER).cpu && $(LLAMA_SERVER) --version; fi
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
