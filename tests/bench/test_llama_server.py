@@ -72,14 +72,17 @@ def test_absent_binary_and_non_gguf_model_are_skips(tmp_path, monkeypatch, tiny_
         LlamaServerSystem("llamaserver", str(tiny_model_dir("llama")), 1)
 
 
-def test_a_server_that_cannot_start_is_a_skip_naming_its_last_line(tmp_path, monkeypatch):
+@pytest.mark.parametrize("dies, how", [("exit 1", "exit status 1"),
+                                       # a native build moved to a CPU without its instructions
+                                       ("kill -ILL $$", "killed by SIGILL")])
+def test_a_server_that_cannot_start_is_a_skip_naming_its_last_line(tmp_path, monkeypatch, dies, how):
     fake = _script(tmp_path / "llama-server",
-                   "echo loading >&2; echo 'error: unknown argument: -np' >&2; exit 1")
+                   f"echo loading >&2; echo 'error: unknown argument: -np' >&2; {dies}")
     monkeypatch.setenv(llama_server.ENV_BINARY, str(fake))
     system = make_system("llamaserver-ngram-mod", _ctx())
     with pytest.raises(SkipSystem) as e:
         system.prepare()
-    assert str(e.value) == ("llama-server did not start: exit status 1: error: unknown argument: -np; "
+    assert str(e.value) == (f"llama-server did not start: {how}: error: unknown argument: -np; "
                             "rebuild it with `make peers`")
     system.close()
     assert system.proc is None
