@@ -26,20 +26,29 @@ SCHEMAS = [{"type": "object", "properties": {"name": {"type": "string"}, "age": 
             "required": ["name"]},
            {"type": "array", "items": {"type": "number"}, "maxItems": 3},
            {"type": "string", "enum": ["yes", "no"]},
-           {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "boolean"}}}}}]
+           {"type": "object", "properties": {"a": {"type": "object",
+                                                   "properties": {"b": {"type": "boolean"}}}}}]
 GRAMMARS = [{"regex": r"\d{4}-\d{2}-\d{2}"}, {"regex": "(yes|no)"}, {"choice": ["red", "green", "blue"]},
             {"lark": 'start: "a" "b"+'}, {"gbnf": 'root ::= "x" [0-9]+'}]
 BAD_GRAMMARS = [{"regex": "(unclosed"}, {"choice": []}, {"lark": "start: undefined_rule"},
                 {"gbnf": "root ::= "}, {"regex": 7}, {"xml": "<a/>"}, {"regex": "a", "choice": ["a"]}]
+BAD_FORMATS = [{"type": "xml"}, {"type": "json_schema"},
+               {"type": "json_schema", "json_schema": {"schema": []}},
+               {"type": "json_schema", "json_schema": {"name": 3, "schema": {}}},
+               {"type": "json_schema", "json_schema": {"schema": {"type": "object", "minProperties": 3,
+                                                                  "maxProperties": 1}, "strict": True}},
+               {"type": "json_schema", "json_schema": {"schema": {"$ref": "#/nope"}}},
+               {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "(["}}},
+               {"type": "json_schema", "json_schema": {"schema": {"type": "integer"}, "strict": "yes"}}]
 PLUGINS = [{"plugin_type": "memory_decoding", "decoding_length": 8}, {"plugin_type": "lookahead", "level": 3},
            {"plugin_type": "hybrid"}, "none", {"plugin_type": "none"}, '{"plugin_type": "memory_decoding"}',
            {"plugin_type": "memory_decoding", "dynamic_algo": True, "mode": "chain"}]
 BAD_PLUGINS = [{"plugin_type": "warp"}, {"plugin_type": "memory_decoding", "decoding_length": 99},
                {"plugin_type": "lookahead", "level": 1}, "{not json", {"plugin_type": 3},
                {"plugin_type": "memory_decoding", "decoding_length": "8"}, ["memory_decoding"]]
-TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
-                                         "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                        "required": ["city"]}}}
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOL = {"type": "function",
+        "function": {"name": "get_weather", "description": "Weather of a city", "parameters": CITY}}
 PATHS = {"completion": "/v1/completions", "chat": "/v1/chat/completions", "tools": "/v1/chat/completions",
          "responses": "/v1/responses"}
 
@@ -77,12 +86,14 @@ def _text(r: random.Random, odd: float = 0.15) -> str:
 
 def _sampling(r: random.Random, body: dict, chat: bool) -> None:
     """A few of the sampling fields, with plausible values (edge values included)."""
-    options = {"temperature": lambda: r.choice([0, 0, 0.7, 1.3, 1e-5]), "top_p": lambda: r.choice([1.0, 0.9, 1e-9]),
+    options = {"temperature": lambda: r.choice([0, 0, 0.7, 1.3, 1e-5]),
+               "top_p": lambda: r.choice([1.0, 0.9, 1e-9]),
                "top_k": lambda: r.choice([0, 1, 40, -1]), "min_p": lambda: r.choice([0.0, 0.05]),
                "seed": lambda: r.randint(0, 2 ** 32), "n": lambda: r.choice([1, 1, 2, 3]),
                "stop": lambda: r.choice(["\n", ["a", "b"], [_text(r, 0.5)[:6] or "z"], "。"]),
                "stop_token_ids": lambda: [r.randint(0, 200)], "ignore_eos": lambda: r.random() < 0.5,
-               "repetition_penalty": lambda: r.choice([1.0, 1.3]), "presence_penalty": lambda: r.choice([0, 0.5]),
+               "repetition_penalty": lambda: r.choice([1.0, 1.3]),
+               "presence_penalty": lambda: r.choice([0, 0.5]),
                "frequency_penalty": lambda: r.choice([0, -0.5]), "user": lambda: _text(r),
                "include_stop_str_in_output": lambda: r.random() < 0.5,
                "skip_special_tokens": lambda: r.random() < 0.5,
@@ -134,12 +145,14 @@ def chat(r: random.Random) -> tuple[str, dict]:
 
 def tools(r: random.Random) -> tuple[str, dict]:
     _, body = chat(r)
-    body["tools"] = [TOOL] if r.random() < 0.7 else [TOOL, {**TOOL, "function": {**TOOL["function"], "name": "f2"}}]
-    body["tool_choice"] = r.choice(["auto", "none", "required", {"type": "function", "function": {"name": "get_weather"}},
-                                    None])
+    second = {**TOOL, "function": {**TOOL["function"], "name": "f2"}}
+    body["tools"] = [TOOL] if r.random() < 0.7 else [TOOL, second]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    body["tool_choice"] = r.choice(["auto", "none", "required", named, None])
     body["max_tokens"] = r.randint(8, 40)
     if r.random() < 0.3:      # a history with a call and its answer
-        call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+        call = {"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
         body["messages"][-1:-1] = [{"role": "user", "content": "Weather in Oslo?"},
                                    {"role": "assistant", "content": None, "tool_calls": [call]},
                                    {"role": "tool", "tool_call_id": "call_1", "content": "12 C"}]
@@ -154,8 +167,8 @@ def structured(r: random.Random) -> tuple[str, dict]:
     if choice < 0.3:
         body["response_format"] = {"type": "json_object"}
     elif choice < 0.6:
-        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "x", "schema": r.choice(SCHEMAS),
-                                                                          "strict": r.choice([True, False, None])}}
+        spec = {"name": "x", "schema": r.choice(SCHEMAS), "strict": r.choice([True, False, None])}
+        body["response_format"] = {"type": "json_schema", "json_schema": spec}
     else:
         body.setdefault("paraspec", {})["grammar"] = r.choice(GRAMMARS)
     body["max_tokens"] = r.randint(4, 24)
@@ -167,11 +180,12 @@ def responses(r: random.Random) -> tuple[str, dict]:
     if r.random() < 0.5:
         body: dict = {"input": _text(r)}
     else:
-        body = {"input": [{"role": m["role"], "content": m["content"] if isinstance(m["content"], str)
-                           else [{"type": "input_text", "text": m["content"][0]["text"]}]} for m in _messages(r)]}
+        body = {"input": [{"role": m["role"], "content": m["content"] if isinstance(m["content"], str) else
+                           [{"type": "input_text", "text": m["content"][0]["text"]}]} for m in _messages(r)]}
     for name, value in (("instructions", _text(r)), ("max_output_tokens", r.randint(1, 16)),
-                        ("temperature", r.choice([0, 0.8])), ("top_p", 0.9), ("stream", True), ("store", False),
-                        ("metadata", {"k": "v"}), ("paraspec", {"plugin_params": r.choice(PLUGINS)})):
+                        ("temperature", r.choice([0, 0.8])), ("top_p", 0.9), ("stream", True),
+                        ("store", False), ("metadata", {"k": "v"}),
+                        ("paraspec", {"plugin_params": r.choice(PLUGINS)})):
         if r.random() < 0.4:
             body[name] = value
     body.setdefault("max_output_tokens", r.randint(1, 16))
@@ -223,14 +237,25 @@ def broken(r: random.Random) -> tuple[str, dict, str]:
     if how < 0.25:
         _set(body, path, r.choice(["x" * 100_000, list(range(5000)), [{"a": 1}] * 2000, 10 ** 400]))
         return f"{kind}-huge", body, path
+    if how < 0.4:           # a feature's own bad value: a grammar, a schema, a plugin, a tool choice
+        feature = r.choice(["grammar", "plugin_params", "response_format", "tool_choice"])
+        if feature in ("grammar", "plugin_params"):
+            bad = BAD_GRAMMARS if feature == "grammar" else BAD_PLUGINS
+            body.setdefault("paraspec", {})[feature] = r.choice(bad)
+            return f"{kind}-bad", body, f"paraspec.{feature}"
+        missing = {"type": "function", "function": {"name": "missing"}}
+        body[feature] = r.choice(BAD_FORMATS) if feature == "response_format" else \
+            r.choice(["sometimes", {"type": "function"}, missing])
+        return f"{kind}-bad", body, feature
     _set(body, path, r.choice(JUNK))
     return f"{kind}-junk", body, path
 
 
-MALFORMED = [b'{"prompt": "x", "max_tokens": 2', b'{"prompt": "x",}', b"{'prompt': 'x'}", b'{"prompt": "\\x41"}',
-             b'\xff\xfe{"prompt": "x"}', b"[" * 5000 + b"]" * 5000, b"", b"null", b'"prompt"', b"[1, 2]", b"42",
-             b'{"prompt": "x"} trailing', b'{"prompt": "x", "prompt": 3}', b'{"prompt": "x", "max_tokens": 1e999}',
-             b'{"messages": [{"role": "user", "content": "x"}]}\x00', b"\x00" * 64, b'{"a": ' * 200 + b"1" + b"}" * 200]
+MALFORMED = [b'{"prompt": "x", "max_tokens": 2', b'{"prompt": "x",}', b"{'prompt': 'x'}",
+             b'{"prompt": "\\x41"}', b'\xff\xfe{"prompt": "x"}', b"[" * 5000 + b"]" * 5000, b"", b"null",
+             b'"prompt"', b"[1, 2]", b"42", b'{"prompt": "x"} trailing', b'{"prompt": "x", "prompt": 3}',
+             b'{"prompt": "x", "max_tokens": 1e999}', b'{"messages": [{"role": "user", "content": "x"}]}\x00',
+             b"\x00" * 64, b'{"a": ' * 200 + b"1" + b"}" * 200]
 
 
 def malformed(r: random.Random, case: Case) -> None:
@@ -240,19 +265,23 @@ def malformed(r: random.Random, case: Case) -> None:
         case.kind = "content-type"
         case.body = json.dumps({"prompt": "x", "messages": [{"role": "user", "content": "x"}], "input": "x",
                                 "max_tokens": 2}).encode()
-        case.headers = {"content-type": r.choice(["text/plain", "application/x-www-form-urlencoded",
-                                                  "multipart/form-data; boundary=x", "", "application/json; charset=latin-1"])}
+        case.headers = {"content-type": r.choice(["text/plain", "application/x-www-form-urlencoded", "",
+                                                  "multipart/form-data; boundary=x",
+                                                  "application/json; charset=latin-1"])}
 
 
 def long_input(r: random.Random, case: Case) -> None:
     """Prompts past the server's input limit, or long but allowed, and counts past its limits."""
+    many = {"role": "user", "content": "hi " * 30}
     big = r.choice([lambda: {"prompt": "word " * r.choice([400, 5000, 200_000]), "max_tokens": 2},
-                    lambda: {"prompt": [r.randint(0, 200) for _ in range(r.choice([300, 5000]))], "max_tokens": 2},
-                    lambda: {"messages": [{"role": "user", "content": "hi " * 30}] * r.choice([20, 400]), "max_tokens": 2},
+                    lambda: {"prompt": [r.randint(0, 200) for _ in range(r.choice([300, 5000]))],
+                             "max_tokens": 2},
+                    lambda: {"messages": [many] * r.choice([20, 400]), "max_tokens": 2},
                     lambda: {"prompt": "x", "max_tokens": r.choice([10 ** 6, 2 ** 31])},
                     lambda: {"prompt": "x", "max_tokens": 2, "n": r.choice([64, 10 ** 4])},
                     lambda: {"prompt": ["x"] * r.choice([50, 5000]), "max_tokens": 1},
-                    lambda: {"prompt": "x", "max_tokens": 2, "stop": ["s%d" % i for i in range(r.choice([5, 500]))]},
+                    lambda: {"prompt": "x", "max_tokens": 2,
+                             "stop": ["s%d" % i for i in range(r.choice([5, 500]))]},
                     lambda: {"input": "long " * 5000, "max_output_tokens": 2}])()
     case.kind = "long"
     case.path = PATHS["responses" if "input" in big else "chat" if "messages" in big else "completion"]
@@ -263,22 +292,24 @@ def framing(r: random.Random, case: Case, host: str, body_timeout: float | None)
     body = b'{"prompt": "x", "max_tokens": 2}'
     head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
     chunked = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+    close = f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     options = [
         (head + f"Content-Length: {len(body)}\r\nTransfer-Encoding: chunked\r\n\r\n").encode() + chunked,
         (head + "Content-Length: abc\r\nConnection: close\r\n\r\n").encode() + body,
         (head + "Content-Length: -5\r\nConnection: close\r\n\r\n").encode() + body,
-        (head + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\nzz\r\n").encode() + body + b"\r\n0\r\n\r\n",
+        (head + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\nzz\r\n").encode() + body
+        + b"\r\n0\r\n\r\n",
         (head + "BadHeaderWithoutColon\r\nContent-Length: 2\r\n\r\n{}").encode(),
         (head + "X-Big: " + "a" * 70_000 + f"\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body,
-        b"GARBAGE\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+        b"GARBAGE\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",      # a TLS hello
         (f"GET /health HTTP/1.0\r\n\r\n").encode(),
-        (head.replace(host, "evil.example") + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body,
+        (head.replace(host, "evil.example") + close).encode() + body,
         (f"BREW /v1/completions HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").encode(),
-        (head.replace("POST /v1/completions", f"POST http://{host}/v1/completions")
-         + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body,
-        (head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
-        + (head + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body,     # pipelined
-        (head + f"Expect: 100-continue\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body,
+        (head.replace("POST /v1/completions", f"POST http://{host}/v1/completions") + close).encode() + body,
+        (head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body       # two requests at once
+        + (head + close).encode() + body,
+        (head + "Expect: 100-continue\r\n" + close).encode() + body,
         (head + "Content-Length: 2\r\nConnection: close\r\n\r\n").encode() + b"\xff\xfe",
         (head.replace("HTTP/1.1", "HTTP/1.1 extra") + "Connection: close\r\n\r\n").encode(),
         (head + "Transfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n").encode() + chunked,
@@ -292,10 +323,11 @@ def framing(r: random.Random, case: Case, host: str, body_timeout: float | None)
 
 def other_endpoint(r: random.Random, case: Case) -> None:
     case.kind = "endpoint"
-    case.method, case.path = r.choice([("GET", "/v1/models"), ("GET", "/health"), ("HEAD", "/ready"), ("GET", "/metrics"),
-                                       ("GET", "/nope"), ("DELETE", "/v1/completions"), ("POST", "/health"),
-                                       ("GET", "/v1/chat/completions"), ("OPTIONS", "/v1/responses"),
-                                       ("POST", "/v1/completions/../models"), ("GET", "/v1/models/x%00y")])
+    case.method, case.path = r.choice([("GET", "/v1/models"), ("GET", "/health"), ("HEAD", "/ready"),
+                                       ("GET", "/metrics"), ("GET", "/nope"), ("DELETE", "/v1/completions"),
+                                       ("POST", "/health"), ("GET", "/v1/chat/completions"),
+                                       ("OPTIONS", "/v1/responses"), ("POST", "/v1/completions/../models"),
+                                       ("GET", "/v1/models/x%00y")])
     case.body = b"{}" if case.method == "POST" else None
 
 

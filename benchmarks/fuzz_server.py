@@ -74,7 +74,8 @@ def send(case: Case, url: str, client: httpx.Client, timeout: float) -> Answer:
     if case.raw is not None or case.method not in ("GET", "POST", "HEAD", "DELETE", "OPTIONS"):
         return send_raw(case, url, timeout)
     try:
-        with client.stream(case.method, case.path, content=case.body, headers=case.headers, timeout=timeout) as r:
+        with client.stream(case.method, case.path, content=case.body, headers=case.headers,
+                           timeout=timeout) as r:
             if case.cut and r.status_code == 200:
                 return Answer(r.status_code, next(r.iter_text(), ""))     # the client goes away
             return Answer(r.status_code, "".join(r.iter_text()))
@@ -148,8 +149,9 @@ def check(case: Case, a: Answer) -> str | None:
             return f"HTTP {status}: {a.text[:300]!r}"
     if case.raw is not None:          # framing: uvicorn answers what it cannot parse in one plain line
         for status, body in zip(a.statuses, a.bodies):
+            several = f"HTTP {status} with a body of several lines: {body[:300]!r}"
             problem = _check_error(case, Answer(status, body)) if body.startswith("{") else \
-                None if "\n" not in body.strip() else f"HTTP {status} with a body of several lines: {body[:300]!r}"
+                None if "\n" not in body.strip() else several
             if problem is not None and status >= 400:
                 return problem
         return None
@@ -232,7 +234,8 @@ def run(url: str, seed: int, cases: int, concurrency: int = 4, timeout: float = 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     host = url.split("//")[1].rsplit(":", 1)[0]
     report = Report()
-    with httpx.Client(base_url=url, headers=headers, limits=httpx.Limits(max_connections=concurrency * 2)) as client:
+    limits = httpx.Limits(max_connections=concurrency * 2)
+    with httpx.Client(base_url=url, headers=headers, limits=limits) as client:
         def one(i: int) -> None:
             case = make_case(seed, i, host, body_timeout)
             if case.stalls and body_timeout is None:
@@ -279,8 +282,9 @@ def start_server(model: str, body_timeout: float, workdir: Path) -> tuple[subpro
     config = workdir / "config.json"
     config.write_text(json.dumps({
         "ServerConfig": {"port": port, "maxLinkNum": 64, "bodyTimeout": body_timeout},
-        "BackendConfig": {"ModelDeployConfig": {"maxSeqLen": 1024, "maxInputTokenLen": 512,
-                                                "ModelConfig": [{"modelName": "fuzz", "modelWeightPath": model}]},
+        "BackendConfig": {"ModelDeployConfig": {
+            "maxSeqLen": 1024, "maxInputTokenLen": 512,
+            "ModelConfig": [{"modelName": "fuzz", "modelWeightPath": model}]},
                           "ScheduleConfig": {"maxIterTimes": 64}}}))
     log = workdir / "serve.log"
     proc = subprocess.Popen([sys.executable, "-m", "paraspec.cli", "serve", "--config", str(config)],
@@ -314,13 +318,14 @@ def stop_server(proc: subprocess.Popen, log: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", type=int, default=1000)
     p.add_argument("--seed", type=int, default=None, help="default: from the clock (printed)")
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--url", default=None, help="fuzz this server instead of starting paraspec serve")
-    p.add_argument("--model", default="default", help="the model paraspec serve loads (default: the bundled one)")
+    p.add_argument("--model", default="default",
+                   help="the model paraspec serve loads (default: the bundled one)")
     p.add_argument("--api-key", default=os.environ.get("PARASPEC_API_KEY"))
     p.add_argument("--timeout", type=float, default=120.0, help="seconds a case may wait for its answer")
     p.add_argument("--body-timeout", type=float, default=None,
@@ -362,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAIL --replay {case.replay}: {problem}")
     for problem in problems:
         print(f"FAIL after the fuzzing: {problem}")
-    print("ok" if not report.failures and not problems else f"{len(report.failures) + len(problems)} failures")
+    failed = len(report.failures) + len(problems)
+    print(f"{failed} failures" if failed else "ok")
     return int(bool(report.failures or problems))
 
 

@@ -48,7 +48,7 @@ def test_fuzzed_requests_keep_the_rule_and_the_server_stays_exact(server, seed, 
     with caplog.at_level(logging.INFO, logger="paraspec"):
         report = fuzz_server.run(server.url, seed, cases, concurrency=4, timeout=60,
                                  body_timeout=BODY_TIMEOUT_S, log=lambda line: None)
-    failures = [f"--replay {case.replay}: {problem}\n    {case.describe()}" for case, problem in report.failures]
+    failures = [f"--replay {case.replay}: {why}\n    {case.describe()}" for case, why in report.failures]
     assert failures == [], "\n".join(failures)
     assert report.statuses[200] >= cases // 5 and report.statuses[400] >= cases // 5, report.statuses
     assert [r.getMessage() for r in caplog.records if r.exc_info] == []        # no traceback logged
@@ -58,20 +58,23 @@ def test_fuzzed_requests_keep_the_rule_and_the_server_stays_exact(server, seed, 
 
 
 # what the fuzzing found, each a one-line 400 naming the field now (a 500 with a logged TypeError,
-# an error naming the engine's field rather than the one the request sent, or a prompt too long
-# for its tools' definitions blamed on the messages alone)
+# an error naming the engine's field rather than the one the request sent, a prompt too long for
+# its tools' definitions blamed on the messages alone, a plugin's key named outside plugin_params)
 USER = {"role": "user", "content": "x"}
+CHAT, RESPONSES = "/v1/chat/completions", "/v1/responses"
 LONG_TOOL = {"type": "function", "function": {"name": "f", "description": "d" * 5000, "parameters": {}}}
-FOUND = [("/v1/responses", {"input": [{"role": [[[]]], "content": "x"}]}, "input[0].role", "input"),
-         ("/v1/responses", {"input": [USER, {"role": {"a": 1}, "content": "x"}]}, "input[1].role", "input"),
-         ("/v1/chat/completions", {"messages": [USER], "logprobs": True, "top_logprobs": 2 ** 31}, "top_logprobs",
+MAX = "max_completion_tokens"
+LOOKAHEAD_1 = {"plugin_params": {"plugin_type": "lookahead", "level": 1}}
+FOUND = [(RESPONSES, {"input": [{"role": [[[]]], "content": "x"}]}, "input[0].role", "input"),
+         (RESPONSES, {"input": [USER, {"role": {"a": 1}, "content": "x"}]}, "input[1].role", "input"),
+         (CHAT, {"messages": [USER], "logprobs": True, "top_logprobs": 2 ** 31}, "top_logprobs",
           "top_logprobs="),
-         ("/v1/chat/completions", {"messages": [USER], "max_completion_tokens": 0}, "max_completion_tokens",
-          "max_completion_tokens="),
-         ("/v1/chat/completions", {"messages": [USER], "max_completion_tokens": 10 ** 6}, "max_completion_tokens",
-          "max_completion_tokens="),
-         ("/v1/responses", {"input": "x", "max_output_tokens": 10 ** 6}, "max_output_tokens", "max_output_tokens="),
-         ("/v1/chat/completions", {"messages": [USER], "tools": [LONG_TOOL]}, "messages", "the tools' definitions")]
+         (CHAT, {"messages": [USER], MAX: 0}, MAX, f"{MAX}="),
+         (CHAT, {"messages": [USER], MAX: 10 ** 6}, MAX, f"{MAX}="),
+         (RESPONSES, {"input": "x", "max_output_tokens": 10 ** 6}, "max_output_tokens", "max_output_tokens="),
+         (CHAT, {"messages": [USER], "tools": [LONG_TOOL]}, "messages", "the tools' definitions"),
+         ("/v1/completions", {"prompt": "x", "paraspec": LOOKAHEAD_1}, "paraspec.plugin_params",
+          "paraspec.plugin_params: lookahead.level")]
 
 
 @pytest.mark.parametrize("path, body, param, says", FOUND)

@@ -151,11 +151,13 @@ class OpenAIServing:
             return None, None
         if _plain_decoding(value):
             return None, None
+        gamma = self.config.model_deploy.speculation_gamma
         try:
-            plugin = parse_plugin_params(value, self.config.model_deploy.speculation_gamma)
-        except ParaspecError as e:
-            raise APIError(f"paraspec.{e} (this server's speculationGamma is "
-                           f"{self.config.model_deploy.speculation_gamma})", param="paraspec.plugin_params") from None
+            plugin = parse_plugin_params(value, gamma)
+        except ParaspecError as e:    # (a plugin's own checks name its keys "lookahead.level", ...)
+            why = f"paraspec.{e}" if str(e).startswith("plugin_params") else f"paraspec.plugin_params: {e}"
+            raise APIError(why + (f" (this server's speculationGamma is {gamma})" if gamma is not None else ""),
+                           param="paraspec.plugin_params") from None
         return plugin, plugin.plugin_type
 
     def fit_text(self, text: str, param: str) -> str:
