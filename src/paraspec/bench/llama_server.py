@@ -10,12 +10,12 @@
     llamaserver-ngram-cache      --spec-type ngram-cache (its n-gram statistics, drafts of up to 8)
 
 One server per system on a free 127.0.0.1 port, the bench's GGUF and threads, one slot, no prompt
-cache (`cache_prompt: false`, `--cache-ram 0`: every run prefills), a context of 4,096 tokens that is
-doubled (a restart, untimed) when a run needs more, up to paraspec's own; otherwise the server's
-defaults, as its users run it (flash attention `auto`, which the CPU takes: its greedy tokens can
-part from llama-cpp-python's, which runs without, a few dozen tokens sooner). Requests go to `/completion`
-with paraspec's prompt token ids; the answer's `tokens` are the run's tokens and its `timings`
-its figures:
+cache (`cache_prompt: false`, `--cache-ram 0`: every run prefills), a context of 4,096 tokens,
+grown to the next power of two (a restart, untimed) when a run needs more, up to paraspec's own;
+otherwise the server's defaults, as its users run it (flash attention `auto`, which the CPU takes:
+its greedy tokens can part sooner from llama-cpp-python's, which runs without). Requests go to
+`/completion` with paraspec's prompt token ids; the answer's `tokens` are the run's tokens and its
+`timings` its figures:
   * ttft = prompt_ms: from the slot starting the prompt to the first token sampled (the HTTP
     round trip is outside it, as paraspec's TTFT has no HTTP either);
   * decode tokens/s = (predicted_n - 1) / predicted_ms, paraspec's (n - 1) / decode_s: the server's
@@ -205,6 +205,7 @@ class LlamaServerSystem:
         try:
             self._start()
         except ServerDown as e:
+            self._shutdown()
             raise SkipSystem(f"llama-server did not start: {e}; rebuild it with `make peers`") from None
         version = self._version()
         if version:
@@ -227,7 +228,7 @@ class LlamaServerSystem:
     def _exit_reason(self) -> str:
         code = self.proc.poll() if self.proc else None
         how = f"exit status {code}" if code is not None and code >= 0 else \
-            f"killed by {signal.Signals(-code).name}" if code is not None else "no answer"
+            f"killed by {signal.Signals(-code).name}" if code is not None else "not started"
         last = self._last_log_line()
         return f"{how}: {last}" if last else how
 
