@@ -1,9 +1,15 @@
 """Quality gate of quantization "gguf" (a GGUF file's own Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K blocks, int8 activations
 per 32-block) against the fp32 dequantisation of the same file, the model the file defines:
 
-    python benchmarks/gguf_quality_gate.py [--model default|PATH|q4_k_m] [--chunks 8] [--prompts 16]
+    python benchmarks/gguf_quality_gate.py [--model default|PATH|q4_k_m|qwen2.5-coder-0.5b] [--chunks 8]
+                                           [--prompts 16] [--text pydoc|sharegpt]
 
-  1. perplexity on chunks x 512 tokens of Python's pydoc topics (real English prose, offline):
+  --model: the bundled model, any GGUF path, the bundled model requantised by llama.cpp (q4_k_m,
+  q6_k, ...) or a real model `paraspec fetch` cached (qwen2.5-coder-0.5b, qwen2.5-coder-1.5b).
+  --text: Python's pydoc topics (real English prose, offline; the default) or real chat answers,
+  the assistant turns of ShareGPT's "eval" split in file order (`paraspec fetch sharegpt`).
+
+  1. perplexity on chunks x 512 tokens of that text:
      gguf (two activation passes) within 1 % of fp32, and gguf with an fp16 KV cache (gguf-kv16)
      within 0.1 % of gguf; gguf-1pass (one Q8 pass per 32-block, llama.cpp's numerics, the default
      on the compiled kernels) within 1 % of fp32 and, with llama-cpp-python installed, no more than 0.5 %
@@ -84,13 +90,29 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
+def real_text(name: str, tok: Tokenizer, n_tokens: int) -> torch.Tensor:
+    """At least n_tokens tokens of text `name` (fewer only where the source runs out)."""
+    if name == "pydoc":
+        import pydoc_data.topics
+        return torch.tensor(tok.encode("\n\n".join(pydoc_data.topics.topics.values())))
+    from paraspec.datasets import sharegpt_split
+    ids: list[int] = []
+    for conv in sharegpt_split("eval"):
+        for m in conv.messages:
+            if m["role"] == "assistant" and m["content"].strip():
+                ids += tok.encode(m["content"].strip() + "\n\n")
+        if len(ids) >= n_tokens:
+            break
+    return torch.tensor(ids)
+
+
 def main() -> int:
-    import pydoc_data.topics
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="default")
     ap.add_argument("--chunks", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--text", choices=("pydoc", "sharegpt"), default="pydoc")
     a = ap.parse_args()
     a.model = bench_model(a.model)
     torch.set_num_threads(a.threads)
@@ -105,7 +127,9 @@ def main() -> int:
               "w8a8": Transformer(fp.args, fp.weights, torch.bfloat16, quantization="w8a8")}
     kinds = sorted({w.kind for w in q.weights.values() if hasattr(w, "kind")})
     print(f"model {fp.path.name}: blocks run as stored: {', '.join(kinds)}; kernels {models['gguf'].kernels.label}")
-    ids = torch.tensor(tok.encode("\n\n".join(pydoc_data.topics.topics.values())))
+    ids = real_text(a.text, tok, a.chunks * CHUNK + 97 * a.prompts)
+    if len(ids) < a.chunks * CHUNK + 97 * a.prompts:
+        sys.exit(f"--text {a.text} has {len(ids)} tokens, fewer than --chunks and --prompts need")
 
     ppl, top1 = {}, {}
     for name, model in models.items():
@@ -121,7 +145,7 @@ def main() -> int:
         nll = [torch.nn.functional.cross_entropy(lg[:-1], ids[c * CHUNK + 1:(c + 1) * CHUNK], reduction="none")
                for c, lg in enumerate(peer_logits)]
         ppl["llama.cpp"], top1["llama.cpp"] = torch.cat(nll).mean().exp().item(), torch.cat([lg[:-1].argmax(-1) for lg in peer_logits])
-    print(f"perplexity / teacher-forced top-1 agreement with fp32, {a.chunks} x {CHUNK} tokens of pydoc topics:")
+    print(f"perplexity / teacher-forced top-1 agreement with fp32, {a.chunks} x {CHUNK} tokens of {a.text} text:")
     for name in ppl:
         agree = (top1[name] == top1["fp32"]).float().mean().item()
         print(f"  {name:9s} ppl {ppl[name]:8.4f} ({ppl[name] / ppl['fp32'] - 1:+.3%} vs fp32)  "
