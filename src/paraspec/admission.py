@@ -41,6 +41,7 @@ def new_sequences(tokenizer: Tokenizer, max_seq_len: int, vocab: int, prompt: li
         raise RequestError(f"structured outputs do not combine with the {plugin.name} decode mode; "
                            "use another plugin_params", param="structured_outputs")
     grammars = compiler_for(tokenizer, vocab) if structured is not None else None
+    stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else tokenizer.eos_token_ids)
     now = time.perf_counter()
     seqs = []
     for i in range(params.n):
@@ -55,5 +56,5 @@ def new_sequences(tokenizer: Tokenizer, max_seq_len: int, vocab: int, prompt: li
             max_tokens=max_tokens, arrival=now, tokens=list(prompt),
             logprobs=[] if params.logprobs is not None else None,
             mode=mode, detok=mode.detokenizer() if mode is not None else
-            IncrementalDetokenizer(tokenizer, params.skip_special_tokens)))
+            IncrementalDetokenizer(tokenizer, params.skip_special_tokens), stop_ids=stop_ids))
     return seqs

@@ -269,7 +269,7 @@ class Engine:
                 forward_s: float, no_draft: str | None = None) -> SequenceUpdate:
         """Walk the verified tree (the longest run the sampler agrees with), commit its KV, emit."""
         t1 = time.perf_counter()
-        sampler, mode, is_stop = seq.sampler, seq.mode, self._stop_check(seq)
+        sampler, mode, is_stop = seq.sampler, seq.mode, seq.stop_ids.__contains__
         # every row's argmax at once where the walk uses it (a mode draws row by row instead)
         argmax = first_max(logits) if ((sampler.argmax_suffices and mode is None) or q.lookahead_rows) else None
         if sampler.argmax_suffices and mode is None:
@@ -321,19 +321,13 @@ class Engine:
 
     # ------------------------------------------------------------------------------- helpers
 
-    def _stop_check(self, seq: SequenceState) -> Callable[[int], bool]:
-        stops = set(seq.params.stop_token_ids)
-        if not seq.params.ignore_eos:
-            stops |= self.tokenizer.eos_token_ids
-        return stops.__contains__
-
     def _emit(self, seq: SequenceState, tokens: list[int], logprobs: list[TokenLogprob] | None,
               drafted: int = 0, accepted: int = 0) -> SequenceUpdate:
         """Append a run of tokens one at a time: a stop token or stop string may end inside an
         accepted run, and the tokens after it must not count, exactly as autoregressive
         decoding would have stopped there. drafted / accepted: this step's draft (for the trace)."""
         stop_strs = seq.params.stop
-        is_stop_token = self._stop_check(seq)
+        is_stop_token = seq.stop_ids.__contains__
         new_ids: list[int] = []
         text_from = own_from = len(seq.text)
         last = len(tokens) - 1

@@ -49,6 +49,7 @@ class SequenceState:
     mode: SequenceMode | None = None   # its decode mode's state (decoding/mode.py), None: plain
     gate: DraftGate = field(default_factory=DraftGate)   # whether its steps look for a draft
     cached_tokens: int = 0       # prompt tokens whose KV the prefix cache gave (prefix_cache.py)
+    stop_ids: frozenset[int] = frozenset()   # stop_token_ids, and EOS unless ignore_eos
 
     @property
     def finished(self) -> bool:

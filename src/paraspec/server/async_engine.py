@@ -1,8 +1,8 @@
 """AsyncEngine: the Engine's step loop on ONE background thread, fed from asyncio handlers.
 
     handlers (event loop)                       loop thread (owns the Engine)
-    add() ── _Add ──> commands (SimpleQueue) ──> engine.add_request ─┐
-    RequestStream.close() ── _Abort ──────────> engine.abort        │  engine.step()
+    add() ── AddCommand ──> commands (SimpleQueue) ──> engine.add_request ─┐
+    RequestStream.close() ── AbortCommand ──────────> engine.abort        │  engine.step()
     RequestStream <── Delta batches ── loop.call_soon_threadsafe <──┘  (one forward per step
                                                                         over all running requests)
 
@@ -23,45 +23,19 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..decoding.registry import PluginConfig
-from ..sequence import sequence_stats
 from ..engine import Engine
 from ..errors import ParaspecError, RequestError
 from ..sampling.params import SamplingParams
-from ..sequence import SequenceUpdate
+from ..sequence import SequenceUpdate, sequence_stats
 from .engine_client import (CUT, NOT_READY, SHUTTING_DOWN, Delta, DeltaStream, EngineDeadError,  # noqa: F401
                             EngineStepError, RequestTimeoutError, ServerBusyError, ShuttingDownError,
                             check_room)
+from .loop_commands import AbortCommand, AddCommand, CallCommand, StopCommand
 from .metrics import ServingMetrics
 
 logger = logging.getLogger("paraspec.server")
 
 DEFAULT = "default"          # drafter spec: the server's configured drafter
-
-
-@dataclass
-class _Add:
-    request_id: str
-    prompt: list[int]
-    params: SamplingParams
-    drafter: Any                               # DEFAULT, None (plain decoding) or a PluginConfig
-    submitted: float
-    group: str | None = None                   # the client request (fair scheduling)
-
-
-@dataclass
-class _Abort:
-    request_id: str
-
-
-@dataclass
-class _Stop:
-    pass
-
-
-@dataclass
-class _Call:                                   # run fn(engine) on the loop thread between two steps
-    fn: Callable[[Engine], Any]
-    done: concurrent.futures.Future
 
 
 @dataclass
@@ -156,7 +130,7 @@ class AsyncEngine:
             await asyncio.sleep(0.05)
         self.cut("the server stopped")
         if self._thread is not None:
-            self._commands.put(_Stop())
+            self._commands.put(StopCommand())
             if self.own_thread:
                 await asyncio.to_thread(self._thread.join, 30)
             else:
@@ -179,7 +153,7 @@ class AsyncEngine:
     def stop_loop(self) -> None:
         """End the loop thread after its current step (idempotent; from any thread)."""
         self._accepting = False
-        self._commands.put(_Stop())
+        self._commands.put(StopCommand())
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:      # the app's, once started
@@ -212,7 +186,7 @@ class AsyncEngine:
         if not self.is_running:
             raise EngineDeadError("the engine loop is not running")
         done: concurrent.futures.Future = concurrent.futures.Future()
-        self._commands.put(_Call(fn, done))
+        self._commands.put(CallCommand(fn, done))
         return await asyncio.wrap_future(done)
 
     @property
@@ -250,7 +224,7 @@ class AsyncEngine:
         self._sequences += stream.n
         if self.metrics:
             self.metrics.in_flight.set(len(self._streams))
-        self._commands.put(_Add(request_id, prompt, params, drafter, time.perf_counter(), group))
+        self._commands.put(AddCommand(request_id, prompt, params, drafter, time.perf_counter(), group))
         return stream
 
     def _release(self, stream: RequestStream, outcome: str) -> None:
@@ -258,7 +232,7 @@ class AsyncEngine:
             del self._streams[stream.request_id]
             self._sequences -= stream.n
         if not stream.done:
-            self._commands.put(_Abort(stream.request_id))
+            self._commands.put(AbortCommand(stream.request_id))
         if self.metrics:
             self.metrics.requests.labels(outcome).inc()
             self.metrics.in_flight.set(len(self._streams))
@@ -277,17 +251,17 @@ class AsyncEngine:
         engine = self.engine
         while True:
             commands = self._drain(block=not engine.has_work())
-            if any(isinstance(c, _Stop) for c in commands):
+            if any(isinstance(c, StopCommand) for c in commands):
                 for c in commands:
-                    if isinstance(c, _Call):
+                    if isinstance(c, CallCommand):
                         c.done.set_exception(EngineDeadError("the engine loop stopped"))
                 self._abort_all()
                 return
             out: list[tuple[str, Delta | BaseException]] = []
             for c in commands:
-                if isinstance(c, _Add):
+                if isinstance(c, AddCommand):
                     self._handle_add(c, out)
-                elif isinstance(c, _Call):
+                elif isinstance(c, CallCommand):
                     self._handle_call(c)
                 else:
                     self._abort(c.request_id)
@@ -324,7 +298,7 @@ class AsyncEngine:
             except queue.Empty:
                 return commands
 
-    def _handle_add(self, c: _Add, out: list) -> None:
+    def _handle_add(self, c: AddCommand, out: list) -> None:
         try:
             drafter = self._drafter(c.drafter)
             self.engine.add_request(c.prompt, c.params, c.request_id, drafter, c.group)
@@ -335,7 +309,7 @@ class AsyncEngine:
             return
         self._records[c.request_id] = _RequestRecord(c.submitted)
 
-    def _handle_call(self, c: _Call) -> None:
+    def _handle_call(self, c: CallCommand) -> None:
         try:
             c.done.set_result(c.fn(self.engine))
         except BaseException as e:  # the caller's to handle

@@ -374,7 +374,7 @@ def _check_plugin(deploy: ModelDeployConfig, schedule: ScheduleConfig, problems:
         return
     if model.plugin is None or not model.plugin.dynamic_algo:
         return
-    gamma = deploy.speculation_gamma if deploy.speculation_gamma is not None else speculation_need(model.plugin)
+    gamma = deploy.speculation_gamma if deploy.speculation_gamma is not None else model.plugin.speculation_need
     max_output = deploy.max_seq_len - deploy.max_input_token_len
     if schedule.max_iter_times < max_output + gamma:
         problems.append(
@@ -395,8 +395,3 @@ def _breaks_only_gamma(plugin_params: str | dict, speculation_gamma: int | None)
     except ConfigError:
         return False
     return True
-
-
-def speculation_need(plugin: PluginConfig) -> int:
-    """The speculationGamma an algorithm needs: decoding_length (memory_decoding), (N-1)(W+G) (lookahead)."""
-    return plugin.speculation_need
