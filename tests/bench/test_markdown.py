@@ -59,3 +59,9 @@ def test_serving_table(hand_results):
                                         {"system": "paraspec-md", "concurrency": 1, "tokens_per_s": 80.0, "texts": ["a"]}]}
     md = render(hand_results)
     assert "| 1 | 40.0 | 80.0 | 2.00x | True |" in md
+
+
+def test_a_peer_says_what_its_drafts_start_from(hand_results):
+    """llama-server's n-gram modes restart before every run: the memory column says cold, not '-'."""
+    hand_results["systems"]["llamacpp"]["memory"] = "cold (restarted per run)"
+    assert "| skipped: llama-cpp-python is not installed | cold (restarted per run) |" in render(hand_results)

@@ -76,6 +76,7 @@ class SystemInfo:
     plugin_params: dict | None = None
     status: str = "ok"            # "ok" | "skipped"
     note: str = ""
+    memory: str = ""              # what a peer's draft state starts from (markdown's memory column)
 
 
 class System(Protocol):

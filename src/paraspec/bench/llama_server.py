@@ -190,7 +190,8 @@ class LlamaServerSystem:
         self.max_context, self.n_ctx = max_context, min(DEFAULT_CONTEXT, max_context)
         self.spec_flags = LLAMA_SERVER_SYSTEMS[name]
         what = " ".join(self.spec_flags) or "plain"
-        self.info = SystemInfo(name, "peer", f"llama.cpp llama-server ({binary}), {what}")
+        self.info = SystemInfo(name, "peer", f"llama.cpp llama-server ({binary}), {what}",
+                               memory="cold (restarted per run)" if self.spec_flags else "")
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self._log = None

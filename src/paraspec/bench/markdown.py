@@ -50,9 +50,10 @@ def _kind_table(rows: list[KindRow]) -> list[str]:
 
 
 def _memory_label(name: str, info: dict, cfg: dict) -> str:
-    """cold / warm / pre-filled, for the memory systems; '-' for the others."""
+    """cold / warm / pre-filled, for the memory systems; a peer's own word for its draft state
+    (llama-server's n-gram modes: cold); '-' for the others."""
     if (info.get("plugin_params") or {}).get("plugin_type") not in _MEMORY_PLUGINS:
-        return "-"
+        return info.get("memory") or "-"
     pre = f" + `{Path(cfg['memory_file']).name}`" if cfg.get("memory_file") else ""
     if name.endswith("+warm"):
         return f"**warm** (`{Path(str(cfg.get('warm_memory_file'))).name}`{pre})"
