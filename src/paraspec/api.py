@@ -8,7 +8,6 @@ from typing import Sequence as Seq
 
 import torch
 
-from .aspd.markup import MarkupIds
 from .config import DEFAULT_PREFILL_CHUNK, EngineConfig, parse_plugin_params
 from .decoding.memory_save import merge_memory_file, save_memory_file
 from .sequence import sequence_stats
@@ -130,8 +129,8 @@ class LLM:
         self.runner = ModelRunner(self.model, self.config.prefill_chunk)
         self.engine = Engine(self.runner, self.tokenizer, max_batch_size, prefix_cache=prefix_cache)
         self.drafter = self.engine.drafters.drafter(self.config.plugin)
-        if self.config.plugin is not None and self.config.plugin.plugin_type == "aspd":
-            MarkupIds.from_tokenizer(self.tokenizer)     # a model not trained for ASPD fails here
+        if self.config.plugin is not None:
+            self.config.plugin.check_tokenizer(self.tokenizer)
         self.engine.default_drafter = self.drafter
         if self.drafter is not None:
             self.engine.cost            # measured now, not inside the first request

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import aspd  # noqa: F401  (registers plugin_type "aspd": the decoding layer does not import it)
-from .decoding.plugins import PluginConfig, parse_plugin_params  # noqa: F401  (parse_plugin_params: re-exported)
+from . import aspd
+from .decoding.plugins import PluginConfig, parse_plugin_params, register_plugin  # noqa: F401  (re-exported)
 from .errors import ConfigError
+
+# ASPD decodes on top of the drafters, so the decoding layer cannot name it; it joins their table here
+register_plugin("aspd", aspd.PLUGIN)
 
 QUANTIZATIONS = ("w8a8", "gguf")
 KV_CACHE_DTYPES = ("fp32", "fp16")

@@ -1,11 +1,11 @@
 """ASPD (adaptive serial-parallel decoding, arXiv 2508.08895): markup, layout, grammar, branch decoding,
 and (TRAIN's modules) data, training and evaluation. See README "ASPD" and shared/research/aspd.md.
 
-Importing this package registers plugin_type "aspd" with the decoding layer (decoding/plugins.py),
-which never imports it: a decode mode built on top of the drafters names itself to them."""
+PLUGIN is plugin_type "aspd" for the decoding layer's table (decoding/plugins.py), which never
+imports this package: paraspec/config.py registers it."""
 from __future__ import annotations
 
-from ..decoding.plugins import PluginType, register_plugin
+from ..decoding.plugins import PluginType
 
 
 def _params():
@@ -18,4 +18,9 @@ def _decoder(p, eos, trie, arms, output_memory, inner):
     return AspdDecoder(p, inner)        # inner: the serial segments' drafter (p.drafter built), or None
 
 
-register_plugin("aspd", PluginType(_params, _decoder, inner=lambda p: p.drafter))
+def _check_tokenizer(tokenizer) -> None:
+    from .markup import MarkupIds
+    MarkupIds.from_tokenizer(tokenizer)      # a model not trained for ASPD fails here
+
+
+PLUGIN = PluginType(_params, _decoder, inner=lambda p: p.drafter, check_tokenizer=_check_tokenizer)

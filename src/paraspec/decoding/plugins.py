@@ -1,7 +1,9 @@
 """Plugin types: what a MindIE plugin_params names, validated into a PluginConfig, and how each
-type's drafter is built. A type registers itself (`register_plugin`): the drafters of this
-package below; a decoding mode above it (ASPD: paraspec/aspd/__init__.py) from its own package,
-so that this layer never imports a mode built on top of it.
+type's drafter is built, and what the rest of paraspec asks of a type (the speculationGamma it
+needs, whether it adapts its draft length, whether a tokenizer can run it): each fact once, in
+its `PluginType`. The drafters of this package are registered below; a decoding mode built on top
+of them (ASPD) is registered by the layer that knows both (paraspec/config.py), so that this
+layer never imports it.
 
 plugin_params is a JSON string (or dict), as in MindIE's ModelConfig:
     {"plugin_type": "memory_decoding", "decoding_length": 16, "dynamic_algo": true}
@@ -26,32 +28,58 @@ class PluginConfig:
     params: Any          # that type's params: a frozen dataclass (hashable)
 
     @property
+    def kind(self) -> "PluginType":
+        return plugin_type(self.plugin_type)
+
+    @property
     def speculation_need(self) -> int:
-        """The speculationGamma the algorithm needs: its decoding_length (memory_decoding,
-        hybrid), (N-1)(W+G) query tokens (lookahead)."""
-        return self.params.query_tokens if self.plugin_type == "lookahead" else self.params.decoding_length
+        """The speculationGamma the algorithm needs (PluginType.need)."""
+        return self.kind.need(self.params)
 
     @property
     def dynamic_algo(self) -> bool:
-        """memory_decoding's dynamic_algo (MindIE's flag; the server checks maxIterTimes for it)."""
-        return self.plugin_type == "memory_decoding" and self.params.dynamic_algo
+        """Whether it adapts its draft length (MindIE's dynamic_algo; the server checks maxIterTimes for it)."""
+        return self.kind.dynamic(self.params)
+
+    @property
+    def drafting(self) -> "PluginConfig":
+        """The config whose drafter proposes the tokens: this one, or the one it wraps, innermost."""
+        inner = self.kind.inner(self.params)
+        return self if inner is None else inner.drafting
+
+    def check_tokenizer(self, tokenizer: Any) -> None:
+        """Raise where this model's tokenizer cannot run the type (ASPD: its markup tokens)."""
+        self.kind.check_tokenizer(tokenizer)
 
 
 def _none(params: Any) -> None:
     return None
 
 
+def _false(params: Any) -> bool:
+    return False
+
+
+def _decoding_length(params: Any) -> int:
+    return params.decoding_length
+
+
 @dataclass(frozen=True)
 class PluginType:
     """One plugin_type. params() is its params class and build(params, eos, trie, arms,
     output_memory, inner) its drafter (inner: the built drafter of `inner(params)`, else None);
-    both import their module on first use, so naming a type loads nothing."""
+    both import their module on first use, so naming a type loads nothing. need(params): the
+    speculationGamma it needs (default: its decoding_length); dynamic(params): whether it adapts
+    its draft length; check_tokenizer(tokenizer): raises where a model's tokenizer cannot run it."""
 
     params: Callable[[], type]
     build: Callable[..., Any]
     memory: Callable[[Any], Any] = _none     # the memory_decoding params inside (a trie to keep), or None
     output_memory: bool = False              # drafts from the engine's output memory
     inner: Callable[[Any], PluginConfig | None] = _none   # a drafter this type wraps (its config), or None
+    need: Callable[[Any], int] = _decoding_length
+    dynamic: Callable[[Any], bool] = _false
+    check_tokenizer: Callable[[Any], None] = _none
 
 
 PLUGIN_TYPES: dict[str, PluginType] = {}
@@ -140,6 +168,9 @@ def _hybrid_drafter(p, eos, trie, arms, output_memory, inner):
     return HybridDrafter(p, eos_token_ids=eos, trie=trie, arms=arms, output_memory=output_memory)
 
 
-register_plugin("memory_decoding", PluginType(_memory_params, _memory_drafter, memory=lambda p: p))
-register_plugin("lookahead", PluginType(_lookahead_params, _lookahead_drafter), aliases=("la",))
-register_plugin("hybrid", PluginType(_hybrid_params, _hybrid_drafter, memory=lambda p: p.memory, output_memory=True))
+register_plugin("memory_decoding", PluginType(_memory_params, _memory_drafter, memory=lambda p: p,
+                                              dynamic=lambda p: p.dynamic_algo))
+register_plugin("lookahead", PluginType(_lookahead_params, _lookahead_drafter, need=lambda p: p.query_tokens),
+                aliases=("la",))
+register_plugin("hybrid", PluginType(_hybrid_params, _hybrid_drafter, memory=lambda p: p.memory,
+                                     output_memory=True))

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from .arms import ArmStats
 from .output_memory import OutputMemory
-from .plugins import PluginConfig, plugin_type
+from .plugins import PluginConfig
 from .proposer import Proposer
 from .trie import TokenTrie
 
@@ -31,23 +31,10 @@ def build_drafter(plugin: PluginConfig, eos_token_ids: Iterable[int], trie: Toke
     `output_memory` too (new ones if None); drafters with arms record into `arms` (new ones if None).
     A type that wraps another drafter (ASPD's serial segments) gets that one built first."""
     eos = frozenset(int(t) for t in eos_token_ids)
-    kind = plugin_type(plugin.plugin_type)
+    kind = plugin.kind
     inner = kind.inner(plugin.params)
     inner_drafter = None if inner is None else build_drafter(inner, eos, trie, arms, output_memory)
     return kind.build(plugin.params, eos, trie, arms, output_memory, inner_drafter)
-
-
-def _memory_params(plugin: PluginConfig):
-    """The memory_decoding params inside a plugin config, or None if it keeps no trie."""
-    kind = plugin_type(plugin.plugin_type)
-    inner = kind.inner(plugin.params)
-    return kind.memory(plugin.params) if inner is None else _memory_params(inner)
-
-
-def _uses_output_memory(plugin: PluginConfig) -> bool:
-    kind = plugin_type(plugin.plugin_type)
-    inner = kind.inner(plugin.params)
-    return kind.output_memory if inner is None else _uses_output_memory(inner)
 
 
 class DrafterRegistry:
@@ -93,9 +80,10 @@ class DrafterRegistry:
         if plugin not in self._drafters:
             if len(self._drafters) >= self.max_cached:      # its running requests keep their reference
                 self._drafters.pop(next(iter(self._drafters)))
-            mem = _memory_params(plugin)
+            drafting = plugin.drafting          # the type that keeps the memories (ASPD: its inner one)
+            mem = drafting.kind.memory(drafting.params)     # memory_decoding params: a trie, or None
             trie = self.trie(mem.max_trie_nodes, mem.window) if mem is not None else None
-            outputs = self.output_memory() if _uses_output_memory(plugin) else None
+            outputs = self.output_memory() if drafting.kind.output_memory else None
             self._drafters[plugin] = build_drafter(plugin, self.eos, trie, self.arm_stats(plugin), outputs)
         return self._drafters[plugin]
 
