@@ -8,12 +8,13 @@ from typing import Sequence as Seq
 
 import torch
 
-from .config import DEFAULT_PREFILL_CHUNK, EngineConfig, parse_plugin_params
+from .config import EngineConfig, parse_plugin_params
 from .decoding.memory_save import merge_memory_file, save_memory_file
 from .sequence import sequence_stats
 from .engine import Engine
 from .outputs import TokenLogprob
-from .prefix_cache import DEFAULT_PREFIX_CACHE_MB, PrefixCache
+from .engine_args import DEFAULTS, EngineArgs, describe
+from .prefix_cache import PrefixCache
 from .errors import ConfigError, RequestError
 from .model import kernels as cpu_kernels
 from .model.ggml import GGUFWeight
@@ -63,61 +64,56 @@ class RequestOutput:
 
 
 class LLM:
-    """An engine over one model.
+    """An engine over one model. Its options (below) are EngineArgs' (engine_args.py), where each
+    one's default, allowed values and check are declared once; `LLM.from_engine_args(args)` takes
+    them whole.
 
-    model: a .gguf file, a Hugging Face folder, or "default" (SmolLM2-135M-Instruct, bundled).
-    dtype / quantization: "auto" (default) picks the fastest exact numerics for this CPU
-        (a GGUF file runs its own Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K blocks where a compiled kernel runs, else
-        kernels.default_numerics: w8a8 where a compiled W8A8 kernel runs, else bf16); an explicit
-        dtype ("bfloat16", "float32") keeps its meaning (a GGUF file dequantised), and quantization
-        "w8a8" / "gguf" / "none" forces one or disables it.
-    plugin_params: MindIE-style JSON string (or dict) choosing parallel decoding, e.g.
-        '{"plugin_type":"memory_decoding","decoding_length":16,"dynamic_algo":true}'.
-    kernels: the compiled CPU kernels ("auto", "avx512", "avx2", "torch"; default: $PARASPEC_KERNELS
-        or the best this CPU runs).
-    prefill_chunk: prompt tokens per prefill forward; a long prompt's chunks take turns with the
-        running requests' decode steps (smaller: steadier streaming, a little slower prefill).
-    kv_cache_dtype: "fp32" (default) or "fp16": the KV cache's elements. fp16 halves the cache's
-        memory and the bytes a decode step reads per token of context (outputs differ from fp32's;
-        parallel decoding stays token-identical to plain decoding with the same cache dtype).
-    prefix_cache_mb: memory for the KV of prompt chunks prefilled before (default 256; 0: off): a
-        prompt starting with such whole chunks (a system prompt, earlier turns) copies their KV
-        instead of prefilling them again, with the same bits (prefix_cache.py).
-    activation_passes: "auto" (default), 1 or 2: how a GGUF / W8A8 linear quantises its input to
-        int8. 1 is llama.cpp's numerics (one Q8 step per 32-block); 2 adds the step's rounding
-        residual (closer to fp32, twice the integer work per row). "auto": 1 for GGUF blocks on
-        the compiled kernels (the quality llama.cpp gives the file, verify rows up to twice as
-        cheap), else 2. Parallel decoding is token-identical to plain decoding under either.
-    """
+    dtype / quantization "auto" (the defaults) pick the fastest exact numerics for this CPU: a GGUF
+    file runs its own blocks where a compiled kernel runs, else kernels.default_numerics (w8a8 where
+    a compiled W8A8 kernel runs, else bf16); an explicit dtype keeps its meaning (a GGUF file
+    dequantised), and quantization "w8a8" / "gguf" / "none" forces one or disables it.
 
-    def __init__(self, model: str | None = "default", dtype: str = "auto", plugin_params: str | dict | None = None,
-                 quantization: str | None = "auto", max_batch_size: int = 8, speculation_gamma: int | None = None,
+"""
+
+    def __init__(self, model: str | None = DEFAULTS.model, dtype: str = DEFAULTS.dtype,
+                 plugin_params: str | dict | None = None, quantization: str | None = DEFAULTS.quantization,
+                 max_batch_size: int = DEFAULTS.max_batch_size, speculation_gamma: int | None = None,
                  num_threads: int | None = None, kernels: str | None = None,
-                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, kv_cache_dtype: str = "fp32",
-                 activation_passes: int | str = "auto", prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB):
-        if dtype not in DTYPES and dtype != "auto":
-            raise ConfigError(f"dtype={dtype!r} is not supported; use 'auto', 'bfloat16' or 'float32'")
-        prefix_cache = PrefixCache(prefix_cache_mb)      # (a bad budget fails before the load)
-        self.kernels = cpu_kernels.default() if kernels is None else cpu_kernels.choose(kernels)
-        auto = dtype == "auto" and quantization in ("auto", None)
-        self.numerics = cpu_kernels.resolve_numerics(dtype, quantization, self.kernels, gguf_file=is_gguf(model))
+                 prefill_chunk: int = DEFAULTS.prefill_chunk, kv_cache_dtype: str = DEFAULTS.kv_cache_dtype,
+                 activation_passes: int | str = DEFAULTS.activation_passes,
+                 prefix_cache_mb: float = DEFAULTS.prefix_cache_mb):
+        self._load(EngineArgs(model=model, dtype=dtype, plugin_params=plugin_params,
+                              quantization=quantization, max_batch_size=max_batch_size,
+                              speculation_gamma=speculation_gamma, num_threads=num_threads, kernels=kernels,
+                              prefill_chunk=prefill_chunk, kv_cache_dtype=kv_cache_dtype,
+                              activation_passes=activation_passes, prefix_cache_mb=prefix_cache_mb).check())
+
+    @classmethod
+    def from_engine_args(cls, args: EngineArgs) -> "LLM":
+        llm = cls.__new__(cls)
+        llm._load(args.check())
+        return llm
+
+    def _load(self, args: EngineArgs) -> None:
+        prefix_cache = PrefixCache(args.prefix_cache_mb)
+        self.kernels = cpu_kernels.default() if args.kernels is None else cpu_kernels.choose(args.kernels)
+        auto = args.dtype == "auto" and args.quantization in ("auto", None)
+        self.numerics = cpu_kernels.resolve_numerics(args.dtype, args.quantization, self.kernels,
+                                                     gguf_file=is_gguf(args.model))
         dtype, quantization = self.numerics.dtype, self.numerics.quantization
-        self.config = EngineConfig(dtype=dtype, quantization=quantization, max_batch_size=max_batch_size,
-                                   speculation_gamma=speculation_gamma, prefill_chunk=prefill_chunk,
-                                   kv_cache_dtype=kv_cache_dtype, activation_passes=activation_passes,
-                                   plugin=parse_plugin_params(plugin_params, speculation_gamma))
-        if num_threads is not None:
-            if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-                raise ConfigError(f"num_threads={num_threads!r} is invalid: use a positive integer "
-                                  "(--threads; default: all cores)", param="num_threads")
-            torch.set_num_threads(num_threads)
+        self.config = EngineConfig(dtype=dtype, quantization=quantization, max_batch_size=args.max_batch_size,
+                                   speculation_gamma=args.speculation_gamma, plugin=args.plugin,
+                                   prefill_chunk=args.prefill_chunk, kv_cache_dtype=args.kv_cache_dtype,
+                                   activation_passes=args.activation_passes)
+        if args.num_threads is not None:
+            torch.set_num_threads(args.num_threads)
         # w8a8 quantises from fp32 weights; the rest of the model stays in `dtype`
-        loaded = load_model(model, torch.float32 if quantization else DTYPES[dtype],
+        loaded = load_model(args.model, torch.float32 if quantization else DTYPES[dtype],
                             keep_quantized=quantization == "gguf")
         if quantization == "gguf" and not any(isinstance(w, GGUFWeight) for w in loaded.weights.values()):
             if not auto:
-                raise ConfigError(f"quantization='gguf': {loaded.path.name} has no Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K weights to run "
-                                  "as stored; use 'w8a8', 'none' or 'auto'")
+                raise ConfigError(f"quantization='gguf': {loaded.path.name} has no Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/"
+                                  "Q6_K weights to run as stored; use 'w8a8', 'none' or 'auto'")
             self.numerics = cpu_kernels.default_numerics(self.kernels)   # e.g. an F16 or K-quant file
             dtype, quantization = self.numerics.dtype, self.numerics.quantization
             self.config.dtype, self.config.quantization = dtype, quantization
@@ -127,7 +123,8 @@ class LLM:
                                  kernels=self.kernels, kv_dtype=KV_DTYPES[self.config.kv_cache_dtype],
                                  activation_passes=self.config.activation_passes)
         self.runner = ModelRunner(self.model, self.config.prefill_chunk)
-        self.engine = Engine(self.runner, self.tokenizer, max_batch_size, prefix_cache=prefix_cache)
+        self.engine = Engine(self.runner, self.tokenizer, self.config.max_batch_size,
+                             prefix_cache=prefix_cache)
         self.drafter = self.engine.drafters.drafter(self.config.plugin)
         if self.config.plugin is not None:
             self.config.plugin.check_tokenizer(self.tokenizer)
@@ -203,3 +200,7 @@ class LLM:
                                         sequence_stats(s)) for s in seqs]
             out.append(RequestOutput(seqs[0].request_id, text, ids, outputs))
         return out
+
+
+if LLM.__doc__ is not None:            # (python -OO drops docstrings)
+    LLM.__doc__ += describe() + "\n"

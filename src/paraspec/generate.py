@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from .cli_flags import add_model_args, add_plugin_args, plugin_params_from_args
+from .cli_flags import add_model_args, add_plugin_args, engine_args_from_cli
 from .errors import ParaspecError
 from .sampling.params import SamplingParams
 
@@ -55,9 +55,7 @@ def generate_main(args: argparse.Namespace) -> int:
                             top_p=args.top_p, seed=args.seed, repetition_penalty=args.repetition_penalty,
                             presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
                             stop=args.stop or [], ignore_eos=args.ignore_eos)
-    llm = LLM(model=args.model, dtype=args.dtype, plugin_params=plugin_params_from_args(args),
-              quantization=args.quantization, speculation_gamma=args.speculation_gamma, num_threads=args.threads,
-              kv_cache_dtype=args.kv_cache_dtype, activation_passes=args.activation_passes)
+    llm = LLM.from_engine_args(engine_args_from_cli(args))
     keeps_memory = llm.drafter is not None and llm.drafter.trie is not None
     if args.trie_file and keeps_memory and os.path.exists(args.trie_file):
         llm.load_memory(args.trie_file)

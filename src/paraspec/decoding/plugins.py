@@ -38,7 +38,7 @@ class PluginConfig:
 
     @property
     def dynamic_algo(self) -> bool:
-        """Whether it adapts its draft length (MindIE's dynamic_algo; the server checks maxIterTimes for it)."""
+        """Whether it adapts its draft length (MindIE's dynamic_algo: the server checks maxIterTimes)."""
         return self.kind.dynamic(self.params)
 
     @property

@@ -124,9 +124,6 @@ class Kernels:
         return self.module.w8a8_linear(*args, variant=self.w8a8_variant, **kwargs)
 
 
-ACTIVATION_PASSES = ("auto", 1, 2)
-
-
 def resolve_activation_passes(passes: int | str | None, kernels: Kernels, quantization: str | None) -> int:
     """The int8 activation passes of the model's GGUF / W8A8 linears (ggml.py, quant.py).
 
@@ -139,12 +136,7 @@ def resolve_activation_passes(passes: int | str | None, kernels: Kernels, quanti
     32-block) keeps two on "auto" (its one pass costs 4 % perplexity)."""
     if passes in (None, "auto"):
         return 1 if quantization == "gguf" and kernels.module is not None else 2
-    if isinstance(passes, str) and passes.strip() in ("1", "2"):
-        return int(passes)
-    if isinstance(passes, bool) or passes not in (1, 2):
-        raise ConfigError(f"activation_passes={passes!r} is invalid; use 'auto' (default), 1 (llama.cpp's Q8 "
-                          "activations) or 2 (plus the rounding residual)", param="activation_passes")
-    return int(passes)
+    return int(passes)           # 1 or 2: EngineArgs checks a user's value (engine_args.py)
 
 
 TORCH = Kernels("torch")

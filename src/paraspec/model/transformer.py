@@ -296,7 +296,7 @@ class Transformer:
 
     def __init__(self, args: ModelArgs, weights: dict[str, torch.Tensor], dtype: torch.dtype,
                  quantization: str | None = None, kernels: cpu_kernels.Kernels | None = None,
-                 kv_dtype: torch.dtype = torch.float32, activation_passes: int | str = "auto"):
+                 kv_dtype: torch.dtype = torch.float32, activation_passes: int | str | None = None):
         self.args = args
         self.kv_dtype = kv_dtype         # the caches' elements (kv_cache.py)
         self.quantization = quantization
