@@ -97,11 +97,12 @@ class EngineArgs:
         config_key="ModelDeployConfig.speculationGamma")
     max_batch_size: int = _option(
         8, "sequences decoded together in one forward; the rest wait", number=int, low=1, high=256,
-        config_key="ScheduleConfig.maxBatchSize")
+        group="schedule", config_key="ScheduleConfig.maxBatchSize")
     prefill_chunk: int = _option(
         256, "prompt tokens per prefill forward; a long prompt's chunks take turns with the running "
         "requests' decode steps (smaller: steadier streaming, a little slower prefill)",
-        number=int, low=16, high=8192, config_key="ScheduleConfig.prefillChunkSize")
+        number=int, low=16, high=8192, group="schedule",
+        config_key="ScheduleConfig.prefillChunkSize")
     prefix_cache_mb: float = _option(
         256, "memory for the KV of prompt chunks prefilled before (0: off): a prompt starting with such "
         "whole chunks (a system prompt, earlier turns) copies their KV instead of prefilling them again",
@@ -124,14 +125,12 @@ class EngineArgs:
         return self.plugin_params if isinstance(self.plugin_params, PluginConfig) else None
 
     @classmethod
-    def from_cli(cls, args: argparse.Namespace, **given: Any) -> "EngineArgs":
-        """The flags add_cli_args made, read back (a flag absent or None: the default), with `given`
-        (e.g. the plugin_params cli_flags builds from --plugin and its flags) on top."""
-        values = {}
-        for f in dataclasses.fields(cls):
-            dest = spec(f.name).dest
-            if dest and getattr(args, dest, None) is not None:
-                values[f.name] = getattr(args, dest)
+    def from_cli(cls, args: argparse.Namespace, groups: tuple[str, ...] = ("model", "plugin", "schedule"),
+                 **given: Any) -> "EngineArgs":
+        """The flags add_cli_args made for `groups`, read back (a flag absent or None: the default),
+        with `given` (e.g. the plugin_params cli_flags builds from --plugin and its flags) on top."""
+        values = {name: getattr(args, s.dest) for name, s in _SPECS.items()
+                  if s.flag and s.group in groups and getattr(args, s.dest, None) is not None}
         return cls(**{**values, **given})
 
 
@@ -174,7 +173,7 @@ def add_cli_args(p: argparse.ArgumentParser | Any, group: str, overrides: bool =
         elif s.number is not None:
             kw["type"] = s.number
         if overrides and s.config_key:
-            kw["help"] = f"{s.help} (default {default:g}, {s.config_key})"
+            kw["help"] = f"{s.help} (default {default}, {s.config_key})"
         p.add_argument(s.flag, **kw)
 
 

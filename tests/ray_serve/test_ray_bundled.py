@@ -40,7 +40,8 @@ def test_bundled_model_through_serve_equals_offline_ar(tmp_path):
     try:
         cluster = Cluster(config, opts)
         threads = torch.get_num_threads()
-        offline = LLM(config.model_deploy.model.model_weight_path, dtype=opts.dtype, quantization=opts.quantization,
+        offline = LLM(config.model_deploy.model.model_weight_path, dtype=opts.engine.dtype,
+                      quantization=opts.engine.quantization,
                       max_batch_size=config.schedule.max_batch_size, num_threads=opts.threads,
                       prefill_chunk=config.schedule.prefill_chunk_size)          # no plugin: plain AR
         torch.set_num_threads(threads)

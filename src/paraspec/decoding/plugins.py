@@ -47,6 +47,10 @@ class PluginConfig:
         inner = self.kind.inner(self.params)
         return self if inner is None else inner.drafting
 
+    def check_gamma(self, speculation_gamma: int | None) -> None:
+        """Raise where speculation_gamma is too small for these params (each type's own rule)."""
+        self.params.validate(speculation_gamma)
+
     def check_tokenizer(self, tokenizer: Any) -> None:
         """Raise where this model's tokenizer cannot run the type (ASPD: its markup tokens)."""
         self.kind.check_tokenizer(tokenizer)

@@ -42,8 +42,7 @@ class ParaspecEngine:
 
         self.config, self.opts = config, opts
         self.replica_id = serve.get_replica_context().replica_id.unique_id
-        self.llm = build_llm(config, dtype=opts.dtype, quantization=opts.quantization, num_threads=opts.threads,
-                             kv_cache_dtype=opts.kv_cache_dtype, activation_passes=opts.activation_passes)
+        self.llm = build_llm(config, opts.engine_args())
         self.name = config.model_deploy.model.model_name or self.llm.model_name
         self.metrics = ServingMetrics(self.name)
         server = config.server

@@ -18,6 +18,7 @@ import threading
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
+from ..engine_args import EngineArgs, spec
 from ..errors import ParaspecError
 from ..server.config import ServiceConfig, load_config
 from .deployments import OpenAIIngress, ParaspecEngine
@@ -47,12 +48,13 @@ def build_app(args: dict | None = None):
 
 
 def _options(args: dict) -> RayServeOptions:
-    fields = {f.name: f for f in dataclasses.fields(RayServeOptions)}
+    fields = {f.name: f for f in dataclasses.fields(RayServeOptions) if f.name != "engine"}
+    engine = {k: args.pop(k) for k in ENGINE_KEYS if k in args}     # the model's numerics: EngineArgs
     unknown = set(args) - set(fields)
     if unknown:
         raise ParaspecError(f"build_app: unknown arguments {sorted(unknown)}; use config, model, docs or one of "
-                            f"{sorted(fields)}")
-    kw = {}
+                            f"{sorted([*fields, *ENGINE_KEYS])}")
+    kw: dict = {"engine": EngineArgs(**engine).check()}
     for k, v in args.items():
         default = fields[k].default
         if isinstance(v, str) and (isinstance(default, (int, float)) or k == "max_replicas"):
@@ -62,6 +64,10 @@ def _options(args: dict) -> RayServeOptions:
                 raise ParaspecError(f"build_app: {k}={v!r} is not a number") from None
         kw[k] = v
     return RayServeOptions(**kw)
+
+
+ENGINE_KEYS = tuple(f.name for f in dataclasses.fields(EngineArgs)
+                    if spec(f.name).group == "model" and f.name not in ("model", "num_threads"))
 
 
 def _bool(v) -> bool:

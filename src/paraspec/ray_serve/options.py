@@ -11,9 +11,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..engine_args import DEFAULTS, EngineArgs
 from ..errors import ParaspecError
 from ..server.config import ServiceConfig
 
@@ -32,10 +33,7 @@ class RayServeOptions:
     snapshot_interval_s: float = 5.0
     app_name: str = "paraspec"
     route_prefix: str = "/"
-    dtype: str = "auto"
-    quantization: str | None = "auto"
-    kv_cache_dtype: str = "fp32"
-    activation_passes: int | str = "auto"
+    engine: EngineArgs = DEFAULTS            # each replica's model options (threads: num_threads)
     health_check_period_s: float = 2.0
     user_config: dict = field(default_factory=dict)   # reconfigure(): plugin_params, speculationGamma
 
@@ -49,6 +47,10 @@ class RayServeOptions:
         for ok, why in checks:
             if not ok:
                 raise ParaspecError(f"ray serve options: {why}")
+
+    def engine_args(self) -> EngineArgs:
+        """A replica's model options: `engine` on `threads` torch threads."""
+        return replace(self.engine, num_threads=self.threads)
 
     @property
     def hub_name(self) -> str:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import warnings
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any, Awaitable
 
 from fastapi import APIRouter, FastAPI, Request
@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..api import LLM
+from ..engine_args import DEFAULTS, EngineArgs
 from ..errors import ParaspecError
 from .async_engine import AsyncEngine, EngineDeadError, RequestTimeoutError, ServerBusyError
 from .config import ServiceConfig
@@ -254,19 +255,11 @@ def app_for(engine: EngineClient, model: ModelInfo, config: ServiceConfig, docs:
     return app
 
 
-def build_llm(config: ServiceConfig, dtype: str = "auto", quantization: str | None = "auto",
-              num_threads: int | None = None, kv_cache_dtype: str = "fp32",
-              activation_passes: int | str = "auto") -> LLM:
-    """The LLM a config describes (its plugin_params were validated when the config was read)."""
+def build_llm(config: ServiceConfig, args: EngineArgs | None = None, **options) -> LLM:
+    """The LLM a config describes, with the command line's model options: `args` (EngineArgs.from_cli)
+    and/or EngineArgs fields as keywords. Its plugin_params were validated when the config was read."""
     deploy = config.model_deploy
-    with warnings.catch_warnings():       # plugin_params warnings were collected into config.warnings
-        warnings.simplefilter("ignore")
-        llm = LLM(deploy.model.model_weight_path, dtype=dtype,
-                  plugin_params=deploy.model.plugin_params if config.plugin is not None else None,
-                  quantization=quantization, max_batch_size=config.schedule.max_batch_size,
-                  speculation_gamma=deploy.speculation_gamma, num_threads=num_threads,
-                  prefill_chunk=config.schedule.prefill_chunk_size, kv_cache_dtype=kv_cache_dtype,
-                  activation_passes=activation_passes, prefix_cache_mb=config.schedule.prefix_cache_mb)
+    llm = LLM.from_engine_args(config.engine_args(replace(args or DEFAULTS, **options)))
     if deploy.max_seq_len > llm.model.args.max_seq_len:
         config.warnings.append(f"BackendConfig.ModelDeployConfig.maxSeqLen={deploy.max_seq_len} is above the "
                                f"model's context of {llm.model.args.max_seq_len}; requests are limited to that")

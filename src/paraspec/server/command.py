@@ -11,6 +11,7 @@ import socket
 import sys
 
 from ..cli_flags import add_model_args, add_plugin_args, plugin_params_from_args
+from ..engine_args import EngineArgs, add_cli_args
 from ..errors import ParaspecError
 from .config import ServerConfig, ServiceConfig, load_config
 from .security import API_KEY_ENV
@@ -34,9 +35,7 @@ def add_parser(sub) -> None:
                         "127.0.0.1, ::1)")
     s.add_argument("--metrics-open", action="store_true", default=None,
                    help="serve /metrics without the API key")
-    s.add_argument("--prefix-cache-mb", type=float, default=None,
-                   help="memory for reusing the KV of prompt chunks prefilled before (default 256, "
-                        "ScheduleConfig.prefixCacheMB; 0: off)")
+    add_cli_args(s, "schedule", overrides=True)       # --prefix-cache-mb
     ray = s.add_argument_group("Ray Serve (the paraspec[ray] extra; see README, 'Scale out on Ray Serve')")
     ray.add_argument("--ray", action="store_true", help="serve N engine replicas on Ray Serve behind the same API")
     ray.add_argument("--address", default=None,
@@ -84,8 +83,7 @@ def serve_main(args: argparse.Namespace) -> int:
         from .app import build_llm, create_app   # (FastAPI, torch and the model code load here)
 
         logging.getLogger("paraspec").setLevel(config.log_level)
-        llm = build_llm(config, dtype=args.dtype, quantization=args.quantization, num_threads=args.threads,
-                        kv_cache_dtype=args.kv_cache_dtype, activation_passes=args.activation_passes)
+        llm = build_llm(config, EngineArgs.from_cli(args, groups=("model",)))
     except ParaspecError as e:
         print(f"paraspec: error: {e}", file=sys.stderr)
         sock.close()
@@ -136,9 +134,8 @@ def _serve_on_ray(args: argparse.Namespace) -> int:
         from ..ray_serve.launch import serve_ray
         from ..ray_serve.options import RayServeOptions
 
-        opts = RayServeOptions(replicas=args.replicas, threads=args.threads or 1, dtype=args.dtype,
-                               quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
-                               activation_passes=args.activation_passes)
+        opts = RayServeOptions(replicas=args.replicas, threads=args.threads or 1,
+                               engine=EngineArgs.from_cli(args, groups=("model",)).check())
     except ImportError:
         print("paraspec: error: --ray needs Ray Serve; install the extra: pip install 'paraspec[ray]'",
               file=sys.stderr)

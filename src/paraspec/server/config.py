@@ -22,10 +22,11 @@ import json
 import logging
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..config import DEFAULT_PREFILL_CHUNK, DEFAULT_PREFIX_CACHE_MB, PluginConfig, parse_plugin_params
+from ..config import PluginConfig, parse_plugin_params
+from ..engine_args import DEFAULTS, EngineArgs, spec
 from ..errors import ConfigError
 from . import mindie_keys
 from .json_reader import Section
@@ -102,14 +103,14 @@ class ModelDeployConfig:
 
 @dataclass
 class ScheduleConfig:
-    max_batch_size: int = 8
+    max_batch_size: int = DEFAULTS.max_batch_size
     """maxBatchSize: sequences decoded together in one forward; the rest wait in the queue. [1, 256]"""
     max_iter_times: int = 512
     """maxIterTimes: most tokens one request may generate (its max_tokens is capped here)."""
-    prefill_chunk_size: int = DEFAULT_PREFILL_CHUNK
+    prefill_chunk_size: int = DEFAULTS.prefill_chunk
     """prefillChunkSize: prompt tokens per prefill forward; a long prompt's chunks take turns with the
     running requests' decode steps, so their streams never stall for a whole prefill. [16, 8192]"""
-    prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB
+    prefix_cache_mb: float = DEFAULTS.prefix_cache_mb
     """prefixCacheMB (paraspec's own key): memory for the KV of whole prompt chunks prefilled before,
     reused bit for bit by later prompts that start with them (system prompts, earlier turns); least
     recently used first out. 0 turns it off. --prefix-cache-mb overrides it. [0, 1048576]"""
@@ -129,6 +130,13 @@ class ServiceConfig:
     @property
     def plugin(self) -> PluginConfig | None:
         return self.model_deploy.model.plugin
+
+    def engine_args(self, base: EngineArgs = DEFAULTS) -> EngineArgs:
+        """The engine this config describes, over `base` (the command line's model options)."""
+        deploy, schedule = self.model_deploy, self.schedule
+        return replace(base, model=deploy.model.model_weight_path, plugin_params=self.plugin,
+                       speculation_gamma=deploy.speculation_gamma, max_batch_size=schedule.max_batch_size,
+                       prefill_chunk=schedule.prefill_chunk_size, prefix_cache_mb=schedule.prefix_cache_mb)
 
 
 # ------------------------------------------------------------------------------------ loading
@@ -255,7 +263,7 @@ def parse_config(raw: dict) -> ServiceConfig:
         max_seq_len=d.get("maxSeqLen", int, 2560, 2, 1 << 20),
         max_input_token_len=d.get("maxInputTokenLen", int, 2048, 1, 1 << 20),
         truncation=d.get("truncation", bool, False, int_as_bool=True),
-        speculation_gamma=d.get("speculationGamma", int, None, 0, 1024))
+        speculation_gamma=_engine_key(d, "speculation_gamma"))
     if deploy.max_input_token_len >= deploy.max_seq_len:
         problems.append(f"BackendConfig.ModelDeployConfig.maxInputTokenLen={deploy.max_input_token_len} must be "
                         f"below maxSeqLen={deploy.max_seq_len}; use a value from 1 to {deploy.max_seq_len - 1}")
@@ -263,11 +271,10 @@ def parse_config(raw: dict) -> ServiceConfig:
     d.check_unknown(mindie_keys.DEPLOY)
 
     sc = backend.section("ScheduleConfig")
-    schedule = ScheduleConfig(max_batch_size=sc.get("maxBatchSize", int, 8, 1, 256),
+    schedule = ScheduleConfig(max_batch_size=_engine_key(sc, "max_batch_size"),
                               max_iter_times=sc.get("maxIterTimes", int, 512, 1, 1 << 20),
-                              prefill_chunk_size=sc.get("prefillChunkSize", int, DEFAULT_PREFILL_CHUNK, 16, 8192),
-                              prefix_cache_mb=sc.get("prefixCacheMB", float, DEFAULT_PREFIX_CACHE_MB, 0,
-                                                     1 << 20))
+                              prefill_chunk_size=_engine_key(sc, "prefill_chunk"),
+                              prefix_cache_mb=_engine_key(sc, "prefix_cache_mb"))
     sc.check_unknown(mindie_keys.SCHEDULE)
     backend.check_unknown(mindie_keys.BACKEND)
     top.check_unknown(mindie_keys.TOP)
@@ -281,6 +288,12 @@ def parse_config(raw: dict) -> ServiceConfig:
 # ------------------------------------------------------------------------------------ checks
 
 _MODEL_PATH = "BackendConfig.ModelDeployConfig.ModelConfig"
+
+
+def _engine_key(section: Section, name: str):
+    """An engine option's config.json key, with the type, default and range EngineArgs declares."""
+    s = spec(name)
+    return section.get(s.config_key.rsplit(".", 1)[1], s.number, getattr(DEFAULTS, name), s.low, s.high)
 
 
 def _has_model_entry(raw: dict) -> bool:
@@ -362,16 +375,18 @@ def _check_plugin(deploy: ModelDeployConfig, schedule: ScheduleConfig, problems:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            model.plugin = parse_plugin_params(model.plugin_params, deploy.speculation_gamma)
+            model.plugin = parse_plugin_params(model.plugin_params)
         notes += [f"{where}: {w.message}" for w in caught]
     except ConfigError as e:
-        msg = str(e).removeprefix("plugin_params").lstrip(".: ")
-        if _breaks_only_gamma(model.plugin_params, deploy.speculation_gamma):
-            # the algorithm's rule on speculationGamma: name that field, in the file's spelling
-            problems.append("BackendConfig.ModelDeployConfig." + msg.replace("speculation_gamma", "speculationGamma"))
-        else:
-            problems.append(f"{where}: {msg}")
+        problems.append(f"{where}: " + str(e).removeprefix("plugin_params").lstrip(".: "))
         return
+    if model.plugin is not None and deploy.speculation_gamma is not None:
+        try:
+            model.plugin.check_gamma(deploy.speculation_gamma)
+        except ConfigError as e:     # plugin_params valid by themselves: the field at fault is gamma
+            msg = str(e).replace("speculation_gamma", "speculationGamma")
+            problems.append(f"BackendConfig.ModelDeployConfig.{msg}")
+            return
     if model.plugin is None or not model.plugin.dynamic_algo:
         return
     gamma = deploy.speculation_gamma if deploy.speculation_gamma is not None else model.plugin.speculation_need
@@ -382,16 +397,3 @@ def _check_plugin(deploy: ModelDeployConfig, schedule: ScheduleConfig, problems:
             f"it must be >= the longest output (maxSeqLen - maxInputTokenLen = {max_output}) + speculationGamma "
             f"({gamma}) = {max_output + gamma}; raise maxIterTimes or lower maxSeqLen")
 
-
-def _breaks_only_gamma(plugin_params: str | dict, speculation_gamma: int | None) -> bool:
-    """True when plugin_params are valid by themselves and only speculationGamma is too small for
-    them: then the problem is that field's, not plugin_params'."""
-    if speculation_gamma is None:
-        return False
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            parse_plugin_params(plugin_params, None)
-    except ConfigError:
-        return False
-    return True
