@@ -22,7 +22,7 @@ def test_a_full_run_by_default():
     assert p.task_sets == list(TASK_SETS) and p.systems == list(ALL_SYSTEMS)
     assert (p.repeats, p.modes, p.max_new_tokens, p.budget_s) == (3, ["greedy", "sampled"], None, None)
     assert p.ttft_probe and not p.sweep and not p.serving and str(p.out) == "bench-out"
-    assert (p.model, p.dtype, p.quantization) == ("default", "auto", "auto")
+    assert (p.engine.model, p.engine.dtype, p.engine.quantization) == ("default", "auto", "auto")
 
 
 def test_quick_is_a_short_greedy_smoke_run():
@@ -40,7 +40,8 @@ def test_flags_reach_the_plan():
     p = plan("--tasks", "chat,grounded", "--n", "3", "--repeats", "2", "--modes", "sampled", "--sweep",
              "--no-ttft-probe", "--memory", "m.trie", "--threads", "2", "--max-new-tokens", "64")
     assert (p.task_sets, p.n, p.repeats, p.modes) == (["chat", "grounded"], 3, 2, ["sampled"])
-    assert p.sweep and not p.ttft_probe and (p.memory_file, p.threads, p.max_new_tokens) == ("m.trie", 2, 64)
+    assert p.sweep and not p.ttft_probe
+    assert (p.memory_file, p.engine.num_threads, p.max_new_tokens) == ("m.trie", 2, 64)
 
 
 @pytest.mark.parametrize("argv,words", [

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cli_flags import add_model_args
+from ..engine_args import EngineArgs
 from ..errors import ConfigError
 from .base import GREEDY, SAMPLED, Measurement, SystemInfo
 from .paraspec_systems import WARM_SUFFIX, keeps_memory, plugin_of, warm_base
@@ -58,17 +59,12 @@ class Plan:
     sweep: bool
     serving: bool
     ttft_probe: bool
-    model: str
-    dtype: str
-    quantization: str | None
-    threads: int | None
+    engine: EngineArgs                      # the model and its numerics (the model flags, checked)
     budget_s: float | None
     memory_file: str | None = None
     warm_memory_file: str | None = None     # what the "+warm" systems start from
     build_warm_memory: int | None = None    # build a warm memory of this many answers instead of a run
     seed: int = 0
-    kv_cache_dtype: str = "fp32"
-    activation_passes: int | str = "auto"
 
     @classmethod
     def from_args(cls, a: argparse.Namespace) -> "Plan":
@@ -86,7 +82,8 @@ class Plan:
         if bad := [s for s in systems if warm_base(s) and not keeps_memory(plugin_of(warm_base(s)))]:
             raise ConfigError(f"{bad[0]}: {warm_base(bad[0])} keeps no memory to warm; '{WARM_SUFFIX}' goes on "
                               "memory_decoding and hybrid systems (md-*, hybrid)", param="systems")
-        model = get("model") or "default"
+        engine = EngineArgs.from_cli(a, groups=("model",)).check()
+        model = engine.model
         warm = _warm_file(get("warm_memory"), model, any(map(warm_base, systems)), get("build_warm_memory"))
         if "ar" in systems:
             systems.remove("ar")
@@ -98,11 +95,9 @@ class Plan:
         return cls(out=Path(get("out") or "bench-out"), quick=quick, task_sets=sets, systems=systems, n=get("n"),
                    max_new_tokens=get("max_new_tokens") or (QUICK_MAX_NEW_TOKENS if quick else None),
                    repeats=max(1, repeats), modes=modes, sweep=bool(get("sweep")), serving=bool(get("serving")),
-                   ttft_probe=not quick and not get("no_ttft_probe"), model=model,
-                   dtype=get("dtype") or "auto", quantization=get("quantization") or "auto", threads=get("threads"),
+                   ttft_probe=not quick and not get("no_ttft_probe"), engine=engine,
                    budget_s=QUICK_BUDGET_S if quick else None, memory_file=get("memory"),
-                   warm_memory_file=warm, build_warm_memory=get("build_warm_memory"),
-                   kv_cache_dtype=get("kv_cache_dtype") or "fp32", activation_passes=get("activation_passes") or "auto")
+                   warm_memory_file=warm, build_warm_memory=get("build_warm_memory"))
 
 
 def _warm_file(given: str | None, model: str, wanted: bool, building: int | None) -> str | None:

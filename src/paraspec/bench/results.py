@@ -30,8 +30,9 @@ def environment(plan: Plan) -> dict:
             "cpu_features": report["features"], "kernels": report["kernels"], "ops": report["ops"],
             "torch": torch.__version__, "transformers": transformers, "python": platform.python_version(),
             "platform": platform.platform(), "git_commit": _git_commit(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "dtype": plan.dtype, "quantization": plan.quantization,
-            "kv_cache_dtype": plan.kv_cache_dtype, "activation_passes": plan.activation_passes, "model": plan.model,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "dtype": plan.engine.dtype,
+            "quantization": plan.engine.quantization, "kv_cache_dtype": plan.engine.kv_cache_dtype,
+            "activation_passes": plan.engine.activation_passes, "model": plan.engine.model,
             "load_avg_at_end": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None}
 
 
@@ -41,13 +42,22 @@ def _git_commit() -> str | None:
     return git_commit()
 
 
+def _plan_record(plan: Plan) -> dict:
+    """The plan as results.json records it: flat, the model options under their flags' names."""
+    e = plan.engine
+    record = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan) if f.name != "engine"}
+    record.update(model=e.model, dtype=e.dtype, quantization=e.quantization, threads=e.num_threads,
+                  kv_cache_dtype=e.kv_cache_dtype, activation_passes=e.activation_passes)
+    return {k: str(v) if isinstance(v, Path) else v for k, v in record.items()}
+
+
 def write_results(run: Run) -> int:
     plan = run.plan
     plan.out.mkdir(parents=True, exist_ok=True)
     results = {
         "schema": 1,
         "environment": {**environment(plan), "forward_cost": run.forward_cost},
-        "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(plan).items()},
+        "config": {**_plan_record(plan),
                    "trie_prefilled": bool(plan.memory_file),
                    "memory_policy": ("pre-filled from " + plan.memory_file if plan.memory_file else "empty") +
                                     " at the start of each task set; accumulates the set's earlier tasks (the "

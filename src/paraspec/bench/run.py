@@ -78,12 +78,13 @@ def bench_main(args: argparse.Namespace) -> int:
     from .. import LLM   # (torch is imported here, not when cli.py imports this module)
 
     # no prefix cache: every system runs the same prompts, and each must prefill them for its TTFT
-    llm = LLM(plan.model, dtype=plan.dtype, quantization=plan.quantization, num_threads=plan.threads,
-              kv_cache_dtype=plan.kv_cache_dtype, activation_passes=plan.activation_passes, prefix_cache_mb=0)
-    plan.dtype, plan.quantization = llm.config.dtype, llm.config.quantization   # "auto" as resolved here
-    plan.activation_passes = llm.model.activation_passes
+    llm = LLM.from_engine_args(dataclasses.replace(plan.engine, prefix_cache_mb=0))
+    plan.engine = dataclasses.replace(plan.engine, dtype=llm.config.dtype,   # "auto" as resolved here
+                                      quantization=llm.config.quantization,
+                                      activation_passes=llm.model.activation_passes)
     import torch
-    ctx = SystemContext(llm, plan.model, plan.dtype, torch.get_num_threads(), memory_file=plan.memory_file)
+    ctx = SystemContext(llm, plan.engine.model, plan.engine.dtype, torch.get_num_threads(),
+                        memory_file=plan.memory_file)
     tasks = {s: [Dialogue.of(t, llm.tokenizer, plan.max_new_tokens) for t in ts] for s, ts in picked.items()}
     # one entry per measured turn; a later turn's prompt is each system's own (its Measurement has the length)
     run.tasks = [dict(task_set=d.first.task_set, task_id=d.turn_id(k), kind=d.kind,
@@ -268,7 +269,8 @@ def _serving(plan: Plan, run: Run) -> dict | None:
     spec.loader.exec_module(serving)
     ns = argparse.Namespace(tiny=False, tasks="grounded", requests=plan.n or SERVING_REQUESTS,
                             max_tokens=min(plan.max_new_tokens or SWEEP_MAX_NEW_TOKENS, SWEEP_MAX_NEW_TOKENS),
-                            dtype=plan.dtype, threads=plan.threads, max_batch=max(SERVING_CONCURRENCY))
+                            dtype=plan.engine.dtype, threads=plan.engine.num_threads,
+                            max_batch=max(SERVING_CONCURRENCY))
     requests = serving.load_requests(ns)
     work = Path(tempfile.mkdtemp(prefix="paraspec-bench-serving-"))
     out: dict = {"requests": len(requests), "max_tokens": ns.max_tokens, "plugin_params": SERVING_PLUGIN,
@@ -278,7 +280,8 @@ def _serving(plan: Plan, run: Run) -> dict | None:
                   file=sys.stderr):
         for system, plugin in (("paraspec-ar", None), ("paraspec-md", json.dumps(SERVING_PLUGIN))):
             port = serving.free_port()
-            cmd = serving.paraspec_cmd(ns, serving.write_config(work, plan.model, port, plugin, ns.max_batch))
+            config = serving.write_config(work, plan.engine.model, port, plugin, ns.max_batch)
+            cmd = serving.paraspec_cmd(ns, config)
             try:
                 with serving.ServerProcess(cmd, port) as server:
                     r = asyncio.run(serving.run_load(server.url, requests, c))

@@ -112,10 +112,9 @@ def build_main(plan) -> int:
     from .. import LLM
 
     n = plan.build_warm_memory
-    path = Path(plan.warm_memory_file) if plan.warm_memory_file else default_path(plan.model, n)
+    path = Path(plan.warm_memory_file) if plan.warm_memory_file else default_path(plan.engine.model, n)
     warm_prompts(n)        # a bad N or a missing data file fails before the load
-    llm = LLM(plan.model, dtype=plan.dtype, quantization=plan.quantization, num_threads=plan.threads,
-              kv_cache_dtype=plan.kv_cache_dtype, activation_passes=plan.activation_passes)
-    info = build(llm, n, path, plan.model, plan.max_new_tokens)
+    llm = LLM.from_engine_args(plan.engine)
+    info = build(llm, n, path, plan.engine.model, plan.max_new_tokens)
     print(f"paraspec bench: warm memory of {info['n']} answers ({info['generated_tokens']} tokens) -> {path}")
     return 0
