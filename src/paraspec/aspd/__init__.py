@@ -2,7 +2,7 @@
 and (TRAIN's modules) data, training and evaluation. See README "ASPD" and shared/research/aspd.md.
 
 PLUGIN is plugin_type "aspd" for the decoding layer's table (decoding/plugins.py), which never
-imports this package: paraspec/config.py registers it."""
+imports this package: paraspec/engine_args.py registers it."""
 from __future__ import annotations
 
 from ..decoding.plugins import PluginType

@@ -2,7 +2,7 @@
 type's drafter is built, and what the rest of paraspec asks of a type (the speculationGamma it
 needs, whether it adapts its draft length, whether a tokenizer can run it): each fact once, in
 its `PluginType`. The drafters of this package are registered below; a decoding mode built on top
-of them (ASPD) is registered by the layer that knows both (paraspec/config.py), so that this
+of them (ASPD) is registered by the layer that knows both (paraspec/engine_args.py), so that this
 layer never imports it.
 
 plugin_params is a JSON string (or dict), as in MindIE's ModelConfig:
