@@ -92,7 +92,8 @@ def test_examples_round_trip_through_jsonl(tmp_path):
 
 
 def test_build_data_cli_writes_jsonl_and_stage_counts(tmp_path, capsys):
-    assert main(["aspd", "build-data", "--out", str(tmp_path), "--train", "20", "--heldout", "5"]) == 0
+    assert main(["aspd", "build-data", "--out", str(tmp_path), "--train", "20", "--heldout", "5",
+                 "--sources", "packages"]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["synthetic"]["train"] == 20 and summary["synthetic"]["heldout"] == 5
     assert list(summary["extraction"]["stages"]) == list(extract.STAGES)

@@ -70,6 +70,12 @@ class Example:
     segments: list[Segment]
     checks: list[dict] = field(default_factory=list)
     source: str = "synth"
+    history: list[dict] = field(default_factory=list)   # earlier turns ({"role", "content"}) before `prompt`
+
+    @property
+    def messages(self) -> list[dict]:
+        """The chat a model is prompted with: the history, then `prompt` as the user's turn."""
+        return [*self.history, {"role": "user", "content": self.prompt}]
 
     @property
     def aspd(self) -> str:
@@ -89,14 +95,18 @@ class Example:
 
     def to_json(self) -> dict:
         segs = [s if isinstance(s, str) else {"branches": [asdict(b) for b in s.branches]} for s in self.segments]
-        return {"id": self.id, "family": self.family, "source": self.source, "prompt": self.prompt,
-                "aspd": self.aspd, "plain": self.plain, "segments": segs, "checks": self.checks}
+        out = {"id": self.id, "family": self.family, "source": self.source, "prompt": self.prompt,
+               "aspd": self.aspd, "plain": self.plain, "segments": segs, "checks": self.checks}
+        if self.history:   # only when there is one: records without it (and their digests) stay as they were
+            out["history"] = self.history
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> "Example":
         segs: list[Segment] = [s if isinstance(s, str) else Block(tuple(Branch(**b) for b in s["branches"]))
                                for s in d["segments"]]
-        return cls(d["id"], d["family"], d["prompt"], segs, d.get("checks", []), d.get("source", "synth"))
+        return cls(d["id"], d["family"], d["prompt"], segs, d.get("checks", []), d.get("source", "synth"),
+                   list(d.get("history", [])))
 
 
 def write_jsonl(path: str | Path, examples: Iterable[Example]) -> int:

@@ -47,8 +47,9 @@ class Encoded:
 
 
 def encode(ex: Example, tok, ids: MarkupIds | None) -> Encoded:
-    """Prompt (chat template) + answer + EOS. ids=None: the control (labelled plain text, causal)."""
-    prompt = tok.encode_chat([{"role": "user", "content": ex.prompt}])
+    """Prompt (chat template over the history and the prompt) + answer + EOS. ids=None: the control
+    (labelled plain text, causal)."""
+    prompt = tok.encode_chat(ex.messages)
     eos = min(tok.eos_token_ids)
     answer: list[int] = []
     skip_targets: set[int] = set()      # absolute indices whose token is not a target
