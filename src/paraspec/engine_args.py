@@ -154,9 +154,13 @@ def _check(name: str, s: Spec, value: Any) -> Any:
         kinds = (int, float) if s.number is float else (int,)
         if isinstance(value, bool) or not isinstance(value, kinds) or \
                 (s.low is not None and value < s.low) or (s.high is not None and value > s.high):
-            error = s.error or f"is invalid; use an integer from {s.low:g} to {s.high:g}"
-            raise ConfigError(f"{name}={value!r} {error}", param=name)
+            raise ConfigError(f"{name}={value!r} {s.error or _range(s)}", param=name)
     return value
+
+
+def _range(s: Spec) -> str:
+    kind = "an integer" if s.number is int else "a number"
+    return f"is invalid; use {kind} from {s.low:g}" + ("" if s.high is None else f" to {s.high:g}")
 
 
 def add_cli_args(p: argparse.ArgumentParser | Any, group: str, overrides: bool = False) -> None:
@@ -180,4 +184,5 @@ def add_cli_args(p: argparse.ArgumentParser | Any, group: str, overrides: bool =
 def describe() -> str:
     """Each option and its help, for LLM's docstring."""
     lines = (f"{name} = {getattr(DEFAULTS, name)!r}: {s.help}" for name, s in _SPECS.items())
-    return "\n".join(textwrap.fill(line, 100, initial_indent="    ", subsequent_indent="        ") for line in lines)
+    return "\n".join(textwrap.fill(line, 100, initial_indent="    ", subsequent_indent="        ")
+                     for line in lines)
