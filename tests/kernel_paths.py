@@ -4,8 +4,9 @@ An AVX-512 machine runs the avx512, avx2 (each W8A8 inner loop its CPU has) and 
 AVX2 one avx2 and torch; other CPUs torch. A path that cannot run here shows as a skip with why.
 
 A skip is right for a CPU without the instructions, never for a module that did not build: under
-CI=true, ci_unbuilt() names every module this CPU could run that is missing (conftest.py fails the
-run on it), so a compile error cannot pass as a green run of the torch paths alone.
+CI=true, ci_unbuilt() names every module that is missing, and every one this CPU could run that does
+not run (conftest.py fails the run on it), so a compile error cannot pass as a green run of the
+torch paths alone.
 """
 import os
 import sys
@@ -49,21 +50,39 @@ def on_ci(env=os.environ) -> bool:
     return env.get("CI", "").strip().lower() in ("true", "1", "yes")
 
 
-def ci_unbuilt(why_not=None, cpu_features=None, is_x86=None) -> str | None:
-    """One line naming each kernel module this CPU has the instructions for (kernels.REQUIRES) that
-    does not run here (not built, a stale or another torch's build, an import error), with the
-    command that builds it; None when every such module runs. For CI: locally a skip is enough.
-    (The arguments stand in for kernels' own, for the tests.)"""
+def not_built(isa: str) -> str:
+    """Why the ISA's module file is missing or unusable, "" if it is there, without importing it:
+    for a module this CPU cannot run (importing it could already execute its instructions)."""
+    import importlib.util
+    if importlib.util.find_spec(f"paraspec.model._kernels_{isa}") is None:
+        return "not built"
+    built_for = kernels._built_for(isa)
+    if built_for and kernels._minor(built_for) != kernels._minor(kernels.torch.__version__):
+        return f"built against torch {built_for}, this is torch {kernels.torch.__version__}"
+    return ""
+
+
+def ci_unbuilt(why_not=None, cpu_features=None, is_x86=None, not_built=not_built) -> str | None:
+    """One line naming each kernel module csrc/build.py builds on this platform that is not there,
+    with the command that builds it; None when all are. A module this CPU has the instructions for
+    (kernels.REQUIRES) must also run (not stale, not another torch's, no import error); one it
+    cannot run must at least have built, so an AVX-512 compile error fails an AVX2 runner too.
+    For CI: locally a skip is enough. (The arguments stand in for kernels' own, for the tests.)"""
     why_not, cpu_features, is_x86 = why_not or kernels.why_not, cpu_features or kernels.cpu_features, \
         is_x86 or kernels.is_x86
     if not is_x86():
         return None
     have = cpu_features()
-    bad = [(isa, why) for isa in kernels.ISAS
-           if kernels.REQUIRES[isa] <= have and (why := why_not(isa))
-           and why != "its own CPUID check refuses this CPU"]     # the module's own word: this CPU cannot
+    bad = []
+    for isa in kernels.ISAS:
+        if kernels.REQUIRES[isa] <= have:
+            why = why_not(isa)
+            if why and why != "its own CPUID check refuses this CPU":   # the module's own word: cannot
+                bad.append((isa, why))
+        elif why := not_built(isa):
+            bad.append((isa, why))
     if not bad:
         return None
     names = ", ".join(f"paraspec.model._kernels_{isa} ({why})" for isa, why in bad)
-    return (f"CI=true: {names} does not run here though this CPU has its instructions, so every "
-            f"compiled-path test would skip; build it: {BUILD}")
+    return (f"CI=true: {names}: every kernel module must build (and those this CPU has the "
+            f"instructions for must run), or its tests would skip; build it: {BUILD}")

@@ -27,7 +27,7 @@ class LiveServer:
         port = self.server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         self.http = httpx.Client(base_url=self.url, timeout=30, headers={"Authorization": f"Bearer {self.api_key}"})
-        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key=self.api_key, max_retries=0)
+        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key=self.api_key, max_retries=0, timeout=60)
         return self
 
     def __exit__(self, *exc) -> None:

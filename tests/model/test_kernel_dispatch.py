@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from ci_needs import require
 from paraspec.errors import ConfigError
 from paraspec.model import kernels
 
@@ -127,7 +128,6 @@ def test_kernels_off_in_a_fresh_process(tiny_model_dir):
 QEMU = shutil.which("qemu-x86_64")
 
 
-@pytest.mark.skipif(QEMU is None, reason="qemu-user is not installed (apt-get install qemu-user; .ci/run does)")
 @pytest.mark.skipif(not kernels.is_x86(), reason="emulates an x86-64 CPU")
 @pytest.mark.parametrize("cpu,want", [("EPYC-Rome", "avx2"), ("Westmere", "torch")])
 def test_emulated_cpu_without_avx512(tiny_model_dir, cpu, want):
@@ -135,6 +135,7 @@ def test_emulated_cpu_without_avx512(tiny_model_dir, cpu, want):
     that through CPUID), and a pre-AVX CPU. Importing paraspec there must not touch AVX-512 code
     (qemu would kill the process with SIGILL), the best path it can run is chosen, and greedy
     parallel decoding equals AR on it."""
+    require(QEMU is not None, "qemu-user (qemu-x86_64)", "apt-get install qemu-user")
     if want != "torch" and kernels.why_not(want) == "not built":
         pytest.skip(f"the {want} kernels are not built here")
     # the emulated CPU decides alone: no forced path, no ISA caps (an AVX2 cap would SIGILL on Westmere)

@@ -39,7 +39,7 @@ def test_the_right_key_is_served(keyed):
 
 @pytest.mark.parametrize("key", ["wrong", KEY[:-1], KEY + "x", ""])
 def test_a_wrong_or_missing_key_is_401_in_openai_shape(keyed, key):
-    client = openai.OpenAI(base_url=keyed.url + "/v1", api_key=key or "none", max_retries=0)
+    client = openai.OpenAI(base_url=keyed.url + "/v1", api_key=key or "none", max_retries=0, timeout=60)
     with pytest.raises(openai.AuthenticationError) as e:
         client.completions.create(model="x", prompt="hello", max_tokens=2)
     assert e.value.status_code == 401 and e.value.code == "invalid_api_key"

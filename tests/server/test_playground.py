@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 import chromium
+from ci_needs import require
 from paraspec import LLM
 from paraspec.server import create_app
 from paraspec.server.playground import ASSETS as SERVED
@@ -84,9 +85,13 @@ def _api_text(server, body: dict) -> tuple[str, int]:
         response["usage"]["completion_tokens"]
 
 
-@pytest.mark.skipif(not chromium.available(), reason=f"{chromium.BINARY} is missing: `make test-browser` "
-                    "installs Debian's chromium (apt-get install -y chromium) and runs this test")
-def test_a_prompt_run_in_the_browser_draws_the_apis_text_in_step_spans(server, tmp_path):
+@pytest.fixture
+def browser_here():
+    require(chromium.available(), chromium.BINARY,
+            "`make test-browser` installs Debian's chromium (apt-get install -y chromium) and runs this test")
+
+
+def test_a_prompt_run_in_the_browser_draws_the_apis_text_in_step_spans(browser_here, server, tmp_path):
     profile = tmp_path / "profile"
     profile.mkdir()
     with chromium.Chromium(profile) as browser:
@@ -150,9 +155,7 @@ def test_a_prompt_run_in_the_browser_draws_the_apis_text_in_step_spans(server, t
 HISTORY_TEXT = "[...document.querySelectorAll('#history li .answer .run')].map(e => e.textContent).join('')"
 
 
-@pytest.mark.skipif(not chromium.available(), reason=f"{chromium.BINARY} is missing: `make test-browser` "
-                    "installs Debian's chromium (apt-get install -y chromium) and runs this test")
-def test_a_conversation_in_the_browser_keeps_its_turns(server, tmp_path):
+def test_a_conversation_in_the_browser_keeps_its_turns(browser_here, server, tmp_path):
     """Chat runs send every earlier turn; earlier answers stay drawn in their step spans; the last
     turn can be taken back, edited and sent again; a new chat starts from nothing."""
     profile = tmp_path / "profile"

@@ -137,7 +137,7 @@ def test_streaming_chat(server, offline):
 
 def test_16_concurrent_greedy_requests_equal_offline(server, offline):
     max_tokens = [8 + 3 * i for i in range(16)]
-    client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
 
     async def run():
         return await asyncio.gather(*[
