@@ -183,12 +183,24 @@ class Budget:
         last = [{"role": "user", "content": t.question}]
         if self.chat(last) > room:
             return None
-        kept: list[dict] = []
-        for m in reversed(t.history):
-            if self._over(m["content"], room) or self.chat([m, *kept, *last]) > room:
-                break
-            kept.insert(0, dict(m))
-        return kept
+        hist = t.history
+        cap = 0   # a turn far over the room ends the history before it is ever encoded whole
+        while cap < len(hist) and not self._over(hist[-1 - cap]["content"], room):
+            cap += 1
+
+        def fits(n: int) -> bool:
+            return self.chat([*hist[len(hist) - n:], *last]) <= room
+
+        # the longest run of newest turns that fits, by galloping then bisecting: a long chat costs a
+        # few encodings of about the room's length, not one per turn
+        lo, hi, n = 0, cap + 1, 1
+        while n < hi and fits(n):
+            lo, n = n, n * 2
+        hi = min(hi, n)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return [dict(m) for m in hist[len(hist) - lo:]]
 
 
 def budget(max_len: int, tokenizer=None) -> Budget:
