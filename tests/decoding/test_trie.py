@@ -297,4 +297,11 @@ def test_invariants_hold_under_any_interleaving(ops, cap):
             trie.prune(target=len(seq) * 5)
         assert trie.n_nodes <= cap
         trie.check_invariants()
-    assert OUTPUT is not None
+    for who in range(4):              # nothing pinned once every request and stream has ended:
+        trie.release(f"r{who}")       # a full prune frees every node
+        trie.close(f"s{who}")
+    trie.prune(target=0)
+    trie.check_invariants()
+    assert trie.n_nodes == 0
+    trie.insert([1, 2, 3])
+    assert trie.lookup([1, 2, 3]) >= 0 and trie.n_nodes >= 3      # and it still takes new tokens

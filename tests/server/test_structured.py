@@ -71,8 +71,15 @@ def test_json_schema_equals_offline_plain_decoding(server, offline):
 def test_json_object_grammar_and_completions(server, offline):
     r = server.client.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=0.9, seed=4,
                                               max_tokens=300, response_format={"type": "json_object"})
-    if r.choices[0].finish_reason == "stop":
-        assert isinstance(json.loads(r.choices[0].message.content), dict)
+    text = r.choices[0].message.content
+    sampled = SamplingParams(temperature=0.9, seed=4, max_tokens=300,
+                             structured_outputs=StructuredOutputsParams(json_object=True))
+    assert text == offline.chat(MESSAGES, sampled)[0].text           # the seeded sample, served or offline
+    assert text.lstrip().startswith("{")
+    if r.choices[0].finish_reason == "stop":                          # whole: one JSON object
+        assert isinstance(json.loads(text), dict)
+    else:
+        assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 300
     r = server.client.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=0, max_tokens=50,
                                               extra_body={"paraspec": {"grammar": {"regex": "[0-9]{3}-[a-z]{2}"}}})
     assert r.choices[0].message.content == offline.chat(MESSAGES, _constrained(regex="[0-9]{3}-[a-z]{2}"))[0].text
