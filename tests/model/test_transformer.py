@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from kernel_paths import per_isa
 from paraspec.model.loader import load_model
 from paraspec.model.transformer import SeqInput, Transformer
 
@@ -79,19 +80,35 @@ def test_prompt_attention_matches_transformers_also_in_chunks(tiny_model_dir, ar
                       prompt=True)
 
 
-def test_a_short_chunk_over_a_long_cache_matches_transformers(tiny_model_dir):
-    """A short prompt chunk after more than PROMPT_ATTENTION_KEYS cached keys (a new turn after a
-    reused prefix) attends through the csrc kernel where it is built, the torch road elsewhere:
-    either way transformers' logits."""
-    from paraspec.model import transformer
-    ref, model = _pair(tiny_model_dir("llama", max_position_embeddings=1280))
-    n = transformer.PROMPT_ATTENTION_KEYS + 100
-    ids = torch.randint(0, model.args.vocab_size, (n + 20,), generator=torch.Generator().manual_seed(3))
+CACHED = 1150        # keys before the chunk: past PROMPT_ATTENTION_KEYS, where the AVX2 road changes
+
+
+@pytest.fixture(scope="module")
+def long_reference(tiny_model_dir):
+    """A tiny llama with room for 1,150 cached keys and a 256-row chunk, and transformers' logits."""
+    import transformers
+    path = tiny_model_dir("llama", max_position_embeddings=1536)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    ids = torch.randint(0, ref.config.vocab_size, (CACHED + 256,), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         want = ref(ids[None]).logits[0]
-    cache = model.new_cache(n + 32)
-    model.forward(ids[:n], torch.arange(n), [SeqInput(cache, n)], prompt=True)
-    cache.commit(range(n))
-    assert 20 <= min(transformer.PROMPT_ATTENTION_ROWS.values())
-    got = model.forward(ids[n:], torch.arange(n, n + 20), [SeqInput(cache, 20)], prompt=True)
-    assert (got - want[n:]).abs().max() < 1e-4
+    return path, ids, want
+
+
+@pytest.mark.parametrize("kernels", per_isa())
+@pytest.mark.parametrize("rows", [64, 65, 256])
+def test_a_prompt_chunk_over_a_long_cache_matches_transformers(long_reference, kernels, rows):
+    """A prompt chunk of 64, 65 or 256 rows after more than PROMPT_ATTENTION_KEYS cached keys (a new
+    turn after a reused prefix): the heights on either side of each ISA's PROMPT_ATTENTION_ROWS,
+    through the csrc kernel or the torch road, on every kernel path: transformers' logits."""
+    from paraspec.model import transformer
+    assert CACHED > transformer.PROMPT_ATTENTION_KEYS and 64 in transformer.PROMPT_ATTENTION_ROWS.values()
+    path, ids, want = long_reference
+    lm = load_model(path, torch.float32)
+    model = Transformer(lm.args, lm.weights, torch.float32, kernels=kernels)
+    cache = model.new_cache(CACHED + rows)
+    model.forward(ids[:CACHED], torch.arange(CACHED), [SeqInput(cache, CACHED)], prompt=True)
+    cache.commit(range(CACHED))
+    got = model.forward(ids[CACHED:CACHED + rows], torch.arange(CACHED, CACHED + rows), [SeqInput(cache, rows)],
+                        prompt=True)
+    assert (got - want[CACHED:CACHED + rows]).abs().max() < 1e-4
