@@ -192,7 +192,21 @@ def test_invalid_plugin_params(plugin, words):
 
 def test_missing_weights():
     (msg,) = problems(edited(**{f"{MODEL}.modelWeightPath": "/no/such/model.gguf"}))
-    assert "modelWeightPath='/no/such/model.gguf' does not exist" in msg
+    assert "modelWeightPath='/no/such/model.gguf' does not exist" in msg and "qwen2.5-coder-0.5b" in msg
+
+
+def test_a_fetched_models_name_is_a_weight_path(tmp_path, monkeypatch):
+    """modelWeightPath takes the names --model takes: the file `paraspec fetch` keeps, or one line
+    saying how to fetch it."""
+    monkeypatch.setenv("PARASPEC_CACHE", str(tmp_path))
+    (msg,) = problems(edited(**{f"{MODEL}.modelWeightPath": "qwen2.5-coder-0.5b"}))
+    assert msg == (f"{MODEL.replace('.0', '[0]')}.modelWeightPath='qwen2.5-coder-0.5b' is not fetched; "
+                   "run `make models` or `paraspec fetch qwen2.5-coder-0.5b`")
+    from paraspec import catalog
+    catalog.ARTIFACTS["qwen2.5-coder-0.5b"].path.parent.mkdir(parents=True, exist_ok=True)
+    catalog.ARTIFACTS["qwen2.5-coder-0.5b"].path.write_bytes(b"")
+    config = parse_config(edited(**{f"{MODEL}.modelWeightPath": "qwen2.5-coder-0.5b"}))
+    assert config.model_deploy.model.model_weight_path == "qwen2.5-coder-0.5b"     # the loader resolves it
 
 
 def test_ranges_and_types_each_one_problem():

@@ -4,8 +4,7 @@
      "LogConfig":    {"logLevel": "Info"},
      "ServerConfig": {"ipAddress": "127.0.0.1", "port": 1025, "maxLinkNum": 1000, "tokenTimeout": 600, ...},
      "BackendConfig": {
-        "ModelDeployConfig": {"maxSeqLen": 2560, "maxInputTokenLen": 2048, "truncation": false,
-                              "speculationGamma": 16,
+        "ModelDeployConfig": {"maxSeqLen": 2560, "maxInputTokenLen": 2048, "truncation": false, "speculationGamma": 16,
                               "ModelConfig": [{"modelName": "...", "modelWeightPath": "default",
                                                "plugin_params": "{\\"plugin_type\\":\\"memory_decoding\\"}"}]},
         "ScheduleConfig": {"maxBatchSize": 8, "maxIterTimes": 512, ...}}}
@@ -25,6 +24,7 @@ import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .. import catalog
 from ..config import PluginConfig, parse_plugin_params
 from ..engine_args import DEFAULTS, EngineArgs, spec
 from ..errors import ConfigError
@@ -80,7 +80,7 @@ class ModelConfig:
     model_name: str | None = None
     """modelName: the name clients pass as `model`; None = the model's own name."""
     model_weight_path: str = "default"
-    """modelWeightPath: a .gguf file, a Hugging Face folder, or "default" (the bundled SmolLM2-135M)."""
+    """modelWeightPath: a .gguf file, a Hugging Face folder, "default" (the bundled model) or a fetched name."""
     plugin_params: str | dict | None = None
     """plugin_params: MindIE's JSON string choosing parallel decoding; absent = plain decoding."""
     plugin: PluginConfig | None = None
@@ -164,11 +164,8 @@ def load_config(path: str | os.PathLike | None = None, *, host: str | None = Non
                                       '[{"modelName": "smollm2", "modelWeightPath": "default"}], or pass --model'])
     server = raw.setdefault("ServerConfig", {}) if isinstance(raw.get("ServerConfig", {}), dict) else None
     if server is not None:
-        if host is not None:
-            server["ipAddress"] = host
-        if port is not None:
-            server["port"] = port
-        for key, value in (("apiKey", api_key), ("allowedHosts", allowed_hosts), ("metricsOpen", metrics_open)):
+        for key, value in (("ipAddress", host), ("port", port), ("apiKey", api_key),
+                           ("allowedHosts", allowed_hosts), ("metricsOpen", metrics_open)):
             if value is not None:
                 server[key] = value
     entry = _first_model_entry(raw)
@@ -331,9 +328,12 @@ def _model_config(deploy: Section, problems: list[str], notes: list[str]) -> Mod
     if name is not None and not name.strip():
         problems.append(f"{_MODEL_PATH}[0].modelName is empty; give the name clients will pass as `model`, "
                         "or leave it out to use the model's own name")
-    if weights != "default" and not Path(weights).expanduser().exists():
-        problems.append(f"{_MODEL_PATH}[0].modelWeightPath={weights!r} does not exist; give a .gguf file, a "
-                        "Hugging Face model folder, or \"default\" for the bundled SmolLM2-135M-Instruct")
+    if weights in catalog.MODELS and not catalog.is_fetched(weights):    # a fetched model's name, as --model
+        problems.append(f"{_MODEL_PATH}[0].modelWeightPath={weights!r} is not fetched; "
+                        f"{catalog.fetch_hint(weights)}")
+    elif weights not in ("default", *catalog.MODELS) and not Path(weights).expanduser().exists():
+        problems.append(f"{_MODEL_PATH}[0].modelWeightPath={weights!r} does not exist; give a .gguf file, a Hugging "
+                        f"Face model folder, \"default\" (the bundled SmolLM2-135M-Instruct) or {'/'.join(catalog.MODELS)}")
     return ModelConfig(name, weights, plugin_params)
 
 
