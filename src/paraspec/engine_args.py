@@ -51,7 +51,8 @@ def _option(default: Any, help: str, **spec: Any) -> Any:
 @dataclass(frozen=True)
 class EngineArgs:
     model: str | None = _option(
-        "default", "a .gguf file, a Hugging Face folder, or 'default' (bundled SmolLM2-135M-Instruct)",
+        "default", "a .gguf file, a Hugging Face folder, 'default' (bundled SmolLM2-135M-Instruct) or a "
+        "fetched model (`paraspec fetch --list`)",
         flag="--model")
     dtype: str = _option(
         "auto", "the weights' dtype: 'auto' (the fastest exact numerics for this CPU, see `paraspec info`), "
