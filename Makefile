@@ -95,13 +95,16 @@ clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
 
 # ASPD: data, LoRA training of the bundled model (ASPD + the labelled plain-text control, one torch
-# thread each, in parallel), evaluation. Both adapters by one recipe: the same examples, steps, batch and seed (never a clock budget), so
-# `make aspd-train` on any machine rebuilds the committed adapters (~25 min, one thread each).
+# thread each, in parallel), evaluation. Both adapters by one recipe: the same examples, steps, batch
+# and seed (never a clock budget), so `make aspd-train` on any machine rebuilds the committed adapters
+# (~25 min, one thread each). They were trained on the synthetic and package data (ASPD_DATA below);
+# `make aspd-train ASPD_DATA=` trains on build-data's default, real ShareGPT answers (docs/aspd.md).
+ASPD_DATA ?= --sources packages --train 1200
 ASPD_TRAIN ?= --steps 150 --batch 4 --seed 0 --threads 1
 .PHONY: aspd-data aspd-train aspd-eval
 
 aspd-data: install
-	$(VENV)/bin/paraspec aspd build-data
+	$(VENV)/bin/paraspec aspd build-data $(ASPD_DATA)
 
 aspd-train: aspd-data
 	for v in aspd control; do \
