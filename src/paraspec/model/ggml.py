@@ -194,12 +194,13 @@ def _panel_major(a: torch.Tensor, pad: int) -> torch.Tensor:
     return a.view(-1, PANEL, *a.shape[1:]).transpose(1, 2)
 
 
-def pack(w: GGUFWeight) -> torch.Tensor:
+def pack(w: GGUFWeight, u: Blocks | None = None, verify_copy: bool = False) -> torch.Tensor:
     """The kernel's layout (csrc/gguf.h): per 32-channel panel, per 32-block a record of the
     block's channel scales then 8 steps of U[4 * channel + feature] (Q4 nibbles two per byte,
     Q5_0 plus a bit plane, Q6_K plus a plane of 2-bit pairs, Q8_0 bytes); K-quants: every 8
-    records led by their superblock's header."""
-    u = unpack(w)
+    records led by their superblock's header. verify_copy (Q6_K): its verify copy, the same
+    with each step's U as bytes (what several-row calls read: no unpacking). u: unpack(w)."""
+    u = unpack(w) if u is None else u
     n, k = w.shape
     nb, pad = k // BLOCK, -n % PANEL
     q = u.q.view(torch.uint8)
@@ -207,7 +208,7 @@ def pack(w: GGUFWeight) -> torch.Tensor:
         q = (u.q + 32).view(torch.uint8)                   # 0..63 for the u8 x s8 products
     # [P, 32 ch, B, 8 steps, 4 f] -> [P, B, 8, 32 ch, 4 f]: a step's 128 values channel-major
     steps = _panel_major(q.reshape(n, nb, 8, 4), pad).permute(0, 1, 3, 2, 4).reshape(-1, nb, 8, 128)
-    if w.kind == "Q8_0":
+    if w.kind == "Q8_0" or verify_copy:
         data = steps.reshape(-1, nb, 1024)
     else:
         lo = steps & 0x0F
@@ -282,10 +283,15 @@ class GGUFLinear:
         self.passes = 2 if residual else 1
         # only the packed copy (or the reference's unpacked one) is kept: a fused weight's raw
         # bytes are a copy too, and a tied embedding looks its rows up in the file's own bytes
+        self.copy: torch.Tensor | None = None
+        u = unpack(weight)
         if self.kernels.module is not None:
-            self.packed = pack(weight)
+            self.packed = pack(weight, u)
+            # Q6_K's verify copy, 1.07 bytes a weight beside the packed 0.82, where the kernels
+            # read it (calls of a few rows: csrc/gguf.h)
+            if self.kind == "Q6_K" and self.kernels.module.gguf_copy_used(self.passes, self.kernels.w8a8_variant):
+                self.copy = pack(weight, u, verify_copy=True)
         else:
-            u = unpack(weight)
             w = BLOCK if u.sub is None else 16
             # [K / w, w, N]: one exact fp32 matmul per block (Q6_K: half-block) gives every row's
             # integer block sums
@@ -321,7 +327,8 @@ class GGUFLinear:
             if x.stride(-1) != 1 or x.dtype not in (torch.float32, torch.bfloat16):
                 x = x.float().contiguous()
             return self.kernels.module.gguf_linear(x, self.packed, FORMATS[self.kind], self.out_features, self.passes,
-                                                   self.bias, norm, eps, variant=self.kernels.w8a8_variant)
+                                                   self.bias, norm, eps, variant=self.kernels.w8a8_variant,
+                                                   copy=self.copy)
         x = x.float()
         r = None
         if norm is not None:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .seq_input import SeqInput
 
 EMPTY_MASK = torch.empty(0, dtype=torch.bool)   # "no tree mask: a causal chain", for the kernels
+EMPTY_COPY = torch.empty(0, dtype=torch.uint8)  # "no Q6_K verify copy"
 
 
 class GgufDecoder:
@@ -52,7 +53,8 @@ def gguf_decoder(kernels: Kernels, a: ModelArgs, layers: list, scale: float) -> 
     return GgufDecoder(kernels.module.GgufDecoder(
         [p.packed for p in parts], [FORMATS[p.kind] for p in parts],
         [p.out_features for p in parts], [p.passes for p in parts],
-        [empty if p.bias is None else p.bias for p in parts], [len(ps) for ps in per_linear],
+        [empty if p.bias is None else p.bias for p in parts],
+        [EMPTY_COPY if p.copy is None else p.copy for p in parts], [len(ps) for ps in per_linear],
         [layer.attn_norm.float().contiguous() for layer in layers],
         [layer.ffn_norm.float().contiguous() for layer in layers],
         a.norm_eps, kernels.w8a8_variant, a.n_heads, a.n_kv_heads, a.head_dim, scale))

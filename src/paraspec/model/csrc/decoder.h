@@ -10,12 +10,12 @@ class GgufDecoder {
  public:
   // Per layer, four linears in the order wqkv, wo, w_gate_up, w_down, each of counts[j] parts (a
   // fused weight whose parts differ in GGUF format: ggml_parts.py): per part its packed weight,
-  // format, output size, activation passes and bias (an empty tensor: none), the parts of a
-  // linear in its output order; per layer the fp32 RMSNorm weights fused into wqkv and w_gate_up.
+  // format, output size, activation passes, bias and Q6_K verify copy (empty tensors: none), the
+  // parts of a linear in its output order; per layer the fp32 RMSNorm weights fused into wqkv and w_gate_up.
   GgufDecoder(std::vector<at::Tensor> packed, std::vector<int64_t> fmts, std::vector<int64_t> ns,
-              std::vector<int64_t> passes, std::vector<at::Tensor> biases, std::vector<int64_t> counts,
-              std::vector<at::Tensor> attn_norms, std::vector<at::Tensor> ffn_norms, double eps, std::string variant,
-              int64_t n_heads, int64_t n_kv, int64_t head_dim, double scale)
+              std::vector<int64_t> passes, std::vector<at::Tensor> biases, std::vector<at::Tensor> copies,
+              std::vector<int64_t> counts, std::vector<at::Tensor> attn_norms, std::vector<at::Tensor> ffn_norms,
+              double eps, std::string variant, int64_t n_heads, int64_t n_kv, int64_t head_dim, double scale)
       : packed_(std::move(packed)), fmts_(std::move(fmts)), ns_(std::move(ns)), passes_(std::move(passes)),
         counts_(std::move(counts)), attn_norms_(std::move(attn_norms)), ffn_norms_(std::move(ffn_norms)), eps_(eps),
         variant_(std::move(variant)), n_heads_(n_heads), n_kv_(n_kv), hd_(head_dim), scale_(scale) {
@@ -29,9 +29,12 @@ class GgufDecoder {
     }
     const size_t p = static_cast<size_t>(parts);
     TORCH_CHECK(packed_.size() == p && fmts_.size() == p && ns_.size() == p && passes_.size() == p &&
-                    biases.size() == p, "GgufDecoder: one packed weight, format, size, passes and bias per part");
+                    biases.size() == p && copies.size() == p,
+                "GgufDecoder: one packed weight, format, size, passes, bias and copy per part");
     for (const at::Tensor& b : biases)
       biases_.push_back(b.numel() ? c10::optional<at::Tensor>(b) : c10::nullopt);
+    for (const at::Tensor& c : copies)
+      copies_.push_back(c.numel() ? c10::optional<at::Tensor>(c) : c10::nullopt);
   }
 
   // x [T, dim] fp32, the residual stream (updated in place and returned); cos, sin [T, 1, hd]
@@ -80,12 +83,13 @@ class GgufDecoder {
   }
 
   at::Tensor part(size_t p, const at::Tensor& x, const c10::optional<at::Tensor>& norm) const {
-    return gguf_linear(x, packed_[p], fmts_[p], ns_[p], passes_[p], biases_[p], norm, norm ? eps_ : 0.0, variant_);
+    return gguf_linear(x, packed_[p], fmts_[p], ns_[p], passes_[p], biases_[p], norm, norm ? eps_ : 0.0,
+                       variant_, copies_[p]);
   }
 
   std::vector<at::Tensor> packed_;
   std::vector<int64_t> fmts_, ns_, passes_, counts_, firsts_;
-  std::vector<c10::optional<at::Tensor>> biases_;
+  std::vector<c10::optional<at::Tensor>> biases_, copies_;
   std::vector<at::Tensor> attn_norms_, ffn_norms_;
   double eps_;
   std::string variant_;

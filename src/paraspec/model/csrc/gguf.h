@@ -45,6 +45,11 @@
 // channels 0-15 (low nibbles) and 16-31 (high), and two 32-byte loads give 0-7, 8-15 | 16-23, 24-31.
 // Q5_0 adds 16 bytes per step after the nibbles: bit i = bit 4 of U[i]; Q6_K keeps its 8 steps of
 // nibbles, then 8 x 32 bytes of high bits: bits 2j, 2j + 1 of byte i = bits 4, 5 of U[32 j + i].
+// Q6_K's verify copy (kQ6_KU, ggml.py pack(verify_copy=True); its header and scales as Q6_K's) stores
+// U itself, 128 bytes a step: a tile of several rows then spends no instructions on unpacking,
+// and AVX2 sums two steps' products in int16 (2 x 2 x 63 x 127 < 2^15) before widening them.
+// It is 1.07 bytes per weight beside the packed 0.82: verify calls of kGgufCopyRows sub-rows or
+// more read it (where the variant has its loop), one-row decoding keeps the packed stream.
 namespace isa {
 
 // One 32-block of v -> q (s8), its sum, the sum of its first half, and the returned scale dx.
@@ -110,6 +115,9 @@ constexpr int64_t kGgufRowBlock = 64;  // rows per pass over the weights (their 
 // (gguf_amx.h), run from 16 (8 rows: 12-25 % faster per call with the weights in cache, 1-12 %
 // with them streamed, ~1 % of a whole forward; from 12 the forward was no faster). Q6_K: no AMX loop.
 constexpr int64_t kGgufAmxRows[kGgufFormats] = {16, 16, 20, 16, 16, 20};
+// Sub-rows from which a call reads Q6_K's verify copy (fewer: the packed stream, whose bytes are
+// what two rows wait on; docs/verify-cost-breakdown.md)
+constexpr int64_t kGgufCopyRows = 4;
 constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB; whole superblocks) every row tile runs while in L1
 
 // Panels [p0, p1) for sub-rows [0, M) (P per output row; kGgufRowBlock is even): one thread's
@@ -125,7 +133,9 @@ inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, c
                         const uint8_t* wp, const float* bias, float* y, int64_t N, float* acc) {
   const int64_t B = K / 32, K4 = K / 4, pb = gguf_panel_bytes(fmt, B), R = loop.rows[P - 1][fmt];
   const int32_t* xw = reinterpret_cast<const int32_t*>(xq);  // 4 features as one dword
-  const GgufWide* w = loop.wide && M >= loop.wide->min_rows[P - 1][fmt] && loop.wide->fn[P - 1][fmt] ? loop.wide : nullptr;
+  const bool wide = fmt < kGgufFormats && loop.wide && M >= loop.wide->min_rows[P - 1][fmt] &&
+                    loop.wide->fn[P - 1][fmt];  // the wide loops have no verify copy format
+  const GgufWide* w = wide ? loop.wide : nullptr;
   if (w && w->begin) w->begin();
   for (int64_t r0 = 0; r0 < M; r0 += kGgufRowBlock) {
     const int64_t r1 = std::min(r0 + kGgufRowBlock, M);

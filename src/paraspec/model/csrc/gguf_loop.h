@@ -40,6 +40,18 @@ inline typename G::Acc gwiden(int32_t c, typename G::Acc a) {  // c + the int16 
   else return a;
 }
 
+// a step's weights stored as bytes (the helpers take GOp as a parameter: only AVX2's GOp has these)
+template <bool U6, typename G = GOp>
+inline typename G::Acc gbytes(const uint8_t* p) {
+  return G::load_w(reinterpret_cast<const int8_t*>(p));
+}
+// a + two steps' products w * x + v * y, summed in int16 and widened (P16 formats' types)
+template <bool P16, typename G = GOp>
+inline typename G::Acc gpair(typename G::Acc a, typename G::Acc w, typename G::Acc x, typename G::Acc v,
+                             typename G::Acc y) {
+  return G::add_i(a, G::widen16(G::add16(G::dot16(w, x), G::dot16(v, y))));
+}
+
 // xm: gguf.h's dx * float(xs) per (sub-row, block), the Q4_1 / Q4_K row term, computed once per
 // call. pf: the weight stream's bytes to fetch while this tile runs, `lines` cache lines per block.
 template <int R, int FMT, int P>
@@ -48,12 +60,14 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
                 int64_t lines) {
   using A = typename GOp::Acc;
   using F = typename GOp::Flt;
-  constexpr bool Q8 = FMT == 2, Q41 = FMT == 1, Q5 = FMT == 3, Q4K = FMT == 4, Q6 = FMT == 5;
+  constexpr bool Q8 = FMT == 2, Q41 = FMT == 1, Q5 = FMT == 3, Q4K = FMT == 4;
+  constexpr bool U6 = FMT == 6, Q6 = FMT == 5 || U6;  // U6: Q6_K's verify copy
   constexpr int V = GOp::kVecs, L = 32 / V;  // accumulators per row, channels in each
   constexpr GgufLayout LAY = gguf_layout(FMT);
   constexpr int64_t SB = LAY.scales, REC = LAY.record, HDR = LAY.header, SUPER = HDR + 8 * REC;
   constexpr int32_t C = FMT == 0 ? 8 : Q5 ? 16 : Q8 ? GOp::kQ8Offset : 0;  // the sums' excess per xs
   constexpr bool P16 = GOp::kPairs16 && !Q8 && !Q5 && !Q6;  // int16 sums (gmac), from zero
+  static_assert(!U6 || (GOp::kPairs16 && P == 1), "Q6_K's verify copy: AVX2's one-pass loop (gtile_fn)");
   // Named accumulators (not arrays), as w8a8_loop.h: GCC 12 would copy an array every step.
 #define PS_F1(i, j) F f##i##j = (R > i && V > j && i % P == 0) ? GOp::load_f(acc + 32 * i + L * j) : GOp::zero_f();
 #define PS_F(i) PS_F1(i, 0) PS_F1(i, 1) PS_F1(i, 2) PS_F1(i, 3)
@@ -91,9 +105,34 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
     else GOp::load_q4(wq + 64 * k, w0, w1, w2, w3);                            \
     PS_ROW(0) PS_ROW(1) PS_ROW(2) PS_ROW(3) PS_ROW(4) PS_ROW(5) PS_ROW(6) PS_ROW(7) \
   }
+// Q6_K's verify copy (gguf.h): each step's bytes U as they are; with kPairs16 two steps'
+// vpmaddubsw pairs (u8 <= 63 by s8: 2 x 2 x 63 x 127 < 2^15) added in int16, then widened once
+#define PS_PX(i)                                                           \
+  const A x##i##0 = R > i ? GOp::prep4(xb[i * ldx + k]) : GOp::zero_acc(), \
+          x##i##1 = R > i ? GOp::prep4(xb[i * ldx + k + 1]) : GOp::zero_acc();
+#define PS_PROW(i, j)                                                                                  \
+  if constexpr (R > i) {                                                                               \
+    a##i##j = gpair<U6>(a##i##j, w##j, x##i##0, v##j, x##i##1);                                        \
+  }
+#define PS_PJ(j)                                                                                       \
+  if constexpr (V > j) {                                                                               \
+    const A w##j = gbytes<U6>(wq + 128 * k + 128 / V * j);                                           \
+    const A v##j = gbytes<U6>(wq + 128 * (k + 1) + 128 / V * j);                                     \
+    PS_PROW(0, j) PS_PROW(1, j) PS_PROW(2, j) PS_PROW(3, j) PS_PROW(4, j) PS_PROW(5, j) PS_PROW(6, j) \
+    PS_PROW(7, j)                                                                                      \
+  }
+#define PS_HALF(k0, k1)                                                       \
+  if constexpr (U6 && GOp::kPairs16) {                                        \
+    _Pragma("GCC unroll 4") for (int k = k0; k < k1; k += 2) {                \
+      PS_PX(0) PS_PX(1) PS_PX(2) PS_PX(3) PS_PX(4) PS_PX(5) PS_PX(6) PS_PX(7) \
+      PS_PJ(0) PS_PJ(1) PS_PJ(2) PS_PJ(3)                                     \
+    }                                                                         \
+  } else {                                                                    \
+    PS_STEPS(k0, k1)                                                          \
+  }
     if constexpr (Q6) {
       // first half (steps 0-3, sub-block a, sums from -32 xh): h = (isum_a - 32 xh) * sc_a, exact
-      PS_STEPS(0, 4)
+      PS_HALF(0, 4)
 #define PS_H1(i, j)                                                                              \
   A h##i##j = GOp::zero_acc();                                                                   \
   if constexpr (R > i && V > j) {                                                                \
@@ -102,7 +141,7 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
   }
 #define PS_H(i) PS_H1(i, 0) PS_H1(i, 1) PS_H1(i, 2) PS_H1(i, 3)
       PS_H(0) PS_H(1) PS_H(2) PS_H(3) PS_H(4) PS_H(5) PS_H(6) PS_H(7)
-      PS_STEPS(4, 8)
+      PS_HALF(4, 8)
       // second half from -32 (xs - xh): v = h + (isum_b - 32 (xs - xh)) * sc_b
 #define PS_V1(i, j)                                                                              \
   if constexpr (R > i && V > j)                                                                  \
@@ -168,6 +207,10 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
 #undef PS_EPI1
 #undef PS_I
 #undef PS_S1
+#undef PS_HALF
+#undef PS_PJ
+#undef PS_PROW
+#undef PS_PX
 #undef PS_STEPS
 #undef PS_ROW
 #undef PS_ACC
@@ -178,7 +221,7 @@ void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw,
 
 // sub-rows per tile: P = 2 tiles (kRows2, even) hold whole rows, whose float sums take half the
 // registers of their sub-rows' (not Q6_K's: its second set of integer sums fills them)
-constexpr int grows(int P, int F) { return P == 2 && F != kQ6_K ? GOp::kRows2 : GOp::kRows; }
+constexpr int grows(int P, int F) { return P == 2 && F != kQ6_K && F != kQ6_KU ? GOp::kRows2 : GOp::kRows; }
 constexpr int gtile(int r, int P, int F) { return r < grows(P, F) ? r : grows(P, F); }  // never asked for more
 
 // P = 2: an odd sub-row count is never asked for
@@ -186,13 +229,16 @@ template <int N, int F, int P>
 constexpr GgufFn gtile_fn() {
   static_assert(GOp::kRows2 % 2 == 0 && GOp::kRows % 2 == 0, "two-pass tiles hold whole rows");
   if constexpr (P == 2 && gtile(N, P, F) % 2 != 0) return nullptr;
+  // Q6_K's verify copy: one pass on AVX2's int16 pairs (with two, gguf_wide.h takes those calls)
+  else if constexpr (F == kQ6_KU && (P == 2 || !GOp::kPairs16)) return nullptr;
   else return panel_tile<gtile(N, P, F), F, P>;
 }
 #define PS_TILES(F, P)                                                                            \
   {nullptr, gtile_fn<1, F, P>(), gtile_fn<2, F, P>(), gtile_fn<3, F, P>(), gtile_fn<4, F, P>(),    \
    gtile_fn<5, F, P>(), gtile_fn<6, F, P>(), gtile_fn<7, F, P>(), gtile_fn<8, F, P>()}
-#define PS_PASS(P) {PS_TILES(0, P), PS_TILES(1, P), PS_TILES(2, P), PS_TILES(3, P), PS_TILES(4, P), PS_TILES(5, P)}
-#define PS_ROWS(P) {grows(P, 0), grows(P, 1), grows(P, 2), grows(P, 3), grows(P, 4), grows(P, 5)}
+#define PS_PASS(P) \
+  {PS_TILES(0, P), PS_TILES(1, P), PS_TILES(2, P), PS_TILES(3, P), PS_TILES(4, P), PS_TILES(5, P), PS_TILES(6, P)}
+#define PS_ROWS(P) {grows(P, 0), grows(P, 1), grows(P, 2), grows(P, 3), grows(P, 4), grows(P, 5), grows(P, 6)}
 constexpr GgufLoop kGgufLoop = {{PS_ROWS(1), PS_ROWS(2)}, {PS_PASS(1), PS_PASS(2)}};
 #undef PS_ROWS
 #undef PS_PASS

@@ -59,8 +59,8 @@ struct GgufWide {
   GgufWideFn fn[2][kGgufFormats];  // per pass count P - 1
 };
 struct GgufLoop {
-  int rows[2][kGgufFormats];  // sub-rows per register tile, per pass count P - 1 and format
-  GgufFn fn[2][kGgufFormats][9];  // per pass count P - 1 (P = 2: even sub-row counts only)
+  int rows[2][kGgufLoopFormats];  // sub-rows per register tile, per pass count P - 1 and format
+  GgufFn fn[2][kGgufLoopFormats][9];  // per pass count P - 1 (P = 2: even sub-row counts only)
   const GgufWide* wide = nullptr;  // calls of wide->min_rows[P - 1][format] sub-rows or more
 };
 constexpr int64_t kPrefetch = 8192;  // bytes ahead in the weight stream
@@ -180,7 +180,7 @@ std::vector<std::string> variant_names() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 20;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
+  m.attr("VERSION") = 21;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
   m.def("attention", &attention, "decode / draft-verify attention (row-invariant: a fixed fp32 operation order per row and head)",
@@ -195,16 +195,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gguf_linear", &gguf_linear, "per-row GGUF block-quantised linear (Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q6_K)", py::arg("x"),
         py::arg("packed"), py::arg("fmt"), py::arg("n"), py::arg("passes"), py::arg("bias") = py::none(),
         py::arg("norm") = py::none(),
-        py::arg("eps") = 0.0, py::arg("variant") = "");
+        py::arg("eps") = 0.0, py::arg("variant") = "", py::arg("copy") = py::none());
+  m.def("gguf_copy_used", &gguf_copy_used, "whether gguf_linear reads a Q6_K verify copy (ggml.py pack)",
+        py::arg("passes"), py::arg("variant") = "");
   m.def("gguf_dequantize", &gguf_dequantize, "GGUF packed panels -> fp32/bf16 [N, K] (prompt matmuls)",
         py::arg("packed"), py::arg("fmt"), py::arg("n"), py::arg("out"));
   m.def("linear", &linear, "row-invariant fp32/bf16-weight linear, optional fused RMSNorm", py::arg("x"),
         py::arg("w"), py::arg("bias") = py::none(), py::arg("norm") = py::none(), py::arg("eps") = 0.0);
   py::class_<GgufDecoder>(m, "GgufDecoder", "a decode / verify forward's layers on GGUF linears, one call (decoder.h)")
       .def(py::init<std::vector<at::Tensor>, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
-                    std::vector<at::Tensor>, std::vector<int64_t>, std::vector<at::Tensor>, std::vector<at::Tensor>,
-                    double, std::string, int64_t, int64_t, int64_t, double>(),
-           py::arg("packed"), py::arg("fmts"), py::arg("ns"), py::arg("passes"), py::arg("biases"), py::arg("counts"),
+                    std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<int64_t>, std::vector<at::Tensor>,
+                    std::vector<at::Tensor>, double, std::string, int64_t, int64_t, int64_t, double>(),
+           py::arg("packed"), py::arg("fmts"), py::arg("ns"), py::arg("passes"), py::arg("biases"), py::arg("copies"),
+           py::arg("counts"),
            py::arg("attn_norms"), py::arg("ffn_norms"), py::arg("eps"), py::arg("variant"), py::arg("n_heads"),
            py::arg("n_kv"), py::arg("head_dim"), py::arg("scale"))
       .def("forward", &GgufDecoder::forward, py::call_guard<py::gil_scoped_release>(), py::arg("x"), py::arg("cos"),

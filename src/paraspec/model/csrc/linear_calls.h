@@ -68,14 +68,34 @@ at::Tensor w8a8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   return y;
 }
 
+// Whether a call of `rows` sub-rows with P passes reads Q6_K's verify copy: the variant has its
+// loop, the call is a few rows (one decoding row streams the smaller packed bytes) and the
+// variant's wide loop (gguf_wide.h, which unpacks into L1 once per chunk) does not take it.
+bool copy_reads(const GgufLoop& loop, int P, int64_t rows) {
+  const GgufWide* w = loop.wide;
+  return loop.fn[P - 1][kQ6_KU][1] && rows >= isa::kGgufCopyRows &&
+         !(w && w->fn[P - 1][kQ6_K] && rows >= w->min_rows[P - 1][kQ6_K]);
+}
+
+// Whether gguf_linear reads a Q6_K verify copy on this variant with this many passes for some
+// row count (Python makes the copy only then).
+bool gguf_copy_used(int64_t passes, const std::string& variant) {
+  const GgufLoop* loop = variant_named(variant, "gguf_copy_used").gguf;
+  TORCH_CHECK(passes == 1 || passes == 2, "gguf_copy_used: passes must be 1 or 2");
+  for (int64_t r = isa::kGgufCopyRows; r <= 64; ++r)
+    if (copy_reads(*loop, static_cast<int>(passes), r)) return true;
+  return false;
+}
+
 // x [M, K] fp32 or bf16 (rows contiguous, K a multiple of 32); packed: ggml.py's panel layout
 // of format fmt (0 Q4_0, 1 Q4_1, 2 Q8_0, 3 Q5_0, 4 Q4_K, 5 Q6_K) for N output channels; passes 1 (x in int8 blocks) or
 // 2 (plus their int8 residual); bias fp32 [N] or None; norm:
 // RMSNorm weight fp32 [K] to apply to x first (with eps), or None; variant: a w8a8_variants()
-// name (the GGUF loop of the same instructions), "" for the best. Returns fp32 [M, N].
+// name (the GGUF loop of the same instructions), "" for the best; copy: Q6_K's verify copy
+// (gguf.h; ggml.py pack(verify_copy=True)) or None, read by calls gguf_copy_used() says. Returns fp32 [M, N].
 at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fmt, int64_t N, int64_t passes,
                        const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& norm, double eps,
-                       const std::string& variant) {
+                       const std::string& variant, const c10::optional<at::Tensor>& copy) {
   require_cpu();
   const GgufLoop* loop = variant_named(variant, "gguf_linear").gguf;
   TORCH_CHECK(fmt >= 0 && fmt < kGgufFormats, "gguf_linear: fmt must be 0-5 (Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q6_K)");
@@ -125,11 +145,18 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
     xm[i] = dxp[i] * static_cast<float>(x);
   }
   const uint8_t* wp = packed.data_ptr<uint8_t>();
+  int fw = f;  // the format the loop reads
+  if (copy.has_value() && f == kQ6_K && copy_reads(*loop, P, rows)) {
+    TORCH_CHECK(copy->scalar_type() == at::kByte && copy->is_contiguous() &&
+                copy->numel() == panels * gguf_panel_bytes(kQ6_KU, B), "copy does not match x / N (Q6_K)");
+    wp = copy->data_ptr<uint8_t>();
+    fw = kQ6_KU;
+  }
   const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {  // contiguous weight ranges
     std::vector<float> acc(32 * std::min(rows, isa::kGgufRowBlock));
-    isa::gguf_panels(*loop, f, p0, p1, xqp, dxp, xsp, xhp, xm.data(), rows, P, K, wp, bp, yp, N, acc.data());
+    isa::gguf_panels(*loop, fw, p0, p1, xqp, dxp, xsp, xhp, xm.data(), rows, P, K, wp, bp, yp, N, acc.data());
   });
   return y;
 }
