@@ -70,6 +70,36 @@ def test_seeded_sampling_is_identical_with_and_without_drafts(llm, penalties):
     assert [r.token_ids for r in rnd] == [a.token_ids for a in ar]
 
 
+
+# 13 prompts: repetitive ones a tiny model's greedy loops copy from, code, prose, numbers
+REAL_DRAFTER_PROMPTS = PROMPTS + ["for i in range(10): print(i)", "one two three one two three one",
+                                  "Once upon a time there was", "x = [1, 2, 3]\ny = [1, 2,", "SELECT * FROM users WHERE",
+                                  "the cat sat on the mat, the cat", "import numpy as np\nimport", "Dear team,"]
+REAL_DRAFTERS = {"lookahead": '{"plugin_type": "la", "level": 4, "window": 5, "guess_set_size": 5}',
+                 "hybrid": '{"plugin_type": "hybrid"}'}
+
+
+@pytest.mark.parametrize("plugin", list(REAL_DRAFTERS))
+def test_real_drafters_equal_ar_greedy_and_seeded_sampling(llm, plugin):
+    """lookahead and hybrid (trie, context, n-gram pool), 13 prompts x 40 tokens greedy and 13
+    seeded-sampled (one with penalties), in this numerics on this kernel path: every output is
+    AR's, and their drafts are accepted (fewer forwards than AR)."""
+    from paraspec.decoding.cost import CostModel
+    llm.engine._cost = CostModel()      # drafts sized by a fixed curve, not by this machine's timings
+    n = len(REAL_DRAFTER_PROMPTS)
+    params = ([SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)] * n
+              + [SamplingParams(temperature=0.7, top_p=0.95, seed=200 + i, max_tokens=40, ignore_eos=True,
+                                repetition_penalty=1.2 if i == 0 else 1.0) for i in range(n)])
+    prompts = REAL_DRAFTER_PROMPTS + REAL_DRAFTER_PROMPTS
+    ar = llm.generate(prompts, params)
+    par = llm.generate(prompts, params, plugin_params=REAL_DRAFTERS[plugin])
+    for i, (a, b) in enumerate(zip(ar, par)):
+        mode = "greedy" if i < n else f"seeded sampling (seed {params[i].seed})"
+        assert a.token_ids == b.token_ids, f"prompt {i % n}, {mode}: {plugin} differs from AR"
+    for mode, part in (("greedy", slice(0, n)), ("sampled", slice(n, 2 * n))):
+        steps = sum(b.stats["decode_steps"] for b in par[part])
+        assert steps < sum(a.stats["decode_steps"] for a in ar[part]), f"{plugin}: no fewer {mode} steps than AR"
+
 def test_greedy_penalties_identical(llm):
     params = SamplingParams(temperature=0, repetition_penalty=1.5, frequency_penalty=0.4, max_tokens=40, ignore_eos=True)
     ar = _run(llm, params)

@@ -6,10 +6,9 @@ bf16, fp32 and w8a8 on every kernel path, so a single differing token fails the 
 The default numerics for this CPU and the bundled GGUF (gguf, its own Q4_1/Q8_0 blocks, where
 compiled kernels run; else kernels.default_numerics) run every drafter, against one AR run of
 the same prompts (AR has no drafter: the same tokens for every one); fp32, bf16 and w8a8 each run
-one drafter on a few short prompts where they are not the default, and gguf on the AVX2 kernels
-where it is not the default path. fp32 and the torch path are the slow ones on an AVX2 core
-(their steps stream fp32 / bf16 weights through torch): few prompts, few tokens. The other kernel
-paths are covered on tiny models (tests/test_engine.py, tests/model/)."""
+one drafter on the same 13 prompts x 40 tokens where they are not the default, and gguf on the
+AVX2 kernels where it is not the default path. Every drafter, greedy and seeded-sampled, in every
+numerics on every kernel path: tests/test_engine.py, on a tiny model."""
 import pytest
 
 from paraspec import LLM, SamplingParams
@@ -18,8 +17,8 @@ from paraspec.bench.tasks import load_task_set
 
 pytestmark = pytest.mark.slow
 
-MAX_TOKENS = 40               # the default numerics' run: 13 prompts, every drafter
-SHORT_TOKENS = 24             # the other numerics' runs: 6 prompts, one drafter each
+MAX_TOKENS = 40               # 13 prompts: every drafter on the default numerics, one on each other
+SHORT_TOKENS = 24             # the fp16 KV cache's runs: 6 prompts
 PLUGINS = {
     "memory_tree": '{"plugin_type": "memory_decoding", "decoding_length": 16}',
     "memory_chain_dynamic": {"plugin_type": "memory_decoding", "decoding_length": 8, "dynamic_algo": True,
@@ -85,19 +84,19 @@ def test_greedy_identical_default_numerics(bundled_llm_default, default_ar, plug
 
 
 def test_greedy_identical_fp32(bundled_llm_fp32):
-    _check(bundled_llm_fp32, PLUGINS["memory_tree"], short=True)
+    _check(bundled_llm_fp32, PLUGINS["hybrid"])
 
 
 def test_greedy_identical_bf16(bundled_llm_default, bundled_llm_bf16):
     if _numerics(bundled_llm_default) == _numerics(bundled_llm_bf16):
         pytest.skip("bf16 is this CPU's default numerics: test_greedy_identical_default_numerics ran it")
-    _check(bundled_llm_bf16, PLUGINS["lookahead"], short=True)
+    _check(bundled_llm_bf16, PLUGINS["lookahead"])
 
 
 def test_greedy_identical_w8a8(bundled_llm_default):
     if bundled_llm_default.config.quantization == "w8a8":
         pytest.skip("w8a8 is this CPU's default numerics: test_greedy_identical_default_numerics ran it")
-    _check(LLM(quantization="w8a8"), PLUGINS["lookahead"], short=True)
+    _check(LLM(quantization="w8a8"), PLUGINS["memory_tree"])
 
 
 def test_greedy_identical_gguf_avx2(bundled_llm_default):
@@ -106,7 +105,7 @@ def test_greedy_identical_gguf_avx2(bundled_llm_default):
         pytest.skip(f"the avx2 kernels do not run here: {kernels.why_not('avx2')}")
     if bundled_llm_default.config.quantization == "gguf" and bundled_llm_default.kernels.name == "avx2":
         pytest.skip("gguf on avx2 is this CPU's default: test_greedy_identical_default_numerics ran it")
-    _check(LLM(quantization="gguf", kernels="avx2"), PLUGINS["hybrid"], short=True)
+    _check(LLM(quantization="gguf", kernels="avx2"), PLUGINS["hybrid"])
 
 
 @pytest.mark.parametrize("kernels", ["default", "torch"])
