@@ -43,17 +43,11 @@ from pathlib import Path
 import httpx
 
 
-def _load(name: str):
-    """A module of this folder, by its path: benchmarks/ on sys.path would shadow `kernels`."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-users = _load("load_clients")
-fuzz = _load("fuzz_server")          # its canary, idle check and SIGTERM stop
+# fuzz_server.py by its path (benchmarks/ on sys.path would shadow `kernels`), then its loader for the rest
+_spec = importlib.util.spec_from_file_location("fuzz_server", Path(__file__).with_name("fuzz_server.py"))
+sys.modules["fuzz_server"] = fuzz = importlib.util.module_from_spec(_spec)   # its canary, idle check, SIGTERM stop
+_spec.loader.exec_module(fuzz)
+users = fuzz._load("load_clients")
 
 PLUGINS = {"paraspec-ar": None, "paraspec-md": {"plugin_type": "memory_decoding"},
            "paraspec-hybrid": {"plugin_type": "hybrid"}}
