@@ -200,8 +200,11 @@ def test_content_length_with_chunked_encoding_is_refused_and_the_connection_clos
     out, closed = _raw(server, _request("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", chunked))
     head, _, payload = out.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400") and closed, out[:300]
-    err = json.loads(payload)["error"]
-    assert "Content-Length" in err["message"] and "Transfer-Encoding" in err["message"], err
+    # uvicorn's h11 parser passes such a request on and the app refuses it, naming both headers;
+    # its httptools parser (uvicorn[standard], which e.g. Ray Serve installs) refuses it itself
+    if payload != b"Invalid HTTP request received.":
+        err = json.loads(payload)["error"]
+        assert "Content-Length" in err["message"] and "Transfer-Encoding" in err["message"], err
     out, _ = _raw(server, _request("Transfer-Encoding: chunked\r\nConnection: close\r\n", chunked))
     assert out.startswith(b"HTTP/1.1 200"), out[:300]           # chunked alone is fine
 
