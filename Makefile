@@ -33,11 +33,16 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/paraspec generate --chat --max-new-tokens 200 --plugin memory_decoding --compare-ar "$$(printf '$(PROMPT)')"
 
+# the test files spread over one pytest-xdist worker per core (at most TEST_WORKERS; a file's tests
+# stay together, in order, on one worker): the suite is mostly one busy thread at a time
+TEST_WORKERS ?= 4
+XDIST := -n auto --maxprocesses $(TEST_WORKERS) --dist loadfile
+
 test: install
-	$(PY) -m pytest -q -m "not ray"
+	$(PY) -m pytest -q -m "not ray" $(XDIST)
 
 test-fast: install
-	$(PY) -m pytest -q -m "not slow and not ray"
+	$(PY) -m pytest -q -m "not slow and not ray" $(XDIST)
 
 # Ray Serve (the paraspec[ray] extra, ~500 MB): in-process clusters on 127.0.0.1, a few minutes.
 # Loopback only: in a network namespace holding just `lo` when this user may make one, so Ray's

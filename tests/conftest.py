@@ -14,10 +14,15 @@ from tiny_models import make_tiny_model  # noqa: E402
 
 def pytest_configure(config):
     """Under CI=true a kernel module this CPU can run must have built (kernel_paths.ci_unbuilt):
-    the run stops at once with one line naming it and the build command."""
+    the run stops at once with one line naming it and the build command. Under xdist, each
+    worker's share of the cores."""
     import kernel_paths
     if kernel_paths.on_ci() and (line := kernel_paths.ci_unbuilt()):
         raise pytest.UsageError(line)
+    # `make test` runs the files over pytest-xdist workers, one per core: each worker's torch then
+    # takes its share of the cores instead of every worker all of them (oversubscribed, slower)
+    if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
 
 
 @pytest.fixture(scope="session")
