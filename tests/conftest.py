@@ -68,6 +68,7 @@ def _seed():
 def _draft_every_step(monkeypatch):
     """Engines in the tests' process ask their drafter every step: the draft gate (decoding/gate.py)
     skips looks by this machine's timings, and exactness tests must verify a draft tree on every
-    step, the same ones on every run. tests/decoding/test_gate.py turns the gate on per engine."""
-    from paraspec.engine import Engine
-    monkeypatch.setattr(Engine, "draft_gate", False)
+    step, the same ones on every run (servers the tests start inherit it). tests/decoding/test_gate.py
+    turns the gate on per engine."""
+    from paraspec.engine import DRAFT_GATE_ENV
+    monkeypatch.setenv(DRAFT_GATE_ENV, "0")

@@ -34,7 +34,7 @@ def model_dir(tiny_model_dir):
 @pytest.fixture(scope="module", params=per_isa())
 def llm(request, model_dir):
     llm = LLM(str(model_dir), dtype="float32", kernels=request.param.label)
-    llm.engine._cost = CostModel()      # drafts sized by a fixed curve, not this machine's timings
+    llm.engine.pin_cost(CostModel())      # drafts sized by a fixed curve, not this machine's timings
     llm.ar = llm.generate(_prompts(llm.model.args.vocab_size), PARAMS)      # plain decoding, once
     return llm
 
@@ -113,7 +113,7 @@ def server(model_dir):
     config = load_config(None, model=str(model_dir), plugin_flags=True, plugin_params=None)
     config.model_deploy.max_seq_len, config.model_deploy.max_input_token_len = 1000, 900   # the model's: CTX
     llm = LLM(str(model_dir), dtype="float32")
-    llm.engine._cost = CostModel()
+    llm.engine.pin_cost(CostModel())
     with LiveServer(create_app(llm, config)) as s:
         yield s
 

@@ -85,7 +85,7 @@ def test_real_drafters_equal_ar_greedy_and_seeded_sampling(llm, plugin):
     seeded-sampled (one with penalties), in this numerics on this kernel path: every output is
     AR's, and their drafts are accepted (fewer forwards than AR)."""
     from paraspec.decoding.cost import CostModel
-    llm.engine._cost = CostModel()      # drafts sized by a fixed curve, not by this machine's timings
+    llm.engine.pin_cost(CostModel())      # drafts sized by a fixed curve, not by this machine's timings
     n = len(REAL_DRAFTER_PROMPTS)
     params = ([SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)] * n
               + [SamplingParams(temperature=0.7, top_p=0.95, seed=200 + i, max_tokens=40, ignore_eos=True,
@@ -225,7 +225,7 @@ def test_memory_decoding_drafts_a_long_copy_where_rows_are_dear(copy_model, curv
         monkeypatch.setenv("PARASPEC_FORWARD_COST", DISTURBED)
     llm = LLM(str(path), dtype="float32", plugin_params=MEMORY)
     if curve == "zen1":
-        llm.engine._cost = CostModel(ZEN1)          # as it is: the shape checks are the probe's
+        llm.engine.pin_cost(CostModel(ZEN1))          # as it is: the shape checks are the probe's
     prompt = cycle + cycle[:60]                     # the cycle once, then its start again
     params = SamplingParams(temperature=0, max_tokens=160, ignore_eos=True)
     out = llm.generate([prompt], params)[0]

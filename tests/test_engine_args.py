@@ -28,6 +28,8 @@ from paraspec.server.config import ServiceConfigError, parse_config
     ("prefill_chunk", 8, "use an integer from 16 to 8192"),
     ("prefix_cache_mb", -1, "use a number of MB from 0 (off)"),
     ("speculation_gamma", 2000, "use an integer from 0 to 1024"),
+    ("draft_gate", 1, "use true (default), false"),
+    ("draft_gate", "off", "use true (default), false"),
 ])
 def test_a_bad_value_is_one_line_naming_the_field_and_the_fix(field, bad, fix):
     with pytest.raises(ConfigError) as e:

@@ -115,6 +115,12 @@ def test_decoding_layer_never_imports_aspd():
     assert not upward, "the decoding layer imports aspd: " + ", ".join(upward)
 
 
+def test_engine_reaches_the_model_only_through_the_runner():
+    # the step loop asks the runner (vocabulary, context, draft room, forwards), never model/
+    reach = sorted(t for t in import_graph()["paraspec.engine"] if t.startswith("paraspec.model"))
+    assert not reach, "engine.py imports model/ directly: " + ", ".join(reach)
+
+
 def test_no_source_file_over_400_lines():
     long = sorted(f"{p.relative_to(SRC)}: {n} lines" for p in PACKAGE.rglob("*")
                   if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts

@@ -32,7 +32,7 @@ def model(tiny_model_dir) -> str:
 
 def _llm(path: str) -> LLM:
     llm = LLM(path, dtype="float32")
-    llm.engine._cost = CostModel()      # drafts sized by a fixed curve (no start-up timing probe)
+    llm.engine.pin_cost(CostModel())      # drafts sized by a fixed curve (no start-up timing probe)
     return llm
 
 

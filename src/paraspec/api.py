@@ -11,7 +11,7 @@ import torch
 from .config import EngineConfig, parse_plugin_params
 from .decoding.memory_save import merge_memory_file, save_memory_file
 from .sequence import sequence_stats
-from .engine import Engine
+from .engine import DRAFT_GATE_ENV, Engine
 from .outputs import TokenLogprob
 from .engine_args import DEFAULTS, EngineArgs, describe
 from .prefix_cache import PrefixCache
@@ -123,8 +123,9 @@ class LLM:
                                  kernels=self.kernels, kv_dtype=KV_DTYPES[self.config.kv_cache_dtype],
                                  activation_passes=self.config.activation_passes)
         self.runner = ModelRunner(self.model, self.config.prefill_chunk)
+        gate = args.draft_gate if args.draft_gate is not None else os.environ.get(DRAFT_GATE_ENV, "1") != "0"
         self.engine = Engine(self.runner, self.tokenizer, self.config.max_batch_size,
-                             prefix_cache=prefix_cache)
+                             prefix_cache=prefix_cache, draft_gate=gate)
         self.drafter = self.engine.drafters.drafter(self.config.plugin)
         if self.config.plugin is not None:
             self.config.plugin.check_tokenizer(self.tokenizer)

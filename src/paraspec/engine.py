@@ -12,7 +12,8 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from typing import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -26,29 +27,44 @@ from .decoding.stats import GATE_CLOSED, NO_MATCH, NO_ROOM
 from .decoding.verify import Query, build_query, fit_proposal
 from .errors import ParaspecError
 from .forward_cost import ForwardCost
-from .model.kv_cache import KVCache
-from .model.transformer import max_draft_rows
-from .model.tokenizer import Tokenizer
-from .outputs import StepTrace, TokenLogprob, find_stop, token_logprobs
+from .outputs import TokenLogprob, token_logprobs
 from .prefix_cache import PrefixCache
 from .runner import ModelRunner
-from .scheduler import fair_pick
+from .scheduler import fair_pick, next_prefill
 from .sampling.params import SamplingParams
 from .sampling.sampler import first_max
 from .sequence import SequenceState, SequenceUpdate
+
+if TYPE_CHECKING:       # the engine reaches the model only through the runner
+    from .model.tokenizer import Tokenizer
 
 logger = logging.getLogger("paraspec.engine")
 
 MAX_DRAFT_NODES = 64  # hard cap on draft nodes a drafter may add per sequence and step
 MAX_QUERY_ROWS = 320  # KV slots reserved for one step's query (drafts + a lookahead window)
+DRAFT_GATE_ENV = "PARASPEC_DRAFT_GATE"   # "0": the draft gate off where LLM(draft_gate=) does not say
+
+
+@dataclass
+class StepRow:
+    """One running sequence's part of a decode step: its query rows and how they came to be."""
+
+    seq: SequenceState
+    query: Query
+    by_mode: bool                  # its decode mode (decoding/mode.py) built the rows and accepts them
+    looked: bool                   # its drafter was asked (the draft gate may skip the look)
+    no_draft: str | None           # why it sent no draft (stats.py), when it sent none
+    draft_s: float = 0.0           # the propose's seconds
 
 
 class Engine:
-    draft_gate = True    # skip a sequence's propose where looking does not pay (decoding/gate.py)
-
     def __init__(self, runner: ModelRunner, tokenizer: Tokenizer, max_batch_size: int = 8,
-                 default_drafter: Proposer | None = None, prefix_cache: PrefixCache | None = None):
+                 default_drafter: Proposer | None = None, prefix_cache: PrefixCache | None = None,
+                 draft_gate: bool = True):
         self.runner = runner
+        # skip a sequence's propose on steps where looking has not paid (decoding/gate.py); off, the
+        # drafter is asked every step (a draft tree verified on every step, the same on every run)
+        self.draft_gate = draft_gate
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.default_drafter = default_drafter
@@ -70,7 +86,7 @@ class Engine:
                     group: str | None = None) -> list[SequenceState]:
         """Queue a request (n sequences). `group` names the client request it is part of (a request
         with several prompts is several engine requests): the scheduler shares the batch by group."""
-        ctx, vocab = self.runner.max_seq_len, self.runner.model.args.vocab_size
+        ctx, vocab = self.runner.max_seq_len, self.runner.vocab_size
         check_prompt(prompt, ctx, vocab)
         request_id = request_id or f"req-{next(self._ids)}"
         seqs = new_sequences(self.tokenizer, ctx, vocab, prompt, params, request_id,
@@ -103,18 +119,13 @@ class Engine:
         refreshed from the engine's own batch-1 steps at equal context (forward_cost.py)."""
         return self.forward_cost.get()
 
-    # the curve as set: by hand (as tests do) it is pinned, never refreshed
-    _cost = property(lambda self: self.forward_cost.model, lambda self, model: self.forward_cost.pin(model))
+    def pin_cost(self, model: CostModel | None) -> None:
+        """Use this curve from now on, never refreshed (None: probe and refresh again)."""
+        self.forward_cost.pin(model)
 
     def cost_info(self, measure: bool = True) -> dict | None:
         """The curve, its age and evidence (ForwardCost.info: /metrics, `paraspec info`)."""
         return self.forward_cost.info(measure)
-
-    def _bucket_room(self, cache: KVCache) -> int:
-        """Draft rows the attention allows here: the torch path's fixed key chunks must not be
-        straddled by the root and its drafts (its exactness rests on that); the compiled
-        attention is exact wherever the rows fall."""
-        return MAX_DRAFT_NODES if self.runner.model.kernels.attention is not None else max_draft_rows(cache)
 
     def _context(self, batch_size: int) -> StepContext:
         return StepContext(batch_size, self.cost, self.steps)
@@ -132,14 +143,10 @@ class Engine:
             return self._started(seq, logits)
         if seq is not None:
             self.prefilling.append(seq)
-        # the prompt with the fewest tokens left goes first; a prompt's first chunk runs at once
-        # (short prompts are one chunk: admitted back to back, as before chunking), further
-        # chunks take turns with the decode steps
-        seq = min(self.prefilling, key=lambda s: len(s.prompt) - (s.cache.length if s.cache else 0), default=None)
-        if seq is not None and (seq.cache is None or self._prefill_turn or not self.running):
-            self._prefill_turn = False
+        seq = next_prefill(self.prefilling, bool(self.running), self._prefill_turn)
+        self._prefill_turn = seq is None          # a chunk now: a decode step next, if any runs
+        if seq is not None:
             return self._prefill_chunk(seq)
-        self._prefill_turn = True
         return self._decode() if self.running else []
 
     def _admit(self) -> SequenceState | None:
@@ -201,55 +208,54 @@ class Engine:
         return self._emit(seq, [token], lp)
 
     def _decode(self) -> list[SequenceUpdate]:
+        """One decode step of the running batch: each sequence's rows (root, draft tree), ONE
+        forward over all of them, then each sequence accepts its run on its own."""
         # batch-aware drafting: parallel decoding pays off at low concurrency (MindIE shrinks drafts)
         ctx = self._context(len(self.running)) if any(s.drafter is not None for s in self.running) else None
         self.steps += 1
         updates: list[SequenceUpdate] = []
-        # (seq, rows, by its mode, draft_s, looked, why no draft)
-        batch: list[tuple[SequenceState, Query, bool, float, bool, str | None]] = []
+        rows: list[StepRow] = []
         for seq in self.running:
-            t0 = time.perf_counter()
             try:
-                q, mode_step, looked, why = self._query(seq, ctx)
+                rows.append(self._step_row(seq, ctx))
             except Exception as e:   # its drafter failed: the sequence ends, the step goes on
                 updates.append(self._fail(seq, e))
-                continue
-            batch.append((seq, q, mode_step, time.perf_counter() - t0, looked, why))
 
         # rows of other sequences never change a sequence's logits (row invariance), so the
         # batch without a failed sequence gives the others the bits they would have had
         t0 = time.perf_counter()
-        logits_per_seq = self.runner.verify([b[0].cache for b in batch], [b[1] for b in batch]) if batch else []
+        logits_per_seq = self.runner.verify([r.seq.cache for r in rows], [r.query for r in rows]) if rows else []
         forward_s = time.perf_counter() - t0
-        if len(batch) == 1 and not batch[0][2]:
-            self.forward_cost.step(batch[0][0].key, len(batch[0][1].tokens), batch[0][0].cache.length, forward_s)
-        units = sum(self.cost(len(b[1].tokens)) for b in batch) if ctx is not None else 1.0
+        if len(rows) == 1 and not rows[0].by_mode:
+            self.forward_cost.step(rows[0].seq.key, len(rows[0].query.tokens), rows[0].seq.cache.length, forward_s)
+        units = sum(self.cost(len(r.query.tokens)) for r in rows) if ctx is not None else 1.0
 
-        for (seq, q, mode_step, draft_s, looked, why), logits in zip(batch, logits_per_seq):
-            t0, emitted = time.perf_counter(), len(seq.output)
+        for row, logits in zip(rows, logits_per_seq):
+            t0, emitted = time.perf_counter(), len(row.seq.output)
             try:     # a step the mode ran says itself what to emit
-                updates.append(self._mode_accept(seq, q, logits, forward_s) if mode_step
-                               else self._accept(seq, q, logits, draft_s, forward_s, why))
+                updates.append(self._mode_accept(row, logits, forward_s) if row.by_mode
+                               else self._accept(row, logits, forward_s))
             except Exception as e:   # its sampler, drafter or detokenizer failed: it alone ends
-                updates.append(self._fail(seq, e))
+                updates.append(self._fail(row.seq, e))
                 continue
-            if seq.drafter is not None and not mode_step:
-                rows_cost = self.cost(len(q.tokens))      # its share of the forward, by the cost curve
-                seq.gate.update(looked, len(seq.output) - emitted, forward_s * rows_cost / units, rows_cost,
-                                draft_s, time.perf_counter() - t0)
+            if row.seq.drafter is not None and not row.by_mode:
+                rows_cost = self.cost(len(row.query.tokens))      # its share of the forward, by the cost curve
+                row.seq.gate.update(row.looked, tokens=len(row.seq.output) - emitted,
+                                    forward_s=forward_s * rows_cost / units, rows_cost=rows_cost,
+                                    propose_s=row.draft_s, other_s=time.perf_counter() - t0)
         self.running = [s for s in self.running if not s.finished]
         return updates
 
-    def _query(self, seq: SequenceState, ctx: StepContext | None) -> tuple[Query, bool, bool, str | None]:
-        """The sequence's rows for this step: its last token (the root) and its draft tree, cut to its grammar
-        (structured/); or the rows of its decode mode when the mode runs the step (True). Then: whether its
-        drafter was asked (its gate may skip the look, decoding/gate.py) and, if it sent no draft, why (stats.py)."""
+    def _step_row(self, seq: SequenceState, ctx: StepContext | None) -> StepRow:
+        """The sequence's rows for this step: its last token (the root) and its draft tree, cut to
+        its grammar (structured/) and to what the model can verify; or the rows of its decode mode
+        when the mode runs the step."""
         if seq.mode is not None and (q := seq.mode.query(seq, ctx)) is not None:
-            return q, True, False, None
-        remaining = seq.max_tokens - len(seq.output)
-        room = seq.cache.capacity - seq.cache.length - 1
-        budget = max(0, min(MAX_DRAFT_NODES, remaining - 1, room, self._bucket_room(seq.cache),
-                            self.runner.max_seq_len - 1 - seq.cache.length - 1))
+            return StepRow(seq, q, by_mode=True, looked=False, no_draft=None)
+        t0 = time.perf_counter()
+        cache, ctx_len = seq.cache, self.runner.max_seq_len
+        budget = max(0, min(seq.max_tokens - len(seq.output) - 1, cache.capacity - cache.length - 1,
+                            ctx_len - cache.length - 2, self.runner.draft_room(cache, MAX_DRAFT_NODES)))
         proposal, why = None, None
         looked = seq.drafter is not None and budget > 0 and (not self.draft_gate or seq.gate.look())
         if looked:
@@ -261,13 +267,13 @@ class Engine:
             why = NO_ROOM if budget <= 0 else GATE_CLOSED
         proposal = seq.sampler.constrain(proposal, budget) if seq.sampler.constrained else proposal
         if proposal is not None:      # the model's vocabulary, the cache's end and the context bound it
-            fit_proposal(proposal, self.runner.model.args.vocab_size, seq.cache.capacity - seq.cache.length,
-                         self.runner.max_seq_len - seq.cache.length)
-        return build_query(seq.tokens[-1], seq.cache.length, proposal), False, looked, why
+            fit_proposal(proposal, self.runner.vocab_size, cache.capacity - cache.length, ctx_len - cache.length)
+        q = build_query(seq.tokens[-1], cache.length, proposal)
+        return StepRow(seq, q, by_mode=False, looked=looked, no_draft=why, draft_s=time.perf_counter() - t0)
 
-    def _accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, draft_s: float,
-                forward_s: float, no_draft: str | None = None) -> SequenceUpdate:
+    def _accept(self, row: StepRow, logits: torch.Tensor, forward_s: float) -> SequenceUpdate:
         """Walk the verified tree (the longest run the sampler agrees with), commit its KV, emit."""
+        seq, q = row.seq, row.query
         t1 = time.perf_counter()
         sampler, mode, is_stop = seq.sampler, seq.mode, seq.stop_ids.__contains__
         # every row's argmax at once where the walk uses it (a mode draws row by row instead)
@@ -287,23 +293,22 @@ class Engine:
                 return t
             ends = is_stop if mode is None else (lambda t: is_stop(t) or mode.ends_run(t))
             acc = walk(q.children, draw, seq.max_tokens - len(seq.output), ends)
-        seq.cache.commit([0] + [n + 1 for n in acc.nodes])
-        accept_s = time.perf_counter() - t1
+        path_rows = q.path_rows(acc.nodes)
+        seq.cache.commit(path_rows)
         t2 = time.perf_counter()
+        accept_s = t2 - t1
         if seq.drafter is not None:
-            la_argmax = [argmax[q.n_draft + 1 + i] for i in range(len(q.lookahead_rows))] \
-                if q.lookahead_rows else None
-            seq.drafter.observe(seq.key, acc.tokens, la_argmax)
-        draft_s += time.perf_counter() - t2
-        seq.stats.observe_step(q.n_draft, len(acc.tokens), draft_s, forward_s + accept_s, no_draft)
+            seq.drafter.observe(seq.key, acc.tokens, q.lookahead_argmax(argmax))
+        draft_s = row.draft_s + time.perf_counter() - t2
+        seq.stats.observe_step(q.n_draft, len(acc.tokens), draft_s, forward_s + accept_s, row.no_draft)
         lp = None
         if seq.params.logprobs is not None:
-            rows = [0] + [n + 1 for n in acc.nodes]
-            lp = token_logprobs(logits, rows[: len(acc.tokens)], acc.tokens, seq.params.logprobs)
+            lp = token_logprobs(logits, path_rows[: len(acc.tokens)], acc.tokens, seq.params.logprobs)
         return self._emit(seq, acc.tokens, lp, q.n_draft, len(acc.nodes))
 
-    def _mode_accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, forward_s: float) -> SequenceUpdate:
-        tokens = seq.mode.accept(seq, q, logits, forward_s)
+    def _mode_accept(self, row: StepRow, logits: torch.Tensor, forward_s: float) -> SequenceUpdate:
+        seq = row.seq
+        tokens = seq.mode.accept(seq, row.query, logits, forward_s)
         if tokens and seq.drafter is not None:
             seq.drafter.observe(seq.key, tokens)
         return self._emit(seq, tokens, None)
@@ -323,53 +328,12 @@ class Engine:
 
     def _emit(self, seq: SequenceState, tokens: list[int], logprobs: list[TokenLogprob] | None,
               drafted: int = 0, accepted: int = 0) -> SequenceUpdate:
-        """Append a run of tokens one at a time: a stop token or stop string may end inside an
-        accepted run, and the tokens after it must not count, exactly as autoregressive
-        decoding would have stopped there. drafted / accepted: this step's draft (for the trace)."""
-        stop_strs = seq.params.stop
-        is_stop_token = seq.stop_ids.__contains__
-        new_ids: list[int] = []
-        text_from = own_from = len(seq.text)
-        last = len(tokens) - 1
-        for i, tok in enumerate(tokens):
-            if i == last:           # the own token's text starts here (unless the run stops early)
-                own_from = len(seq.text)
-            seq.output.append(tok)
-            seq.tokens.append(tok)
-            new_ids.append(tok)
-            if logprobs is not None:
-                seq.logprobs.append(logprobs[i])
-            if is_stop_token(tok):
-                seq.finish_reason = "stop"
-                break
-            seq.text += seq.detok.push([tok])
-            if stop_strs and (hit := find_stop(seq.text, seq.params.stop, seq)) is not None:
-                cut, matched = hit
-                seq.text = seq.text[: cut + (len(matched) if seq.params.include_stop_str_in_output else 0)]
-                seq.finish_reason = "stop"
-                break
-            if len(seq.output) >= seq.max_tokens:
-                seq.finish_reason = "length"
-                break
-        if seq.finish_reason is None and seq.cache.length + 1 >= self.runner.max_seq_len:
-            seq.finish_reason = "length"
+        """Append a run of tokens (SequenceState.append_run: a stop or the length may end it early),
+        and free a finished sequence's KV and drafter state."""
+        update = seq.append_run(tokens, logprobs, self.runner.max_seq_len, drafted, accepted)
         if seq.finished:
-            if not (stop_strs and seq.finish_reason == "stop" and not is_stop_token(seq.output[-1])):
-                seq.text += seq.detok.flush()
             self._finish(seq, seq.finish_reason)
-            limit = len(seq.text)
-        else:
-            # hold back what could still become the start of a stop string
-            limit = len(seq.text) - (max(map(len, stop_strs)) - 1 if stop_strs else 0)
-        new_text = seq.text[seq.sent_chars:limit] if limit > seq.sent_chars else ""
-        seq.sent_chars = max(seq.sent_chars, limit)
-        new_lp = seq.logprobs[-len(new_ids):] if logprobs is not None and new_ids else None
-        end = len(seq.text)
-        if len(new_ids) <= last:    # stopped before the own token: the run is all drafts
-            own_from = end
-        trace = StepTrace(seq.stats.decode_steps, drafted, min(accepted, len(new_ids)), min(text_from, end),
-                          min(own_from, end), end)
-        return SequenceUpdate(seq, new_ids, new_text, new_lp, seq.finished, trace=trace)
+        return update
 
     def _finish(self, seq: SequenceState, reason: str) -> None:
         if seq.finish_time is not None:

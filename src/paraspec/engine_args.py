@@ -104,6 +104,11 @@ class EngineArgs:
         "requests' decode steps (smaller: steadier streaming, a little slower prefill)",
         number=int, low=16, high=8192, group="schedule",
         config_key="ScheduleConfig.prefillChunkSize")
+    draft_gate: bool | None = _option(
+        None, "skip a request's draft lookup on steps where looking has not paid (decoding/gate.py); "
+        "False: ask the drafter every step (default: on, unless $PARASPEC_DRAFT_GATE=0)",
+        error="is invalid; use true (default), false (ask the drafter every step) or null",
+        choices=(None, True, False), group="schedule")
     prefix_cache_mb: float = _option(
         256, "memory for the KV of prompt chunks prefilled before (0: off): a prompt starting with such "
         "whole chunks (a system prompt, earlier turns) copies their KV instead of prefilling them again",
@@ -149,7 +154,9 @@ def _check(name: str, s: Spec, value: Any) -> Any:
     if s.choices:
         if isinstance(value, str) and value.strip().isdigit() and int(value) in s.choices:
             value = int(value)               # a flag's "1"
-        if isinstance(value, bool) or value not in s.choices:
+        # a bool only where the choices are bools (True == 1 would pass for 1, and 1 for True)
+        bools = any(isinstance(c, bool) for c in s.choices)
+        if (value is not None and isinstance(value, bool) != bools) or value not in s.choices:
             raise ConfigError(f"{name}={value!r} {s.error}", param=name)
     elif s.number is not None and not (value is None and getattr(DEFAULTS, name, 0) is None):
         kinds = (int, float) if s.number is float else (int,)

@@ -20,7 +20,7 @@ from .errors import ConfigError
 from .decoding.verify import Query
 from .model.kv_cache import KVCache
 from .prefix_cache import PrefixCache
-from .model.transformer import ROW_MULTIPLE, SeqInput, Transformer
+from .model.transformer import ROW_MULTIPLE, SeqInput, Transformer, max_draft_rows
 
 
 COST_ENV = "PARASPEC_FORWARD_COST"
@@ -112,6 +112,16 @@ class ModelRunner:
     @property
     def max_seq_len(self) -> int:
         return self.model.args.max_seq_len
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.args.vocab_size
+
+    def draft_room(self, cache: KVCache, most: int) -> int:
+        """Draft rows (at most `most`) the attention lets follow the root over this cache: the torch
+        path's fixed key chunks must not be straddled by the root and its drafts (its exactness
+        rests on that); the compiled attention is exact wherever the rows fall."""
+        return most if self.model.kernels.attention is not None else min(most, max_draft_rows(cache))
 
     def new_cache(self, capacity: int) -> KVCache:
         return self.model.new_cache(min(capacity, self.max_seq_len))

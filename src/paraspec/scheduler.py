@@ -24,6 +24,21 @@ class _Seq(Protocol):
     group: str
 
 
+class _Prefilling(Protocol):
+    prompt: list[int]
+    cache: object | None       # None until its first chunk runs; then its KV (a .length)
+
+
+def next_prefill(prefilling: Sequence[_Prefilling], decoding: bool, prefill_turn: bool) -> _Prefilling | None:
+    """The prompt whose next chunk this step runs, or None for a decode step: the prompt with the
+    fewest tokens left; its first chunk at once, further ones only on a prefill turn (prefill and
+    decode alternate while both have work) or when nothing is decoding."""
+    seq = min(prefilling, key=lambda s: len(s.prompt) - (s.cache.length if s.cache else 0), default=None)
+    if seq is not None and (seq.cache is None or prefill_turn or not decoding):
+        return seq
+    return None
+
+
 def fair_pick(waiting: Sequence[_Seq], held: Sequence[_Seq]) -> int:
     """Index in `waiting` of the next sequence to admit: the first waiting one of the group that
     holds the fewest sequences in `held` (running or prefilling); ties go to the earliest arrival."""

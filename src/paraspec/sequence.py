@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .decoding.gate import DraftGate
 from .decoding.stats import SpecStats
-from .outputs import StepTrace, TokenLogprob
+from .outputs import StepTrace, TokenLogprob, find_stop
 from .sampling.params import SamplingParams
 from .sampling.sampler import RequestSampler
 
@@ -54,6 +54,58 @@ class SequenceState:
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
+
+    def append_run(self, tokens: list[int], logprobs: list[TokenLogprob] | None, max_seq_len: int,
+                   drafted: int = 0, accepted: int = 0) -> SequenceUpdate:
+        """Append a run of tokens one at a time: a stop token or stop string may end inside an
+        accepted run, and the tokens after it must not count, exactly as autoregressive decoding
+        would have stopped there; so may max_tokens, or the context (max_seq_len) once full. The
+        update holds the new text less what could still start a stop string. drafted / accepted:
+        this step's draft (for the trace)."""
+        stop_strs = self.params.stop
+        is_stop_token = self.stop_ids.__contains__
+        new_ids: list[int] = []
+        text_from = own_from = len(self.text)
+        last = len(tokens) - 1
+        for i, tok in enumerate(tokens):
+            if i == last:           # the own token's text starts here (unless the run stops early)
+                own_from = len(self.text)
+            self.output.append(tok)
+            self.tokens.append(tok)
+            new_ids.append(tok)
+            if logprobs is not None:
+                self.logprobs.append(logprobs[i])
+            if is_stop_token(tok):
+                self.finish_reason = "stop"
+                break
+            self.text += self.detok.push([tok])
+            if stop_strs and (hit := find_stop(self.text, self.params.stop, self)) is not None:
+                cut, matched = hit
+                self.text = self.text[: cut + (len(matched) if self.params.include_stop_str_in_output else 0)]
+                self.finish_reason = "stop"
+                break
+            if len(self.output) >= self.max_tokens:
+                self.finish_reason = "length"
+                break
+        if self.finish_reason is None and self.cache.length + 1 >= max_seq_len:
+            self.finish_reason = "length"
+        if self.finished:
+            if not (stop_strs and self.finish_reason == "stop" and not is_stop_token(self.output[-1])):
+                self.text += self.detok.flush()
+            limit = len(self.text)
+        else:
+            # hold back what could still become the start of a stop string
+            limit = len(self.text) - (max(map(len, stop_strs)) - 1 if stop_strs else 0)
+        new_text = self.text[self.sent_chars:limit] if limit > self.sent_chars else ""
+        self.sent_chars = max(self.sent_chars, limit)
+        new_lp = self.logprobs[-len(new_ids):] if logprobs is not None and new_ids else None
+        end = len(self.text)
+        if len(new_ids) <= last:    # stopped before the own token: the run is all drafts
+            own_from = end
+        trace = StepTrace(self.stats.decode_steps, drafted, min(accepted, len(new_ids)), min(text_from, end),
+                          min(own_from, end), end)
+        return SequenceUpdate(self, new_ids, new_text, new_lp, self.finished, trace=trace)
+
 
 
 @dataclass

@@ -24,7 +24,7 @@ def aspd_engine(model, dtype=torch.float32, kernels: cpu_kernels.Kernels | None 
     tok = Tokenizer.from_source(loaded.tokenizer_source)
     ids = add_markup_tokens(tok, loaded.weights, loaded)
     net = Transformer(loaded.args, loaded.weights, dtype, quantization=quantization, kernels=kernels)
-    return Engine(ModelRunner(net), tok, max_batch_size=8), ids
+    return Engine(ModelRunner(net), tok, max_batch_size=8, draft_gate=False), ids
 
 
 def save_aspd_folder(src: Path, dst: Path) -> Path:

@@ -214,7 +214,7 @@ def test_a_drafted_block_end_gives_the_closing_steps_cache_and_token(tiny, monke
     branch's drafted `<|/para|>` is accepted, and the cache (prefix, block, `<|/para|>`) and the
     serial tokens after it equal the run without branch drafts."""
     engine, ids, prompt, titles = tiny
-    monkeypatch.setattr(engine, "_cost", CostModel({1: 1.0, 64: 1.0}))
+    monkeypatch.setattr(engine.forward_cost, "model", CostModel({1: 1.0, 64: 1.0}))
     contents = [list(range(100 + 20 * k, 100 + 20 * k + n)) for k, n in enumerate([2, 20, 3])]
     runs = []
     for branch_drafts in (False, True):
@@ -252,7 +252,7 @@ def test_a_branch_repeating_itself_drafts_from_its_own_context_at_once(tiny, mon
     very first request (context_match), with the same ids as without drafts, in fewer steps; the
     draft policy's branch streams end with the block."""
     engine, ids, prompt, titles = tiny
-    monkeypatch.setattr(engine, "_cost", CostModel({1: 1.0, 64: 1.0}))
+    monkeypatch.setattr(engine.forward_cost, "model", CostModel({1: 1.0, 64: 1.0}))
     motif = [[100, 101, 102, 103], [120, 121, 122], [140, 141, 142, 143, 144]]
     contents = [(m * 6)[:n] for m, n in zip(motif, [16, 14, 18])]
     runs = []

@@ -53,7 +53,7 @@ def _check(llm: LLM, plugin, short: bool = False, ar: list | None = None) -> Non
     params = _params(short)
     # drafts sized by a fixed curve, not by this (shared, busy) machine's timings: the drafts vary
     # with the curve, exactness must not, and the step count below must not hang on a busy moment
-    llm.engine._cost = CostModel()
+    llm.engine.pin_cost(CostModel())
     ar = ar if ar is not None else llm.generate(prompts, params)
     par = llm.generate(prompts, params, plugin_params=plugin)
     assert len(ar) == len(par) == len(prompts)

@@ -100,7 +100,7 @@ def real(request) -> RealRun:
     # with the curve, exactness must not, and the step counts below must not move with the load.
     # The GGUF forward's measured shape, rows as dear as on a CPU: drafts of the size the engine
     # verifies there (a flat curve would verify 10-30 rows per request, several times the cost)
-    llm.engine._cost = CostModel(PRIOR_UNPADDED)
+    llm.engine.pin_cost(CostModel(PRIOR_UNPADDED))
     prompts = real_requests(llm.tokenizer)
     prompts = prompts if compiled else prompts[::TORCH_STRIDE]
     run = RealRun(llm, prompts, params(len(prompts), MAX_TOKENS if compiled else TORCH_TOKENS), [])

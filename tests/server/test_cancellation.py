@@ -51,7 +51,7 @@ def served(bundled_llm_default):
     engine = llm.engine
     saved = engine.default_drafter, engine.forward_cost.model
     engine.default_drafter = engine.drafters.private(parse_plugin_params({"plugin_type": "memory_decoding"}))
-    engine._cost = CostModel()
+    engine.pin_cost(CostModel())
     config = load_config(None)
     config.schedule.max_iter_times = CUT_TOKENS
     try:

@@ -38,6 +38,17 @@ class Query:
             return self.rows
         return list(range(self.n_draft + 1)) + self.lookahead_rows
 
+    def path_rows(self, nodes: list[int]) -> list[int]:
+        """The rows of the root and an accepted path's draft nodes: the KV to commit, the logits
+        the path's tokens came from."""
+        return [0] + [n + 1 for n in nodes]
+
+    def lookahead_argmax(self, argmax: list[int]) -> list[int] | None:
+        """From every logits row's argmax, those of the lookahead branch's output rows (they follow
+        the root and the draft), for the drafter that ran the branch; None without one."""
+        first = self.n_draft + 1
+        return argmax[first:first + len(self.lookahead_rows)] if self.lookahead_rows else None
+
 
 def build_query(root: int, root_pos: int, proposal: Proposal | None) -> Query:
     draft = proposal.draft if proposal is not None else DraftTree()
