@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# t(k)/t(1) measured for SmolLM2-135M bf16 on the 2-core CPU (research/cpu-measurements.md,
-# made monotone); engines pass their own curve through set_forward_cost().
+# A curve of the bundled model's shape (bf16, rows padded to 4: flat while memory-bound, then
+# linear), for a CostModel built without one; an engine prices drafts by the curve it probes and
+# refreshes itself (ModelRunner.forward_cost, forward_cost.py).
 DEFAULT_FORWARD_COST = {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 1.17, 32: 1.71, 64: 2.82}
 
 

@@ -65,14 +65,9 @@ DENSE_KINDS = tuple(FORMATS)             # the formats csrc/gguf_dequant.h write
 # Rows from which a prompt chunk runs dequantised weights through torch's matmul (module doc), per
 # (kernel variant, int8 activation passes). That road pays a dequantisation of the whole weight per
 # chunk, the integer kernel a cost per row, so the dense road wins only where torch multiplies far
-# faster than the kernel's int8 rows (benchmarks/prefill.py --roads measures both; docs/benchmarks.md):
-# - AMX: oneDNN's bf16 tiles, from 128 rows (measured under two passes);
-# - vnni512 (Zen 4, with AVX512-BF16 for the dense road): two passes from 256 rows; one pass (the
-#   default) never: the kernel took 0.30-0.76x the dense road's time at 64-512 rows on the bundled
-#   model, its Q4_K_M and a Qwen2.5-1.5B-shape Q4_K_M;
-# - AVX2 with or without AVX-VNNI: two passes from 256 rows; one pass never: the dense road's fp32
-#   FMAs lost at every chunk size on plain AVX2 (0.31x at 64 rows, 0.71x at 256), and an int8 dot
-#   only makes the kernel's rows cheaper.
+# faster than the kernel's int8 rows: AMX's bf16 tiles; elsewhere only against two passes' rows.
+# `benchmarks/prefill.py --roads` measures both roads; the figures behind each threshold are in
+# docs/benchmarks.md ("The prompt road under one activation pass").
 NEVER = 1 << 62
 PROMPT_ROWS = {("amx", 1): 128, ("amx", 2): 128, ("vnni512", 1): NEVER, ("vnni512", 2): 256,
                ("avxvnni", 1): NEVER, ("avxvnni", 2): 256, ("avx2", 1): NEVER, ("avx2", 2): 256}

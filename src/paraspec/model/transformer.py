@@ -213,11 +213,10 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
 
 # Prompt chunks of at most PROMPT_ATTENTION_ROWS[kernels] rows (the default prefill chunk is 256)
 # attend through the csrc kernel over any context: torch's op overhead dominates a short chunk, and
-# one over a long cache (a new turn after a reused prefix) is a verify step's shape. csrc / torch
-# (benchmarks/prefill.py --attention-roads, docs/benchmarks.md): AVX-512 0.59-1.00 up to 256 rows on
-# four shapes (Zen 4; 0.99-1.12 at 512 on a 1.5B one), Sapphire Rapids 0.94-1.07; AVX2 0.76-0.99 at
-# 64 rows, 1.11-1.15 at 256 on the 1.5B shape. The AVX2 kernels also take chunks of any height over
-# at most PROMPT_ATTENTION_KEYS keys (0.80-0.98 after 0-768 keys; level at 512 rows on a real Zen 3).
+# one over a long cache (a new turn after a reused prefix) is a verify step's shape. The AVX2
+# kernels also take chunks of any height over at most PROMPT_ATTENTION_KEYS keys. Measured with
+# `benchmarks/prefill.py --attention-roads`; the figures are in docs/benchmarks.md ("The prompt
+# road under one activation pass").
 PROMPT_ATTENTION_ROWS = {"avx512": 256, "avx2": 64}
 PROMPT_ATTENTION_KEYS = 1024
 PROMPT_BLOCK = 64   # query rows per block of prompt_attention: a block's scores stay in cache
