@@ -17,8 +17,8 @@ import argparse
 import json
 import random
 
-from paraspec.decoding.cost import CostModel
-from paraspec.decoding.memory import MemoryDecodingParams, MemoryDrafter
+from paraspec.decoding.policy.cost import CostModel
+from paraspec.decoding.drafters.memory_decoding import MemoryDecodingParams, MemoryDrafter
 from paraspec.tools.replay import Record, replay
 
 EOS = 2

@@ -7,7 +7,7 @@ against the fp32 cache).
     python benchmarks/switch_ab.py --switch kv16 [--contexts 256,1024,2048] [--rows 1,8]
                                    [--tasks grounded,humaneval] [--n 6]
 
-`gate`, the draft gate (decoding/gate.py, Engine.draft_gate). (`cost`, the curve corrected by
+`gate`, the draft gate (decoding/policy/gate.py, Engine.draft_gate). (`cost`, the curve corrected by
 the engine's own steps, was measured with it at dfc569d and dropped.) One LLM, one start-up curve; AR, off and on are paraspec bench's own systems (off and on each
 with its own memory, fed the same tasks in the same order; every repeat of a task starts from
 the memory as it was before the task).

@@ -66,7 +66,7 @@ def _seed():
 
 @pytest.fixture(autouse=True)
 def _draft_every_step(monkeypatch):
-    """Engines in the tests' process ask their drafter every step: the draft gate (decoding/gate.py)
+    """Engines in the tests' process ask their drafter every step: the draft gate (decoding/policy/gate.py)
     skips looks by this machine's timings, and exactness tests must verify a draft tree on every
     step, the same ones on every run (servers the tests start inherit it). tests/decoding/test_gate.py
     turns the gate on per engine."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from paraspec.decoding.cost import CostModel
-from paraspec.decoding.proposer import DEFAULT_CONTEXT, Proposal, StepContext
-from paraspec.decoding.tree import DraftTree
+from paraspec.decoding.policy.cost import CostModel
+from paraspec.decoding.contract.proposer import DEFAULT_CONTEXT, Proposal, StepContext
+from paraspec.decoding.contract.tree import DraftTree
 
 
 class RandomTreeDrafter:

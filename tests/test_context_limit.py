@@ -12,8 +12,8 @@ import torch
 from kernel_paths import per_isa
 from live_server import LiveServer
 from paraspec import LLM, SamplingParams
-from paraspec.decoding.cost import CostModel
-from paraspec.decoding.lookahead import LookaheadDrafter, LookaheadParams
+from paraspec.decoding.policy.cost import CostModel
+from paraspec.decoding.drafters.lookahead import LookaheadDrafter, LookaheadParams
 from paraspec.errors import RequestError
 from paraspec.server import create_app, load_config
 

@@ -84,7 +84,7 @@ def test_real_drafters_equal_ar_greedy_and_seeded_sampling(llm, plugin):
     """lookahead and hybrid (trie, context, n-gram pool), 13 prompts x 40 tokens greedy and 13
     seeded-sampled (one with penalties), in this numerics on this kernel path: every output is
     AR's, and their drafts are accepted (fewer forwards than AR)."""
-    from paraspec.decoding.cost import CostModel
+    from paraspec.decoding.policy.cost import CostModel
     llm.engine.pin_cost(CostModel())      # drafts sized by a fixed curve, not by this machine's timings
     n = len(REAL_DRAFTER_PROMPTS)
     params = ([SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)] * n
@@ -219,7 +219,7 @@ def test_memory_decoding_drafts_a_long_copy_where_rows_are_dear(copy_model, curv
     """A row costing ~0.7 of a step (a real Zen 1), or a probe that read rows dearer than they
     are: the policy still verifies the copy once the text shows it copies, and the output is
     plain decoding's, token for token."""
-    from paraspec.decoding.cost import CostModel
+    from paraspec.decoding.policy.cost import CostModel
     path, cycle = copy_model
     if curve == "disturbed-probe":     # pinned as the probe's reading: shaped, not refreshed
         monkeypatch.setenv("PARASPEC_FORWARD_COST", DISTURBED)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from paraspec import generate
-from paraspec.decoding.memory_file import read_memory_file
+from paraspec.decoding.memory.memory_file import read_memory_file
 from paraspec.errors import ParaspecError
 
 

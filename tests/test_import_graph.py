@@ -107,7 +107,7 @@ def test_no_import_circle():
 
 
 def test_decoding_layer_never_imports_aspd():
-    # a decode mode registers itself with the drafters (decoding/plugins.py), never the reverse;
+    # a decode mode registers itself with the drafters (decoding/drafters/plugins.py), never the reverse;
     # type-only imports count here too: the layer should not even name the mode above it
     graph = import_graph(skip_type_checking=False)
     upward = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.startswith("paraspec.decoding")

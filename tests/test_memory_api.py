@@ -3,7 +3,7 @@ survives a restart, its drafts are used, greedy output is unchanged, and a bad f
 import pytest
 
 from paraspec import LLM, SamplingParams
-from paraspec.decoding.memory_file import MemoryFileError
+from paraspec.decoding.memory.memory_file import MemoryFileError
 
 HYBRID = {"plugin_type": "hybrid"}
 PROMPT = "abc abc abc"

@@ -13,11 +13,11 @@ import pytest
 
 from paraspec import LLM, SamplingParams
 from paraspec.config import parse_plugin_params
-from paraspec.decoding.cost import CostModel
-from paraspec.decoding.memory_file import MemoryFileError
-from paraspec.decoding.memory_save import save_memory_file
-from paraspec.decoding.output_memory import SEPARATOR, OutputMemory
-from paraspec.decoding.trie import TokenTrie
+from paraspec.decoding.policy.cost import CostModel
+from paraspec.decoding.memory.memory_file import MemoryFileError
+from paraspec.decoding.memory.memory_save import save_memory_file
+from paraspec.decoding.memory.output_memory import SEPARATOR, OutputMemory
+from paraspec.decoding.memory.trie import TokenTrie
 
 MEMORY = {"plugin_type": "memory_decoding"}
 HYBRID = {"plugin_type": "hybrid"}

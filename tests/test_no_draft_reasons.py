@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from kernel_paths import RUNNABLE
-from paraspec.decoding.stats import NO_DRAFT_REASONS, ROWS_TOO_DEAR
+from paraspec.decoding.contract.stats import NO_DRAFT_REASONS, ROWS_TOO_DEAR
 from tiny_models import write_gguf
 
 DEAR = '{"1": 1, "2": 2, "4": 4, "8": 8, "16": 16}'   # every row a whole step: no draft can pay

@@ -3,8 +3,8 @@ import random
 
 import pytest
 
-from paraspec.decoding.cost import CostModel
-from paraspec.decoding.memory import MemoryDecodingParams, MemoryDrafter
+from paraspec.decoding.policy.cost import CostModel
+from paraspec.decoding.drafters.memory_decoding import MemoryDecodingParams, MemoryDrafter
 from paraspec.tools.replay import Record, copy_bound, main, replay, write_records
 
 FLAT = CostModel({1: 1.0, 64: 1.0})

@@ -2,14 +2,14 @@
 
 What a user can get wrong about a prompt is a RequestError here, before any state exists; each
 sequence then carries everything its decode needs: its sampler (its own seed for n > 1), its
-drafter, or its decode mode's state (decoding/mode.py), and its detokenizer.
+drafter, or its decode mode's state (decoding/contract/mode.py), and its detokenizer.
 """
 from __future__ import annotations
 
 import time
 
-from .decoding.mode import ModePlugin
-from .decoding.proposer import Proposer
+from .decoding.contract.mode import ModePlugin
+from .decoding.contract.proposer import Proposer
 from .errors import RequestError
 from .model.tokenizer import IncrementalDetokenizer, Tokenizer
 from .sampling.params import SamplingParams
@@ -32,7 +32,7 @@ def check_prompt(prompt: list[int], max_seq_len: int, vocab: int) -> None:
 def new_sequences(tokenizer: Tokenizer, max_seq_len: int, vocab: int, prompt: list[int], params: SamplingParams,
                   request_id: str, drafter: Proposer | ModePlugin | None, group: str | None) -> list[SequenceState]:
     """The request's params.n sequences, waiting (check_prompt first)."""
-    plugin = drafter if isinstance(drafter, ModePlugin) else None    # a decode mode (decoding/mode.py)
+    plugin = drafter if isinstance(drafter, ModePlugin) else None    # a decode mode (decoding/contract/mode.py)
     if plugin is not None:
         drafter = plugin.drafter      # the drafter of the steps the engine runs itself
     max_tokens = min(params.max_tokens or max_seq_len, max_seq_len - len(prompt))

@@ -9,7 +9,7 @@ from typing import Sequence as Seq
 import torch
 
 from .config import EngineConfig, parse_plugin_params
-from .decoding.memory_save import merge_memory_file, save_memory_file
+from .decoding.memory.memory_save import merge_memory_file, save_memory_file
 from .sequence import sequence_stats
 from .engine import DRAFT_GATE_ENV, Engine
 from .outputs import TokenLogprob

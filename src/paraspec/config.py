@@ -8,13 +8,13 @@ plugin_params is a JSON string (or dict), as in MindIE's ModelConfig:
     {"plugin_type": "hybrid", ...}                                           (both drafters, one budget)
     {"plugin_type": "aspd", "drafter": {...}}      (serial-parallel decoding, aspd/params.py)
 Each algorithm's own parameters are validated by its params class, with speculation_gamma
-(decoding/plugins.py: parse_plugin_params and the plugin table).
+(decoding/drafters/plugins.py: parse_plugin_params and the plugin table).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .decoding.plugins import PLUGIN_ALIASES, PluginConfig  # noqa: F401  (re-exported)
+from .decoding.drafters.plugins import PLUGIN_ALIASES, PluginConfig  # noqa: F401  (re-exported)
 from .engine_args import DEFAULTS, EngineArgs, parse_plugin_params  # noqa: F401  (re-exported)
 
 DEFAULT_PREFIX_CACHE_MB = DEFAULTS.prefix_cache_mb   # KV of whole prompt chunks kept for reuse; 0: off

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from .admission import check_prompt, new_sequences
-from .decoding.acceptance import walk
-from .decoding.cost import CostModel
-from .decoding.mode import ModePlugin
-from .decoding.proposer import Proposer, StepContext
-from .decoding.registry import DrafterRegistry
-from .decoding.stats import GATE_CLOSED, NO_MATCH, NO_ROOM
-from .decoding.verify import Query, build_query, fit_proposal
+from .decoding.contract.acceptance import walk
+from .decoding.policy.cost import CostModel
+from .decoding.contract.mode import ModePlugin
+from .decoding.contract.proposer import Proposer, StepContext
+from .decoding.drafters.registry import DrafterRegistry
+from .decoding.contract.stats import GATE_CLOSED, NO_MATCH, NO_ROOM
+from .decoding.contract.verify import Query, build_query, fit_proposal
 from .errors import ParaspecError
 from .forward_cost import ForwardCost
 from .outputs import TokenLogprob, token_logprobs
@@ -51,7 +51,7 @@ class StepRow:
 
     seq: SequenceState
     query: Query
-    by_mode: bool                  # its decode mode (decoding/mode.py) built the rows and accepts them
+    by_mode: bool                  # its decode mode (decoding/contract/mode.py) built the rows and accepts them
     looked: bool                   # its drafter was asked (the draft gate may skip the look)
     no_draft: str | None           # why it sent no draft (stats.py), when it sent none
     draft_s: float = 0.0           # the propose's seconds
@@ -62,7 +62,7 @@ class Engine:
                  default_drafter: Proposer | None = None, prefix_cache: PrefixCache | None = None,
                  draft_gate: bool = True):
         self.runner = runner
-        # skip a sequence's propose on steps where looking has not paid (decoding/gate.py); off, the
+        # skip a sequence's propose on steps where looking has not paid (decoding/policy/gate.py); off, the
         # drafter is asked every step (a draft tree verified on every step, the same on every run)
         self.draft_gate = draft_gate
         self.tokenizer = tokenizer

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import aspd
-from .decoding.plugins import PluginConfig, parse_plugin_params, register_plugin
+from .decoding.drafters.plugins import PluginConfig, parse_plugin_params, register_plugin
 from .errors import ConfigError
 
 # ASPD decodes on top of the drafters, so the decoding layer cannot name it; it joins their table here,
@@ -105,7 +105,7 @@ class EngineArgs:
         number=int, low=16, high=8192, group="schedule",
         config_key="ScheduleConfig.prefillChunkSize")
     draft_gate: bool | None = _option(
-        None, "skip a request's draft lookup on steps where looking has not paid (decoding/gate.py); "
+        None, "skip a request's draft lookup on steps where looking has not paid (decoding/policy/gate.py); "
         "False: ask the drafter every step (default: on, unless $PARASPEC_DRAFT_GATE=0)",
         error="is invalid; use true (default), false (ask the drafter every step) or null",
         choices=(None, True, False), group="schedule")

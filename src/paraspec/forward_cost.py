@@ -9,8 +9,8 @@ engine's `_cost` set as tests do) or by PARASPEC_FORWARD_COST is kept as it is.
 """
 from __future__ import annotations
 
-from .decoding.cost import CostModel
-from .decoding.cost_refresh import SHOWN, CurveRefresh
+from .decoding.policy.cost import CostModel
+from .decoding.policy.cost_refresh import SHOWN, CurveRefresh
 from .runner import ModelRunner
 
 

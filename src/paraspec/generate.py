@@ -89,7 +89,7 @@ def generate_main(args: argparse.Namespace) -> int:
     s = out.stats
     print(f"[{s['generated_tokens']} tokens, {s['tokens_per_s']:.1f} tok/s decode, ttft {s['ttft_s'] * 1e3:.0f} ms, "
           f"{s['mean_accepted_tokens_per_step']:.2f} tokens/step]", file=sys.stderr)
-    if s.get("no_draft_steps"):      # why the steps without a draft had none (decoding/stats.py)
+    if s.get("no_draft_steps"):      # why the steps without a draft had none (decoding/contract/stats.py)
         reasons = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in s["no_draft_steps"].items())
         print(f"[{sum(s['no_draft_steps'].values())} of {s['decode_steps']} steps without a draft: {reasons}]",
               file=sys.stderr)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .decoding.cost import plausible_curve
+from .decoding.policy.cost import plausible_curve
 from .errors import ConfigError
-from .decoding.verify import Query
+from .decoding.contract.verify import Query
 from .model.kv_cache import KVCache
 from .prefix_cache import PrefixCache
 from .model.transformer import ROW_MULTIPLE, SeqInput, Transformer, max_draft_rows
@@ -61,7 +61,7 @@ class ModelRunner:
         """t(k) / t(1) for every k from 1 to max(sizes) (sizes: multiples of ROW_MULTIPLE): the
         time of a forward over k query tokens relative to one, probed once on this machine over a
         scratch cache and given a physically plausible shape (cost.plausible_curve); the engine
-        refreshes it from its own steps (decoding/cost_refresh.py). Drafters use it to decide how
+        refreshes it from its own steps (decoding/policy/cost_refresh.py). Drafters use it to decide how
         many draft tokens are worth verifying. PARASPEC_FORWARD_COST='{"1": 1, "2": 2.08, ...}'
         pins another machine's curve instead (shaped the same way, never refreshed).
 

@@ -1,21 +1,21 @@
 """One generation stream's state (SequenceState) and what an engine step produced for it
 (SequenceUpdate). The engine (engine.py) moves sequences through their lifecycle; drafters and
-decode modes (decoding/mode.py) read and advance the state they are handed."""
+decode modes (decoding/contract/mode.py) read and advance the state they are handed."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .decoding.gate import DraftGate
-from .decoding.stats import SpecStats
+from .decoding.policy.gate import DraftGate
+from .decoding.contract.stats import SpecStats
 from .outputs import StepTrace, TokenLogprob, find_stop
 from .sampling.params import SamplingParams
 from .sampling.sampler import RequestSampler
 
 if TYPE_CHECKING:
-    from .decoding.mode import Detokenizer, SequenceMode
-    from .decoding.proposer import Proposer
+    from .decoding.contract.mode import Detokenizer, SequenceMode
+    from .decoding.contract.proposer import Proposer
     from .model.kv_cache import KVCache
 
 
@@ -46,7 +46,7 @@ class SequenceState:
     stop_scan_from: int = 0      # text offset where the next stop-string search starts
     sent_chars: int = 0          # text already handed out as deltas
     drafting: bool = False       # its drafter has begun it (and must end it)
-    mode: SequenceMode | None = None   # its decode mode's state (decoding/mode.py), None: plain
+    mode: SequenceMode | None = None   # its decode mode's state (decoding/contract/mode.py), None: plain
     gate: DraftGate = field(default_factory=DraftGate)   # whether its steps look for a draft
     cached_tokens: int = 0       # prompt tokens whose KV the prefix cache gave (prefix_cache.py)
     stop_ids: frozenset[int] = frozenset()   # stop_token_ids, and EOS unless ignore_eos

@@ -10,9 +10,9 @@ from kernel_paths import per_isa
 from paraspec.aspd import decode
 from paraspec.aspd.branch_drafts import with_close
 from paraspec.config import parse_plugin_params
-from paraspec.decoding.cost import CostModel
-from paraspec.decoding.registry import DrafterRegistry
-from paraspec.decoding.tree import DraftTree
+from paraspec.decoding.policy.cost import CostModel
+from paraspec.decoding.drafters.registry import DrafterRegistry
+from paraspec.decoding.contract.tree import DraftTree
 from paraspec.model.transformer import SeqInput
 from paraspec.sampling.params import SamplingParams
 from test_exactness import TITLES, _check, _run

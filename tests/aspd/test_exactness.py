@@ -18,7 +18,7 @@ from paraspec.aspd.decode import AspdDecoder
 from paraspec.aspd.grammar import SerialGrammar, branch_logits, branch_token
 from paraspec.aspd.layout import layout
 from paraspec.aspd.params import AspdParams
-from paraspec.decoding.registry import DrafterRegistry
+from paraspec.decoding.drafters.registry import DrafterRegistry
 from paraspec.config import parse_plugin_params
 from paraspec.model.transformer import SeqInput
 from paraspec.sampling.params import SamplingParams

@@ -1,4 +1,4 @@
-"""The decode-mode seam (decoding/mode.py): the engine names no mode (ASPD plugs in from
+"""The decode-mode seam (decoding/contract/mode.py): the engine names no mode (ASPD plugs in from
 outside), and a mode written here, knowing only the seam, drives draws, runs steps itself,
 ends accepted runs and reports its figures through the engine."""
 import ast
@@ -9,9 +9,9 @@ import pytest
 from drafters import OracleDrafter
 from paraspec import LLM, SamplingParams
 from paraspec.aspd.decode import AspdDecoder
-from paraspec.decoding.mode import ModePlugin
+from paraspec.decoding.contract.mode import ModePlugin
 from paraspec.sequence import sequence_stats
-from paraspec.decoding.verify import build_query
+from paraspec.decoding.contract.verify import build_query
 from paraspec.errors import RequestError
 from paraspec.model.tokenizer import IncrementalDetokenizer
 
@@ -30,9 +30,9 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_engine_and_sequence_name_no_mode():
-    for name in ("engine.py", "sequence.py", "decoding/mode.py", "decoding/stats.py"):
+    for name in ("engine.py", "sequence.py", "decoding/contract/mode.py", "decoding/contract/stats.py"):
         assert not any("aspd" in m for m in _imports(SRC / name)), name
-    for name in ("engine.py", "sequence.py", "decoding/stats.py"):
+    for name in ("engine.py", "sequence.py", "decoding/contract/stats.py"):
         assert "aspd" not in (SRC / name).read_text().lower(), name
     assert issubclass(AspdDecoder, ModePlugin)
 

@@ -2,9 +2,9 @@
 can never accept (below `<|para|>`, markup the serial grammar bans), nothing else."""
 from paraspec.aspd.markup import MarkupIds
 from paraspec.aspd.serial_drafts import SerialDrafts
-from paraspec.decoding.cost import CostModel
-from paraspec.decoding.memory import MemoryDrafter
-from paraspec.decoding.proposer import StepContext
+from paraspec.decoding.policy.cost import CostModel
+from paraspec.decoding.drafters.memory_decoding import MemoryDrafter
+from paraspec.decoding.contract.proposer import StepContext
 
 IDS = MarkupIds(title=90, end_title=91, para=92, branch=93, end_branch=94, end_para=95, colon_space=[7, 8])
 FLAT = StepContext(1, CostModel({1: 1.0, 64: 1.0}))

@@ -76,7 +76,7 @@ def test_the_report_has_a_table_per_category_and_turn_and_labels_cold_and_warm(r
 
 
 def test_the_warm_memory_holds_the_models_answers_and_says_where_they_came_from(run):
-    from paraspec.decoding.memory_file import read_memory_file
+    from paraspec.decoding.memory.memory_file import read_memory_file
 
     tmp, results, _ = run
     memory = read_memory_file(tmp / "warm.trie")

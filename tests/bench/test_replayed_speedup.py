@@ -2,7 +2,7 @@
 import random
 
 from paraspec.bench.replayed_speedup import DRAFTERS, SMOLLM2_EOS, replay_priced, replayed_speedups
-from paraspec.decoding.cost import CostModel
+from paraspec.decoding.policy.cost import CostModel
 from paraspec.tools.records import Record
 from paraspec.tools.replay import replay_groups
 

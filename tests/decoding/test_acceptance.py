@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from paraspec.decoding.acceptance import walk
-from paraspec.decoding.tree import DraftTree
+from paraspec.decoding.contract.acceptance import walk
+from paraspec.decoding.contract.tree import DraftTree
 
 V = 4
 P1 = np.array([0.3, 0.3, 0.2, 0.2])                     # p(x1)

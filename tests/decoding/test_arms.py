@@ -1,7 +1,7 @@
 """ArmStats / ArmSelector: which drafting configuration pays, learnt across requests."""
 import pytest
 
-from paraspec.decoding.arms import ArmSelector, ArmStats
+from paraspec.decoding.drafters.arms import ArmSelector, ArmStats
 
 
 def test_arm_selector_settles_on_the_cheaper_arm_and_retries_the_other():

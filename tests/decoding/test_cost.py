@@ -1,7 +1,7 @@
 """The forward-cost model drafters price their rows with."""
 import pytest
 
-from paraspec.decoding.cost import CostModel, monotone, window_prior
+from paraspec.decoding.policy.cost import CostModel, monotone, window_prior
 
 
 def test_cost_model_interpolates_and_extrapolates_monotonically():
@@ -35,7 +35,7 @@ def test_monotone_fit_averages_a_noisy_spike_instead_of_carrying_it_forward():
 # ------------------------------------------------------------------------------ plausible_curve
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from paraspec.decoding.cost import plausible_curve  # noqa: E402
+from paraspec.decoding.policy.cost import plausible_curve  # noqa: E402
 
 ZEN1 = {1: 1.0, 2: 2.08, 4: 3.04, 8: 6.08, 12: 7.95, 16: 11.16, 32: 20.26}   # a quiet real Zen 1 (issue 37)
 

@@ -2,9 +2,9 @@
 best-first tree, and the draft size priced by the cost curve."""
 import pytest
 
-from paraspec.decoding.cost import CostModel
-from paraspec.decoding.draft_policy import DraftPolicy, streak_state
-from paraspec.decoding.tree import DraftTree
+from paraspec.decoding.policy.cost import CostModel
+from paraspec.decoding.policy.draft_policy import DraftPolicy, streak_state
+from paraspec.decoding.contract.tree import DraftTree
 
 FLAT = CostModel({1: 1.0, 64: 1.0})                          # rows are free
 STEEP = CostModel({1: 1.0, 2: 1.3, 4: 1.6, 8: 2.2, 16: 3.4})  # every row costs

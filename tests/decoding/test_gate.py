@@ -5,7 +5,7 @@ import time
 
 from drafters import RandomTreeDrafter
 from paraspec import LLM, SamplingParams
-from paraspec.decoding.gate import MAX_SKIP, WARMUP, DraftGate
+from paraspec.decoding.policy.gate import MAX_SKIP, WARMUP, DraftGate
 
 PLAIN = 5e-3      # seconds of a one-row step
 

@@ -5,8 +5,8 @@ import random
 import pytest
 
 from drafters import WithContext
-from paraspec.decoding.memory import COPYING
-from paraspec.decoding.hybrid import POOL, HybridDrafter, HybridParams
+from paraspec.decoding.drafters.memory_decoding import COPYING
+from paraspec.decoding.drafters.hybrid import POOL, HybridDrafter, HybridParams
 from paraspec.errors import ConfigError
 
 STAIRS = {k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)}     # rows cost in stairs of 4
@@ -57,7 +57,7 @@ def test_hybrid_merges_both_sources_within_budget():
 
 
 def test_hybrid_fills_the_rows_the_forward_computes_anyway_with_pool_candidates(monkeypatch):
-    import paraspec.decoding.cost as cost
+    import paraspec.decoding.policy.cost as cost
     # a prior that favours the window: it runs from the second epoch on, so root + window + the
     # trie's tree leave room on their stair
     monkeypatch.setattr(cost, "WINDOW_PRIOR_GAIN", 10.0)
@@ -103,7 +103,7 @@ def test_hybrid_lets_the_pool_sit_out_while_the_tries_tree_fills_its_stair():
 
 
 def test_hybrid_pool_sits_out_where_its_nodes_add_nothing_and_is_still_probed(monkeypatch):
-    import paraspec.decoding.hybrid as hybrid
+    import paraspec.decoding.drafters.hybrid as hybrid
     monkeypatch.setattr(hybrid, "WINDOW_BELOW", -1.0)        # no window: the pool alone is judged
     d = WithContext(HybridDrafter(HybridParams.from_dict({"level": 4, "window": 1, "guess_set_size": 4})), STAIRS)
     rng = random.Random(0)
@@ -123,7 +123,7 @@ def test_hybrid_pool_sits_out_where_its_nodes_add_nothing_and_is_still_probed(mo
 
 
 def test_lookahead_tries_its_window_first_only_where_the_cost_curve_says_rows_are_cheap():
-    from paraspec.decoding.lookahead import LookaheadDrafter
+    from paraspec.decoding.drafters.lookahead import LookaheadDrafter
     prompt = [1, 2, 3, 4, 5] * 10
     steep = WithContext(LookaheadDrafter(), {4: 1.0, 8: 1.25, 12: 1.4, 16: 1.55, 20: 1.75, 24: 1.95, 32: 2.4})
     flat = WithContext(LookaheadDrafter(), {1: 1.0, 4096: 1.0})

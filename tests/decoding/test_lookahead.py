@@ -4,13 +4,13 @@ import re
 import numpy as np
 import pytest
 
-from paraspec.decoding import lookahead as la
-from paraspec.decoding import unknown_keys
-from paraspec.decoding.lookahead import LookaheadDrafter, LookaheadParams, window_layout
-from paraspec.decoding.lookahead_source import PRIOR_FIRST
+from paraspec.decoding.drafters import lookahead as la
+from paraspec.decoding.drafters import unknown_keys
+from paraspec.decoding.drafters.lookahead import LookaheadDrafter, LookaheadParams, window_layout
+from paraspec.decoding.drafters.lookahead_source import PRIOR_FIRST
 from drafters import WithContext
-from paraspec.decoding.cost import CostModel
-from paraspec.decoding.proposer import Proposal, Proposer, StepContext
+from paraspec.decoding.policy.cost import CostModel
+from paraspec.decoding.contract.proposer import Proposal, Proposer, StepContext
 from paraspec.errors import ConfigError
 
 

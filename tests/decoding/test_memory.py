@@ -11,11 +11,11 @@ from paraspec.config import parse_plugin_params
 from hypothesis import given, settings, strategies as st
 
 from drafters import WithContext
-from paraspec.decoding import unknown_keys
-from paraspec.decoding.memory import MemoryDecodingParams, MemoryDrafter
-from paraspec.decoding.cost import CostModel
-from paraspec.decoding.tree import DraftTree
-from paraspec.decoding.trie import TokenTrie
+from paraspec.decoding.drafters import unknown_keys
+from paraspec.decoding.drafters.memory_decoding import MemoryDecodingParams, MemoryDrafter
+from paraspec.decoding.policy.cost import CostModel
+from paraspec.decoding.contract.tree import DraftTree
+from paraspec.decoding.memory.trie import TokenTrie
 from paraspec.errors import ConfigError
 from paraspec.tools.replay import Record, replay
 

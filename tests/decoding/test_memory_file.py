@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 
 from paraspec.config import parse_plugin_params
-from paraspec.decoding.cost import CostModel
-from paraspec.decoding.memory_file import MemoryFileError, read_memory_file
-from paraspec.decoding.memory_save import merge_memory_file, save_memory_file
-from paraspec.decoding.output_memory import SEPARATOR, OutputMemory
-from paraspec.decoding.proposer import StepContext
-from paraspec.decoding.registry import DrafterRegistry
-from paraspec.decoding.trie import TokenTrie
+from paraspec.decoding.policy.cost import CostModel
+from paraspec.decoding.memory.memory_file import MemoryFileError, read_memory_file
+from paraspec.decoding.memory.memory_save import merge_memory_file, save_memory_file
+from paraspec.decoding.memory.output_memory import SEPARATOR, OutputMemory
+from paraspec.decoding.contract.proposer import StepContext
+from paraspec.decoding.drafters.registry import DrafterRegistry
+from paraspec.decoding.memory.trie import TokenTrie
 
 EOS = [2]
 HYBRID = parse_plugin_params({"plugin_type": "hybrid"})

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from paraspec.decoding.ngram_pool import NgramPool
+from paraspec.decoding.drafters.ngram_pool import NgramPool
 
 
 def test_lru_evicts_least_recently_used_and_refresh_moves_to_newest():

@@ -1,7 +1,7 @@
 """The drafter registry: one drafter per plugin config, one trie for every memory drafter of an
 engine, arm statistics that outlive an evicted drafter, private drafters for cold starts."""
 from paraspec.config import parse_plugin_params
-from paraspec.decoding.registry import DrafterRegistry, build_drafter
+from paraspec.decoding.drafters.registry import DrafterRegistry, build_drafter
 
 EOS = [2]
 MEMORY = parse_plugin_params({"plugin_type": "memory_decoding"})

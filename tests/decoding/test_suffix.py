@@ -1,13 +1,13 @@
-"""The suffix-match source (decoding/suffix.py, suffix_match.py): where the context's longest
+"""The suffix-match source (decoding/drafters/suffix.py, suffix_match.py): where the context's longest
 suffix occurred before and what followed it there, as the hybrid's third source; and the policy
 sizing drafts on a staircase cost curve."""
-from paraspec.decoding.cost import CostModel
-from paraspec.decoding.draft_policy import DraftPolicy
-from paraspec.decoding.hybrid import SUFFIX, HybridDrafter
-from paraspec.decoding.output_memory import OutputMemory
-from paraspec.decoding.suffix import SuffixSource, match_prior
-from paraspec.decoding.suffix_match import continuations, suffix_matches
-from paraspec.decoding.tree import DraftTree
+from paraspec.decoding.policy.cost import CostModel
+from paraspec.decoding.policy.draft_policy import DraftPolicy
+from paraspec.decoding.drafters.hybrid import SUFFIX, HybridDrafter
+from paraspec.decoding.memory.output_memory import OutputMemory
+from paraspec.decoding.drafters.suffix import SuffixSource, match_prior
+from paraspec.decoding.drafters.suffix_match import continuations, suffix_matches
+from paraspec.decoding.contract.tree import DraftTree
 
 STAIRS = CostModel({k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})   # stairs of 4 rows
 
@@ -159,7 +159,7 @@ def test_finished_outputs_are_matched_on_their_longest_suffix_in_later_requests(
 
 def test_chunked_suffix_comparison_equals_the_token_by_token_one():
     import random
-    from paraspec.decoding.suffix_match import _common_suffix
+    from paraspec.decoding.drafters.suffix_match import _common_suffix
 
     rnd = random.Random(0)
     for _ in range(3000):
@@ -176,7 +176,7 @@ def test_chunked_suffix_comparison_equals_the_token_by_token_one():
 
 
 def test_past_outputs_are_not_looked_up_while_the_context_copies_itself_at_length():
-    from paraspec.decoding.suffix import SETTLED_MATCH
+    from paraspec.decoding.drafters.suffix import SETTLED_MATCH
 
     src = SuffixSource(eos_token_ids=[2])
     past = list(range(100, 140))

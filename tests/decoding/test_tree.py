@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from paraspec.decoding.proposer import Proposal
-from paraspec.decoding.tree import DraftTree
-from paraspec.decoding.verify import build_query
+from paraspec.decoding.contract.proposer import Proposal
+from paraspec.decoding.contract.tree import DraftTree
+from paraspec.decoding.contract.verify import build_query
 
 
 def test_from_paths_merges_shared_prefixes_parents_first():

@@ -12,7 +12,7 @@ numerics on every kernel path: tests/test_engine.py, on a tiny model."""
 import pytest
 
 from paraspec import LLM, SamplingParams
-from paraspec.decoding.cost import CostModel
+from paraspec.decoding.policy.cost import CostModel
 from paraspec.bench.tasks import load_task_set
 
 pytestmark = pytest.mark.slow

@@ -30,7 +30,7 @@ import pytest
 from kernel_paths import per_isa
 from paraspec import LLM, SamplingParams
 from paraspec.bench.tasks import load_task_set
-from paraspec.decoding.cost import PRIOR_UNPADDED, CostModel
+from paraspec.decoding.policy.cost import PRIOR_UNPADDED, CostModel
 from real_model import real_model_path
 
 pytestmark = pytest.mark.slow

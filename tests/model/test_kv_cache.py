@@ -4,9 +4,9 @@ import random
 import pytest
 import torch
 
-from paraspec.decoding.proposer import Proposal
-from paraspec.decoding.tree import DraftTree
-from paraspec.decoding.verify import build_query
+from paraspec.decoding.contract.proposer import Proposal
+from paraspec.decoding.contract.tree import DraftTree
+from paraspec.decoding.contract.verify import build_query
 from kernel_paths import per_isa
 from paraspec.model.loader import load_model
 from paraspec.model.transformer import SeqInput, Transformer, max_draft_rows

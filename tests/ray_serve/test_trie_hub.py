@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from paraspec.decoding.trie import TokenTrie
+from paraspec.decoding.memory.trie import TokenTrie
 from paraspec.ray_serve.options import RayServeOptions, engine_deployment_options
 from paraspec.ray_serve.trie_hub import DeltaRecorder, TrieHub, output_count
 from paraspec.server import load_config

@@ -18,7 +18,7 @@ from engine_state import held_keys, idle_problems
 from live_server import LiveServer
 from paraspec import SamplingParams
 from paraspec.config import parse_plugin_params
-from paraspec.decoding.cost import CostModel
+from paraspec.decoding.policy.cost import CostModel
 from paraspec.server import create_app, load_config
 
 pytestmark = pytest.mark.slow          # the bundled model: 8 streams on a 2-core machine

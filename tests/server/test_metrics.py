@@ -2,7 +2,7 @@
 from prometheus_client.parser import text_string_to_metric_families
 
 from paraspec import LLM, SamplingParams
-from paraspec.decoding.cost import CostModel
+from paraspec.decoding.policy.cost import CostModel
 from paraspec.server.metrics import ServingMetrics
 from paraspec.sequence import SequenceUpdate
 

@@ -21,7 +21,7 @@ from drafters import RandomTreeDrafter
 from live_server import LiveServer
 from test_hostile_input import _outcomes             # outcome -> paraspec_requests_total
 from paraspec import LLM, SamplingParams
-from paraspec.decoding.proposer import DEFAULT_CONTEXT
+from paraspec.decoding.contract.proposer import DEFAULT_CONTEXT
 from paraspec.server import create_app, load_config
 
 MODEL = "tiny"

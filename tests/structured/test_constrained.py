@@ -11,7 +11,7 @@ import pytest
 
 from drafters import OracleDrafter, RandomTreeDrafter
 from paraspec import LLM, SamplingParams
-from paraspec.decoding.tree import DraftTree
+from paraspec.decoding.contract.tree import DraftTree
 from paraspec.errors import ParaspecError, RequestError
 from paraspec.structured.forced import constrain_draft
 from paraspec.structured.grammar import compiler_for

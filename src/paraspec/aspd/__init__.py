@@ -1,11 +1,11 @@
 """ASPD (adaptive serial-parallel decoding, arXiv 2508.08895): markup, layout, grammar, branch decoding,
 and (TRAIN's modules) data, training and evaluation. See README "ASPD" and shared/research/aspd.md.
 
-PLUGIN is plugin_type "aspd" for the decoding layer's table (decoding/plugins.py), which never
+PLUGIN is plugin_type "aspd" for the decoding layer's table (decoding/drafters/plugins.py), which never
 imports this package: paraspec/engine_args.py registers it."""
 from __future__ import annotations
 
-from ..decoding.plugins import PluginType
+from ..decoding.drafters.plugins import PluginType
 
 
 def _params():

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..decoding.tree import DraftTree
+from ..decoding.contract.tree import DraftTree
 from ..model.kv_cache import KVCache
 from .context_match import ContextIndex
 

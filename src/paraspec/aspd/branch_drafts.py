@@ -15,7 +15,7 @@ and sees the shared prefix, branch k's slots and rows, its ancestors and itself,
 (acceptance.walk) per branch, with the branch grammar on every draw; a drawn `<|/branch|>` that
 a draft node carries is accepted too (its KV is the one the branch's closing step would write).
 
-Which nodes go in: the one draft policy of every drafter (decoding/draft_policy.py) calibrates
+Which nodes go in: the one draft policy of every drafter (decoding/policy/draft_policy.py) calibrates
 and merges each branch's sources (per source, depth band, estimate band and copy streak, from
 what branch drafts have been accepted so far: each branch is a stream of the policy, its
 statistics shared by every branch of the decoder); the merged trees are ranked best first over
@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from typing import Hashable, Sequence
 
-from ..decoding.cost import CostModel
-from ..decoding.draft_policy import DraftPolicy, PolicyStats
-from ..decoding.memory import PROMPT_WEIGHT
-from ..decoding.tree import ROOT, DraftTree
+from ..decoding.policy.cost import CostModel
+from ..decoding.policy.draft_policy import DraftPolicy, PolicyStats
+from ..decoding.drafters.memory_decoding import PROMPT_WEIGHT
+from ..decoding.contract.tree import ROOT, DraftTree
 from .context_match import ContextIndex, anchored_drafts
 from .markup import MarkupIds
 

@@ -26,8 +26,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..decoding.suffix_match import continuations, suffix_matches
-from ..decoding.tree import ROOT, DraftTree
+from ..decoding.drafters.suffix_match import continuations, suffix_matches
+from ..decoding.contract.tree import ROOT, DraftTree
 
 MAX_MATCH = 8        # suffix tokens compared: a longer match says no more
 OCCURRENCES = 4      # best earlier occurrences whose continuations are drafted

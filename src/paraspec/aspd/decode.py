@@ -1,5 +1,5 @@
 """ASPD decoding: the branch state of one sequence and its steps, on the engine's one forward path.
-A decode mode (decoding/mode.py): AspdDecoder is the plugin, AspdState one sequence's state.
+A decode mode (decoding/contract/mode.py): AspdDecoder is the plugin, AspdState one sequence's state.
 
 Serial mode is the engine's ordinary step (the configured drafter included) with the markup
 grammar on every draw. When `<|para|>` is drawn, the titles of the list just written (unique,
@@ -38,11 +38,11 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..decoding.acceptance import walk
-from ..decoding.mode import ModePlugin
-from ..decoding.proposer import StepContext
-from ..decoding.tree import DraftTree
-from ..decoding.verify import Query
+from ..decoding.contract.acceptance import walk
+from ..decoding.contract.mode import ModePlugin
+from ..decoding.contract.proposer import StepContext
+from ..decoding.contract.tree import DraftTree
+from ..decoding.contract.verify import Query
 from ..errors import RequestError
 from ..model.transformer import max_draft_rows
 from ..sequence import SequenceState

@@ -43,7 +43,7 @@ class AspdParams:
                     raise ConfigError(f"plugin_params.{key}={v!r} is invalid; use an integer from {lo} to {hi}")
                 kw[key] = v
         if d.get("drafter") is not None:
-            from ..decoding.plugins import parse_plugin_params
+            from ..decoding.drafters.plugins import parse_plugin_params
             inner = d["drafter"]
             if isinstance(inner, dict) and inner.get("plugin_type") == "aspd":
                 raise ConfigError("plugin_params.drafter cannot be aspd itself; use memory_decoding, la or hybrid")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..decoding.proposer import DEFAULT_CONTEXT, Proposal, StepContext
-from ..decoding.tree import ROOT
+from ..decoding.contract.proposer import DEFAULT_CONTEXT, Proposal, StepContext
+from ..decoding.contract.tree import ROOT
 from .markup import MarkupIds
 
 

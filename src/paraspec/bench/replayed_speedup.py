@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from ..decoding.cost import CostModel
-from ..decoding.proposer import DEFAULT_CONTEXT, Proposal, StepContext
+from ..decoding.policy.cost import CostModel
+from ..decoding.contract.proposer import DEFAULT_CONTEXT, Proposal, StepContext
 from ..tools.records import Record, read_records, record_bench, write_records
 from ..tools.replay import ReplayReport, replay
 from .paraspec_systems import PARASPEC_SYSTEMS
@@ -74,7 +74,7 @@ def replay_priced(plugin: dict, records: Sequence[Record], cost: CostModel,
                   eos: Sequence[int] = SMOLLM2_EOS, max_nodes: int = 64) -> tuple[ReplayReport, int]:
     """One new drafter for `plugin` over the records (one group), windows priced: (report, window rows)."""
     from ..config import parse_plugin_params
-    from ..decoding.registry import DrafterRegistry
+    from ..decoding.drafters.registry import DrafterRegistry
 
     drafter = PricedWindow(DrafterRegistry(eos).private(parse_plugin_params(plugin)))
     rep = replay(drafter, records, max_nodes, cost)

@@ -27,8 +27,8 @@ from typing import Hashable
 
 import numpy as np
 
-from ..decoding.trie import TokenTrie
-from ..decoding.trie_file import TrieFileError
+from ..decoding.memory.trie import TokenTrie
+from ..decoding.memory.trie_file import TrieFileError
 
 logger = logging.getLogger("paraspec.ray_serve")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import ray
 
-from ..decoding.trie import TokenTrie
+from ..decoding.memory.trie import TokenTrie
 from ..engine import Engine
 from ..server.async_engine import AsyncEngine
 from .options import HUB_NAMESPACE, RayServeOptions

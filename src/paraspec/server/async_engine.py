@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..decoding.registry import PluginConfig
+from ..decoding.drafters.registry import PluginConfig
 from ..engine import Engine
 from ..errors import ParaspecError, RequestError
 from ..sampling.params import SamplingParams

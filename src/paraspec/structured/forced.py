@@ -16,7 +16,7 @@ from typing import Callable, Collection
 
 import numpy as np
 
-from ..decoding.tree import ROOT, DraftTree
+from ..decoding.contract.tree import ROOT, DraftTree
 
 
 def constrain_draft(draft: DraftTree, matcher, allowed: Callable[[], np.ndarray], budget: int,

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..decoding.proposer import Proposal
-from ..decoding.tree import DraftTree
+from ..decoding.contract.proposer import Proposal
+from ..decoding.contract.tree import DraftTree
 from ..sampling.params import SamplingParams
 from ..sampling.sampler import RequestSampler
 from .forced import constrain_draft

@@ -44,8 +44,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
-from ..decoding.cost import CostModel
-from ..decoding.proposer import Proposer, StepContext
+from ..decoding.policy.cost import CostModel
+from ..decoding.contract.proposer import Proposer, StepContext
 from .records import WORKLOADS, Record, bundled_tokenizer, make_workload, read_records, record_bench, write_records
 
 
@@ -186,7 +186,7 @@ def replay_groups(plugin: dict | str, records: Sequence[Record], eos: Sequence[i
                   cost: CostModel | None = None, max_nodes: int = 64) -> dict[str, ReplayReport]:
     """replay() per group, each through a new drafter (empty memory) for `plugin` (plugin_params)."""
     from ..config import parse_plugin_params
-    from ..decoding.registry import DrafterRegistry
+    from ..decoding.drafters.registry import DrafterRegistry
 
     plugin_config = parse_plugin_params(plugin)
     out = {}
@@ -204,7 +204,7 @@ def _tokens(value: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from ..decoding.memory import MemoryDecodingParams, MemoryDrafter
+    from ..decoding.drafters.memory_decoding import MemoryDecodingParams, MemoryDrafter
 
     ap = argparse.ArgumentParser(prog="python -m paraspec.tools.replay", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

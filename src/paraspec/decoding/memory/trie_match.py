@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Hashable, Iterable, Sequence
 
-from .tree import DraftTree
+from ..contract.tree import DraftTree
 
 if TYPE_CHECKING:
     from array import array

@@ -71,14 +71,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 from .arms import ArmSelector, ArmStats
 from .unknown_keys import warn_unknown_keys
-from .cost import window_prior
-from .draft_policy import DraftPolicy, PolicyStats
+from ..policy.cost import window_prior
+from ..policy.draft_policy import DraftPolicy, PolicyStats
 from .lookahead_source import PoolSource, WindowLayout, pool_tree, window_layout  # noqa: F401  (re-exported)
 from .ngram_pool import NgramPool
-from .proposer import DEFAULT_CONTEXT, Proposal, StepContext
+from ..contract.proposer import DEFAULT_CONTEXT, Proposal, StepContext
 
 _RANGES = {"level": (3, 16), "window": (1, 16), "guess_set_size": (1, 16)}
 

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from ..model.tokenizer import Tokenizer
-    from ..sampling.params import SamplingParams
-    from ..sequence import SequenceState
+    from ...model.tokenizer import Tokenizer
+    from ...sampling.params import SamplingParams
+    from ...sequence import SequenceState
     from .proposer import Proposer, StepContext
     from .verify import Query
 

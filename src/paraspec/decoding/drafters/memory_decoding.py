@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Hashable, Sequence
 
-from ..errors import ConfigError
-from .draft_policy import DraftPolicy, PolicyStats
+from ...errors import ConfigError
+from ..policy.draft_policy import DraftPolicy, PolicyStats
 from .unknown_keys import warn_unknown_keys
-from .proposer import DEFAULT_CONTEXT, Proposal, StepContext
-from .tree import ROOT, DraftTree
-from .trie import TokenTrie
+from ..contract.proposer import DEFAULT_CONTEXT, Proposal, StepContext
+from ..contract.tree import ROOT, DraftTree
+from ..memory.trie import TokenTrie
 
 MAX_DECODING_LENGTH = 16
 PROMPT_WEIGHT = 1.0         # a prompt count is worth this many output counts when ranking nodes

@@ -29,19 +29,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 from .arms import ArmSelector, ArmStats
 from .unknown_keys import warn_unknown_keys
-from .cost import CostModel, window_prior
-from .draft_policy import DraftPolicy, PolicyStats
+from ..policy.cost import CostModel, window_prior
+from ..policy.draft_policy import DraftPolicy, PolicyStats
 from .lookahead import LookaheadParams
 from .lookahead_source import PoolSource
-from .memory import COPYING, MemoryDecodingParams, TrieSource
-from .output_memory import OutputMemory
-from .proposer import DEFAULT_CONTEXT, Proposal, StepContext
+from .memory_decoding import COPYING, MemoryDecodingParams, TrieSource
+from ..memory.output_memory import OutputMemory
+from ..contract.proposer import DEFAULT_CONTEXT, Proposal, StepContext
 from .suffix import SuffixSource
-from .tree import DraftTree
-from .trie import TokenTrie
+from ..contract.tree import DraftTree
+from ..memory.trie import TokenTrie
 
 _MEMORY_KEYS = {f.name for f in fields(MemoryDecodingParams)} - {"plugin_type"}
 _LOOKAHEAD_KEYS = {f.name for f in fields(LookaheadParams)}

@@ -13,8 +13,8 @@ from functools import lru_cache
 import numpy as np
 
 from .ngram_pool import NgramPool
-from .proposer import LookaheadBranch
-from .tree import DraftTree
+from ..contract.proposer import LookaheadBranch
+from ..contract.tree import DraftTree
 
 # ----------------------------------------------------------------------------------- layout
 

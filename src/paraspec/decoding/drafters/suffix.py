@@ -32,9 +32,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Hashable, Iterable, Sequence
 
-from .output_memory import OutputMemory, TokenIndex
+from ..memory.output_memory import OutputMemory, TokenIndex
 from .suffix_match import continuations, suffix_matches
-from .tree import ROOT, DraftTree
+from ..contract.tree import ROOT, DraftTree
 
 MIN_MATCH = 2           # a best match shorter than this is left to the trie (its 1-token
                         # matches are accepted rarely: not worth the Python time)

@@ -6,7 +6,7 @@ verification, `observe` with the tokens just committed. `end` releases the reque
 `begin` and `propose` get a `StepContext`: what the engine knows that a drafter may weigh its
 draft against (the batch size, the measured forward-cost curve, the step number). A drafter
 holds nothing of the engine's; what drafters share across requests (the token trie, arm
-statistics) they are given when built (decoding/registry.py).
+statistics) they are given when built (decoding/drafters/registry.py).
 
 Lookahead decoding also runs a Jacobi window in the same forward. That branch is not a draft:
 it is described by `LookaheadBranch` (tokens, offsets from the root position, a mask among its
@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
-from .cost import CostModel
+from ..policy.cost import CostModel
 from .tree import DraftTree
 
 if TYPE_CHECKING:
-    from .trie import TokenTrie
+    from ..memory.trie import TokenTrie
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .cost import CostModel
-from .stats import NO_MATCH, ROWS_TOO_DEAR
-from .tree import ROOT, DraftTree, descend
+from ..contract.stats import NO_MATCH, ROWS_TOO_DEAR
+from ..contract.tree import ROOT, DraftTree, descend
 
 DEPTH_EDGES = (2, 3, 5, 9, 17, 33)                  # depth bands: 1, 2, 3-4, 5-8, 9-16, 17-32, 33+
 Q_EDGES = (0.1, 0.2, 0.3, 0.45, 0.65, 0.85)         # bands of a source's conditional estimate

@@ -2,7 +2,7 @@
 what followed it there (prompt lookup decoding with the longest suffix match; SuffixDecoding,
 Oliaro et al. 2024, without the global suffix tree: one request's own tokens).
 
-Two steps, shared by the drafters that copy from a context (decoding/suffix.py: a request's
+Two steps, shared by the drafters that copy from a context (decoding/drafters/suffix.py: a request's
 prompt and output; aspd/context_match.py: an ASPD branch's prefix and own tokens):
   * `suffix_matches`: each candidate earlier position j of the sequence's last token, scored by
     how many tokens before it match too (its suffix match length m, capped), longest first, then
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .tree import ROOT, DraftTree
+from ..contract.tree import ROOT, DraftTree
 
 
 def suffix_matches(seq: Sequence[int], end: int, positions: Iterable[int], max_match: int,

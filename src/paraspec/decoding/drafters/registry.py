@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .arms import ArmStats
-from .output_memory import OutputMemory
+from ..memory.output_memory import OutputMemory
 from .plugins import PluginConfig
-from .proposer import Proposer
-from .trie import TokenTrie
+from ..contract.proposer import Proposer
+from ..memory.trie import TokenTrie
 
 MAX_CACHED_DRAFTERS = 16     # per-configuration drafters kept built (oldest evicted first)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ParaspecError
+from ...errors import ParaspecError
 from .output_memory import SEPARATOR
 
 MEMORY_FORMAT, MEMORY_VERSION = "paraspec-memory", 1

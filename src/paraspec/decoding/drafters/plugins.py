@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -143,12 +143,12 @@ def parse_plugin_params(value: str | dict | None, speculation_gamma: int | None 
 # ------------------------------------------------------------------------ this package's drafters
 
 def _memory_params():
-    from .memory import MemoryDecodingParams
+    from .memory_decoding import MemoryDecodingParams
     return MemoryDecodingParams
 
 
 def _memory_drafter(p, eos, trie, arms, output_memory, inner):
-    from .memory import MemoryDrafter
+    from .memory_decoding import MemoryDrafter
     return MemoryDrafter(p, eos_token_ids=eos, trie=trie)
 
 
