@@ -64,11 +64,14 @@ def _seed():
     torch.manual_seed(0)
 
 
-@pytest.fixture(autouse=True)
-def _draft_every_step(monkeypatch):
+@pytest.fixture(scope="session", autouse=True)
+def _draft_every_step():
     """Engines in the tests' process ask their drafter every step: the draft gate (decoding/policy/gate.py)
     skips looks by this machine's timings, and exactness tests must verify a draft tree on every
     step, the same ones on every run (servers the tests start inherit it). tests/decoding/test_gate.py
-    turns the gate on per engine."""
+    turns the gate on per engine. Session-scoped: module-scoped engines are built before any
+    function-scoped fixture runs."""
     from paraspec.engine import DRAFT_GATE_ENV
-    monkeypatch.setenv(DRAFT_GATE_ENV, "0")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(DRAFT_GATE_ENV, "0")
+        yield
