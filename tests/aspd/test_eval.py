@@ -33,7 +33,7 @@ def models(tiny_model_dir, tmp_path_factory):
 def test_run_eval_scores_every_mode(models):
     examples = synth.generate(2, 1000, split="heldout")
     real = eval_prompts.real_prompts()[18:21]      # two chat prompts and an instruction
-    report = run_eval(*models, examples, max_tokens=12, real=real, base_model=models[1])
+    report = run_eval(*models, examples, max_tokens=12, real={"real": real}, base_model=models[1])
     assert KEYS | {"speedup_cpu", "speedup_with_drafts_cpu", "latency_ratio"} <= set(report) and report["n"] == 2
     for mode in ("control", "control+drafts", "aspd", "aspd+drafts"):
         m = report["modes"][mode]
@@ -46,12 +46,39 @@ def test_run_eval_scores_every_mode(models):
     assert lo <= report["speedup"] <= hi
     r = report["real"]
     assert r["n"] == 3 and set(r["modes"]) == {"base", "control", "control+drafts", "aspd", "aspd+drafts"}
-    assert all(row["overlap_base"] == 1.0 for row in r["answers"]["base"])   # the reference against itself
+    assert all(row["overlap"] == 1.0 for row in r["answers"]["base"])   # the reference against itself
     # the control model is the base model here, so the control's answers ARE the reference
     assert r["quality"]["overlap_control"] == 1.0
     assert r["answers"]["aspd"][2]["ok"] is not None and r["answers"]["aspd"][0]["ok"] is None   # checks or none
     brief = brief_report(report)
     assert json.dumps(brief) and brief["real"]["n"] == 3 and "answers" not in brief
+
+
+def test_sharegpt_set_is_scored_against_its_own_answers(models, tmp_path):
+    """Held-out ShareGPT turns: decoded with their history, scored against their own answer (so no
+    base model is decoded), split by whether that answer has a list."""
+    from paraspec.aspd.data import Example
+    hist = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
+    rows = [Example("sharegpt/a_0#1", "serial", "Name three colours", ["- red\n- blue\n- green"],
+                    source="sharegpt-heldout", history=hist),
+            Example("sharegpt/b_0#0", "serial", "Tell me a story", ["Once upon a time a cat sat."],
+                    source="sharegpt-heldout")]
+    write_jsonl(tmp_path / "heldout_sharegpt.jsonl", rows)
+    exs = eval_prompts.sharegpt_heldout(tmp_path / "heldout_sharegpt.jsonl", 5)
+    assert [e.messages[:-1] for e in exs] == [hist, []]
+    report = run_eval(*models, [], max_tokens=8, real={"sharegpt": exs})
+    r = report["sharegpt"]
+    assert set(r["modes"]) == {"control", "control+drafts", "aspd", "aspd+drafts"}
+    assert [a["reference_list"] for a in r["answers"]["aspd"]] == [True, False] and r["reference_no_list"] == 1
+    assert all(0 <= a["overlap"] < 1 for a in r["answers"]["control"])    # a random model writes neither
+    assert r["blocks_where_no_list"] == 0 and "checks_base" not in r["quality"]
+    brief = brief_report(report)
+    assert brief["sharegpt"]["n"] == 2 and "real" not in brief
+
+
+def test_eval_refuses_negative_set_sizes(capsys):
+    assert main(["aspd", "eval", "--sharegpt-n", "-1"]) != 0
+    assert "--sharegpt-n" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("max_tokens", [3, 5, 8, 11, 14, 16, 18, 20, 22, 25, 28, 31, 34, 37, 39, 41, 48])

@@ -15,6 +15,22 @@ def test_real_prompts_are_not_in_the_training_data():
     assert not [e.prompt for e in real if e.prompt in train_text]
 
 
+def test_mtbench_first_turns_spread_over_every_category():
+    from kernel_paths import on_ci
+
+    from paraspec import catalog
+    if not catalog.is_fetched("mtbench") and not on_ci():
+        pytest.skip("mtbench not fetched: run `paraspec fetch mtbench`")
+    exs = eval_prompts.mtbench_first_turns(16)
+    assert len(exs) == 16 and len({e.family for e in exs}) == 8 and len({e.prompt for e in exs}) == 16
+    assert all(eval_prompts.reference(e) is None for e in exs)     # the base model's answer is the reference
+
+
+def test_has_list_counts_list_lines():
+    assert eval_prompts.has_list("Sure:\n1. a\n2. b\n3. c") and eval_prompts.has_list("- a\n- b\n  - c")
+    assert not eval_prompts.has_list("1. a\n2. b") and not eval_prompts.has_list("Plain prose.\nMore prose.")
+
+
 def test_checks_accept_and_reject():
     lst = next(e for e in eval_prompts.instructions() if e.checks and e.checks[0]["kind"] == "items")
     n = lst.checks[0]["min"]

@@ -108,6 +108,35 @@ def real_prompts(n_chat: int = 20) -> list[Example]:
     return chat_prompts(n_chat) + instructions()
 
 
+def sharegpt_heldout(path, n: int) -> list[Example]:
+    """The first n of build-data's held-out ShareGPT turns (heldout_sharegpt.jsonl: one seeded turn
+    of each chat no part of paraspec trains on), each with its history and its own answer, which
+    is the reference (`reference` below)."""
+    from .data import read_jsonl
+    return read_jsonl(path)[:n]
+
+
+def mtbench_first_turns(n: int) -> list[Example]:
+    """The first turns of n MT-Bench questions, evenly spread over its 8 categories (file order is
+    by category); never in training (build-data drops every chat that holds one: sharegpt.py)."""
+    from ..datasets import mtbench_questions
+    qs = mtbench_questions()
+    step = max(1, len(qs) // max(1, n))
+    return [Example(f"mtbench/{q.question_id}", q.category, q.turns[0], [], [], source="mtbench")
+            for q in qs[::step][:n]]
+
+
+def reference(example: Example) -> str | None:
+    """The answer an example is scored against: its own (ShareGPT's assistant turn, as plain text)
+    where it has one; None where the base model's answer to it is the reference."""
+    return example.plain if example.segments else None
+
+
+def has_list(text: str) -> bool:
+    """Three or more list lines: an answer a block could have written as branches."""
+    return sum(bool(_ITEM.match(ln.strip())) for ln in text.splitlines()) >= 3
+
+
 def check(example: Example, answer: str, branches: int = 0) -> bool | None:
     """True / False by the prompt's checks; None when it has none (judged by overlap only).
     `branches`: the ASPD branches the answer was written in; each is a line the user reads as one

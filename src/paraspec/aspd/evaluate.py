@@ -14,9 +14,14 @@ Two sets:
   (synth split "heldout"); accuracy by the exact checker on the engine's `.text` (what a user
   reads), per family and overall;
 - real: the bench's chat prompts and eval_prompts.INSTRUCTIONS, which have no parallel structure
-  by construction. Quality: ROUGE-L of each answer against the base model's answer to the same
-  prompt, the prompt's exact checks where it has them, and loops (eval_stats.degenerate). The
-  speed figures are split by whether ASPD opened a block on the prompt.
+  by construction; mtbench (--mtbench-n): MT-Bench first turns. Reference: the base model's
+  answer to the same prompt;
+- sharegpt (--sharegpt-n): build-data's held-out ShareGPT turns, decoded with their history.
+  Reference: the turn's own answer.
+Quality on a real set: ROUGE-L of each answer against its reference, paired ASPD - control, split
+by whether the reference has a list (eval_prompts.has_list); the prompt's exact checks where it has
+them; loops (eval_stats.degenerate); how often ASPD opened a block where the reference has no
+list. The speed figures are split by whether ASPD opened a block on the prompt.
 Speed: `speedup` is the control's seconds per answer token over ASPD's (tokens of `.text` in the
 base tokenizer; a throughput ratio, fair where answers differ in length), `speedup_with_drafts`
 the same for control+drafts over aspd+drafts (both with the same drafter: the gain ASPD adds to
@@ -39,6 +44,7 @@ from .paths import ADAPTER_DIR, DATA_DIR, EXPORT_DIR
 
 MODES = ("control", "control+drafts", "aspd", "aspd+drafts")
 REAL_MODES = ("base",) + MODES
+REAL_SETS = ("real", "sharegpt", "mtbench")      # report keys of the real prompt sets
 DRAFTS = {"plugin_type": "memory_decoding"}
 ASPD = {"plugin_type": "aspd"}
 ASPD_DRAFTS = {"plugin_type": "aspd", "drafter": DRAFTS}
@@ -50,6 +56,12 @@ def add_parser(s) -> None:
     e.add_argument("--quick", action="store_true", help="24 held-out tasks and 19 real prompts; print one JSON line")
     e.add_argument("--n", type=int, default=0, help="held-out tasks (default: all, or 24 with --quick)")
     e.add_argument("--real-n", type=int, default=-1, help="real prompts (default: all 76, or 19 with --quick; 0: none)")
+    e.add_argument("--sharegpt-n", type=int, default=0,
+                   help="held-out ShareGPT turns, scored against their own answers (default 0; "
+                        "build-data writes them)")
+    e.add_argument("--sharegpt-data", default=str(DATA_DIR / "heldout_sharegpt.jsonl"))
+    e.add_argument("--mtbench-n", type=int, default=0,
+                   help="MT-Bench first turns, spread over its categories (default 0; `paraspec fetch mtbench`)")
     e.add_argument("--data", default=str(DATA_DIR / "heldout.jsonl"))
     e.add_argument("--adapters", default=str(ADAPTER_DIR))
     e.add_argument("--cache", default=str(EXPORT_DIR), help="where the merged model folders are cached")
@@ -90,7 +102,7 @@ def _decode(llms: dict, mode: str, ex, params, count) -> dict:
     from .markup import parse, to_plain
     llm = llms["aspd" if mode.startswith("aspd") else "control" if mode.startswith("control") else "base"]
     t0, c0 = time.perf_counter(), time.process_time()
-    out = llm.chat([{"role": "user", "content": ex.prompt}], params, PLUGINS[mode])[0]
+    out = llm.chat(ex.messages, params, PLUGINS[mode])[0]
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     raw, text = out.stats.get("aspd_raw_text"), out.outputs[0].text
     blocks = [seg for seg in parse(raw) if seg.parallel] if raw else []
@@ -101,8 +113,9 @@ def _decode(llms: dict, mode: str, ex, params, count) -> dict:
 
 
 def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: int = 256,
-             threads: int = 1, log=None, real: list | None = None, base_model: str = "default") -> dict:
-    """Every decoder on every held-out task (`examples`), then on every real prompt (`real`)."""
+             threads: int = 1, log=None, real: dict | None = None, base_model: str = "default") -> dict:
+    """Every decoder on every held-out task (`examples`), then on every prompt of each real set
+    (`real`: set name -> examples; report[name] for each)."""
     import torch
 
     from ..api import LLM
@@ -111,11 +124,12 @@ def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: in
     from .eval_stats import degenerate, rouge_l
     torch.set_num_threads(threads)
     llms = {"control": LLM(control_model), "aspd": LLM(aspd_model, plugin_params=ASPD)}
-    if real:
+    real = real or {}
+    if any(eval_prompts.reference(ex) is None for exs in real.values() for ex in exs):
         llms["base"] = LLM(base_model)
     params = SamplingParams(temperature=0, max_tokens=max_tokens)
     count = llms["control"].tokenizer.encode
-    first = (examples or real)[0]
+    first = (examples or [ex for exs in real.values() for ex in exs])[0]
     for name, llm in llms.items():      # the first call pays one-time costs (kernel packing, caches)
         llm.chat([{"role": "user", "content": first.prompt}], SamplingParams(temperature=0, max_tokens=4))
     rows = {m: [] for m in MODES}
@@ -127,23 +141,10 @@ def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: in
         if log:
             log(f"heldout {i + 1}/{len(examples)} " + " ".join(
                 f"{m}:{'ok' if rows[m][-1]['ok'] else 'x'} {rows[m][-1]['wall_s']:.2f}s" for m in MODES))
-    real_rows = {m: [] for m in REAL_MODES}
-    for i, ex in enumerate(real or []):
-        for mode in REAL_MODES:
-            r = _decode(llms, mode, ex, params, count)
-            r["ok"] = eval_prompts.check(ex, r["text"], r["branches"])
-            r["loop"] = degenerate(r["text"])
-            real_rows[mode].append(r)
-        ref = real_rows["base"][-1]["text"]
-        for mode in REAL_MODES:
-            real_rows[mode][-1]["overlap_base"] = rouge_l(real_rows[mode][-1]["text"], ref)
-        if log:
-            log(f"real {i + 1}/{len(real)} " + " ".join(
-                f"{m}:{real_rows[m][-1]['overlap_base']:.2f} {real_rows[m][-1]['wall_s']:.2f}s" for m in REAL_MODES)
-                + f" blocks {real_rows['aspd'][-1]['blocks']}")
     report = summarize(rows, threads) if examples else {"n": 0, "threads": threads}
-    if real:
-        report["real"] = summarize_real(real_rows)
+    for name, exs in (real or {}).items():
+        if exs:
+            report[name] = summarize_real(_real_rows(llms, name, exs, params, count, log))
     n = llms["aspd"].numerics
     report["numerics"] = f"{n.dtype}" + (f"+{n.quantization}" if n.quantization else "")
     return report
@@ -200,21 +201,56 @@ def summarize(rows: dict, threads: int) -> dict:
             "intervals": speeds, "modes": per, "answers": rows}
 
 
+def _real_rows(llms: dict, name: str, exs: list, params, count, log) -> dict:
+    """Every decoder on every prompt of one real set, scored against its reference: the example's
+    own answer where it has one (ShareGPT), else the base model's answer (which is then decoded)."""
+    from . import eval_prompts
+    from .eval_stats import degenerate, rouge_l
+    modes = MODES if all(eval_prompts.reference(ex) is not None for ex in exs) else REAL_MODES
+    rows = {m: [] for m in modes}
+    for i, ex in enumerate(exs):
+        for mode in modes:
+            r = _decode(llms, mode, ex, params, count)
+            r["ok"] = eval_prompts.check(ex, r["text"], r["branches"])
+            r["loop"] = degenerate(r["text"])
+            rows[mode].append(r)
+        ref = eval_prompts.reference(ex)
+        ref = rows["base"][-1]["text"] if ref is None else ref
+        for mode in modes:
+            rows[mode][-1]["overlap"] = rouge_l(rows[mode][-1]["text"], ref)
+            rows[mode][-1]["reference_list"] = eval_prompts.has_list(ref)
+        if log:
+            log(f"{name} {i + 1}/{len(exs)} " + " ".join(
+                f"{m}:{rows[m][-1]['overlap']:.2f} {rows[m][-1]['wall_s']:.2f}s" for m in modes)
+                + f" blocks {rows['aspd'][-1]['blocks']}")
+    return rows
+
+
 def summarize_real(rows: dict) -> dict:
-    """Quality against the base model's answers, and speed split by whether ASPD opened a block."""
+    """Quality against the reference, speed split by whether ASPD opened a block, and how often it
+    opened one where the reference has no list (a block where nothing is parallel)."""
     from .eval_stats import mean_ci
-    n = len(rows["base"])
+    n = len(rows["aspd"])
     opened = [i for i in range(n) if rows["aspd"][i]["blocks"] > 0]
     serial = [i for i in range(n) if rows["aspd"][i]["blocks"] == 0]
-    per = {mode: {**_mode_summary(rs), "overlap_base": mean_ci([r["overlap_base"] for r in rs]),
+    no_list = [i for i in range(n) if not rows["aspd"][i]["reference_list"]]
+    per = {mode: {**_mode_summary(rs), "overlap": mean_ci([r["overlap"] for r in rs]),
                   "loops": sum(r["loop"] for r in rs)} for mode, rs in rows.items()}
-    paired = [rows["aspd"][i]["overlap_base"] - rows["control"][i]["overlap_base"] for i in range(n)]
-    quality = {"overlap_aspd": per["aspd"]["overlap_base"]["mean"], "overlap_control": per["control"]["overlap_base"]["mean"],
-               "overlap_diff": mean_ci(paired),
+
+    def paired(idx):
+        return mean_ci([rows["aspd"][i]["overlap"] - rows["control"][i]["overlap"] for i in idx])
+
+    quality = {"overlap_aspd": per["aspd"]["overlap"]["mean"], "overlap_control": per["control"]["overlap"]["mean"],
+               "overlap_diff": paired(range(n)),
+               "overlap_diff_list": paired([i for i in range(n) if i not in no_list]),
+               "overlap_diff_no_list": paired(no_list),
                "checks_aspd": per["aspd"]["accuracy"]["mean"], "checks_control": per["control"]["accuracy"]["mean"],
-               "checks_base": per["base"]["accuracy"]["mean"],
                "loops_aspd": per["aspd"]["loops"], "loops_control": per["control"]["loops"]}
-    return {"n": n, "prompts_with_blocks": len(opened), "quality": quality,
+    if "base" in per:
+        quality["checks_base"] = per["base"]["accuracy"]["mean"]
+    return {"n": n, "prompts_with_blocks": len(opened), "reference_no_list": len(no_list),
+            "blocks_where_no_list": sum(rows["aspd"][i]["blocks"] > 0 for i in no_list),
+            "quality": quality,
             "block_prompts": _speeds(rows, opened) if opened else None,
             "serial_prompts": _speeds(rows, serial) if serial else None,
             "all_prompts": _speeds(rows, list(range(n))),
@@ -225,19 +261,25 @@ def eval_main(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from . import eval_prompts
     from .data import read_jsonl
-    if args.n < 0 or args.max_tokens < 1 or args.threads < 1 or args.real_n < -1:
-        raise ConfigError("--n must be >= 0, --real-n >= 0, --max-tokens and --threads >= 1")
+    if min(args.n, args.sharegpt_n, args.mtbench_n) < 0 or args.max_tokens < 1 or args.threads < 1 \
+            or args.real_n < -1:
+        raise ConfigError("--n, --real-n, --sharegpt-n and --mtbench-n must be >= 0, "
+                          "--max-tokens and --threads >= 1")
     examples = read_jsonl(args.data) if Path(args.data).is_file() else heldout()
     examples = examples[:args.n or (24 if args.quick else len(examples))]
     real = eval_prompts.real_prompts()
     real = real[::4] if args.quick and args.real_n < 0 else real[:args.real_n] if args.real_n >= 0 else real
-    if not examples and not real:
-        raise ConfigError(f"{args.data} has no examples and --real-n is 0; run `paraspec aspd build-data`")
+    sets = {"real": real,
+            "sharegpt": eval_prompts.sharegpt_heldout(args.sharegpt_data, args.sharegpt_n) if args.sharegpt_n else [],
+            "mtbench": eval_prompts.mtbench_first_turns(args.mtbench_n) if args.mtbench_n else []}
+    if not examples and not any(sets.values()):
+        raise ConfigError(f"{args.data} has no examples and every real set is empty (--real-n 0); "
+                          "run `paraspec aspd build-data`")
     adapters, cache = Path(args.adapters), Path(args.cache)
     aspd = args.aspd_model or str(model_folder("aspd", adapters, cache))
     control = args.control_model or str(model_folder("control", adapters, cache))
     report = run_eval(aspd, control, examples, args.max_tokens, args.threads,
-                      log=None if args.quick else print, real=real, base_model=args.base_model)
+                      log=None if args.quick else print, real=sets, base_model=args.base_model)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
@@ -248,12 +290,15 @@ def eval_main(args: argparse.Namespace) -> int:
 
 def brief_report(report: dict) -> dict:
     """The report's point figures: what --quick prints as one line."""
-    brief = {k: v for k, v in report.items() if k not in ("modes", "answers", "intervals", "real")}
-    real = report.get("real")
-    if real:
-        brief["real"] = {"n": real["n"], "prompts_with_blocks": real["prompts_with_blocks"],
-                         **{k: (v["mean"] if isinstance(v, dict) else v) for k, v in real["quality"].items()},
-                         **{f"{group}_{k}": v for group in ("block_prompts", "serial_prompts")
-                            for k, v in _brief(real[group] or {}).items()
-                            if k in ("speedup", "speedup_with_drafts")}}
+    brief = {k: v for k, v in report.items() if k not in ("modes", "answers", "intervals") + REAL_SETS}
+    for name in REAL_SETS:
+        real = report.get(name)
+        if real:
+            brief[name] = {"n": real["n"], "prompts_with_blocks": real["prompts_with_blocks"],
+                           "blocks_where_no_list": real["blocks_where_no_list"],
+                           "reference_no_list": real["reference_no_list"],
+                           **{k: (v["mean"] if isinstance(v, dict) else v) for k, v in real["quality"].items()},
+                           **{f"{group}_{k}": v for group in ("block_prompts", "serial_prompts")
+                              for k, v in _brief(real[group] or {}).items()
+                              if k in ("speedup", "speedup_with_drafts")}}
     return brief
