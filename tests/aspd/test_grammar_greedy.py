@@ -66,3 +66,30 @@ def test_first_max_is_torch_argmax_ties_and_infinities_included():
     assert first_max(rows) == rows.argmax(-1).tolist()
     assert [first_max(r) for r in rows] == rows.argmax(-1).tolist()
     assert first_max(rows.double()) == rows.argmax(-1).tolist()     # the torch fallback
+
+
+def test_open_threshold_opens_a_block_only_where_the_model_is_sure():
+    """The list-opening <|title|> is kept where its probability reaches the threshold, banned
+    below it (greedy and apply alike); later titles of a list and other states are untouched."""
+    import pytest
+
+    from paraspec.aspd.params import AspdParams
+    from paraspec.errors import ConfigError
+    unsure, sure = torch.zeros(V), torch.zeros(V)
+    unsure[IDS.title], unsure[9] = 3.0, 2.5          # title the argmax at p ~ 0.29
+    sure[IDS.title] = 8.0                            # p ~ 0.98
+    g = SerialGrammar(IDS, EOS, open_threshold=0.5)
+    assert g.greedy(unsure) == 9 == int(g.apply(unsure).argmax()) and g.apply(unsure)[IDS.title] == float("-inf")
+    assert g.greedy(sure) == IDS.title == int(g.apply(sure).argmax())
+    assert SerialGrammar(IDS, EOS).greedy(unsure) == IDS.title               # no threshold: the model's draw
+    for t in (IDS.title, 9, IDS.end_title):                                  # closed: the next title stays open
+        g.advance(t)
+    assert g.state == "closed" and g.greedy(unsure) == IDS.title and g.copy().open_threshold == 0.5
+    for state in _grammars():
+        state.open_threshold = 0.5
+        for row in _rows():
+            assert state.greedy(row) == int(state.apply(row).argmax())
+    assert AspdParams.from_dict({"open_threshold": 0.4}).open_threshold == 0.4
+    for bad in (1, 1.5, -0.1, "0.5", True):
+        with pytest.raises(ConfigError, match="plugin_params.open_threshold"):
+            AspdParams.from_dict({"open_threshold": bad})

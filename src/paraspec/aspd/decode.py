@@ -99,7 +99,7 @@ class AspdState:
         p = decoder.params
         self.decoder, self.ids, self.tokenizer = decoder, ids, tokenizer
         self.eos = eos = frozenset(tokenizer.eos_token_ids)
-        self.grammar = SerialGrammar(ids, eos, p.max_branches, p.max_title_tokens)
+        self.grammar = SerialGrammar(ids, eos, p.max_branches, p.max_title_tokens, open_threshold=p.open_threshold)
         self.titles: list[list[int]] = []
         self.block: Block | None = None
         self.blocks = self.branches = self.parallel_steps = 0

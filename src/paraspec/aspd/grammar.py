@@ -7,12 +7,15 @@ Serial mode (SerialGrammar, one state per sequence, advanced by every emitted to
 - inside a title: no `<|title|>`, `<|para|>`; after max_title_tokens only `<|/title|>`;
 - right after `<|/title|>`: only `<|title|>` (below the branch cap) or `<|para|>`;
 - EOS is banned inside a titles list (a block that is announced gets decoded);
-- at the first serial step after a block `<|title|>` is banned (no block right after a block).
+- at the first serial step after a block `<|title|>` is banned (no block right after a block);
+- with an open threshold, the `<|title|>` that opens a list (so a block) is banned where the
+  model gives it less probability than the threshold: a block opens where the model is sure of it.
 Branches (branch_logits): every markup token but `<|/branch|>` is banned; EOS is mapped to
 `<|/branch|>` after the draw (branch_token).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -32,6 +35,7 @@ class SerialGrammar:
     state: str = "text"          # text | open (just after <|title|>) | title | closed (after <|/title|>) | after_block
     titles: int = 0              # titles in the current list
     title_tokens: int = 0        # tokens of the title being written
+    open_threshold: float = 0.0  # P(<|title|>) a list (a block) needs to open; 0: the model's draw
     _banned_text: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -41,18 +45,19 @@ class SerialGrammar:
 
     def copy(self) -> "SerialGrammar":
         g = SerialGrammar(self.ids, self.eos, self.max_titles, self.max_title_tokens, self.state, self.titles,
-                          self.title_tokens)
+                          self.title_tokens, self.open_threshold)
         return g
 
-    def rule(self) -> tuple[bool, list[int]]:
-        """What the grammar allows here: (True, the only allowed ids) or (False, the banned ids)."""
+    def rule(self, logits: torch.Tensor | None = None) -> tuple[bool, list[int]]:
+        """What the grammar allows here: (True, the only allowed ids) or (False, the banned ids).
+        `logits`: the row being drawn from, which the open threshold reads."""
         i = self.ids
         if self.state == "closed":
             return True, [i.para] + ([i.title] if self.titles < self.max_titles else [])
         if self.state == "title" and self.title_tokens >= self.max_title_tokens:
             return True, [i.end_title]
         banned = list(self._banned_text if self.state in ("text", "after_block") else self._always)
-        if self.state == "after_block":
+        if self.state == "after_block" or (logits is not None and self.holds(logits)):
             banned.append(i.title)
         elif self.state == "open":
             banned += [i.title, i.end_title, i.para, *self.eos]
@@ -62,7 +67,7 @@ class SerialGrammar:
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """The logits with what the grammar forbids here at -inf (a copy)."""
-        only, ids = self.rule()
+        only, ids = self.rule(logits)
         out = logits.clone()
         if only:
             keep = out[ids].clone()
@@ -80,7 +85,15 @@ class SerialGrammar:
         if only:       # rare (after a title): the plain path
             return int(self.apply(logits).argmax())
         t = first_max(logits)
-        return t if t not in ids else int(self.apply(logits).argmax())
+        held = t == self.ids.title and self.holds(logits)
+        return t if t not in ids and not held else int(self.apply(logits).argmax())
+
+    def holds(self, logits: torch.Tensor) -> bool:
+        """Whether the open threshold bans the list-opening `<|title|>` in this row."""
+        if self.open_threshold <= 0 or self.state != "text":
+            return False
+        row = logits.float()
+        return float(row[self.ids.title] - torch.logsumexp(row, -1)) < math.log(self.open_threshold)
 
     def advance(self, token: int) -> None:
         i = self.ids

@@ -1,7 +1,9 @@
 """plugin_params of ASPD: {"plugin_type": "aspd", "max_branches": 8, "max_branch_tokens": 256,
-"max_title_tokens": 16, "branch_drafts": true, "drafter": {"plugin_type": "memory_decoding", ...}}
+"max_title_tokens": 16, "branch_drafts": true, "open_threshold": 0.0,
+"drafter": {"plugin_type": "memory_decoding", ...}}
 (drafter: optional, the drafter of the serial segments, any other plugin_params; branch_drafts:
-with a drafter that keeps a trie, greedy branches also draft from it, branch_drafts.py)."""
+with a drafter that keeps a trie, greedy branches also draft from it, branch_drafts.py;
+open_threshold: the probability the model must give a block's opening for it to open, grammar.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ class AspdParams:
     max_title_tokens: int = 16      # a title's tokens before the grammar closes it
     drafter: Any = None             # PluginConfig of the serial segments' drafter, or None
     branch_drafts: bool = True      # branches draft from the drafter's trie too (when it has one)
+    open_threshold: float = 0.0     # P(<|title|>) a block needs to open (grammar.py); 0: no threshold
 
     @property
     def decoding_length(self) -> int:
@@ -27,11 +30,17 @@ class AspdParams:
 
     @classmethod
     def from_dict(cls, d: dict) -> "AspdParams":
-        unknown = sorted(set(d) - set(LIMITS) - {"drafter", "branch_drafts"})
+        unknown = sorted(set(d) - set(LIMITS) - {"drafter", "branch_drafts", "open_threshold"})
         if unknown:
             raise ConfigError(f"plugin_params.{unknown[0]} is not an aspd parameter; use "
-                              f"{', '.join(LIMITS)}, branch_drafts or drafter")
+                              f"{', '.join(LIMITS)}, branch_drafts, open_threshold or drafter")
         kw: dict[str, Any] = {}
+        if "open_threshold" in d:
+            v = d["open_threshold"]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                raise ConfigError(f"plugin_params.open_threshold={v!r} is invalid; use a number from 0 "
+                                  "(the model's own draw) up to, not including, 1")
+            kw["open_threshold"] = float(v)
         if "branch_drafts" in d:
             if not isinstance(d["branch_drafts"], bool):
                 raise ConfigError(f"plugin_params.branch_drafts={d['branch_drafts']!r} is invalid; use true or false")
