@@ -62,6 +62,8 @@ def add_parser(s) -> None:
     e.add_argument("--sharegpt-data", default=str(DATA_DIR / "heldout_sharegpt.jsonl"))
     e.add_argument("--mtbench-n", type=int, default=0,
                    help="MT-Bench first turns, spread over its categories (default 0; `paraspec fetch mtbench`)")
+    e.add_argument("--open-threshold", type=float, default=0.0,
+                   help="ASPD's plugin_params.open_threshold (default 0: the model opens blocks as it draws)")
     e.add_argument("--data", default=str(DATA_DIR / "heldout.jsonl"))
     e.add_argument("--adapters", default=str(ADAPTER_DIR))
     e.add_argument("--cache", default=str(EXPORT_DIR), help="where the merged model folders are cached")
@@ -98,11 +100,11 @@ def heldout() -> list:
     return synth.generate(120, 1000, exclude={e.prompt for e in synth.generate(1200, 0)}, split="heldout")
 
 
-def _decode(llms: dict, mode: str, ex, params, count) -> dict:
+def _decode(llms: dict, plugins: dict, mode: str, ex, params, count) -> dict:
     from .markup import parse, to_plain
     llm = llms["aspd" if mode.startswith("aspd") else "control" if mode.startswith("control") else "base"]
     t0, c0 = time.perf_counter(), time.process_time()
-    out = llm.chat(ex.messages, params, PLUGINS[mode])[0]
+    out = llm.chat(ex.messages, params, plugins[mode])[0]
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     raw, text = out.stats.get("aspd_raw_text"), out.outputs[0].text
     blocks = [seg for seg in parse(raw) if seg.parallel] if raw else []
@@ -113,7 +115,8 @@ def _decode(llms: dict, mode: str, ex, params, count) -> dict:
 
 
 def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: int = 256,
-             threads: int = 1, log=None, real: dict | None = None, base_model: str = "default") -> dict:
+             threads: int = 1, log=None, real: dict | None = None, base_model: str = "default",
+             open_threshold: float = 0.0) -> dict:
     """Every decoder on every held-out task (`examples`), then on every prompt of each real set
     (`real`: set name -> examples; report[name] for each)."""
     import torch
@@ -123,19 +126,21 @@ def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: in
     from . import eval_prompts, synth
     from .eval_stats import degenerate, rouge_l
     torch.set_num_threads(threads)
-    llms = {"control": LLM(control_model), "aspd": LLM(aspd_model, plugin_params=ASPD)}
+    aspd = {**ASPD, "open_threshold": open_threshold} if open_threshold else ASPD
+    plugins = {**PLUGINS, "aspd+drafts": {**ASPD_DRAFTS, **aspd}}
+    llms = {"control": LLM(control_model), "aspd": LLM(aspd_model, plugin_params=aspd)}
     real = real or {}
     if any(eval_prompts.reference(ex) is None for exs in real.values() for ex in exs):
         llms["base"] = LLM(base_model)
     params = SamplingParams(temperature=0, max_tokens=max_tokens)
     count = llms["control"].tokenizer.encode
     first = (examples or [ex for exs in real.values() for ex in exs])[0]
-    for name, llm in llms.items():      # the first call pays one-time costs (kernel packing, caches)
+    for llm in llms.values():      # the first call pays one-time costs (kernel packing, caches)
         llm.chat([{"role": "user", "content": first.prompt}], SamplingParams(temperature=0, max_tokens=4))
     rows = {m: [] for m in MODES}
     for i, ex in enumerate(examples):
         for mode in MODES:
-            r = _decode(llms, mode, ex, params, count)
+            r = _decode(llms, plugins, mode, ex, params, count)
             r["ok"] = synth.check(ex, r["text"])
             rows[mode].append(r)
         if log:
@@ -144,8 +149,9 @@ def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: in
     report = summarize(rows, threads) if examples else {"n": 0, "threads": threads}
     for name, exs in (real or {}).items():
         if exs:
-            report[name] = summarize_real(_real_rows(llms, name, exs, params, count, log))
+            report[name] = summarize_real(_real_rows(llms, plugins, name, exs, params, count, log))
     n = llms["aspd"].numerics
+    report["open_threshold"] = open_threshold
     report["numerics"] = f"{n.dtype}" + (f"+{n.quantization}" if n.quantization else "")
     return report
 
@@ -201,7 +207,7 @@ def summarize(rows: dict, threads: int) -> dict:
             "intervals": speeds, "modes": per, "answers": rows}
 
 
-def _real_rows(llms: dict, name: str, exs: list, params, count, log) -> dict:
+def _real_rows(llms: dict, plugins: dict, name: str, exs: list, params, count, log) -> dict:
     """Every decoder on every prompt of one real set, scored against its reference: the example's
     own answer where it has one (ShareGPT), else the base model's answer (which is then decoded)."""
     from . import eval_prompts
@@ -210,7 +216,7 @@ def _real_rows(llms: dict, name: str, exs: list, params, count, log) -> dict:
     rows = {m: [] for m in modes}
     for i, ex in enumerate(exs):
         for mode in modes:
-            r = _decode(llms, mode, ex, params, count)
+            r = _decode(llms, plugins, mode, ex, params, count)
             r["ok"] = eval_prompts.check(ex, r["text"], r["branches"])
             r["loop"] = degenerate(r["text"])
             rows[mode].append(r)
@@ -279,7 +285,8 @@ def eval_main(args: argparse.Namespace) -> int:
     aspd = args.aspd_model or str(model_folder("aspd", adapters, cache))
     control = args.control_model or str(model_folder("control", adapters, cache))
     report = run_eval(aspd, control, examples, args.max_tokens, args.threads,
-                      log=None if args.quick else print, real=sets, base_model=args.base_model)
+                      log=None if args.quick else print, real=sets, base_model=args.base_model,
+                      open_threshold=args.open_threshold)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")

@@ -132,16 +132,19 @@ class DraftPolicy:
 
     def select(self, key: str, context: Sequence[int], candidates: Sequence[DraftTree | None], budget: int,
                cost: CostModel, extra_rows: int = 0, send_all: int = 0,
-               score: bool = True) -> tuple[DraftTree, float]:
+               score: bool = True, batch_size: int = 1) -> tuple[DraftTree, float]:
         """The draft to verify (best first, at most `budget` nodes) and its expected accepted
         tokens. candidates[s]: source s's tree with its own estimates (None: nothing).
         send_all: at least the first send_all nodes when together their value is positive
         (MindIE's static draft length). score=False: the candidates are not kept for
-        calibration; a second scored look at the same step replaces the first's candidates."""
+        calibration; a second scored look at the same step replaces the first's candidates.
+        batch_size: the sequences sharing the step's forward (see _size)."""
         tree, owners = self.merged(key, context, candidates, score)
-        n, expected = self._size(self._requests[key], tree.probs, budget, cost, extra_rows, send_all)
+        others = max(0, batch_size - 1)
+        n, expected = self._size(self._requests[key], tree.probs, budget, cost, extra_rows + others, send_all,
+                                 max(1, batch_size))
         draft = tree.truncated(n)
-        self.sent(key, draft, owners[:n], cost(1 + n + extra_rows))
+        self.sent(key, draft, owners[:n], cost(1 + n + extra_rows + others))
         self._requests[key].reason = None if n else (ROWS_TOO_DEAR if len(tree) and budget > 0 else NO_MATCH)
         return draft, expected
 
@@ -285,13 +288,17 @@ class DraftPolicy:
 
     @staticmethod
     def _size(st: _Request, probs: list[float], budget: int, cost: CostModel, extra_rows: int,
-              send_all: int) -> tuple[int, float]:
-        """How many of the best-first nodes to send, and their expected accepted tokens."""
+              send_all: int, batch_size: int = 1) -> tuple[int, float]:
+        """How many of the best-first nodes to send, and their expected accepted tokens. In a
+        batch the other sequences' roots are among extra_rows (their rows are on the curve
+        already), and a row's time delays every sequence of the forward: it is priced at the
+        batch's tokens per unit of cost (this request's rate for each), so where the batch has
+        left the curve's flat start drafts must be near-certain to go out."""
         n_max = min(len(probs), budget)
         if n_max <= 0:
             return 0, 0.0
         margin = COPY_MARGIN if st.state == len(STREAK_EDGES) else MARGIN
-        price = st.tok_ema / st.cost_ema + margin - 1.0
+        price = batch_size * st.tok_ema / st.cost_ema + margin - 1.0
         table = cost.table
         base = table[1 + extra_rows] if 1 + extra_rows < len(table) else cost(1 + extra_rows)
         gain = best_v = best_gain = 0.0
