@@ -26,7 +26,7 @@ from .decoding.drafters.registry import DrafterRegistry
 from .decoding.contract.stats import GATE_CLOSED, NO_MATCH, NO_ROOM
 from .decoding.contract.verify import Query, build_query, fit_proposal
 from .errors import ParaspecError
-from .forward_cost import ForwardCost
+from .decoding.policy.cost import ForwardCost
 from .outputs import TokenLogprob, token_logprobs
 from .prefix_cache import PrefixCache
 from .runner import ModelRunner
@@ -116,7 +116,7 @@ class Engine:
     @property
     def cost(self) -> CostModel:
         """t(k)/t(1), the same for every drafter of the engine: probed on the first use, then
-        refreshed from the engine's own batch-1 steps at equal context (forward_cost.py)."""
+        refreshed from the engine's own batch-1 steps at equal context (decoding/policy/cost.py)."""
         return self.forward_cost.get()
 
     def pin_cost(self, model: CostModel | None) -> None:

@@ -61,8 +61,8 @@ class ModelRunner:
         """t(k) / t(1) for every k from 1 to max(sizes) (sizes: multiples of ROW_MULTIPLE): the
         time of a forward over k query tokens relative to one, probed once on this machine over a
         scratch cache and given a physically plausible shape (cost.plausible_curve); the engine
-        refreshes it from its own steps (decoding/policy/cost_refresh.py). Drafters use it to decide how
-        many draft tokens are worth verifying. PARASPEC_FORWARD_COST='{"1": 1, "2": 2.08, ...}'
+        refreshes it from its own steps (decoding/policy/cost.py, CurveRefresh). Drafters use it
+        to decide how many draft tokens are worth verifying. PARASPEC_FORWARD_COST='{"1": 1, "2": 2.08, ...}'
         pins another machine's curve instead (shaped the same way, never refreshed).
 
         The forward pads its rows to a multiple of ROW_MULTIPLE, so the true curve is a staircase:

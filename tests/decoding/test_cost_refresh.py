@@ -3,7 +3,7 @@ of the same sequence at (nearly) the same cache length. Synthetic step times, no
 import pytest
 
 from paraspec.decoding.policy.cost import plausible_curve
-from paraspec.decoding.policy.cost_refresh import NEAR, ONE_ROW_KEPT, PENDING, REFRESH, WINDOW, CurveRefresh
+from paraspec.decoding.policy.cost import NEAR, ONE_ROW_KEPT, PENDING, REFRESH, WINDOW, CurveRefresh
 
 PROBE = plausible_curve({1: 1.0, 2: 1.3, 4: 1.75, 8: 2.7, 16: 4.0, 32: 7.5}).curve
 SIZES = (1, 2, 4, 8, 16, 32)
