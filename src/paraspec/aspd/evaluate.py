@@ -54,7 +54,7 @@ PLUGINS = {"base": None, "control": None, "control+drafts": DRAFTS, "aspd": None
 def add_parser(s) -> None:
     e = s.add_parser("eval", help="ASPD vs the matched control: accuracy, quality, forward passes, speed")
     e.add_argument("--quick", action="store_true", help="24 held-out tasks and 19 real prompts; print one JSON line")
-    e.add_argument("--n", type=int, default=0, help="held-out tasks (default: all, or 24 with --quick)")
+    e.add_argument("--n", type=int, default=-1, help="held-out tasks (default: all, or 24 with --quick; 0: none)")
     e.add_argument("--real-n", type=int, default=-1, help="real prompts (default: all 76, or 19 with --quick; 0: none)")
     e.add_argument("--sharegpt-n", type=int, default=0,
                    help="held-out ShareGPT turns, scored against their own answers (default 0; "
@@ -267,12 +267,12 @@ def eval_main(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from . import eval_prompts
     from .data import read_jsonl
-    if min(args.n, args.sharegpt_n, args.mtbench_n) < 0 or args.max_tokens < 1 or args.threads < 1 \
-            or args.real_n < -1:
+    if min(args.sharegpt_n, args.mtbench_n) < 0 or args.max_tokens < 1 or args.threads < 1 \
+            or min(args.n, args.real_n) < -1:
         raise ConfigError("--n, --real-n, --sharegpt-n and --mtbench-n must be >= 0, "
                           "--max-tokens and --threads >= 1")
     examples = read_jsonl(args.data) if Path(args.data).is_file() else heldout()
-    examples = examples[:args.n or (24 if args.quick else len(examples))]
+    examples = examples[:args.n if args.n >= 0 else 24 if args.quick else len(examples)]
     real = eval_prompts.real_prompts()
     real = real[::4] if args.quick and args.real_n < 0 else real[:args.real_n] if args.real_n >= 0 else real
     sets = {"real": real,
