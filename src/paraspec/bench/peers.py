@@ -129,7 +129,7 @@ class TransformersSystem(_PeerBase):
 
 # llama-cpp-python compiles llama.cpp for the CPU it was installed on (GGML_NATIVE): moved to a
 # CPU without those instructions its forward dies with SIGILL, and so did a native build on a VM
-# whose CPUID lists AMX (ggml's AMX matmul, seen on an Intel Xeon VM, 2026-12-01), which takes
+# whose CPUID lists AMX (ggml's AMX matmul; docs/design-notes.md, figures), which takes
 # the whole bench with it. So a child process decodes a short prompt first (several tokens: a
 # one-token prompt does not reach the batched matmuls).
 LLAMACPP_PROBE = ("import sys; from llama_cpp import Llama; "

@@ -74,9 +74,9 @@ class AsyncEngine:
     def __init__(self, engine: Engine, *, max_in_flight: int = 1000, token_timeout: float = 600.0,
                  e2e_timeout: float = 600.0, metrics: ServingMetrics | None = None, own_thread: bool = True):
         # own_thread=False: the caller runs the loop with run_in_this_thread(). `paraspec serve`
-        # does that on the main thread, with uvicorn on another: measured here, torch forwards run
-        # ~1.5x slower from a second thread than from the main one (its OpenMP team competes
-        # with the main thread's), which would cost every served token.
+        # does that on the main thread, with uvicorn on another: torch forwards run slower from a
+        # second thread than from the main one (its OpenMP team competes with the main thread's;
+        # docs/design-notes.md, figures), which would cost every served token.
         self.own_thread = own_thread
         self._started = threading.Event()
         self._stopped = threading.Event()

@@ -100,8 +100,8 @@ def serve_main(args: argparse.Namespace) -> int:
 
     from .shutdown import FLUSH_S, GracefulShutdown
 
-    # the engine loop runs on the main thread (torch is ~1.5x faster there than on a second
-    # thread, see AsyncEngine), uvicorn's event loop on another
+    # the engine loop runs on the main thread (torch is faster there than on a second thread,
+    # see AsyncEngine), uvicorn's event loop on another
     app = create_app(llm, config, engine_thread=False, docs=args.docs)
     engine = app.state.async_engine
     # uvicorn is told to exit once the drain (shutdown.py) holds no request: its own grace only

@@ -47,7 +47,7 @@ _MEMORY_KEYS = {f.name for f in fields(MemoryDecodingParams)} - {"plugin_type"}
 _LOOKAHEAD_KEYS = {f.name for f in fields(LookaheadParams)}
 MAX_WINDOW_BATCH = 2
 WINDOW_BELOW = 1.0   # accepted trie draft tokens per step under which the window is considered
-# The pool's Python work on a step (about 1 % of a 135M model's step, docs/design-notes.md) is
+# The pool's Python work on a step (a small share of a small model's step, docs/design-notes.md) is
 # worth it only if its nodes add at least this many accepted tokens a step on top of the trie's;
 # below that it sits out, and runs one eligible step in LA_PROBE_EVERY to keep measuring.
 LA_MIN_GAIN = 0.02

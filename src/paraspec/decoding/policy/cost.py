@@ -62,7 +62,7 @@ def monotone(values: list[float]) -> np.ndarray:
 # The shape of t(k)/t(1) - 1 per forward kind, as measured (docs/design-notes.md): a prior for the
 # points of a probe that cannot be right. Only the shape is used: it is scaled to the probe's
 # plausible points, so a CPU whose rows are dearer or cheaper than these keeps its own level.
-# Unpadded (GGUF blocks): Zen 4 avx512 as the engine met it; one row is a GEMV, 2+ run row tiles.
+# Unpadded (GGUF blocks): one row is a GEMV, 2+ run row tiles (the CPU it was read on: the notes).
 PRIOR_UNPADDED = {1: 1.0, 2: 1.3, 3: 1.5, 4: 1.75, 6: 2.2, 8: 2.7, 12: 3.3, 16: 4.0, 24: 5.6, 32: 7.5,
                   48: 11.3, 64: 15.0}
 PRIOR_PADDED = DEFAULT_FORWARD_COST      # rows padded to 4: flat while memory-bound, then linear

@@ -18,12 +18,13 @@ by depth and rank). The policy
      never likelier than its parent), best first, so every prefix is a tree;
   3. sends the prefix of n nodes with the most expected tokens net of their cost,
         value(n) = sum(p_i, i < n) - price * (cost(1 + n + w) - cost(1 + w)),
-     w = the step's other rows (a lookahead window), price = the request's recent tokens per unit
-     of forward cost + MARGIN - 1: a row must buy what the step's time buys anyway, and a margin
-     for the winner's curse (drafts go out where the estimate is high, so they are over-estimated
-     on average). While the text copies (streak state 2) the margin is COPY_MARGIN: there the
+     w = the step's other rows (a lookahead window; in a batch, the other sequences' roots too),
+     price = the request's recent tokens per unit of forward cost (times the batch size: a row
+     delays every sequence of the forward) + MARGIN - 1: a row must buy what the step's time buys
+     anyway, and a margin for the winner's curse (drafts go out where the estimate is high, so
+     they are over-estimated on average). While the text copies (streak state 2) the margin is COPY_MARGIN: there the
      estimates are measured on the copy's own steps (sent or not), the curse is small, and with
-     the full margin a CPU whose rows cost ~0.7 of a step (Zen 1: t(16) 11.2) would verify not
+     the full margin a CPU whose rows are dear (docs/design-notes.md, figures) would verify not
      even a certain copy. Rows on the cost curve's current stair are free (the forward pads
      them), so they fill with the next best nodes.
 It also keeps, per source, how many accepted tokens only that source's nodes gave (a drafter may
