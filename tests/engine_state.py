@@ -56,13 +56,9 @@ def idle_problems(engine, async_engine=None) -> list[str]:
     """What a quiet engine (and its AsyncEngine) should not hold: sequences queued, prefilling or
     running, twin logits, streams or loop-side records, a trie prompt, stream or pin, a broken
     trie invariant."""
-    problems = [f"{name}: {len(getattr(engine, name))}"
-                for name in ("waiting", "prefilling", "running", "_twin_logits")
-                if getattr(engine, name)]
+    problems = [f"{name}: {v}" for name, v in engine.held().items() if v]
     if async_engine is not None:
-        problems += [f"AsyncEngine.{name}: {v}" for name, v in (
-            ("_streams", len(async_engine._streams)), ("_sequences", async_engine._sequences),
-            ("_records", len(async_engine._records))) if v]
+        problems += [f"AsyncEngine.{name}: {v}" for name, v in async_engine.held().items() if v]
     drafters = [engine.default_drafter, *engine.drafters.drafters()]
     tries = [engine.drafters.trie() if engine.drafters.has_trie else None]
     tries += [getattr(d, "trie", None) for d in drafters]
@@ -72,5 +68,5 @@ def idle_problems(engine, async_engine=None) -> list[str]:
         stats = trie.stats()
         problems += [f"trie.{name}: {v}" for name, v in (
             ("active_prompts", stats.active_prompts), ("open_streams", stats.open_streams),
-            ("pinned nodes", trie._n_pinned), ("prompt kids", len(trie._prompt_kids))) if v]
+            ("pinned nodes", stats.pinned_nodes), ("prompt kids", stats.prompt_children)) if v]
     return problems

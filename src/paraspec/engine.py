@@ -113,6 +113,12 @@ class Engine:
         self.prefilling = [s for s in self.prefilling if s.request_id != request_id]
         self._twin_logits.pop(request_id, None)
 
+    def held(self) -> dict[str, int]:
+        """What the engine holds for requests (sequences queued, prefilling, running, prompt logits
+        kept for n > 1 siblings): all 0 once every request has ended."""
+        return {"waiting": len(self.waiting), "prefilling": len(self.prefilling), "running": len(self.running),
+                "twin_logits": len(self._twin_logits)}
+
     @property
     def cost(self) -> CostModel:
         """t(k)/t(1), the same for every drafter of the engine: probed on the first use, then

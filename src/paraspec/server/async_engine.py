@@ -194,6 +194,11 @@ class AsyncEngine:
         """Sequences held (a request of n samples holds n)."""
         return self._sequences
 
+    def held(self) -> dict[str, int]:
+        """Per-request state of the loop (streams, their sequences, loop-side records): all 0 once
+        every request has ended."""
+        return {"streams": len(self._streams), "sequences": self._sequences, "records": len(self._records)}
+
     # ---------------------------------------------------------------- requests (event loop)
 
     def check_capacity(self, sequences: int) -> None:

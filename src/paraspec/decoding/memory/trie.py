@@ -46,6 +46,8 @@ class TrieStats:
     active_prompts: int     # requests whose prompt counts are held
     open_streams: int       # requests whose output is being appended
     window: int
+    pinned_nodes: int = 0   # nodes a live prompt pins
+    prompt_children: int = 0    # requests whose prompt-only children are indexed
 
 
 class _Stream:
@@ -94,7 +96,7 @@ class TokenTrie(TrieMatch, TrieFile):
 
     def stats(self) -> TrieStats:
         return TrieStats(self.n_nodes, self.max_nodes, sum(1 for c in self._out if c > 0),
-                         len(self._prompts), len(self._streams), self.window)
+                         len(self._prompts), len(self._streams), self.window, self._n_pinned, len(self._prompt_kids))
 
     def _child(self, node: int, tok: int) -> int:
         k = self._kids[node]
