@@ -7,7 +7,8 @@ At one row a draft row is nearly free (the weights are read once for all rows); 
 other requests' rows are already on the cost curve, and a draft row's time delays every request
 of the forward. This measures whether a drafter still pays there: for each batch size B, the same
 B held-out ShareGPT requests (the bench's `sharegpt` set, `paraspec fetch sharegpt`: a seeded
-sample, each with its conversation so far, in the chat template) decoded greedily as one batch by plain decoding and by the drafter, in turns, --repeats
+sample of those whose prompt, the conversation so far in the chat template, is at most
+--prompt-tokens long) decoded greedily as one batch by plain decoding and by the drafter, in turns, --repeats
 times in one engine (the drafter's memory warm after the first turn, as in a server). Reported
 per B: total tokens / s of each, their ratio (median over repeats, and each repeat's), forwards
 per token, and whether the drafter's tokens were plain decoding's (they must be).
@@ -23,9 +24,12 @@ import time
 from paraspec import LLM, SamplingParams
 
 
-def prompts(n: int, seed: int = 0) -> list[list[dict]]:
+def prompts(llm: LLM, n: int, most_tokens: int, seed: int = 0) -> list[list[dict]]:
+    """n conversations whose prompt is at most most_tokens long (the prefill, the same for both
+    sides, would otherwise dilute the ratio)."""
     from paraspec.bench.workload_tasks import seeded_sample, sharegpt
-    return [t.messages for t in seeded_sample(sharegpt(), n, seed)]
+    convs = [t.messages for t in seeded_sample(sharegpt(), None, seed)]
+    return [c for c in convs if len(llm.tokenizer.encode_chat(c)) <= most_tokens][:n]
 
 
 def run(llm: LLM, convs: list, params: SamplingParams, plugin: str | None) -> tuple[float, list, int]:
@@ -42,13 +46,14 @@ def main() -> int:
     ap.add_argument("--batch", default="1,4,16")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--prompt-tokens", type=int, default=256, help="the longest prompt taken")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     plugin = a.plugin if a.plugin.startswith("{") else json.dumps({"plugin_type": a.plugin})
     llm = LLM(a.model)
     params = SamplingParams(temperature=0, max_tokens=a.tokens, ignore_eos=True)
     sizes = [int(b) for b in a.batch.split(",")]
-    convs = prompts(max(sizes))
+    convs = prompts(llm, max(sizes), a.prompt_tokens)
     llm.chat(convs[:1], SamplingParams(temperature=0, max_tokens=4))     # one-time costs
     from paraspec.model import kernels
     report = {"model": a.model, "plugin": plugin, "tokens": a.tokens, "machine": platform.processor(),
