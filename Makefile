@@ -39,6 +39,7 @@ TEST_WORKERS ?= 4
 XDIST := -n auto --maxprocesses $(TEST_WORKERS) --dist loadfile
 
 test: install
+	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q -m "not ray" $(XDIST)
 
 test-fast: install

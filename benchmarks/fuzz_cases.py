@@ -303,7 +303,7 @@ def framing(r: random.Random, case: Case, host: str, body_timeout: float | None)
         (head + "X-Big: " + "a" * 70_000 + f"\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body,
         b"GARBAGE\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
         b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",      # a TLS hello
-        (f"GET /health HTTP/1.0\r\n\r\n").encode(),
+        ("GET /health HTTP/1.0\r\n\r\n").encode(),
         (head.replace(host, "evil.example") + close).encode() + body,
         (f"BREW /v1/completions HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").encode(),
         (head.replace("POST /v1/completions", f"POST http://{host}/v1/completions") + close).encode() + body,

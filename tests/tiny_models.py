@@ -81,7 +81,7 @@ def _gguf_permute(w, n_heads: int):
     return w.reshape(n_heads, 2, rows // n_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def llama3_rope_factors(config: dict) -> "np.ndarray | None":
+def llama3_rope_factors(config: dict) -> "numpy.ndarray | None":  # noqa: F821  (numpy: imported inside)
     """convert_hf_to_gguf's rope_freqs.weight for a llama3 rope_scaling: per frequency, the
     divisor of its inverse frequency (computed in fp32 as the converter does). None otherwise."""
     import math

@@ -1,7 +1,6 @@
 """DraftGate: a sequence whose looks do not pay skips them, backing off; a look that pays opens it
 again; looks that pay on average keep it open. And in the engine: with the gate, a drafter that
 is never right is asked less often, and the output is the same either way."""
-import time
 
 from drafters import RandomTreeDrafter
 from paraspec import LLM, SamplingParams

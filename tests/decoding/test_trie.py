@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from paraspec.decoding.memory.trie import OUTPUT, TokenTrie, TrieFileError
+from paraspec.decoding.memory.trie import TokenTrie, TrieFileError
 from paraspec.errors import ParaspecError
 
 tokens = st.lists(st.integers(0, 6), min_size=0, max_size=40)   # small vocab: many shared paths

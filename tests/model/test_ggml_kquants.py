@@ -11,7 +11,6 @@ from gguf_checks import (PLUGINS, assert_gguf_model_lossless, assert_kernel_is_r
 from kernel_paths import per_isa, per_variant
 from paraspec import LLM, SamplingParams
 from paraspec.model import ggml
-from paraspec.model import kernels as cpu_kernels
 from paraspec.model.ggml_kquants import QUANTIZERS
 from paraspec.model.gguf_file import read_gguf
 from paraspec.model.gguf_requant import have_llamacpp, llamacpp_quantize
@@ -115,7 +114,7 @@ def test_row_output_independent_of_other_rows(kernel, kind):
     w = _random_bytes(kind, 100, 256, seed=1)
     lin = ggml.GGUFLinear(w, kernels=kernel)
     x = inputs(80, 256)
-    full = assert_rows_independent(lin, x)                         # 80 rows: two row blocks
+    assert_rows_independent(lin, x)                                # 80 rows: two row blocks
 
 
 # --------------------------------------------------------------------------------- model level

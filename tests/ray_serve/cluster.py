@@ -42,7 +42,6 @@ class Cluster:
     def __init__(self, config, opts):
         from ray import serve
 
-        from paraspec.ray_serve import build_app
 
         self.port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": self.port})

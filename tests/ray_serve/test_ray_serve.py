@@ -6,7 +6,6 @@ Every load loop is bounded in count and time. Marked `ray`: skipped without the 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import dataclasses
 import json
 import os
 import signal

@@ -1,7 +1,7 @@
 """/metrics' forward-cost gauges and no-draft counter, read from a real engine (no server)."""
 from prometheus_client.parser import text_string_to_metric_families
 
-from paraspec import LLM, SamplingParams
+from paraspec import LLM
 from paraspec.decoding.policy.cost import CostModel
 from paraspec.server.metrics import ServingMetrics
 from paraspec.sequence import SequenceUpdate

@@ -124,7 +124,6 @@ def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: in
     from ..api import LLM
     from ..sampling.params import SamplingParams
     from . import eval_prompts, synth
-    from .eval_stats import degenerate, rouge_l
     torch.set_num_threads(threads)
     aspd = {**ASPD, "open_threshold": open_threshold} if open_threshold else ASPD
     plugins = {**PLUGINS, "aspd+drafts": {**ASPD_DRAFTS, **aspd}}

@@ -31,7 +31,7 @@ from torch import nn
 
 from ..model.args import ModelArgs
 from ..model.transformer import rope_tables
-from .data import Block, Example
+from .data import Example
 from .layout import layout
 from .lora import TARGETS, LoRALinear
 from .markup import MarkupIds

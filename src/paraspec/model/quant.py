@@ -25,7 +25,6 @@ norm_linear's fused norm, whose sum of squares runs in another order).
 """
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 import torch
