@@ -9,7 +9,8 @@ of the forward. This measures whether a drafter still pays there: for each batch
 B held-out ShareGPT requests (the bench's `sharegpt` set, `paraspec fetch sharegpt`: a seeded
 sample of those whose prompt, the conversation so far in the chat template, is at most
 --prompt-tokens long) decoded greedily as one batch by plain decoding and by the drafter, in turns, --repeats
-times in one engine (the drafter's memory warm after the first turn, as in a server). Reported
+times in one engine, each time B other requests (the drafter's memory warm after the first turn,
+as in a server, but with no earlier answer to the same request to copy). Reported
 per B: total tokens / s of each, their ratio (median over repeats, and each repeat's), forwards
 per token, and whether the drafter's tokens were plain decoding's (they must be).
 """
@@ -53,7 +54,7 @@ def main() -> int:
     llm = LLM(a.model)
     params = SamplingParams(temperature=0, max_tokens=a.tokens, ignore_eos=True)
     sizes = [int(b) for b in a.batch.split(",")]
-    convs = prompts(llm, max(sizes), a.prompt_tokens)
+    convs = prompts(llm, max(sizes) * (a.repeats + 1), a.prompt_tokens)
     llm.chat(convs[:1], SamplingParams(temperature=0, max_tokens=4))     # one-time costs
     from paraspec.model import kernels
     report = {"model": a.model, "plugin": plugin, "tokens": a.tokens, "machine": platform.processor(),
@@ -61,8 +62,9 @@ def main() -> int:
     for b in sizes:
         ratios, same, rows = [], True, []
         for r in range(a.repeats + 1):             # the first turn warms the drafter; not counted
-            ar_s, ar_tok, ar_fw = run(llm, convs[:b], params, None)
-            pd_s, pd_tok, pd_fw = run(llm, convs[:b], params, plugin)
+            batch = convs[r * b:(r + 1) * b]      # requests it has not seen: no answer to copy
+            ar_s, ar_tok, ar_fw = run(llm, batch, params, None)
+            pd_s, pd_tok, pd_fw = run(llm, batch, params, plugin)
             same &= ar_tok == pd_tok
             n = sum(len(t) for t in ar_tok)
             if r:
