@@ -102,10 +102,10 @@ clean:
 
 # ASPD: data, LoRA training of the bundled model (ASPD + the labelled plain-text control, one torch
 # thread each, in parallel), evaluation. Both adapters by one recipe: the same examples, steps, batch
-# and seed (never a clock budget), so `make aspd-train` on any machine rebuilds the committed adapters
-# (~25 min, one thread each). They were trained on the synthetic and package data (ASPD_DATA below);
-# `make aspd-train ASPD_DATA=` trains on build-data's default, real ShareGPT answers (docs/aspd.md).
-ASPD_DATA ?= --sources packages --train 1200
+# and seed (never a clock budget), so `make aspd-train` rebuilds the committed adapters (~50 min on a
+# 2-core AVX2 machine, one thread each). The data: real ShareGPT answers and the synthetic tasks
+# (`paraspec fetch sharegpt` first; the packages source is left out: it reads the venv's READMEs).
+ASPD_DATA ?= --sources sharegpt
 ASPD_TRAIN ?= --steps 150 --batch 4 --seed 0 --threads 1
 .PHONY: aspd-data aspd-train aspd-eval
 
