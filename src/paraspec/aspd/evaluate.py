@@ -81,15 +81,21 @@ def _sha(path: Path) -> str:
 
 
 def model_folder(variant: str, adapters: Path, cache: Path) -> Path:
-    """The merged folder of adapters/<variant>.safetensors, exported again if the adapter changed."""
+    """The merged folder of adapters/<variant>.safetensors, exported again if the adapter changed
+    (under a lock: processes that ask at once, as test workers do, export it once)."""
+    import fcntl
+
     from .train_command import export
     adapter = adapters / f"{variant}.safetensors"
     folder = cache / variant
     stamp = folder / "adapter.sha256"
     digest = _sha(adapter) if adapter.is_file() else None
-    if digest is None or not stamp.is_file() or stamp.read_text() != digest:
-        export(adapter, folder)
-        stamp.write_text(digest or "")
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f".{variant}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if digest is None or not stamp.is_file() or stamp.read_text() != digest:
+            export(adapter, folder)
+            stamp.write_text(digest or "")
     return folder
 
 
