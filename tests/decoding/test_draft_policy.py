@@ -69,20 +69,6 @@ def test_the_draft_size_follows_the_cost_curve():
     assert len(pol.select("r", [0], [sure], 64, STEEP, send_all=8, score=False)[0]) == 8
 
 
-def test_a_batch_prices_rows_at_the_whole_forwards_rate():
-    """Rows free for one sequence are dear in a batch past the curve's flat start: the other
-    sequences' roots are on the curve, and a row's time delays all of them."""
-    curve = CostModel({1: 1.0, 2: 1.02, 4: 1.05, 8: 1.6, 16: 3.0, 32: 6.0, 64: 12.0})
-    pol = DraftPolicy(1)
-    pol.begin("r")
-    likely = tree([[1, 2, 3]], 0.8)                     # 0.8, 0.64, 0.51: worth it alone
-    assert len(pol.select("r", [0], [likely], 64, curve, score=False)[0]) == 3
-    assert len(pol.select("r", [0], [likely], 64, curve, score=False, batch_size=1)[0]) == 3
-    assert len(pol.select("r", [0], [likely], 64, curve, score=False, batch_size=16)[0]) == 0
-    sure = tree([[1, 2, 3]], 0.999)
-    assert len(pol.select("r", [0], [sure], 64, curve, score=False, batch_size=2)[0]) == 3   # still flat
-
-
 def test_streak_state_marks_copying_and_sources_gains():
     assert [streak_state(a) for a in (0, 1, 3, 4, 15)] == [0, 1, 1, 2, 2]
     pol = DraftPolicy(2)

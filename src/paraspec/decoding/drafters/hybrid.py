@@ -150,8 +150,7 @@ class HybridDrafter:
         # what the trie and the suffix source alone would send: the window's paired baseline, and
         # whether the pool can add anything for free (the tree fills its stair: it could only add
         # rows a step up)
-        alone, expected = self.policy.select(request_id, context, [m, None, s, h], budget, cost,
-                                              batch_size=ctx.batch_size)
+        alone, expected = self.policy.select(request_id, context, [m, None, s, h], budget, cost)
         st.memory_tree, st.memory_cost = alone, cost(1 + len(alone))
         st.pool_ran = st.arm == 1 or not alone or (len(alone) < budget and cost.free_rows(1 + len(alone)) > 0)
         if st.pool_ran and st.arm == 0 and self.policy.stats.gain[POOL] < LA_MIN_GAIN:
@@ -163,8 +162,7 @@ class HybridDrafter:
             return Proposal(alone, expected=expected, reason=self.policy.reason(request_id))
         tree, branch = self.pool.step(request_id, context, self.params.lookahead.window if st.arm == 1 else 0)
         window_rows = len(branch.tokens) if branch else 0
-        draft, expected = self.policy.select(request_id, context, [m, tree, s, h], budget, cost, window_rows,
-                                             batch_size=ctx.batch_size)
+        draft, expected = self.policy.select(request_id, context, [m, tree, s, h], budget, cost, window_rows)
         st.cost = cost(1 + len(draft) + window_rows)
         return Proposal(draft, branch, expected, self.policy.reason(request_id))
 

@@ -164,8 +164,7 @@ class LookaheadDrafter:
         arm = self._selectors[request_id].choose() if self.adaptive_window else 0
         tree, branch = self.source.step(request_id, context, 0 if arm == 1 else self.params.window)
         window_rows = len(branch.tokens) if branch else 0
-        draft, expected = self.policy.select(request_id, context, [tree], max_nodes, ctx.cost, window_rows,
-                                             batch_size=ctx.batch_size)
+        draft, expected = self.policy.select(request_id, context, [tree], max_nodes, ctx.cost, window_rows)
         # warm-up steps are not scored: the window has nothing to harvest yet
         scored = arm if self.adaptive_window and (warm or not branch) else -1
         self._pending[request_id] = (ctx.cost(1 + len(draft) + window_rows), scored)

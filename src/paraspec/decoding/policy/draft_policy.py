@@ -18,11 +18,10 @@ by depth and rank). The policy
      never likelier than its parent), best first, so every prefix is a tree;
   3. sends the prefix of n nodes with the most expected tokens net of their cost,
         value(n) = sum(p_i, i < n) - price * (cost(1 + n + w) - cost(1 + w)),
-     w = the step's other rows (a lookahead window; in a batch, the other sequences' roots too),
-     price = the request's recent tokens per unit of forward cost (times the batch size: a row
-     delays every sequence of the forward) + MARGIN - 1: a row must buy what the step's time buys
-     anyway, and a margin for the winner's curse (drafts go out where the estimate is high, so
-     they are over-estimated on average). While the text copies (streak state 2) the margin is COPY_MARGIN: there the
+     w = the step's other rows (a lookahead window), price = the request's recent tokens per unit
+     of forward cost + MARGIN - 1: a row must buy what the step's time buys anyway, and a margin
+     for the winner's curse (drafts go out where the estimate is high, so they are over-estimated
+     on average). While the text copies (streak state 2) the margin is COPY_MARGIN: there the
      estimates are measured on the copy's own steps (sent or not), the curse is small, and with
      the full margin a CPU whose rows are dear (docs/design-notes.md, figures) would verify not
      even a certain copy. Rows on the cost curve's current stair are free (the forward pads
@@ -133,19 +132,16 @@ class DraftPolicy:
 
     def select(self, key: str, context: Sequence[int], candidates: Sequence[DraftTree | None], budget: int,
                cost: CostModel, extra_rows: int = 0, send_all: int = 0,
-               score: bool = True, batch_size: int = 1) -> tuple[DraftTree, float]:
+               score: bool = True) -> tuple[DraftTree, float]:
         """The draft to verify (best first, at most `budget` nodes) and its expected accepted
         tokens. candidates[s]: source s's tree with its own estimates (None: nothing).
         send_all: at least the first send_all nodes when together their value is positive
         (MindIE's static draft length). score=False: the candidates are not kept for
-        calibration; a second scored look at the same step replaces the first's candidates.
-        batch_size: the sequences sharing the step's forward (see _size)."""
+        calibration; a second scored look at the same step replaces the first's candidates."""
         tree, owners = self.merged(key, context, candidates, score)
-        others = max(0, batch_size - 1)
-        n, expected = self._size(self._requests[key], tree.probs, budget, cost, extra_rows + others, send_all,
-                                 max(1, batch_size))
+        n, expected = self._size(self._requests[key], tree.probs, budget, cost, extra_rows, send_all)
         draft = tree.truncated(n)
-        self.sent(key, draft, owners[:n], cost(1 + n + extra_rows + others))
+        self.sent(key, draft, owners[:n], cost(1 + n + extra_rows))
         self._requests[key].reason = None if n else (ROWS_TOO_DEAR if len(tree) and budget > 0 else NO_MATCH)
         return draft, expected
 
@@ -289,17 +285,13 @@ class DraftPolicy:
 
     @staticmethod
     def _size(st: _Request, probs: list[float], budget: int, cost: CostModel, extra_rows: int,
-              send_all: int, batch_size: int = 1) -> tuple[int, float]:
-        """How many of the best-first nodes to send, and their expected accepted tokens. In a
-        batch the other sequences' roots are among extra_rows (their rows are on the curve
-        already), and a row's time delays every sequence of the forward: it is priced at the
-        batch's tokens per unit of cost (this request's rate for each), so where the batch has
-        left the curve's flat start drafts must be near-certain to go out."""
+              send_all: int) -> tuple[int, float]:
+        """How many of the best-first nodes to send, and their expected accepted tokens."""
         n_max = min(len(probs), budget)
         if n_max <= 0:
             return 0, 0.0
         margin = COPY_MARGIN if st.state == len(STREAK_EDGES) else MARGIN
-        price = batch_size * st.tok_ema / st.cost_ema + margin - 1.0
+        price = st.tok_ema / st.cost_ema + margin - 1.0
         table = cost.table
         base = table[1 + extra_rows] if 1 + extra_rows < len(table) else cost(1 + extra_rows)
         gain = best_v = best_gain = 0.0
