@@ -50,9 +50,10 @@ def add_parser(sub) -> None:
                    help='your own {"prompt": ..., "answer": ...} lines, extracted as source "user" '
                         "(answers without an accepted block are kept as serial examples)")
     b.set_defaults(func=build_data_main)
-    from . import evaluate, train_command   # train / export / eval flags live next to their code
+    from . import evaluate, pairwise, train_command   # each sub-command's flags live next to its code
     train_command.add_parsers(s)
     evaluate.add_parser(s)
+    pairwise.add_parser(s)
     p.set_defaults(func=lambda a: a.func(a))
 
 
