@@ -14,7 +14,8 @@ from paraspec.config import PluginConfig, parse_plugin_params
 from paraspec.engine_args import DEFAULTS, EngineArgs, spec
 from paraspec.errors import ConfigError
 from paraspec.ray_serve.options import RayServeOptions
-from paraspec.server.config import ServiceConfigError, parse_config
+from paraspec.server.config import ServiceConfigError
+from paraspec.server.config_loader import parse_config
 
 
 @pytest.mark.parametrize("field,bad,fix", [

@@ -118,7 +118,7 @@ def deploy(config_path: Path, port: int, **opts) -> tuple[str, float]:
 
     from paraspec.ray_serve import build_app
     from paraspec.ray_serve.options import RayServeOptions
-    from paraspec.server.config import load_config
+    from paraspec.server.config_loader import load_config
     t0 = time.monotonic()
     app = build_app({"service_config": load_config(config_path), "options": RayServeOptions(**opts)})
     serve.run(app, name=opts["app_name"], route_prefix="/")

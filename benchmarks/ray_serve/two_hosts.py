@@ -94,7 +94,7 @@ def driver(args) -> dict:
 
     from paraspec.ray_serve import build_app
     from paraspec.ray_serve.options import RayServeOptions
-    from paraspec.server.config import load_config
+    from paraspec.server.config_loader import load_config
 
     ray.init(address=f"{IPS[0]}:6379", log_to_driver=False)    # this cluster, whatever else runs here
     out: dict = {"nodes": sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])}

@@ -9,7 +9,8 @@ import pytest
 
 from paraspec.cli import build_parser, main
 from paraspec.server.command import config_from_args, serve_main
-from paraspec.server.config import MAX_CONFIG_BYTES, ServiceConfigError, load_config, parse_config
+from paraspec.server.config import ServiceConfigError
+from paraspec.server.config_loader import MAX_CONFIG_BYTES, load_config, parse_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "config.json"
 

@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from live_server import LiveServer
 from paraspec import LLM, SamplingParams
 from paraspec.server import create_app, load_config
-from paraspec.server.config import ServiceConfigError, parse_config
+from paraspec.server.config import ServiceConfigError
+from paraspec.server.config_loader import parse_config
 
 CHUNK = 16
 SYSTEM = "You answer in one short sentence, politely, and never ask questions back. "

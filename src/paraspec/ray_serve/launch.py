@@ -20,7 +20,8 @@ from ray.serve.config import RequestRouterConfig
 
 from ..engine_args import EngineArgs, spec
 from ..errors import ParaspecError
-from ..server.config import ServiceConfig, load_config
+from ..server.config import ServiceConfig
+from ..server.config_loader import load_config
 from .deployments import OpenAIIngress, ParaspecEngine
 from .options import HUB_NAMESPACE, RayServeOptions, engine_deployment_options
 

@@ -1,6 +1,8 @@
 """OpenAI-compatible HTTP server: `paraspec serve`.
 
-    config.py              MindIE-style config.json -> typed, validated ServiceConfig
+    config.py              MindIE-style config.json's sections as typed dataclasses (ServiceConfig)
+    config_loader.py       config.json + command-line overrides -> a validated ServiceConfig
+    config_model.py        the one ModelConfig entry: weights, name, plugin_params vs speculationGamma
     protocol.py            OpenAI request/response schemas (pydantic); requests -> SamplingParams
     async_engine.py        the Engine's step loop on one thread, fed from asyncio; abort / timeout / 503
     serving.py             what both endpoints share: validation, limits, plugin overrides, logprobs
@@ -11,7 +13,8 @@
     command.py             `paraspec serve`: flags, config + overrides, the process
 """
 from .command import serve_main
-from .config import ServiceConfig, load_config
+from .config import ServiceConfig
+from .config_loader import load_config
 
 __all__ = ["ServiceConfig", "create_app", "load_config", "serve_main"]
 

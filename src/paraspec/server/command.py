@@ -13,7 +13,8 @@ import sys
 from ..cli_flags import add_model_args, add_plugin_args, plugin_params_from_args
 from ..engine_args import EngineArgs, add_cli_args
 from ..errors import ParaspecError
-from .config import ServerConfig, ServiceConfig, load_config
+from .config import ServerConfig, ServiceConfig
+from .config_loader import load_config
 from .security import API_KEY_ENV
 
 logger = logging.getLogger("paraspec.server")

@@ -1,5 +1,5 @@
 """The keys of MindIE Service's config.json that are valid in a MindIE file but mean nothing to
-paraspec (TLS, NPU ids, block sizes, ...): config.py accepts them without a warning, per section."""
+paraspec (TLS, NPU ids, block sizes, ...): config_loader.py accepts them without a warning, per section."""
 from __future__ import annotations
 
 TOP = {"Version", "LogConfig", "ServerConfig", "BackendConfig", "EnableDynamicAdjustTimeoutConfig"}
