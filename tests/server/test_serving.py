@@ -13,7 +13,9 @@ from paraspec.server.async_engine import (DEFAULT, Delta, EngineDeadError, Reque
                                           ServerBusyError)
 from paraspec.server.config import ServiceConfig
 from paraspec.server.protocol import CompletionRequest
-from paraspec.server.serving import APIError, ChoiceState, OpenAIServing, error_for, merge_streams
+from paraspec.server.api_errors import APIError, error_for
+from paraspec.server.serving import OpenAIServing
+from paraspec.server.serving_outputs import ChoiceState, merge_streams, paraspec_stats, usage
 
 
 @pytest.fixture
@@ -100,11 +102,11 @@ def test_choices_accumulate_deltas_and_stats_sum_them():
     b.add(Delta(1, [4], "d", None, "length", {"decode_steps": 2, "mean_accepted_tokens_per_step": 0.5,
                                               "draft_tokens": 0, "accepted_draft_tokens": 0}))
     assert ("".join(a.text), a.token_ids, a.finish_reason) == ("abc", [1, 2, 3], "stop")
-    stats = OpenAIServing.paraspec_stats("memory_decoding", [a, b])
+    stats = paraspec_stats("memory_decoding", [a, b])
     assert stats["decode_steps"] == 4 and stats["mean_accepted_tokens_per_step"] == 1.0
     assert stats["acceptance_rate"] == 0.25 and len(stats["choices"]) == 2
-    usage = OpenAIServing.usage([5, 7], [a, b])
-    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (12, 4, 16)
+    totals = usage([5, 7], [a, b])
+    assert (totals.prompt_tokens, totals.completion_tokens, totals.total_tokens) == (12, 4, 16)
 
 
 class FakeStream:

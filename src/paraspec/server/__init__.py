@@ -6,6 +6,8 @@
     protocol.py            OpenAI request/response schemas (pydantic); requests -> SamplingParams
     async_engine.py        the Engine's step loop on one thread, fed from asyncio; abort / timeout / 503
     serving.py             what both endpoints share: validation, limits, plugin overrides, logprobs
+    serving_outputs.py     usage, stats and SSE chunks built from the engine's deltas
+    api_errors.py          APIError and the mapping from any exception to the one a client sees
     serving_completion.py  /v1/completions: a full response or SSE chunks
     serving_chat.py        /v1/chat/completions: a full response or SSE chunks
     metrics.py             Prometheus collectors in a per-app registry

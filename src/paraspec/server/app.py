@@ -29,7 +29,7 @@ from .metrics import ServingMetrics
 from .playground import router as playground_router
 from .protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from .security import AccessGuard, default_allowed_hosts
-from .serving import APIError, error_for, unexpected
+from .api_errors import APIError, error_for, unexpected
 from .serving_chat import OpenAIServingChat
 from .serving_responses import OpenAIServingResponses, ResponsesRequest
 from .serving_completion import OpenAIServingCompletion

@@ -22,6 +22,7 @@ NOT_READY = "the server is not ready (starting up or shutting down); retry short
 SHUTTING_DOWN = "the server is shutting down; retry on another server or once it is back"
 CUT = ("the server is shutting down and cut this request unfinished; retry on another server or once it "
        "is back")
+DEFAULT = "default"          # drafter spec: the server's configured drafter
 
 
 class ServerBusyError(Exception):

@@ -4,7 +4,7 @@ Requests know how to become engine parameters (`to_sampling_params`); nothing he
 Extras beyond the OpenAI spec: vLLM's sampling fields (top_k, min_p, repetition_penalty,
 stop_token_ids, ignore_eos, ...) and `paraspec: {"plugin_params": ..., "stream_steps": ...}`, a
 per-request choice of parallel decoding and an opt-in trace of its steps on stream chunks.
-Responses carry `paraspec`: the request's decoding statistics (serving.py: step_entry).
+Responses carry `paraspec`: the request's decoding statistics (serving_outputs.py: step_entry).
 Ranges are checked once, by SamplingParams; pydantic only checks JSON types.
 """
 from __future__ import annotations

@@ -1,74 +1,33 @@
 """What the completion and chat handlers share: validation of everything a client can get wrong,
-limits, per-request plugin overrides, submission to the EngineClient, logprobs, usage and stats, the
-API errors, and merging several requests' streams (serving_completion.py and serving_chat.py build
-the responses).
+limits, per-request plugin overrides, submission to the EngineClient and logprobs (api_errors.py:
+the errors; serving_outputs.py: usage, stats and stream chunks; serving_completion.py and
+serving_chat.py build the responses).
 
 Everything a client can get wrong is checked before anything reaches the engine, so it comes back
-as HTTP 400 rather than as an error event inside a 200 stream. Each accepted run of tokens arrives
-as one Delta and becomes one SSE chunk: parallel decoding streams in runs.
+as HTTP 400 rather than as an error event inside a 200 stream.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, Sequence
 
 from ..config import PluginConfig, parse_plugin_params
-from ..outputs import TokenLogprob
 from ..errors import ParaspecError
 from ..model.tokenizer import Tokenizer
+from ..outputs import TokenLogprob
 from ..sampling.params import SamplingParams
-from .async_engine import DEFAULT, Delta, EngineDeadError, RequestTimeoutError, ServerBusyError
+from .api_errors import APIError
 from .config import ServiceConfig
-from .engine_client import EngineClient, EngineStepError, EngineStream, ShuttingDownError
+from .engine_client import DEFAULT, EngineClient, EngineStream
 from .protocol import (ChatCompletionLogProb, ChatCompletionLogProbs, ChatCompletionLogProbsContent,
-                       ChatCompletionRequest, CompletionLogProbs, CompletionRequest, ErrorInfo, ErrorResponse,
-                       PromptTokensDetails, UsageInfo)
+                       ChatCompletionRequest, CompletionLogProbs, CompletionRequest)
 
 logger = logging.getLogger("paraspec.server")
 
 MIN_LOGPROB = -9999.0               # JSON has no -inf
 BIG_PROMPT_CHARS = 20_000           # tokenised off the event loop above this
-
-
-class APIError(Exception):
-    """An error with its HTTP status and OpenAI error fields; app.py renders it."""
-
-    def __init__(self, message: str, status: int = 400, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None):
-        super().__init__(message)
-        self.status, self.type, self.param, self.code = status, type, param, code
-
-    def response(self) -> ErrorResponse:
-        return ErrorResponse(error=ErrorInfo(message=str(self), type=self.type, param=self.param, code=self.code))
-
-
-@dataclass
-class ChoiceState:
-    """One output being assembled (index = prompt index * n + sample index)."""
-
-    text: list[str] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    finish_reason: str | None = None
-    stats: dict | None = None
-    started: bool = False
-    steps: list[dict] = field(default_factory=list)     # traced steps not yet sent (stream_steps)
-    chars: int = 0               # code points of generated text handed out so far
-
-    def add(self, d: Delta, trace: bool = False) -> None:
-        """trace: keep the step for the stream's `paraspec.steps` (stream_steps)."""
-        self.text.append(d.text)
-        self.chars += len(d.text)
-        self.token_ids += d.token_ids
-        if d.logprobs:
-            self.logprobs += d.logprobs
-        if d.finish_reason is not None:
-            self.finish_reason, self.stats = d.finish_reason, d.stats
-        if trace and d.trace is not None:
-            self.steps.append(step_entry(d))
 
 
 class OpenAIServing:
@@ -230,50 +189,6 @@ class OpenAIServing:
                                           top_logprobs=[ChatCompletionLogProb(**entry(t, v)) for t, v in lp.top])
             for lp in lps])
 
-    @staticmethod
-    def paraspec_stats(plugin: str | None, choices: list[ChoiceState]) -> dict:
-        """Per-request decoding stats: totals over the choices, then each choice's own."""
-        stats = [c.stats or {} for c in choices]
-        steps = sum(s.get("decode_steps", 0) for s in stats)
-        emitted = sum(s.get("mean_accepted_tokens_per_step", 0.0) * s.get("decode_steps", 0) for s in stats)
-        drafted = sum(s.get("draft_tokens", 0) for s in stats)
-        accepted = sum(s.get("accepted_draft_tokens", 0) for s in stats)
-        return {"plugin": plugin, "decode_steps": steps, "draft_tokens": drafted, "accepted_draft_tokens": accepted,
-                "mean_accepted_tokens_per_step": round(emitted / steps, 4) if steps else 0.0,
-                "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0, "choices": stats}
-
-    @staticmethod
-    def chunk_extension(c: ChoiceState, d: Delta, index: int, trace: bool) -> dict | None:
-        """A stream chunk's `paraspec` field: the sample's statistics on its last chunk, and with
-        paraspec.stream_steps the steps whose text has been sent with this chunk or before (text
-        held back for a stop string keeps its steps back too; the last chunk sends the rest, cut
-        to the text the stop string left). None keeps the chunk as plain OpenAI sends it."""
-        ext = {"index": index, **d.stats} if d.stats else None
-        if trace and c.steps:
-            final = d.finish_reason is not None
-            ready = 0
-            while ready < len(c.steps) and (final or c.steps[ready]["text"][2] <= c.chars):
-                ready += 1
-            if ready:
-                steps, c.steps = c.steps[:ready], c.steps[ready:]
-                if final:
-                    for s in steps:
-                        s["text"] = [min(x, c.chars) for x in s["text"]]
-                ext = (ext or {"index": index}) | {"steps": steps}
-        return ext
-
-    @staticmethod
-    def usage(prompt_lens: list[int], choices: list[ChoiceState]) -> UsageInfo:
-        completion = sum(len(c.token_ids) for c in choices)
-        cached = sum((c.stats or {}).get("cached_tokens", 0) for c in choices)   # a prompt's first sample's
-        return UsageInfo(prompt_tokens=sum(prompt_lens), completion_tokens=completion,
-                         total_tokens=sum(prompt_lens) + completion,
-                         prompt_tokens_details=PromptTokensDetails(cached_tokens=cached))
-
-    @staticmethod
-    def error_event(e: BaseException) -> str:
-        return f"data: {error_for(e).response().model_dump_json()}\n\n"
-
 
 def _plain_decoding(plugin_params: str | dict) -> bool:
     """{"plugin_type": "none"} (or its JSON string): plain decoding, as `--plugin none` is."""
@@ -291,74 +206,3 @@ def _plain_decoding(plugin_params: str | dict) -> bool:
         raise APIError(f"paraspec.plugin_params: plugin_type 'none' (plain decoding) takes no other keys; drop "
                        f"{others}", param="paraspec.plugin_params")
     return True
-
-
-def error_for(e: BaseException) -> APIError:
-    """Any exception -> the APIError a client sees (500 for bugs, without internals)."""
-    if isinstance(e, APIError):
-        return e
-    if isinstance(e, ParaspecError):
-        return APIError(str(e), param=e.param)
-    if isinstance(e, RequestTimeoutError):
-        return APIError(str(e), status=504, type="timeout_error", code="timeout")
-    if isinstance(e, ShuttingDownError):
-        return APIError(str(e), status=503, type="service_unavailable_error", code="shutting_down")
-    if isinstance(e, EngineDeadError):
-        return APIError(str(e), status=503, type="service_unavailable_error")
-    if isinstance(e, EngineStepError):
-        return APIError(str(e), status=500, type="internal_server_error", code="engine_step_failed")
-    if isinstance(e, ServerBusyError):
-        return APIError(str(e), status=503, type="service_unavailable_error", code="server_busy")
-    return APIError("internal server error; the request was cancelled (see the server log)", status=500,
-                    type="internal_server_error")
-
-
-def unexpected(e: BaseException) -> bool:
-    """Whether a handler logs e's traceback: a bug's, not an engine step's failure (logged once, with
-    its cause, where it happened, however many requests it failed)."""
-    return error_for(e).type == "internal_server_error" and not isinstance(e, EngineStepError)
-
-
-async def merge_streams(streams: list[EngineStream]) -> AsyncIterator[tuple[int, Delta]]:
-    """Deltas of several requests as they arrive, tagged with the request's position."""
-    if len(streams) == 1:
-        async for d in streams[0]:
-            yield 0, d
-        return
-    q: asyncio.Queue = asyncio.Queue()
-
-    async def pump(i: int, s: EngineStream) -> None:
-        try:
-            async for d in s:
-                q.put_nowait((i, d))
-            q.put_nowait((i, None))
-        except Exception as e:
-            q.put_nowait((i, e))
-
-    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
-    try:
-        remaining = len(streams)
-        while remaining:
-            i, item = await q.get()
-            if item is None:
-                remaining -= 1
-            elif isinstance(item, Exception):
-                raise item
-            else:
-                yield i, item
-    finally:
-        for t in tasks:
-            t.cancel()
-
-
-def step_entry(d: Delta) -> dict:
-    """One traced step as the stream sends it. text: [from, own, to], code-point offsets into the
-    sample's generated text (echo excluded): [from, own) is the accepted draft tokens' text, [own, to)
-    the model's own token's; the run is `accepted` draft tokens, then the model's own."""
-    t = d.trace
-    return {"step": t.step, "tokens": len(d.token_ids), "drafted": t.drafted, "accepted": t.accepted,
-            "text": [t.text_from, t.own_from, t.text_to]}
-
-
-def sse(chunk) -> str:
-    return f"data: {chunk.model_dump_json()}\n\n"

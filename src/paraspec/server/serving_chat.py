@@ -14,7 +14,9 @@ from .engine_client import EngineStream
 from .protocol import (ChatCompletionRequest, ChatCompletionResponse, ChatCompletionResponseChoice,
                        ChatCompletionResponseStreamChoice, ChatCompletionStreamResponse, ChatMessage, DeltaMessage,
                        random_id)
-from .serving import BIG_PROMPT_CHARS, APIError, ChoiceState, OpenAIServing, error_for, sse, unexpected
+from .api_errors import APIError, error_for, unexpected
+from .serving import BIG_PROMPT_CHARS, OpenAIServing
+from .serving_outputs import ChoiceState, chunk_extension, error_event, paraspec_stats, sse, usage
 from .structured_request import asked, constrain
 from .tool_calls import (ToolCallStream, ToolPlan, call_grammar, check_history_calls, check_tools,
                          parse_tool_calls, template_messages)
@@ -79,8 +81,8 @@ class OpenAIServingChat(OpenAIServing):
                 index=i, message=ChatMessage(role="assistant", content=content, tool_calls=calls or None),
                 logprobs=self.chat_logprobs(c.logprobs) if req.logprobs else None, finish_reason=finish))
         return ChatCompletionResponse(id=request_id, model=self.model_name, choices=out,
-                                      usage=self.usage([len(prompt)], choices),
-                                      paraspec=self.paraspec_stats(plugin_name, choices))
+                                      usage=usage([len(prompt)], choices),
+                                      paraspec=paraspec_stats(plugin_name, choices))
 
     async def _render(self, req: ChatCompletionRequest, plan: ToolPlan) -> list[int]:
         """messages (and tools) -> the model's chat template -> token ids."""
@@ -147,14 +149,14 @@ class OpenAIServingChat(OpenAIServing):
                 delta = DeltaMessage(content=text or None, tool_calls=found or None)
                 yield chunk([ChatCompletionResponseStreamChoice(index=d.index, delta=delta, logprobs=lp,
                                                                 finish_reason=finish)],
-                            paraspec=self.chunk_extension(c, d, d.index, trace))
+                            paraspec=chunk_extension(c, d, d.index, trace))
             if req.stream_options and req.stream_options.include_usage:
-                yield chunk([], usage=self.usage([prompt_len], choices),
-                            paraspec=self.paraspec_stats(plugin_name, choices))
+                yield chunk([], usage=usage([prompt_len], choices),
+                            paraspec=paraspec_stats(plugin_name, choices))
         except Exception as e:
             if unexpected(e):
                 logger.exception("chat stream %s failed", request_id)
-            yield self.error_event(e)
+            yield error_event(e)
         finally:
             stream.close()
         yield "data: [DONE]\n\n"

@@ -10,7 +10,10 @@ from typing import AsyncIterator
 from .engine_client import EngineStream
 from .protocol import (CompletionRequest, CompletionResponse, CompletionResponseChoice, CompletionResponseStreamChoice,
                        CompletionStreamResponse, random_id)
-from .serving import APIError, ChoiceState, OpenAIServing, merge_streams, sse, unexpected
+from .api_errors import APIError, unexpected
+from .serving import OpenAIServing
+from .serving_outputs import (ChoiceState, chunk_extension, error_event, merge_streams, paraspec_stats, sse,
+                              usage)
 from .structured_request import asked, constrain
 
 logger = logging.getLogger("paraspec.server")
@@ -56,8 +59,8 @@ class OpenAIServingCompletion(OpenAIServing):
             out.append(CompletionResponseChoice(index=i, text=prefix + "".join(c.text), logprobs=lp,
                                                 finish_reason=c.finish_reason))
         return CompletionResponse(id=request_id, model=self.model_name, choices=out,
-                                  usage=self.usage([len(p) for p in prompts], choices),
-                                  paraspec=self.paraspec_stats(plugin_name, choices))
+                                  usage=usage([len(p) for p in prompts], choices),
+                                  paraspec=paraspec_stats(plugin_name, choices))
 
     async def _prompts(self, prompt) -> tuple[list[str], list[list[int]]]:
         """The prompt field (text, texts, token ids, lists of token ids) -> (texts, checked token ids)."""
@@ -104,16 +107,16 @@ class OpenAIServingCompletion(OpenAIServing):
                         id=request_id, created=created, model=self.model_name,
                         choices=[CompletionResponseStreamChoice(index=idx, text=text, logprobs=lp,
                                                                 finish_reason=d.finish_reason)],
-                        paraspec=self.chunk_extension(c, d, idx, trace))
+                        paraspec=chunk_extension(c, d, idx, trace))
                     yield sse(chunk)
             if req.stream_options and req.stream_options.include_usage:
                 yield sse(CompletionStreamResponse(id=request_id, created=created, model=self.model_name,
-                                                   choices=[], usage=self.usage(prompt_lens, choices),
-                                                   paraspec=self.paraspec_stats(plugin_name, choices)))
+                                                   choices=[], usage=usage(prompt_lens, choices),
+                                                   paraspec=paraspec_stats(plugin_name, choices)))
         except Exception as e:
             if unexpected(e):
                 logger.exception("completion stream %s failed", request_id)
-            yield self.error_event(e)
+            yield error_event(e)
         finally:
             for s in streams:
                 s.close()

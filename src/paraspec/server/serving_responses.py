@@ -19,7 +19,7 @@ from pydantic import ConfigDict, ValidationError
 
 from .protocol import ChatCompletionRequest, OpenAIBaseModel, ParaspecOptions, _StrictRequest, random_id
 from ..errors import ParaspecError
-from .serving import APIError, error_for
+from .api_errors import APIError, error_for
 from .serving_chat import OpenAIServingChat
 
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}

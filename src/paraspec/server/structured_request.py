@@ -13,7 +13,7 @@ from ..model.tokenizer import Tokenizer
 from ..sampling.params import SamplingParams
 from ..structured.grammar import compiler_for
 from ..structured.params import StructuredOutputsParams
-from .serving import APIError
+from .api_errors import APIError
 
 GRAMMAR_KINDS = {"regex": "regex", "lark": "grammar", "gbnf": "grammar", "choice": "choice"}
 

@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from .serving import APIError
+from .api_errors import APIError
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
