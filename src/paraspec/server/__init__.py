@@ -5,6 +5,7 @@
     config_model.py        the one ModelConfig entry: weights, name, plugin_params vs speculationGamma
     protocol.py            OpenAI request/response schemas (pydantic); requests -> SamplingParams
     async_engine.py        the Engine's step loop on one thread, fed from asyncio; abort / timeout / 503
+    engine_loop.py         the loop thread's side: commands between steps, step updates -> Deltas
     serving.py             what both endpoints share: validation, limits, plugin overrides, logprobs
     serving_outputs.py     usage, stats and SSE chunks built from the engine's deltas
     api_errors.py          APIError and the mapping from any exception to the one a client sees

@@ -1,6 +1,6 @@
 """AsyncEngine: the Engine's step loop on ONE background thread, fed from asyncio handlers.
 
-    handlers (event loop)                       loop thread (owns the Engine)
+    handlers (event loop)                       loop thread (owns the Engine: engine_loop.py)
     add() ── AddCommand ──> commands (SimpleQueue) ──> engine.add_request ─┐
     RequestStream.close() ── AbortCommand ──────────> engine.abort        │  engine.step()
     RequestStream <── Delta batches ── loop.call_soon_threadsafe <──┘  (one forward per step
@@ -19,29 +19,20 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..decoding.drafters.registry import PluginConfig
 from ..engine import Engine
-from ..errors import ParaspecError, RequestError
+from ..errors import RequestError
 from ..sampling.params import SamplingParams
-from ..sequence import SequenceUpdate, sequence_stats
-from .engine_client import (CUT, NOT_READY, SHUTTING_DOWN, Delta, DeltaStream, EngineDeadError,  # noqa: F401
-                            EngineStepError, RequestTimeoutError, ServerBusyError, ShuttingDownError,
-                            check_room)
+from .engine_client import (CUT, DEFAULT, NOT_READY, SHUTTING_DOWN, Delta, DeltaStream,  # noqa: F401
+                            EngineDeadError, EngineStepError, RequestTimeoutError, ServerBusyError,
+                            ShuttingDownError, check_room)
+from .engine_loop import EngineLoop
 from .loop_commands import AbortCommand, AddCommand, CallCommand, StopCommand
 from .metrics import ServingMetrics
 
 logger = logging.getLogger("paraspec.server")
-
-DEFAULT = "default"          # drafter spec: the server's configured drafter
-
-
-@dataclass
-class _RequestRecord:                          # loop-thread bookkeeping for metrics
-    submitted: float
-    first_token_seen: bool = False
 
 
 class RequestStream(DeltaStream):
@@ -97,15 +88,14 @@ class AsyncEngine:
         self.cut_requests = 0                             # requests the shutdown ended unfinished
         self._outbox: list[tuple[str, Delta | BaseException]] = []     # loop thread -> event loop
         self._outbox_lock = threading.Lock()
-        # loop-thread side only
-        self._records: dict[str, _RequestRecord] = {}
+        self._engine_loop = EngineLoop(engine, self._commands, self._post, metrics)    # loop-thread side only
 
     # ---------------------------------------------------------------- lifecycle (event loop)
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         if self.own_thread:
-            self._thread = threading.Thread(target=self._run, name="paraspec-engine", daemon=True)
+            self._thread = threading.Thread(target=self._engine_loop.run, name="paraspec-engine", daemon=True)
             self._thread.start()
         self._accepting = True
         self._started.set()
@@ -118,7 +108,7 @@ class AsyncEngine:
                 return
         self._thread = threading.current_thread()
         try:
-            self._run()
+            self._engine_loop.run()
         finally:
             self._stopped.set()
 
@@ -197,7 +187,7 @@ class AsyncEngine:
     def held(self) -> dict[str, int]:
         """Per-request state of the loop (streams, their sequences, loop-side records): all 0 once
         every request has ended."""
-        return {"streams": len(self._streams), "sequences": self._sequences, "records": len(self._records)}
+        return {"streams": len(self._streams), "sequences": self._sequences, "records": len(self._engine_loop.records)}
 
     # ---------------------------------------------------------------- requests (event loop)
 
@@ -250,42 +240,10 @@ class AsyncEngine:
             if stream is not None:        # else: closed already (client gone); the abort is queued
                 stream.queue.put_nowait(item)
 
-    # ---------------------------------------------------------------- the loop thread
-
-    def _run(self) -> None:
-        engine = self.engine
-        while True:
-            commands = self._drain(block=not engine.has_work())
-            if any(isinstance(c, StopCommand) for c in commands):
-                for c in commands:
-                    if isinstance(c, CallCommand):
-                        c.done.set_exception(EngineDeadError("the engine loop stopped"))
-                self._abort_all()
-                return
-            out: list[tuple[str, Delta | BaseException]] = []
-            for c in commands:
-                if isinstance(c, AddCommand):
-                    self._handle_add(c, out)
-                elif isinstance(c, CallCommand):
-                    self._handle_call(c)
-                else:
-                    self._abort(c.request_id)
-            try:
-                if engine.has_work():
-                    out += self._snapshot(engine.step())
-                self._publish()
-            except Exception as e:  # a bug, not a user error: fail what is in flight, keep serving
-                logger.exception("engine step failed; failing the requests in flight")
-                failed = EngineStepError(f"an engine step failed ({type(e).__name__}) and cancelled every "
-                                         "request in flight; retry it (the server log has the cause)")
-                out += [(s.request_id, failed) for s in engine.sequences()]
-                self._abort_all()
-            if out:
-                self._post(out)
-
     def _post(self, items: list[tuple[str, Delta | BaseException]]) -> None:
-        """Hand deltas to the event loop: one wake-up per batch, and none while one is still pending,
-        so an event loop that lags behind the steps does not cost one GIL hand-off per step."""
+        """Hand deltas to the event loop (from the loop thread: EngineLoop.post): one wake-up per
+        batch, and none while one is still pending, so an event loop that lags behind the steps
+        does not cost one GIL hand-off per step."""
         with self._outbox_lock:
             wake = not self._outbox
             self._outbox += items
@@ -295,90 +253,3 @@ class AsyncEngine:
             except RuntimeError:    # the event loop is closed: nobody is left to deliver to
                 pass
 
-    def _drain(self, block: bool) -> list:
-        commands = [self._commands.get()] if block else []
-        while True:
-            try:
-                commands.append(self._commands.get_nowait())
-            except queue.Empty:
-                return commands
-
-    def _handle_add(self, c: AddCommand, out: list) -> None:
-        try:
-            drafter = self._drafter(c.drafter)
-            self.engine.add_request(c.prompt, c.params, c.request_id, drafter, c.group)
-        except Exception as e:      # ParaspecError: the client's (HTTP 400); anything else: a bug (500)
-            if not isinstance(e, ParaspecError):
-                logger.exception("could not add request %s", c.request_id)
-            out.append((c.request_id, e))
-            return
-        self._records[c.request_id] = _RequestRecord(c.submitted)
-
-    def _handle_call(self, c: CallCommand) -> None:
-        try:
-            c.done.set_result(c.fn(self.engine))
-        except BaseException as e:  # the caller's to handle
-            c.done.set_exception(e)
-
-    def _drafter(self, spec: str | PluginConfig | None):
-        """A request's drafter: the server's, none, or the engine's for a plugin override (built
-        once per config and kept, so it shares the engine's trie and measured acceptance)."""
-        if spec == DEFAULT or spec is None:
-            return spec
-        return self.engine.drafters.drafter(spec)
-
-    def _snapshot(self, updates: list[SequenceUpdate]) -> list[tuple[str, Delta]]:
-        out = []
-        now = time.perf_counter()
-        decoded = any(u.seq.stats.decode_steps > 0 for u in updates)   # else this step was a prefill
-        if self.metrics and decoded:
-            self.metrics.decode_steps.inc()
-        for u in updates:
-            seq = u.seq
-            if u.error is not None:      # this sequence alone failed: its request ends with the error
-                out.append((seq.request_id, u.error))
-                continue
-            rec = self._records.get(seq.request_id)
-            stats = sequence_stats(seq) if u.finished else None
-            if self.metrics:
-                self.metrics.observe_update(u, decoded, stats)
-                if rec is not None and not rec.first_token_seen:
-                    rec.first_token_seen = True
-                    self.metrics.ttft.observe(now - rec.submitted)
-                    self.metrics.prompt_tokens.inc(len(seq.prompt))
-            out.append((seq.request_id, Delta(seq.index, list(u.new_token_ids), u.new_text,
-                                              list(u.new_logprobs) if u.new_logprobs else None,
-                                              seq.finish_reason if u.finished else None, stats, u.trace)))
-            if u.finished and all(s.finished for s in self._siblings(seq.request_id)):
-                self._end_request(seq.request_id)
-        return out
-
-    def _siblings(self, request_id: str):
-        return [s for s in self.engine.sequences() if s.request_id == request_id]
-
-    def _end_request(self, request_id: str) -> None:
-        rec = self._records.pop(request_id, None)
-        if rec is not None and self.metrics:
-            self.metrics.e2e_latency.observe(time.perf_counter() - rec.submitted)
-
-    def _abort(self, request_id: str) -> None:
-        try:
-            self.engine.abort(request_id)
-        except Exception:           # a drafter failing in end(): drop the request's sequences anyway
-            logger.exception("abort of %s failed; dropping its sequences", request_id)
-            self.engine.drop(request_id)
-        self._end_request(request_id)
-
-    def _abort_all(self) -> None:
-        for request_id in {s.request_id for s in self.engine.sequences()}:
-            self._abort(request_id)
-
-    def _publish(self) -> None:
-        if not self.metrics:
-            return
-        self.metrics.queue_length.set(len(self.engine.waiting) + len(self.engine.prefilling)
-                                      + self._commands.qsize())
-        self.metrics.running.set(len(self.engine.running))
-        # memory drafters share the engine's trie
-        if self.engine.drafters.has_trie:
-            self.metrics.trie_nodes.set(len(self.engine.drafters.trie()))

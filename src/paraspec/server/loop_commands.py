@@ -1,5 +1,5 @@
-"""What the event loop asks of the engine's loop thread (AsyncEngine): one command per request,
-queued, so only the loop thread ever touches the Engine, its drafters and the trie."""
+"""What the event loop (AsyncEngine) asks of the engine's loop thread (EngineLoop): one command
+per request, queued, so only the loop thread ever touches the Engine, its drafters and the trie."""
 from __future__ import annotations
 
 import concurrent.futures
