@@ -14,8 +14,7 @@ import pytest
 from paraspec import LLM, SamplingParams
 from paraspec.config import parse_plugin_params
 from paraspec.decoding.policy.cost import CostModel
-from paraspec.decoding.memory.memory_file import MemoryFileError
-from paraspec.decoding.memory.memory_save import save_memory_file
+from paraspec.decoding.memory.memory_file import MemoryFileError, save_memory_file, save_trie_file
 from paraspec.decoding.memory.output_memory import SEPARATOR, OutputMemory
 from paraspec.decoding.memory.trie import TokenTrie
 
@@ -77,7 +76,7 @@ def test_an_older_file_without_the_record_is_refused_by_an_id_past_the_vocabular
     trie = TokenTrie(window=6)
     trie.insert([1, 2, 3, vocab + 5])
     old = tmp_path / "trie.npz"
-    trie.save(old)                                                # the trie-only format: no vocab_size
+    save_trie_file(old, trie)                                     # the trie-only format: no vocab_size
     _assert_refused(llm, old, f"token id {vocab + 5}", f"vocabulary of {vocab} tokens")
     outputs = OutputMemory()
     outputs.add([4, 5, vocab])
@@ -86,7 +85,7 @@ def test_an_older_file_without_the_record_is_refused_by_an_id_past_the_vocabular
     _assert_refused(llm, unrecorded, f"token id {vocab}")
     fits = TokenTrie(window=6)
     fits.insert([1, 2, 3, vocab - 1])
-    fits.save(old)
+    save_trie_file(old, fits)
     llm.load_memory(str(old))                                     # ids inside the vocabulary: merged
     assert llm.engine.drafters.trie().lookup([1, 2, 3, vocab - 1]) > 0
 

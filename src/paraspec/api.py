@@ -8,7 +8,7 @@ from typing import Sequence as Seq
 import torch
 
 from .config import EngineConfig, parse_plugin_params
-from .decoding.memory.memory_save import merge_memory_file, save_memory_file
+from .decoding.memory.memory_file import merge_memory_file, save_memory_file
 from .sequence import sequence_stats
 from .engine import DRAFT_GATE_ENV, Engine
 from .outputs import TokenLogprob
@@ -138,7 +138,7 @@ class LLM:
 
     def save_memory(self, path: str) -> None:
         """Save the engine's drafting memory so it survives a restart: the trie's output counts
-        (memory_decoding, hybrid) and the hybrid's past outputs, in one file (memory_save.py)."""
+        (memory_decoding, hybrid) and the hybrid's past outputs, in one file (memory_file.py)."""
         d = self.engine.drafters
         save_memory_file(path, d.trie(), d.output_memory() if d.has_output_memory else None,
                          self.model.args.vocab_size)

@@ -5,6 +5,7 @@ import pytest
 
 from paraspec.bench.base import BenchTask, RunParams
 from paraspec.bench.paraspec_systems import PARASPEC_SYSTEMS, ParaspecSystem, sweep_plugin
+from paraspec.decoding.memory.memory_file import save_trie_file
 
 
 def test_sweep_names_are_plugin_params():
@@ -41,7 +42,7 @@ def test_memory_file_prefills_every_set(llm, tmp_path):
     writer.begin_task()
     writer.run(task, RunParams())
     writer.end_task()
-    writer._drafter.trie.save(str(tmp_path / "memory.trie"))
+    save_trie_file(str(tmp_path / "memory.trie"), writer._drafter.trie)
     reader = ParaspecSystem("md-tree", llm, PARASPEC_SYSTEMS["md-tree"], memory_file=str(tmp_path / "memory.trie"))
     reader.begin_set("u")
     assert reader._drafter.trie.n_nodes == writer._drafter.trie.n_nodes > 0

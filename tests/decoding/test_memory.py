@@ -177,7 +177,8 @@ def test_stop_tokens_are_never_stored_or_drafted():
     d.observe("r", [44])
     assert d.propose("r", [10, 11, 12, 40, 41, EOS], 15).draft.tokens == []   # EOS is no root
     d.end("r")
-    live = [d.trie._tok[n] for n in range(1, len(d.trie._tok)) if d.trie._parent[n] >= 0]
+    nodes = d.trie.nodes
+    live = [nodes.tok[n] for n in range(1, len(nodes.tok)) if nodes.parent[n] >= 0]
     assert EOS not in live and 40 in live and not {42, 43, 44} & set(live)
 
 

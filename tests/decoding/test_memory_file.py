@@ -1,4 +1,4 @@
-"""The engine's drafting memory (memory_file.py, memory_save.py, output_memory.py): the trie and the hybrid's past
+"""The engine's drafting memory (memory_file.py, output_memory.py): the trie and the hybrid's past
 outputs are one engine-owned memory, shared by its drafters, saved and merged together, with a
 one-line error for every file that cannot be used and trie-only files still loading."""
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 
 from paraspec.config import parse_plugin_params
 from paraspec.decoding.policy.cost import CostModel
-from paraspec.decoding.memory.memory_file import MemoryFileError, read_memory_file
-from paraspec.decoding.memory.memory_save import merge_memory_file, save_memory_file
+from paraspec.decoding.memory.memory_file import (MemoryFileError, merge_memory_file, merge_trie_file, output_arrays,
+                                                read_memory_file, save_memory_file, save_trie_file)
 from paraspec.decoding.memory.output_memory import SEPARATOR, OutputMemory
 from paraspec.decoding.contract.proposer import StepContext
 from paraspec.decoding.drafters.registry import DrafterRegistry
@@ -64,7 +64,7 @@ def test_memory_survives_save_and_load_into_a_new_engine_and_is_drafted_from(tmp
     fresh = DrafterRegistry(EOS)                      # loaded before any drafter exists
     merge_memory_file(path, fresh.trie(), fresh.output_memory())
     assert fresh.output_memory().tokens().tolist() == ANSWER + [SEPARATOR]
-    assert fresh.trie()._output_arrays()[2].sum() == reg.trie()._output_arrays()[2].sum() > 0
+    assert output_arrays(fresh.trie())[2].sum() == output_arrays(reg.trie())[2].sum() > 0
     drafter = fresh.drafter(HYBRID)
     fresh.trie().prune(0)                             # only the past outputs left
     assert ANSWER[6] in drafts_from_past_outputs(drafter, "s")
@@ -77,17 +77,17 @@ def test_a_trie_only_file_still_loads(tmp_path):
     trie = TokenTrie(window=6)
     trie.insert([1, 2, 3, 4])
     old = tmp_path / "old.trie"
-    trie.save(old)                                    # the format LLM.save_memory wrote before
+    save_trie_file(old, trie)                         # the format LLM.save_memory wrote before
     into, memory = TokenTrie(window=6), OutputMemory()
     contents = merge_memory_file(old, into, memory)
     assert contents.window == 6 and len(memory) == 0
-    assert into._output_arrays()[1].tolist() == trie._output_arrays()[1].tolist()
+    assert output_arrays(into)[1].tolist() == output_arrays(trie)[1].tolist()
     # and a memory file's trie part merges into a trie as a trie file does
     both = tmp_path / "both.npz"
     save_memory_file(both, trie, memory)
     again = TokenTrie(window=6)
-    again.merge_file(both)
-    assert again._output_arrays()[2].tolist() == trie._output_arrays()[2].tolist()
+    merge_trie_file(both, again)
+    assert output_arrays(again)[2].tolist() == output_arrays(trie)[2].tolist()
 
 
 def _saved(tmp_path) -> dict:

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from paraspec.decoding.memory.trie import TokenTrie, TrieFileError
+from paraspec.decoding.memory.memory_file import (MemoryFileError, add_output_arrays, load_trie_file, output_arrays,
+                                                save_trie_file)
+from paraspec.decoding.memory.trie import TokenTrie
 from paraspec.errors import ParaspecError
 
 tokens = st.lists(st.integers(0, 6), min_size=0, max_size=40)   # small vocab: many shared paths
@@ -15,7 +17,7 @@ tokens = st.lists(st.integers(0, 6), min_size=0, max_size=40)   # small vocab: m
 
 def output_memory(trie: TokenTrie) -> dict[tuple[int, ...], int]:
     """Canonical view of the shared memory: path -> output count."""
-    parent, token, count = trie._output_arrays()
+    parent, token, count = output_arrays(trie)
     paths: list[tuple[int, ...]] = [()]
     for p, t in zip(parent.tolist(), token.tolist()):
         paths.append(paths[p] + (t,))
@@ -227,13 +229,13 @@ def test_save_load_round_trip(tmp_path):
         trie.append(i % 3, [rng.randrange(30) for _ in range(rng.randint(1, 30))])
     trie.insert([101, 102, 103], key="prompt-only")
     path = tmp_path / "memory.trie"
-    trie.save(path)
-    loaded = TokenTrie.load(path)
+    save_trie_file(path, trie)
+    loaded = load_trie_file(path)
     assert loaded.window == 7
     assert output_memory(loaded) == output_memory(trie)
     assert loaded.match([101, 102], key="prompt-only").tokens == []     # prompts are not saved
     loaded.check_invariants()
-    small = TokenTrie.load(path, max_nodes=50)
+    small = load_trie_file(path, max_nodes=50)
     assert small.n_nodes <= 50
     small.check_invariants()
 
@@ -244,7 +246,7 @@ def test_merge_adds_counts():
     b.insert([2, 3, 9, 1, 2, 3])
     both.insert([1, 2, 3, 4, 1, 2])
     both.insert([2, 3, 9, 1, 2, 3])
-    a.merge(b)
+    add_output_arrays(a, *output_arrays(b))
     assert output_memory(a) == output_memory(both)
     a.check_invariants()
 
@@ -253,29 +255,29 @@ def test_merge_adds_counts():
 def test_corrupt_file_says_how_to_fix_it(tmp_path, payload):
     path = tmp_path / "bad.trie"
     path.write_bytes(payload)
-    with pytest.raises(TrieFileError, match="delete it"):
-        TokenTrie.load(path)
+    with pytest.raises(MemoryFileError, match="delete it"):
+        load_trie_file(path)
 
 
 def test_wrong_content_and_missing_file(tmp_path):
     other = tmp_path / "other.npz"
     np.savez(other, x=np.zeros(3))
-    with pytest.raises(TrieFileError, match="cannot be read"):
-        TokenTrie.load(other)
+    with pytest.raises(MemoryFileError, match="cannot be read"):
+        load_trie_file(other)
     good = tmp_path / "good.trie"
     t = TokenTrie(window=4)
     t.insert([1, 2, 3])
-    t.save(good)
+    save_trie_file(good, t)
     with np.load(good) as z:
         arrays = dict(z)
     arrays["parent"] = arrays["parent"][::-1].copy()               # children before parents
     bad = tmp_path / "reordered.trie"
     with open(bad, "wb") as f:
         np.savez(f, **arrays)
-    with pytest.raises(TrieFileError, match="out-of-order"):
-        TokenTrie.load(bad)
+    with pytest.raises(MemoryFileError, match="out-of-order"):
+        load_trie_file(bad)
     with pytest.raises(ParaspecError, match="does not exist"):
-        TokenTrie.load(tmp_path / "missing.trie")
+        load_trie_file(tmp_path / "missing.trie")
 
 
 # ------------------------------------------------------------------------------ random interleavings

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+from paraspec.decoding.memory.memory_file import add_output_arrays, output_arrays
 from paraspec.decoding.memory.trie import TokenTrie
 from paraspec.ray_serve.options import RayServeOptions, engine_deployment_options
 from paraspec.ray_serve.trie_hub import DeltaRecorder, TrieHub, output_count
@@ -26,7 +27,7 @@ def _serve(trie: TokenTrie, outputs: list[list[int]], tag: str) -> None:
 
 
 def _counts(trie: TokenTrie) -> dict:
-    parent, token, count = trie._output_arrays()
+    parent, token, count = output_arrays(trie)
     paths, out = [()], {}
     for p, t, c in zip(parent.tolist(), token.tolist(), count.tolist()):
         paths.append(paths[p] + (t,))
@@ -46,7 +47,7 @@ def test_delta_is_exactly_what_the_replica_added():
     local = TokenTrie(10_000, 6)
     delta = _recorded(local, _outputs(1), "a")
     copy = TokenTrie(10_000, 6)
-    copy._add_output_arrays(*delta)
+    add_output_arrays(copy, *delta)
     assert _counts(copy) == _counts(local)
 
 
@@ -73,7 +74,7 @@ def test_push_is_idempotent_and_replicas_converge():
     for trie, me, got in ((a, "A", hub.pull("A", hub.epoch, 0)), (b, "B", hub.pull("B", hub.epoch, 0))):
         assert len(got["deltas"]) == 1                  # only the other's
         for d in got["deltas"]:
-            trie._add_output_arrays(*d)
+            add_output_arrays(trie, *d)
     assert _counts(a) == _counts(b) == _counts(hub.trie)
 
 

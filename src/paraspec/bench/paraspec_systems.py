@@ -22,7 +22,7 @@ import json
 import re
 import time
 
-from ..decoding.memory.memory_save import merge_memory_file
+from ..decoding.memory.memory_file import merge_memory_file
 from .base import GREEDY, SAMPLED_TEMPERATURE, SAMPLED_TOP_P, BenchTask, Measurement, RunParams, SystemInfo
 from .peak_rss import PeakRSS
 

@@ -5,12 +5,13 @@ does; only the shared OUTPUT counts travel, asynchronously, never on a request's
     replica <--pull(epoch, version)----------  merged deltas of the others since `version`,
                                                or a snapshot for a replica that has none yet
 
-A delta is the output counts a replica added since its last push, as TrieFile arrays (parent,
-token, count): its finished output streams replayed into an empty trie. Merging adds counts (a
-G-counter: order does not matter), and (replica_id, seq) makes a retried push a no-op. The hub's
-trie has the replicas' node budget (it prunes like theirs), its log of deltas is bounded by the
-same budget, and it saves itself to a file that a restarted hub (or cluster) loads back. Stale or
-lost counts cost acceptance only: verification keeps every output exact.
+A delta is the output counts a replica added since its last push, as the trie arrays of a memory
+file (parent, token, count; memory_file.py): its finished output streams replayed into an empty
+trie. Merging adds counts (a G-counter: order does not matter), and (replica_id, seq) makes a
+retried push a no-op. The hub's trie has the replicas' node budget (it prunes like theirs), its
+log of deltas is bounded by the same budget, and it saves itself to a file that a restarted hub
+(or cluster) loads back. Stale or lost counts cost acceptance only: verification keeps every
+output exact.
 
 This module is plain Python (no Ray import): trie_sync.py drives it from the replicas, and
 deployments.py wraps TrieHub as an actor.
@@ -25,14 +26,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Hashable
 
-import numpy as np
-
+from ..decoding.memory.memory_file import (MemoryFileError, TrieArrays, add_output_arrays, merge_trie_file,
+                                            output_arrays, save_trie_file)
 from ..decoding.memory.trie import TokenTrie
-from ..decoding.memory.trie_file import TrieFileError
 
 logger = logging.getLogger("paraspec.ray_serve")
-
-Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]     # TrieFile's (parent, token, count)
 
 
 class TrieHub:
@@ -43,24 +41,24 @@ class TrieHub:
         self.loaded = 0
         if snapshot_path and os.path.exists(snapshot_path):
             try:
-                self.trie.merge_file(snapshot_path)
+                merge_trie_file(snapshot_path, self.trie)
                 self.loaded = len(self.trie)
-            except TrieFileError as e:       # a bad file must not keep the hub (and sync) down
+            except MemoryFileError as e:     # a bad file must not keep the hub (and sync) down
                 logger.warning("TrieHub: snapshot not loaded: %s", e)
         self.epoch = uuid.uuid4().hex        # a restarted hub is a new epoch: replicas resync
         self.version = 0
-        self.log: deque[tuple[int, str, Arrays]] = deque()
+        self.log: deque[tuple[int, str, TrieArrays]] = deque()
         self.log_nodes = 0
         self.seen: dict[str, int] = {}       # replica -> last seq merged
         self.dirty = False
         self.saved_at = time.monotonic()
 
-    def push(self, replica_id: str, seq: int, delta: Arrays) -> int:
+    def push(self, replica_id: str, seq: int, delta: TrieArrays) -> int:
         """Merge a replica's delta once; returns the hub's version."""
         if seq <= self.seen.get(replica_id, -1):
             return self.version
         self.seen[replica_id] = seq
-        self.trie._add_output_arrays(*delta)
+        add_output_arrays(self.trie, *delta)
         self.version += 1
         self.log.append((self.version, replica_id, delta))
         self.log_nodes += len(delta[1])
@@ -77,11 +75,11 @@ class TrieHub:
         ranking only). Otherwise: the others' deltas since `version`."""
         base = {"epoch": self.epoch, "version": self.version}
         if version < 0:
-            return base | {"snapshot": self.trie._output_arrays()}
+            return base | {"snapshot": output_arrays(self.trie)}
         if epoch != self.epoch:
             return base | {"deltas": []}
         if version < self.version and (not self.log or self.log[0][0] > version + 1):
-            return base | {"snapshot": self.trie._output_arrays()}
+            return base | {"snapshot": output_arrays(self.trie)}
         return base | {"deltas": [d for v, r, d in self.log if v > version and r != replica_id]}
 
     def stats(self) -> dict:
@@ -97,7 +95,7 @@ class TrieHub:
         if not force and time.monotonic() - self.saved_at < self.snapshot_interval_s:
             return False
         os.makedirs(os.path.dirname(os.path.abspath(self.snapshot_path)), exist_ok=True)
-        self.trie.save(self.snapshot_path)
+        save_trie_file(self.snapshot_path, self.trie)
         self.dirty, self.saved_at = False, time.monotonic()
         return True
 
@@ -105,7 +103,7 @@ class TrieHub:
 def output_count(trie: TokenTrie, path: list[int]) -> int:
     """The shared output count at the end of a token path (0: not in the memory)."""
     node = trie.lookup(path)
-    return trie._out[node] if node >= 0 else 0
+    return trie.nodes.out[node] if node >= 0 else 0
 
 
 @dataclass
@@ -127,7 +125,7 @@ class DeltaRecorder:
         while len(self.open) > self.max_open:       # a stream never closed: share what it has
             self.finished.append(self.open.pop(next(iter(self.open))))
 
-    def take(self) -> Arrays | None:
+    def take(self) -> TrieArrays | None:
         if not self.finished:
             return None
         total = sum(len(t) for t in self.finished)
@@ -136,4 +134,4 @@ class DeltaRecorder:
             trie.append(i, toks)
             trie.close(i)
         self.finished = []
-        return trie._output_arrays()
+        return output_arrays(trie)

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 
 import ray
 
+from ..decoding.memory.memory_file import TrieArrays, add_output_arrays
 from ..decoding.memory.trie import TokenTrie
 from ..engine import Engine
 from ..server.async_engine import AsyncEngine
 from .options import HUB_NAMESPACE, RayServeOptions
-from .trie_hub import Arrays, DeltaRecorder, TrieHub
+from .trie_hub import DeltaRecorder, TrieHub
 
 logger = logging.getLogger("paraspec.ray_serve")
 
@@ -48,7 +49,7 @@ class TrieSync:
     def __init__(self, engine: AsyncEngine, trie: TokenTrie, opts: RayServeOptions, replica_id: str):
         self.engine, self.trie, self.opts, self.replica_id = engine, trie, opts, replica_id
         self.recorder = DeltaRecorder(trie.window)
-        self.pending: deque[tuple[int, Arrays]] = deque()
+        self.pending: deque[tuple[int, TrieArrays]] = deque()
         self.seq = 0
         self.epoch: str | None = None
         self.version = -1
@@ -118,6 +119,6 @@ def _take_journal(engine: Engine) -> list:
     return journal
 
 
-def _merge(trie: TokenTrie, parts: list[Arrays]) -> None:
+def _merge(trie: TokenTrie, parts: list[TrieArrays]) -> None:
     for parent, token, count in parts:
-        trie._add_output_arrays(parent, token, count)
+        add_output_arrays(trie, parent, token, count)

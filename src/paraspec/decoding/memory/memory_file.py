@@ -1,18 +1,20 @@
-"""An engine's drafting memory on disk (LLM.save_memory / load_memory): the trie's output counts
-and the output memory's past outputs in one versioned, compressed .npz, replaced atomically.
+"""A drafting memory on disk: a versioned, compressed .npz of the trie's output counts (prompt
+counts belong to live requests and are not saved) and, in an engine's memory file, its output
+memory's past outputs; always replaced atomically, so a crash never leaves half a file.
 
     meta    JSON {"format": "paraspec-memory", "version": 1, "window": the trie's window,
                   "vocab_size": the saving model's vocabulary (absent in older files)}
-    parent, token, count    the trie's output nodes, breadth first (trie_file.py)
+    parent, token, count    the trie's output nodes, breadth first (output_arrays)
     outputs                 int32 past outputs, each followed by SEPARATOR (output_memory.py)
 
-A file written by TokenTrie.save ("paraspec-token-trie", version 1: the same trie arrays, no
-outputs) reads as a memory file without past outputs, so older memory files still load; and a
-trie's merge_file reads the trie part of either. Every way a file can be unreadable is one
-MemoryFileError line that names the file and says how to fix it, and so is a file from a model
-with another vocabulary (check_vocabulary: its ids would mean other tokens here, and an id past
-this model's vocabulary cannot be verified). Writing one from an engine's memory, and merging one
-into it, is memory_save.py's (this module is below the trie).
+An engine's memory file is LLM.save_memory / load_memory's (save_memory_file, merge_memory_file).
+A trie file ("paraspec-token-trie", version 1: the same trie arrays, no outputs; save_trie_file)
+reads as a memory file without past outputs, so older memory files still load, and a trie merges
+the trie part of either (merge_trie_file). The same arrays carry a replica's new output counts to
+the shared memory of paraspec.ray_serve (add_output_arrays adds them along their paths). Every
+way a file can be unreadable is one MemoryFileError line that names the file and says how to fix
+it, and so is a file from a model with another vocabulary (check_vocabulary: its ids would mean
+other tokens here, and an id past this model's vocabulary cannot be verified).
 """
 from __future__ import annotations
 
@@ -23,10 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ParaspecError
-from .output_memory import SEPARATOR
+from .output_memory import SEPARATOR, OutputMemory
+from .trie import TokenTrie
+from .trie_nodes import SUPER_ROOT
 
 MEMORY_FORMAT, MEMORY_VERSION = "paraspec-memory", 1
-TRIE_FORMAT, TRIE_VERSION = "paraspec-token-trie", 1     # TokenTrie.save's (trie only)
+TRIE_FORMAT, TRIE_VERSION = "paraspec-token-trie", 1     # save_trie_file's (trie only)
+
+TrieArrays = tuple[np.ndarray, np.ndarray, np.ndarray]      # (parent index, token, count)
 
 
 class MemoryFileError(ParaspecError):
@@ -35,7 +41,7 @@ class MemoryFileError(ParaspecError):
 
 @dataclass
 class MemoryContents:
-    parent: np.ndarray     # the trie's output nodes (TrieFile._output_arrays)
+    parent: np.ndarray     # the trie's output nodes (output_arrays)
     token: np.ndarray
     count: np.ndarray
     window: int
@@ -43,9 +49,108 @@ class MemoryContents:
     vocab_size: int | None = None      # the saving model's vocabulary, where the file says
 
 
+# ---------------------------------------------------------------- the trie's arrays
+def output_arrays(trie: TokenTrie) -> TrieArrays:
+    """Nodes with output counts, breadth first: (parent index, token, count), where index 0
+    is the super-root and node i of the arrays is index i + 1."""
+    nodes = trie.nodes
+    parents, toks, counts = [], [], []
+    frontier = [(SUPER_ROOT, 0)]
+    while frontier:
+        nxt = []
+        for node, idx in frontier:
+            for t, c in nodes.items(node):
+                if nodes.out[c] > 0:
+                    parents.append(idx)
+                    toks.append(t)
+                    counts.append(nodes.out[c])
+                    nxt.append((c, len(toks)))
+        frontier = nxt
+    return (np.asarray(parents, dtype=np.int32), np.asarray(toks, dtype=np.int32),
+            np.asarray(counts, dtype=np.int64))
+
+
+def add_output_arrays(trie: TokenTrie, parent: np.ndarray, token: np.ndarray, count: np.ndarray) -> None:
+    """Add counts along the given paths (a merge keeps counts non-increasing down a path).
+    Paths deeper than the trie's window are cut."""
+    nodes = trie.nodes
+    nodes.make_room(min(len(token), nodes.max_nodes))
+    ids = [SUPER_ROOT] * (len(token) + 1)
+    out, depth = nodes.out, nodes.depth
+    for i, (p, t, c) in enumerate(zip(parent.tolist(), token.tolist(), count.tolist()), 1):
+        at = ids[p]
+        if at < 0 or depth[at] >= nodes.window:
+            ids[i] = -1                 # beyond the window or the budget: the subtree too
+            continue
+        node = nodes.child(at, t)
+        if node < 0:
+            node = nodes.alloc(at, t)
+        ids[i] = node
+        if node >= 0:
+            out[node] += c
+
+
+# ---------------------------------------------------------------- writing and merging
+def save_trie_file(path: str | os.PathLike, trie: TokenTrie) -> None:
+    """Write a trie's output memory alone (a trie file)."""
+    meta = {"format": TRIE_FORMAT, "version": TRIE_VERSION, "window": trie.window}
+    _write(path, meta, *output_arrays(trie))
+
+
+def load_trie_file(path: str | os.PathLike, max_nodes: int | None = None) -> TokenTrie:
+    """A trie of the memory saved in a file. max_nodes defaults to max(2**20, the file's nodes)."""
+    c = read_memory_file(path)
+    trie = TokenTrie(max_nodes or max(1 << 20, len(c.token)), c.window)
+    add_output_arrays(trie, c.parent, c.token, c.count)
+    return trie
+
+
+def merge_trie_file(path: str | os.PathLike, trie: TokenTrie) -> None:
+    """Add the trie part of a saved memory to `trie`, in place (a trie shared by drafters keeps
+    its identity). Paths deeper than the trie's window are cut."""
+    c = read_memory_file(path)
+    add_output_arrays(trie, c.parent, c.token, c.count)
+
+
+def save_memory_file(path: str | os.PathLike, trie: TokenTrie, output_memory: OutputMemory | None,
+                     vocab_size: int | None = None) -> None:
+    """Write the trie's output counts and the past outputs, with the model's vocabulary size
+    where given (a model with another one refuses the file)."""
+    outputs = output_memory.tokens() if output_memory is not None else np.zeros(0, np.int32)
+    meta = {"format": MEMORY_FORMAT, "version": MEMORY_VERSION, "window": trie.window}
+    _write(path, meta if vocab_size is None else {**meta, "vocab_size": vocab_size},
+           *output_arrays(trie), outputs=outputs)
+
+
+def merge_memory_file(path: str | os.PathLike, trie: TokenTrie | None,
+                      output_memory: OutputMemory | None, vocab_size: int | None = None) -> MemoryContents:
+    """Add a saved memory to `trie` and `output_memory` in place (either may be None: not kept).
+    The whole file is read and checked (against the model's vocabulary, where given) before
+    either is touched."""
+    contents = read_memory_file(path)
+    if vocab_size is not None:
+        check_vocabulary(contents, vocab_size, path)
+    if trie is not None:
+        add_output_arrays(trie, contents.parent, contents.token, contents.count)
+    if output_memory is not None and len(contents.outputs):
+        output_memory.merge_tokens(contents.outputs)
+    return contents
+
+
+def _write(path: str | os.PathLike, meta: dict, parent: np.ndarray, token: np.ndarray,
+           count: np.ndarray, **more: np.ndarray) -> None:
+    tmp = f"{os.fspath(path)}.tmp"
+    with open(tmp, "wb") as f:
+        np.savez_compressed(f, meta=np.array(json.dumps(meta)), parent=parent, token=token,
+                            count=count, **more)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- reading and checking
 def _fail(path: str | os.PathLike, why: str) -> MemoryFileError:
     return MemoryFileError(f"memory file {os.fspath(path)!r} {why}; delete it, or save the "
                            "memory again, to start from a valid file")
+
 
 
 def read_memory_file(path: str | os.PathLike) -> MemoryContents:

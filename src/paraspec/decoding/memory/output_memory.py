@@ -5,7 +5,7 @@ or the past outputs. `OutputMemory` is the latter, SuffixDecoding's global tree 
 list: each finished output, up to its stop token, then SEPARATOR (no match or copy crosses it),
 at most max_tokens (the older half goes when it is full). Like the trie it is owned by the
 engine's DrafterRegistry, shared by every drafter that drafts from it, and saved with the trie
-by LLM.save_memory (memory_save.py).
+by LLM.save_memory (memory_file.py).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class TokenIndex:
 
 
 class OutputMemory:
-    """Finished outputs, newest last, for suffix matching (suffix.py) and saving (memory_save.py)."""
+    """Finished outputs, newest last, for suffix matching (suffix.py) and saving (memory_file.py)."""
 
     def __init__(self, max_tokens: int = MAX_MEMORY) -> None:
         self.max_tokens = max_tokens

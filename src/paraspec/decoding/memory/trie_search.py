@@ -1,85 +1,46 @@
-"""Drafting from the token trie: the most probable continuations of a context, as a DraftTree
-whose nodes carry their estimated chance of being accepted (a mixin of TokenTrie, trie.py).
+"""Drafting from the token trie: the best-first search below a match that builds a DraftTree whose
+nodes carry their estimated chance of being accepted (TokenTrie.match finds the matches).
 
 A node scores prompt_weight * prompt count + output count; its probability is its parent's times
-its share of the parent's score (plus SMOOTHING at the match), never above its parent's. Two
-matches compete: the last 2 tokens, and the last token alone (it knows less context:
-FALLBACK_PRIOR).
+its share of the parent's score (plus SMOOTHING at the match), never above its parent's.
 """
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Hashable, Iterable, Sequence
+from typing import Hashable, Iterable
 
 from ..contract.tree import DraftTree
+from .trie_nodes import TrieNodes
 
-if TYPE_CHECKING:
-    from array import array
-
-FALLBACK_PRIOR = 0.5        # the 1-token match knows less context than the 2-token one
 SMOOTHING = 1.0             # pseudo-count at the match: a continuation seen once is not certain
 BIG_FANOUT = 48             # above this many children, rank only cached candidates (see _ranked)
 TOP_K = 16                  # candidates kept per big node by output count (>= the largest draft)
 
 
-class _OutputKey:
-    def __repr__(self) -> str:
-        return "OUTPUT"
+class TrieSearch:
+    """The searches over one node store, and the candidates of its big nodes they keep."""
 
+    def __init__(self, nodes: TrieNodes) -> None:
+        self.nodes = nodes
+        self._top: dict[int, tuple[int, list[tuple[int, int]]]] = {}      # see _ranked
+        self._top_epoch = nodes.epoch
+        self._prompt_kids: dict[Hashable, dict[int, list[tuple[int, int]]]] = {}
 
-OUTPUT = _OutputKey()       # the key of the shared output memory (never a request id)
+    @property
+    def prompt_requests(self) -> int:
+        """Requests whose prompt children are indexed."""
+        return len(self._prompt_kids)
 
+    def forget(self, key: Hashable) -> None:
+        """A request's prompt changed or ended: its prompt children are found again."""
+        self._prompt_kids.pop(key, None)
 
-class TrieMatch:
-    """match() and what it needs; the node arrays are TokenTrie's."""
-
-    _tok: array
-    _kids: list
-    _out: list[int]
-    _prompts: dict
-    _top: dict
-    _prompt_kids: dict
-    window: int
-
-    def match(self, context: Sequence[int], key: Hashable = OUTPUT, max_nodes: int = 15,
-              tree: bool = True, prompt_weight: float = 1.0, max_depth: int | None = None) -> DraftTree:
-        """Draft continuations of `context` below the root context[-1], parents first.
-
-        Looks up the last 2 tokens and the last token alone: both subtrees compete for the
-        budget, the 1-token one discounted by FALLBACK_PRIOR (it knows less context), and a
-        continuation found in both is drafted once. A node scores prompt_weight * prompt count
-        + output count; its probability is its parent's times its share of the parent's score
-        (plus SMOOTHING at the match), never above its parent's.
-        tree=True: the max_nodes most probable nodes, best first,
-        so every prefix of the result is the best tree of its size. tree=False: one chain, the
-        best child at each level (MindIE).
-        """
-        res = DraftTree()
-        if max_nodes <= 0 or not context:
-            return res
-        depth_cap = max_depth or self.window
-        pc = self._prompts.get(key, {})
-        sources = []
-        if len(context) >= 2:
-            m2 = self.lookup(context[-2:], key)
-            if m2 >= 0:
-                sources.append((m2, 1.0))
-        m1 = self.lookup(context[-1:], key)
-        if m1 >= 0:
-            sources.append((m1, FALLBACK_PRIOR))
-        if tree:
-            self._grow_tree(sources, key, pc, max_nodes, prompt_weight, depth_cap, res)
-            return res
-        for src, prior in sources:
-            chain = self._grow_chain(src, prior, key, pc, max_nodes, prompt_weight, depth_cap)
-            if sum(chain.probs) > sum(res.probs):
-                res = chain
-        return res
-
-    def _grow_chain(self, node: int, prior: float, key: Hashable, pc: dict[int, int],
-                    max_nodes: int, w: float, depth_cap: int) -> DraftTree:
+    def chain(self, node: int, prior: float, key: Hashable, pc: dict[int, int],
+              max_nodes: int, w: float, depth_cap: int) -> DraftTree:
+        """The best child at each level below `node` (MindIE)."""
+        self._check_epoch()
         chain = DraftTree()
-        p, denom = prior, w * pc.get(node, 0) + self._out[node] + SMOOTHING
+        p, denom = prior, w * pc.get(node, 0) + self.nodes.out[node] + SMOOTHING
         while len(chain.tokens) < min(max_nodes, depth_cap):
             best = self._ranked(node, key, pc, w, 1)
             if not best:
@@ -92,12 +53,14 @@ class TrieMatch:
             denom = s
         return chain
 
-    def _grow_tree(self, sources: list[tuple[int, float]], key: Hashable, pc: dict[int, int],
-                   max_nodes: int, w: float, depth_cap: int, res: DraftTree) -> None:
-        """Best-first growth by probability; a heap entry is a trie node waiting to become a
-        child of draft node `dparent`."""
+    def tree(self, sources: list[tuple[int, float]], key: Hashable, pc: dict[int, int],
+             max_nodes: int, w: float, depth_cap: int, res: DraftTree) -> None:
+        """Best-first growth by probability below every (match, prior) source into `res`; a heap
+        entry is a trie node waiting to become a child of draft node `dparent`."""
+        self._check_epoch()
         tokens, parents, probs = res.tokens, res.parents, res.probs
-        kids, out, tok_of = self._kids, self._out, self._tok
+        kids, out, tok_of = self.nodes.kids, self.nodes.out, self.nodes.tok
+        ranked = self._ranked
         index: dict[tuple[int, int], int] = {}     # (draft parent, token) -> draft node
         heap: list[tuple[float, int, int, int, int, int, float]] = []
         seq = 0
@@ -107,7 +70,7 @@ class TrieMatch:
             if depth > depth_cap:
                 return
             scale = p_node / denom
-            for s, t, c in self._ranked(node, key, pc, w, max_nodes - len(tokens)):
+            for s, t, c in ranked(node, key, pc, w, max_nodes - len(tokens)):
                 seq += 1
                 p = scale * s
                 heapq.heappush(heap, (-(p if p < p_node else p_node), seq, c, t, dparent, depth, s))
@@ -143,6 +106,12 @@ class TrieMatch:
                 at = add(at, tok_of[c], p)
             push(node, p, s, at, depth + 1)
 
+    def _check_epoch(self) -> None:
+        # a prune halved the counts and freed ids: the cached candidates are stale
+        if self._top_epoch != self.nodes.epoch:
+            self._top.clear()
+            self._top_epoch = self.nodes.epoch
+
     def _ranked(self, node: int, key: Hashable, pc: dict[int, int], w: float,
                 room: int) -> list[tuple[float, int, int]]:
         """(score, token, child) of the best children `key` can see, at most `room` of them;
@@ -152,13 +121,14 @@ class TrieMatch:
         candidates are the TOP_K children by output count, cached until the node's own count
         (an upper bound on what its children gained) grows by a quarter, plus this request's
         prompt children, found once per request (a prompt does not change after insert)."""
-        k = self._kids[node]
-        out = self._out
+        nodes = self.nodes
+        k = nodes.kids[node]
+        out = nodes.out
         if k is None:
             return []
         if k.__class__ is int:
             s = w * pc.get(k, 0) + out[k]
-            return [(s, self._tok[k], k)] if s > 0 else []
+            return [(s, nodes.tok[k], k)] if s > 0 else []
         if len(k) <= BIG_FANOUT:
             cand: Iterable[tuple[int, int]] = k.items()
         else:
