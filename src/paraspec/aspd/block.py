@@ -1,11 +1,8 @@
-"""The state of one ASPD block (decode.py): its branches, the rows of its last query, and what
-its branch drafts keep (branch_drafts.py)."""
+"""The state of one ASPD block (decode.py): its branches, the rows of its last query
+(block_query.py), and what its branch drafts keep (branch_drafts.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import numpy as np
-import torch
 
 from ..decoding.contract.tree import DraftTree
 from ..model.kv_cache import KVCache
@@ -53,20 +50,6 @@ class Block:
     keys: list | None = None
     index: ContextIndex | None = None
     anchors: list[list[list[int]]] = field(default_factory=list)
-
-
-def flat_order(b: Block, owner: list[int], tokens: list[int], positions: list[int], new0: int,
-               end_para: int) -> torch.Tensor:
-    """Each mask column's rank in the flattened order (branch 1's tokens, branch 2's, ...,
-    `<|/para|>`), in which a `<|/para|>` row must take the block's interleaved slots (the csrc
-    attention's fp32 sums depend on the order: SeqInput.key_order)."""
-    big = 1 << 32     # branch k's token at position p ranks (k + 1) * big + p - para_pos
-    rank = np.zeros(new0 + len(tokens), dtype=np.int64)
-    for k, br in enumerate(b.branches):
-        rank[np.asarray(br.slots, dtype=np.int64) - (b.para_slot + 1)] = (k + 1) * big + 1 + np.arange(len(br.slots))
-    for r, (k, t, p) in enumerate(zip(owner, tokens, positions)):
-        rank[new0 + r] = np.iinfo(np.int64).max if t == end_para else (k + 1) * big + p - b.para_pos
-    return torch.from_numpy(rank)
 
 
 def flatten_slots(b: Block, cache: KVCache, slots: list[int]) -> list[int]:

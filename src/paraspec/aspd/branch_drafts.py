@@ -11,7 +11,7 @@ branch k's own tokens, never a sibling's):
   2. the prompt after the branch's title (context_match.anchored), while the branch restates it.
 Branch k's rows hang below its last fed token: node i sits at that token's position + depth(i)
 and sees the shared prefix, branch k's slots and rows, its ancestors and itself, never a sibling
-(decode.AspdState.query builds the mask). Verification is the engine's acceptance walk
+(block_query.py builds the mask). Verification is the engine's acceptance walk
 (acceptance.walk) per branch, with the branch grammar on every draw; a drawn `<|/branch|>` that
 a draft node carries is accepted too (its KV is the one the branch's closing step would write).
 
@@ -33,6 +33,9 @@ from ..decoding.policy.cost import CostModel
 from ..decoding.policy.draft_policy import DraftPolicy, PolicyStats
 from ..decoding.drafters.memory_decoding import PROMPT_WEIGHT
 from ..decoding.contract.tree import ROOT, DraftTree
+from ..model.transformer import max_draft_rows
+from ..sequence import SequenceState
+from .block import Block
 from .context_match import ContextIndex, anchored_drafts
 from .markup import MarkupIds
 
@@ -77,6 +80,33 @@ class BranchDrafter:
         self._blocks[block].append(key)
 
     # ----------------------------------------------------------------------- one step
+    def block_drafts(self, b: Block, seq: SequenceState, cost: CostModel, base: int,
+                     ids: MarkupIds) -> dict[int, DraftTree]:
+        """Per open branch of block b, its draft worth verifying; none where the rows would not
+        fit (the token budget, the cache, one key bucket: the torch attention's exactness needs
+        the step's rows in one). `base`: the step's rows before the branches' pending tokens."""
+        base += sum(len(br.pending) for br in b.branches)
+        have = sum(len(br.fed) + len(br.pending) for br in b.branches)
+        cache = seq.cache
+        room = min(MAX_ROWS - base, max_draft_rows(cache) + 1 - base, cache.capacity - cache.length - base,
+                   seq.max_tokens - len(seq.output) - have)
+        if room <= 0:
+            return {}
+        open_ = [(k, br) for k, br in enumerate(b.branches)
+                 if br.pending and br.pending[-1] != ids.end_branch]
+        own = [br.fed + br.pending for _, br in open_]
+        cands = [self.candidates(seq.key, o, o[br.prefix:], b.index, b.anchors[k], ids)
+                 for (k, br), o in zip(open_, own)]
+        if not any(t for c in cands for t in c):
+            return {}
+        chosen = self.select([b.keys[k] for k, _ in open_], [seq.tokens + o for o in own], cands, base, cost, room)
+        if len(open_) == 1 and room > len(chosen[0]) and all(br.closed for br in b.branches if br is not open_[0][1]):
+            # the last open branch, every other closed: below a drafted <|/branch|> the block's
+            # <|/para|> can be drafted too (its row gives the first serial token, as the closing
+            # step's row would)
+            chosen[0] = with_close(chosen[0], ids.end_branch, ids.end_para, room)
+        return {k: t for (k, _), t in zip(open_, chosen) if t}
+
     def candidates(self, key: Hashable, own: Sequence[int], content: Sequence[int], index: ContextIndex,
                    anchors: Sequence[Sequence[int]], ids: MarkupIds) -> list[DraftTree]:
         """Per source, its continuations of the branch's context (the block's prefix + `own`,

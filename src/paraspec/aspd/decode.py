@@ -14,6 +14,7 @@ at most max_branches) open a block, decoded in the same sequence and KV cache:
            feeds it and stops;
   last     with the last `<|/branch|>` rows, `<|/para|>` at p + 1 + (all branch tokens): a serial
            row that sees everything. Its logits give the next serial token.
+           (block_query.py builds each step's rows and mask.)
   drafts   greedy, with a drafter that keeps a trie: below each open branch's last fed token its
            own trie draft (branch_drafts.py), node i at that token's position + depth(i), seeing
            what its branch's rows see plus its ancestors; each branch is verified by the
@@ -35,7 +36,6 @@ from __future__ import annotations
 import time
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
 
 from ..decoding.contract.acceptance import walk
@@ -44,10 +44,10 @@ from ..decoding.contract.proposer import StepContext
 from ..decoding.contract.tree import DraftTree
 from ..decoding.contract.verify import Query
 from ..errors import RequestError
-from ..model.transformer import max_draft_rows
 from ..sequence import SequenceState
-from .block import EMPTY, Block, Branch, Span, flat_order, flatten_slots
-from .branch_drafts import MAX_DEPTH, MAX_ROWS, BranchDrafter, budget_cut, prefix_texts, with_close
+from .block import Block, Branch, Span, flatten_slots
+from .block_query import block_query
+from .branch_drafts import MAX_DEPTH, BranchDrafter, budget_cut, prefix_texts
 from .context_match import ContextIndex, anchored
 from .grammar import SerialGrammar, branch_greedy, branch_logits, branch_token
 from .markup import MarkupIds
@@ -162,78 +162,18 @@ class AspdState:
     # -------------------------------------------------------------------------- parallel
 
     def query(self, seq: SequenceState, ctx: StepContext | None = None) -> Query | None:
-        """This step's rows of the open block (see the module doc); None in serial mode."""
-        if self.block is None:
+        """This step's rows of the open block (see the module doc, block_query.py); None in serial mode."""
+        b = self.block
+        if b is None:
             return None
-        b, length = self.block, seq.cache.length
-        first = b.para_slot < 0
-        if first:
-            b.para_pos = length
-        mask_from = length if first else b.para_slot + 1
-        new0 = length - mask_from         # column of the first new row
-        # a branch's rows are consecutive: its pending tokens (a causal chain), then its draft
-        # nodes; first the rows, then the mask (numpy: a few slice writes per branch, not per row)
-        tokens: list[int] = [self.ids.para] if first else []
-        positions: list[int] = [length] if first else []
-        owner: list[int] = [-1] if first else []     # per row: its branch, or -1 (<|para|>, <|/para|>)
         closing = all(br.closed or br.pending == [self.ids.end_branch] for br in b.branches)
-        trees = {} if closing else self._branch_drafts(seq, ctx, len(tokens))
-        b.spans = []
-        for k, br in enumerate(b.branches):
-            if br.pending:
-                r0, tree = len(tokens), trees.get(k, EMPTY)
-                start = b.para_pos + 1 + len(br.fed)
-                positions += range(start, start + len(br.pending))
-                tokens += br.pending
-                last = start + len(br.pending) - 1
-                # a drafted <|/para|> (the block's last branch) comes after every branch's tokens
-                others = sum(len(o.fed) + len(o.pending) for o in b.branches if o is not br)
-                positions += [last + d + (others if t == self.ids.end_para else 0)
-                              for d, t in zip(tree.depths(), tree.tokens)]
-                tokens += tree.tokens
-                owner += [k] * (len(tokens) - r0)
-                b.spans.append(Span(k, r0, r0 + len(br.pending), tree))
-        if closing and not first:
-            positions.append(b.para_pos + 1 + sum(len(br.fed) for br in b.branches) + len(owner))
-            tokens.append(self.ids.end_para)
-            owner.append(-1)
-        n = len(tokens)
-        mask = np.zeros((n, new0 + n), dtype=bool)
-        if first:
-            mask[0, new0] = True           # <|para|> sees itself (and the slots before mask_from)
-        elif owner and owner[-1] < 0:
-            mask[n - 1, :new0 + n] = True  # <|/para|> sees everything before it
-        for s in b.spans:
-            br, r0, d0, r1 = b.branches[s.k], s.r0, s.d0, s.end
-            if br.slots:                   # its own committed slots
-                mask[r0:r1, np.asarray(br.slots) - mask_from] = True
-            if d0 - r0 == 1:               # its pending rows, causal (one row: itself)
-                mask[r0, new0 + r0] = True
-            else:
-                mask[r0:d0, new0 + r0:new0 + d0] = np.tri(d0 - r0, dtype=bool)
-            if r1 > d0:                    # drafts: every pending row, their ancestors, themselves
-                mask[d0:r1, new0 + r0:new0 + d0] = True
-                mask[d0:r1, new0 + d0:new0 + r1] = s.tree.ancestor_mask()[1:, 1:]
-            if first:
-                mask[r0:r1, new0] = True   # the <|para|> row
-        for s in b.spans:                  # a drafted <|/para|> (every other branch closed) sees every slot too
-            for i, t in enumerate(s.tree.tokens):
-                if t == self.ids.end_para:
-                    mask[s.d0 + i, :new0] = True
-        b.owner = owner
-        # logits: each branch's last pending row unless it is <|/branch|>, its drafts, and <|/para|>'s
-        rows = [r for s in b.spans for r in ([] if tokens[s.d0 - 1] == self.ids.end_branch else [s.d0 - 1])
-                + list(range(s.d0, s.end))]
-        if tokens and tokens[-1] == self.ids.end_para and owner[-1] < 0:
-            rows.append(n - 1)
-        return Query(tokens, positions, torch.from_numpy(mask), [{}], 0, mask_from=mask_from, rows=rows,
-                     key_order=flat_order(b, owner, tokens, positions, new0, self.ids.end_para) if self.ids.end_para in tokens
-                     else None)
+        first_rows = 1 if b.para_slot < 0 else 0      # <|para|>, fed by the block's first step
+        trees = {} if closing else self._branch_drafts(seq, ctx, first_rows)
+        return block_query(b, self.ids, seq.cache.length, trees, closing)
 
     def _branch_drafts(self, seq: SequenceState, ctx: StepContext | None, base: int) -> dict[int, DraftTree]:
-        """Per open branch, its trie draft worth verifying (branch_drafts.py); none for sampled
-        branches, without a trie, or where the rows would not fit (the token budget, the cache,
-        one key bucket: the torch attention's exactness needs the step's rows in one)."""
+        """Per open branch, its trie draft worth verifying (BranchDrafter.block_drafts); none for
+        sampled branches or without a trie."""
         d, b = self.decoder.branch_drafter, self.block
         if d is None or ctx is None or not seq.sampler.argmax_suffices:
             return {}
@@ -245,27 +185,7 @@ class AspdState:
                 self._prompt_texts = prefix_texts(self.tokenizer, seq.prompt)
             b.anchors = [anchored(seq.prompt, self._prompt_texts, self.tokenizer.decode(br.title), MAX_DEPTH)
                          for br in b.branches]
-        base += sum(len(br.pending) for br in b.branches)
-        have = sum(len(br.fed) + len(br.pending) for br in b.branches)
-        cache = seq.cache
-        room = min(MAX_ROWS - base, max_draft_rows(cache) + 1 - base, cache.capacity - cache.length - base,
-                   seq.max_tokens - len(seq.output) - have)
-        if room <= 0:
-            return {}
-        open_ = [(k, br) for k, br in enumerate(b.branches)
-                 if br.pending and br.pending[-1] != self.ids.end_branch]
-        own = [br.fed + br.pending for _, br in open_]
-        cands = [d.candidates(seq.key, o, o[br.prefix:], b.index, b.anchors[k], self.ids)
-                 for (k, br), o in zip(open_, own)]
-        if not any(t for c in cands for t in c):
-            return {}
-        chosen = d.select([b.keys[k] for k, _ in open_], [seq.tokens + o for o in own], cands, base, ctx.cost, room)
-        if len(open_) == 1 and room > len(chosen[0]) and all(br.closed for br in b.branches if br is not open_[0][1]):
-            # the last open branch, every other closed: below a drafted <|/branch|> the block's
-            # <|/para|> can be drafted too (its row gives the first serial token, as the closing
-            # step's row would)
-            chosen[0] = with_close(chosen[0], self.ids.end_branch, self.ids.end_para, room)
-        return {k: t for (k, _), t in zip(open_, chosen) if t}
+        return d.block_drafts(b, seq, ctx.cost, base, self.ids)
 
     def accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, forward_s: float) -> list[int]:
         """Verify each branch's draft (its accepted rows stay in the cache, the rest are dropped)
