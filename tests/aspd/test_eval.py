@@ -11,7 +11,8 @@ from aspd_engines import Script
 from paraspec import LLM, SamplingParams
 from paraspec.aspd.paths import ADAPTER_DIR, EXPORT_DIR
 from paraspec.aspd import eval_prompts
-from paraspec.aspd.evaluate import ASPD, brief_report, heldout, model_folder, run_eval
+from paraspec.aspd.eval_summary import brief_report
+from paraspec.aspd.evaluate import ASPD, heldout, model_folder, run_eval
 from paraspec.aspd.hf_folder import write_hf_folder
 from paraspec.aspd.markup import MarkupIds, add_markup_tokens, to_plain
 from paraspec.cli import main
