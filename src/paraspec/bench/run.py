@@ -21,26 +21,23 @@ Method (why each rule):
 starts no new task after QUICK_BUDGET_S (a loaded CI machine still finishes, with a note saying so).
 Suites: "main" (task sets x systems x modes), "sweep" (--sweep: decoding_length and lookahead
 (N, W, G) on a few tasks), "ttft" (trie insertion cost on a 2k-token prompt, full runs), and the
-serving benchmark (--serving: benchmarks/serving.py's load generator against `paraspec serve`).
+serving benchmark (--serving: benchmarks/serving.py's load generator against `paraspec serve`,
+serving_suite.py).
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
-import importlib.util
-import json
 import os
 import sys
-import tempfile
-from pathlib import Path
 
 from ..errors import ConfigError
 from .base import GREEDY, BenchTask, Measurement, RunParams, SkipSystem, System
 from .dialogue import Dialogue
-from .paraspec_systems import PARASPEC_SYSTEMS, ParaspecSystem, plugin_of, warm_base
+from .paraspec_systems import ParaspecSystem, plugin_of, warm_base
 from .plan import Plan, Run, add_bench_flags
 from .results import write_results
+from .serving_suite import serving_suite
 from .systems import SystemContext, describe_skipped, make_system
 from .tasks import Task, load_task_set, quick_tasks
 from .warm_memory import build_main, provenance
@@ -53,9 +50,6 @@ SWEEP_LOOKAHEAD = tuple((n, w, g) for n in (3, 4, 5) for w in (3, 5, 7) for g in
 SWEEP_SETS = {"grounded": 2, "humaneval": 2}
 SWEEP_MAX_NEW_TOKENS = 128
 TTFT_PROMPT_TOKENS = 2048
-SERVING_CONCURRENCY = (1, 2, 4, 8)
-SERVING_REQUESTS = 16
-SERVING_PLUGIN = PARASPEC_SYSTEMS["md-tree"]
 
 
 def add_parser(sub) -> None:
@@ -110,7 +104,7 @@ def bench_main(args: argparse.Namespace) -> int:
     for s in systems:
         s.close()
     if plan.serving:
-        run.serving = _serving(plan, run)
+        run.serving = serving_suite(plan, run)
     return write_results(run)
 
 
@@ -255,41 +249,6 @@ def _ttft_probe(systems: list[System], llm, run: Run, repeats: int = 3) -> None:
     for rep in range(repeats):
         for s in probe:
             run.measurements.append(dataclasses.replace(s.run(task, RunParams(repeat=rep)), suite="ttft"))
-
-
-def _serving(plan: Plan, run: Run) -> dict | None:
-    """Speedup vs batch size through the server: memory_decoding vs AR `paraspec serve` processes,
-    driven by benchmarks/serving.py (its config writer, server process and load generator)."""
-    path = Path(__file__).resolve().parents[3] / "benchmarks" / "serving.py"
-    if not path.is_file():
-        run.notes.append(f"serving: skipped, {path} not found (run from a source checkout)")
-        return None
-    spec = importlib.util.spec_from_file_location("paraspec_bench_serving", path)
-    serving = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(serving)
-    ns = argparse.Namespace(tiny=False, tasks="grounded", requests=plan.n or SERVING_REQUESTS,
-                            max_tokens=min(plan.max_new_tokens or SWEEP_MAX_NEW_TOKENS, SWEEP_MAX_NEW_TOKENS),
-                            dtype=plan.engine.dtype, threads=plan.engine.num_threads,
-                            max_batch=max(SERVING_CONCURRENCY))
-    requests = serving.load_requests(ns)
-    work = Path(tempfile.mkdtemp(prefix="paraspec-bench-serving-"))
-    out: dict = {"requests": len(requests), "max_tokens": ns.max_tokens, "plugin_params": SERVING_PLUGIN,
-                 "task_set": ns.tasks, "runs": []}
-    from tqdm import tqdm
-    for c in tqdm(SERVING_CONCURRENCY[:2] if plan.quick else SERVING_CONCURRENCY, desc="bench serving",
-                  file=sys.stderr):
-        for system, plugin in (("paraspec-ar", None), ("paraspec-md", json.dumps(SERVING_PLUGIN))):
-            port = serving.free_port()
-            config = serving.write_config(work, plan.engine.model, port, plugin, ns.max_batch)
-            cmd = serving.paraspec_cmd(ns, config)
-            try:
-                with serving.ServerProcess(cmd, port) as server:
-                    r = asyncio.run(serving.run_load(server.url, requests, c))
-            except Exception as e:  # noqa: BLE001
-                run.notes.append(f"serving: {system} at concurrency {c} failed: {e}")
-                continue
-            out["runs"].append({"system": system, **r})
-    return out
 
 
 def _forward_cost(llm, systems: list[System]) -> dict | None:
