@@ -6,8 +6,7 @@ from __future__ import annotations
 import re
 from importlib import metadata, resources
 
-from .stdlib_tasks import PY
-from .task import Task, user_turn
+from .task import PY, Task, user_turn
 
 # Dialog files whose openers are questions or requests; greetings, banter and one-line trivia are left out.
 _CHATTERBOT_FILES = ("ai", "coding", "computers", "history", "literature", "politics", "science",

@@ -3,7 +3,7 @@ reference (`pydoc_data.topics`), read as text, never imported:
 
 - ``grounded``: code edits (rename a parameter, add type hints), extraction (list the functions of a
   source excerpt), retrieval (find and quote a function), summaries with quotes and retrieval QA on
-  the reference;
+  the reference (reference_tasks.py);
 - ``repeated``: the type-hint edit over many functions of one module, then the same requests again.
 
 The stdlib files are parsed once, lazily, with the cyclic GC paused.
@@ -14,7 +14,6 @@ import ast
 import math
 import random
 import re
-import sys
 import sysconfig
 import textwrap
 import zlib
@@ -25,9 +24,9 @@ from pathlib import Path
 from typing import Iterator
 
 from ..gc_pause import gc_paused
-from .task import MATERIAL_CHARS, Task, answer_cap, copy_task, user_turn
+from .reference_tasks import reference_reading
+from .task import MATERIAL_CHARS, PY, Task, answer_cap, copy_task, user_turn
 
-PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 _DEF = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -126,11 +125,6 @@ _EXTRACT = ("List every top-level function and class defined in this code from P
             "with the list only.\n\n```python\n{code}\n```")
 _FIND = ("Find the function `{name}` in this code from Python's `{mod}` module. Quote its complete "
          "definition exactly, then say in one sentence what it returns.\n\n```python\n{code}\n```")
-_SUMMARY = ("Summarise this section of the Python language reference in 3 to 5 bullet points. Each bullet "
-            "must quote its key phrase from the text word for word, in double quotes.\n\n{text}")
-_QA = ("Answer the question using only this passage from the Python language reference, and quote the "
-       "sentences that support your answer word for word.\n\n{text}\n\nQuestion: what does the passage say "
-       "under the heading {heading}?")
 
 
 def _hints_task(task_set: str, task_id: str, mod: str, src: str) -> Task:
@@ -197,68 +191,10 @@ def _code_reading() -> Iterator[Task]:
             i += 1
 
 
-_HEADING = re.compile(r"^(\S[^\n]*)\n([*=\-~^])\2{2,}$", re.M)  # a title line underlined, reST style
-
-
-def _clip(text: str, limit: int = MATERIAL_CHARS) -> str:
-    """text cut at the last paragraph break that fits in limit ("" if none does)."""
-    if len(text) <= limit:
-        return text
-    cut = text.rfind("\n\n", 0, limit)
-    return text[:cut].rstrip() if cut > 0 else ""
-
-
-@lru_cache(maxsize=1)
-def _reference() -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
-    """The language reference as (topic, ((heading, section text), ...)), each section kept once
-    (topics overlap: "compound" holds "if", "try", ...)."""
-    from pydoc_data.topics import topics
-
-    seen: set[str] = set()
-    out = []
-    for key in sorted(topics):
-        text = topics[key]
-        marks = list(_HEADING.finditer(text))
-        sections = []
-        for m, nxt in zip(marks, marks[1:] + [None]):
-            body = text[m.start():nxt.start() if nxt else len(text)].strip()
-            if body not in seen:
-                seen.add(body)
-                sections.append((m.group(1).strip(), body))
-        out.append((key, tuple(sections)))
-    return tuple(out)
-
-
-def _reading() -> Iterator[Task]:
-    source = f"Python {PY} language reference, pydoc_data.topics[{{!r}}] (PSF License)"
-    for topic, sections in _reference():
-        # Runs of consecutive sections that fit become retrieval QA about one of them; the rest are
-        # summarised one by one.
-        used: set[int] = set()
-        start = 0
-        while start < len(sections):
-            end = start + 1
-            while end < len(sections) and \
-                    len("\n\n".join(s for _, s in sections[start:end + 1])) <= MATERIAL_CHARS:
-                end += 1
-            if end - start >= 2:
-                run = sections[start:end]
-                heading = max((h for h, _ in run[1:]), key=lambda h: zlib.crc32(h.encode()))
-                yield Task("grounded", f"qa/{topic}#{start}", None,
-                           user_turn(_QA.format(text="\n\n".join(s for _, s in run), heading=heading)),
-                           256, source.format(topic))
-                used.update(range(start, end))
-            start = end
-        for j, (_, body) in enumerate(sections):
-            if j not in used and len(text := _clip(body)) >= 700:
-                yield Task("grounded", f"summary/{topic}#{j}", None, user_turn(_SUMMARY.format(text=text)),
-                           256, source.format(topic))
-
-
 @lru_cache(maxsize=1)
 def _grounded_cached() -> tuple[Task, ...]:
     with _gc_paused():
-        return (*_edits(), *_code_reading(), *_reading())
+        return (*_edits(), *_code_reading(), *reference_reading())
 
 
 def grounded() -> list[Task]:

@@ -15,7 +15,8 @@
 
 Each loader is offline, deterministic for a seed and fast: the stdlib files are parsed once, lazily.
 Here: the sets by name, picking n tasks of a set, and --quick's cheap picks. The loaders live in
-stdlib_tasks.py (grounded, repeated), chat_tasks.py and workload_tasks.py; the Task type in task.py.
+stdlib_tasks.py (grounded, repeated; grounded's reference reading in reference_tasks.py),
+chat_tasks.py and workload_tasks.py; the Task type in task.py.
 """
 from __future__ import annotations
 
