@@ -8,15 +8,15 @@ calls of the dense, W8A8 and GGUF linears and the decode attention, median us pe
 
 Dense linears of SmolLM2-135M's shapes (qkv, o, gate_up, down, LM head) for 1-128 rows, fp32 x
 in: each module's row-invariant `linear` with bf16 and with fp32 weights, against torch's bf16
-oneDNN prepacked matmul (transformer.Linear's path before the kernel; x converted to bf16 as it
+oneDNN prepacked matmul (linear.Linear's path before the kernel; x converted to bf16 as it
 did), bf16 F.linear (the path where oneDNN has no bf16), MKL's fp32 F.linear and oneDNN's packed
 fp32 matmul.
 
 W8A8 linears of SmolLM2-135M's shapes (qkv, o, gate_up, down, LM head) for 1-128 rows (two
 activation passes, fp32 activations in, as the forward calls them): each W8A8 inner loop of each
 module this CPU runs (vnni512, avxvnni, avx2), quant.py's torch path (int_dot), and the bf16 oneDNN
-Linear of transformer.py. Decode attention of one layer (9 heads, 3 kv heads, head size 64) at
-300 and 1000 keys for 1-16 rows: each module against transformer.attention.
+Linear of linear.py. Decode attention of one layer (9 heads, 3 kv heads, head size 64) at
+300 and 1000 keys for 1-16 rows: each module against attention.attention.
 
 Candidates are interleaved call batch by call batch, in a rotating order, so drift and noisy
 neighbours hit all of them alike; cells are medians over --reps. Each call takes the next of
@@ -36,7 +36,7 @@ paths give a row the same bits whatever the number of rows in the call, the prop
 decoding's exactness rests on, on this CPU and torch build. For SmolLM2-135M's linear shapes and
 a few small ones, fp32 and bf16 weights, the rows of an M-row call (M = 1..64) against the same
 rows of a 4-row call and each row computed alone (padded to 4 rows, as the forward pads): torch
-F.linear (MKL for fp32), oneDNN's prepacked matmul (transformer.Linear's where it exists) and
+F.linear (MKL for fp32), oneDNN's prepacked matmul (linear.Linear's where it exists) and
 the csrc linear of every ISA module (row-invariant by construction); then the GGUF block linears
 (Q4_1, Q8_0, Q4_K, Q6_K, two activation passes) on every kernel variant this CPU runs
 (avx512:amx switches to AMX tiles at 16 sub-rows, Q8_0 at 20: its M = 8+ calls take another
@@ -124,7 +124,7 @@ def modules() -> dict[str, object]:
 
 
 def _onednn_packed(w):
-    """torch's oneDNN prepacked weight (transformer.Linear's path before the csrc kernel), or None
+    """torch's oneDNN prepacked weight (linear.Linear's path before the csrc kernel), or None
     where oneDNN has no path for the dtype (bf16 without avx512bw / avx_ne_convert)."""
     import torch
     if not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
@@ -193,8 +193,8 @@ def bench_linears(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, 
 
     from paraspec.model.kernels import TORCH, Kernels
     from paraspec.model.quant import Int8Linear, quantize_weight
-    from paraspec.model.transformer import Linear
-    print("\n## W8A8 linear, median us per call (2 activation passes; bf16: transformer.Linear)\n")
+    from paraspec.model.linear import Linear
+    print("\n## W8A8 linear, median us per call (2 activation passes; bf16: linear.Linear)\n")
     for name, (n, k) in shapes.items():
         w = torch.randn(n, k) * 0.05
         qweight, scale = quantize_weight(w)
@@ -232,7 +232,7 @@ def bench_attention(mods: dict, reps: int) -> None:
 
     from paraspec.model.args import ModelArgs
     from paraspec.model.kv_cache import KVCache
-    from paraspec.model.transformer import attention, attention_bias
+    from paraspec.model.attention import attention, attention_bias
     print(f"## Decode attention, one layer ({HEADS} heads, {KV_HEADS} kv heads, head size {HEAD_DIM}), "
           f"median us per call, {LAYERS} layers rotated\n")
     cols = [*mods, "torch"]

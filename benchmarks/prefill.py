@@ -18,7 +18,7 @@ The roads a prompt chunk takes, on GGUF weights in the model's default numerics 
 prompt_rows.py). --roads: where the dense road starts to pay: forward(prompt=True) over a chunk of
 n tokens with the linears on the integer kernel vs dequantised weights through torch's matmul
 (ggml.PROMPT_ROWS, the threshold between them). --attention-roads: the same for attention
-(transformer.PROMPT_ATTENTION_*): the csrc kernel vs torch's prompt_attention, chunks of 16-512 rows after 0-1536 keys.
+(attention.PROMPT_ATTENTION_*): the csrc kernel vs torch's prompt_attention, chunks of 16-512 rows after 0-1536 keys.
 Medians of interleaved runs. For an AVX2 CPU's torch, set ATEN_CPU_CAPABILITY=avx2
 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 and --kernels avx2:avx2 (an emulation:
 quote ratios).
@@ -162,10 +162,10 @@ def linear_roads(llm, a) -> None:
 
 
 def attention_roads(llm, a) -> None:
-    from paraspec.model import transformer
+    from paraspec.model import attention
     from paraspec.model.transformer import SeqInput
     m, reps = llm.model, a.repeats
-    saved = dict(transformer.PROMPT_ATTENTION_ROWS), transformer.PROMPT_ATTENTION_KEYS
+    saved = dict(attention.PROMPT_ATTENTION_ROWS), attention.PROMPT_ATTENTION_KEYS
     for ctx in (int(x) for x in a.contexts.split(",")):
         for n in (int(x) for x in a.attention_sizes.split(",")):
             times: dict[str, list[float]] = {"torch": [], "csrc": []}
@@ -177,14 +177,14 @@ def attention_roads(llm, a) -> None:
             for _ in range(reps):
                 for road in times:
                     limit = 0 if road == "torch" else 10 ** 9
-                    transformer.PROMPT_ATTENTION_ROWS = {isa: limit for isa in saved[0]}
-                    transformer.PROMPT_ATTENTION_KEYS = limit
+                    attention.PROMPT_ATTENTION_ROWS = {isa: limit for isa in saved[0]}
+                    attention.PROMPT_ATTENTION_KEYS = limit
                     t0 = time.perf_counter()
                     m.forward(torch.randint(100, 1000, (n,)), torch.arange(ctx, ctx + n), [SeqInput(cache, n)],
                               torch.tensor([n - 1]), prompt=True)
                     times[road].append(time.perf_counter() - t0)
                     cache.commit([])          # the chunk's rows dropped again
-            transformer.PROMPT_ATTENTION_ROWS, transformer.PROMPT_ATTENTION_KEYS = saved
+            attention.PROMPT_ATTENTION_ROWS, attention.PROMPT_ATTENTION_KEYS = saved
             t, c = (statistics.median(times[r]) * 1e3 for r in ("torch", "csrc"))
             print(f"after {ctx:4d} keys, n={n:4d}  torch {t:7.1f} ms  csrc {c:7.1f} ms  csrc/torch {c / t:.2f}")
 

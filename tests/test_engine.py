@@ -169,7 +169,7 @@ def test_chat_and_stats(llm):
 def test_forward_cost_is_a_staircase_over_padded_rows(llm):
     """The forward pads its rows to a multiple of ROW_MULTIPLE, so k rows cost what the padded
     count costs: drafters must see a 4th draft node (5 rows) priced like 8 rows, not a line."""
-    from paraspec.model.transformer import ROW_MULTIPLE
+    from paraspec.model.linear import ROW_MULTIPLE
     cost = llm.engine.runner.forward_cost()
     assert sorted(cost) == list(range(1, max(cost) + 1))
     assert cost[1] == 1.0

@@ -47,7 +47,7 @@ def _torch_linear(dtype_name: str) -> str:
     import torch
 
     from .model.kernels import TORCH
-    from .model.transformer import Linear
+    from .model.linear import Linear
     packed = Linear(torch.zeros(8, 8, dtype=getattr(torch, dtype_name)), kernels=TORCH).packed is not None
     return "oneDNN packed" if packed else "F.linear"
 
@@ -58,7 +58,7 @@ def cpu_report(kernels: Kernels | None = None) -> dict:
 
     from .model import kernels as cpu_kernels
     from .model.ggml import NEVER, prompt_rows
-    from .model.transformer import PROMPT_ATTENTION_KEYS, PROMPT_ATTENTION_ROWS
+    from .model.attention import PROMPT_ATTENTION_KEYS, PROMPT_ATTENTION_ROWS
     k = kernels or cpu_kernels.default()
     compiled = k.module is not None
     numerics = cpu_kernels.default_numerics(k)

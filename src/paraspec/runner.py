@@ -20,7 +20,9 @@ from .errors import ConfigError
 from .decoding.contract.verify import Query
 from .model.kv_cache import KVCache
 from .prefix_cache import PrefixCache
-from .model.transformer import ROW_MULTIPLE, SeqInput, Transformer, max_draft_rows
+from .model.attention import max_draft_rows
+from .model.linear import ROW_MULTIPLE
+from .model.transformer import SeqInput, Transformer
 
 
 COST_ENV = "PARASPEC_FORWARD_COST"

@@ -10,7 +10,7 @@ from paraspec.bench import synthetic_gguf as syn
 from paraspec.model import ggml
 from paraspec.model.args import ModelArgs
 from paraspec.model.gguf_file import read_gguf
-from paraspec.model.transformer import rope_tables
+from paraspec.model.rope import rope_tables
 
 
 def _kinds(plan, suffix: str) -> list[str]:

@@ -11,7 +11,8 @@ import torch
 from kernel_paths import per_isa
 from paraspec.model.args import ModelArgs
 from paraspec.model.kv_cache import KVCache
-from paraspec.model.transformer import SeqInput, Transformer, attention, attention_bias
+from paraspec.model.attention import attention, attention_bias
+from paraspec.model.transformer import SeqInput, Transformer
 
 HD, KV, GROUP = 32, 2, 3
 

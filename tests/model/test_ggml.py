@@ -14,7 +14,7 @@ from paraspec import LLM, SamplingParams
 from paraspec.errors import ConfigError
 from paraspec.model import ggml
 from paraspec.model import kernels as cpu_kernels
-from paraspec.model.transformer import rms_norm
+from paraspec.model.linear import rms_norm
 from tiny_models import write_gguf
 
 FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q8_0"]   # what the gguf package quantises (K-quants: test_ggml_kquants.py)

@@ -28,7 +28,8 @@ from paraspec.model import ggml, quant
 from paraspec.model.args import ModelArgs
 from paraspec.model.kernels import TORCH, VERSION, Kernels, cpu_features
 from paraspec.model.kv_cache import KVCache
-from paraspec.model.transformer import apply_rope, attention as torch_attention, attention_bias, rope_tables
+from paraspec.model.attention import attention as torch_attention, attention_bias
+from paraspec.model.rope import apply_rope, rope_tables
 
 ISAS = ("avx512", "avx2")
 

@@ -9,7 +9,8 @@ from paraspec.decoding.contract.tree import DraftTree
 from paraspec.decoding.contract.verify import build_query
 from kernel_paths import per_isa
 from paraspec.model.loader import load_model
-from paraspec.model.transformer import SeqInput, Transformer, max_draft_rows
+from paraspec.model.attention import max_draft_rows
+from paraspec.model.transformer import SeqInput, Transformer
 
 
 @pytest.fixture(params=per_isa())

@@ -101,8 +101,8 @@ def test_a_prompt_chunk_over_a_long_cache_matches_transformers(long_reference, k
     """A prompt chunk of 64, 65 or 256 rows after more than PROMPT_ATTENTION_KEYS cached keys (a new
     turn after a reused prefix): the heights on either side of each ISA's PROMPT_ATTENTION_ROWS,
     through the csrc kernel or the torch road, on every kernel path: transformers' logits."""
-    from paraspec.model import transformer
-    assert CACHED > transformer.PROMPT_ATTENTION_KEYS and 64 in transformer.PROMPT_ATTENTION_ROWS.values()
+    from paraspec.model import attention
+    assert CACHED > attention.PROMPT_ATTENTION_KEYS and 64 in attention.PROMPT_ATTENTION_ROWS.values()
     path, ids, want = long_reference
     lm = load_model(path, torch.float32)
     model = Transformer(lm.args, lm.weights, torch.float32, kernels=kernels)

@@ -33,7 +33,7 @@ from ..decoding.policy.cost import CostModel
 from ..decoding.policy.draft_policy import DraftPolicy, PolicyStats
 from ..decoding.drafters.memory_decoding import PROMPT_WEIGHT
 from ..decoding.contract.tree import ROOT, DraftTree
-from ..model.transformer import max_draft_rows
+from ..model.attention import max_draft_rows
 from ..sequence import SequenceState
 from .block import Block
 from .context_match import ContextIndex, anchored_drafts

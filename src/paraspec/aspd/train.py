@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..model.args import ModelArgs
-from ..model.transformer import rope_tables
+from ..model.rope import rope_tables
 from .data import Example
 from .layout import layout
 from .lora import TARGETS, LoRALinear

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import ModelLoadError
 
-# what transformer.rope_tables computes; freq_factors: a GGUF's rope_freqs, as `paraspec aspd export` writes them
+# what rope.rope_tables computes; freq_factors: a GGUF's rope_freqs, as `paraspec aspd export` writes them
 HF_ROPE_KINDS = (None, "default", "llama3", "linear", "freq_factors")
 GGUF_ROPE_SCALINGS = (None, "none", "linear")               # llama.cpp's default (no key) is linear
 _EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")

@@ -226,7 +226,7 @@ def pack(w: GGUFWeight, u: Blocks | None = None, verify_copy: bool = False) -> t
 
 
 class GGUFLinear:
-    """Drop-in for transformer.Linear over a GGUFWeight: __call__(x [M, K], prompt) -> fp32 [M, N].
+    """Drop-in for linear.Linear over a GGUFWeight: __call__(x [M, K], prompt) -> fp32 [M, N].
 
     prompt is accepted and ignored: the result is row-invariant for any number of rows.
     kernels: the compiled kernels to run (default: the process's); with none, the torch reference.

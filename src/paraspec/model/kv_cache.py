@@ -17,7 +17,7 @@ By default both are fp32, the dtype the forward computes them in; an fp16 cache 
 default) halves the bytes a decode step reads per token of context. An fp16 element is rounded
 once, when it is written, and widened exactly when it is read, so attention sums the same fp32
 values whatever reads them. Attention gives a row the same result whatever the number of query rows or
-the gaps a tree mask leaves between its keys (transformer.attention, csrc/attention.h: a fixed
+the gaps a tree mask leaves between its keys (attention.attention, csrc/attention.h: a fixed
 order of sums per row), so parallel decoding stays token-identical to autoregressive decoding
 with either cache dtype; the two dtypes' outputs can differ from each other at near-ties.
 """

@@ -82,7 +82,7 @@ def q8_0_to_int8(raw: np.ndarray | torch.Tensor, shape: tuple[int, int]) -> tupl
 
 
 class Int8Linear:
-    """Drop-in for transformer.Linear: __call__(x [M, K] fp32/bf16, prompt) -> fp32 [M, N].
+    """Drop-in for linear.Linear: __call__(x [M, K] fp32/bf16, prompt) -> fp32 [M, N].
 
     prompt is accepted and ignored: the result is row-invariant for any number of rows, and the
     same kernel serves prompts (so the forward's padding to 4 rows is not needed here either).

@@ -6,7 +6,7 @@ Query rows: [root] + draft tree nodes + lookahead branch tokens (when a drafter 
 - lookahead token j is row 1 + n_draft + j, at position root_pos + offset(j), and sees the root
   and the branch tokens its own mask allows;
 - the draft tree and the lookahead branch never see each other.
-(Every row also sees the whole committed KV cache; transformer.attention_bias adds that.)
+(Every row also sees the whole committed KV cache; model/attention.py's attention_bias adds that.)
 """
 from __future__ import annotations
 
