@@ -17,7 +17,7 @@ from pathlib import Path
 
 from paraspec.errors import ModelLoadError
 from paraspec.model.gguf_file import read_gguf
-from paraspec.model.loader import gguf_tokenizer_source
+from paraspec.model.gguf_loader import gguf_tokenizer_source
 from paraspec.model.tokenizer import Tokenizer
 
 SEPARATOR = "\n__ggml_vocab_test__\n"

@@ -1,5 +1,5 @@
 """Write a Hugging Face-style folder (Llama, Qwen2 or Qwen3) from paraspec's weight dict (the names
-loader.py makes), so that `--model FOLDER` (loader._load_hf) reads it back: config.json,
+checkpoint.py makes), so that `--model FOLDER` (hf_loader.load_hf) reads it back: config.json,
 model.safetensors (fused q/k/v, their biases and gate/up split again; Qwen3's q/k norms),
 tokenizer.json (with the six markup tokens when asked), tokenizer_config.json and
 generation_config.json."""
@@ -40,7 +40,7 @@ def hf_tensors(args: ModelArgs, weights: dict[str, torch.Tensor]) -> dict[str, t
 
 
 def _bias_config(args: ModelArgs, weights: dict[str, torch.Tensor]) -> dict:
-    """config.json's attention_bias. loader._load_hf reads every bias and q/k norm the file has,
+    """config.json's attention_bias. hf_loader.load_hf reads every bias and q/k norm the file has,
     but requires q/k/v biases of a Qwen2 (and of a model with attention_bias)."""
     qkv = "layers.0.bqkv" in weights
     if args.arch == "qwen2":

@@ -55,7 +55,7 @@ def add_markup_tokens(tokenizer, weights: dict, loaded=None) -> MarkupIds:
     """Add the six tokens to `tokenizer` (special: never split, skipped when decoding with
     skip_special) and grow `tok_embeddings` (and an untied `lm_head`) so that every new id has a
     row, initialised to the mean embedding (the usual choice for new tokens: a neutral start).
-    Idempotent. `loaded` (a loader.LoadedModel), when given, gets args with the new vocab_size."""
+    Idempotent. `loaded` (a checkpoint.LoadedModel), when given, gets args with the new vocab_size."""
     from tokenizers import AddedToken
 
     if any(tokenizer.backend.token_to_id(s) is None for s in TOKENS):

@@ -1,6 +1,6 @@
 """Which models `paraspec aspd train` fine-tunes: those whose math TrainModel (train.py) writes out.
 
-TrainModel computes paraspec's forward (transformer.py) from the weight names loader.py makes:
+TrainModel computes paraspec's forward (transformer.py) from the weight names checkpoint.py makes:
 Llama, Qwen2/2.5 (q/k/v biases) and Qwen3 (per-head q/k RMS norms), tied or untied heads, RoPE
 default / llama3 / linear. What a model file may say beyond that (a tensor the loader does not
 read, partial RoPE, sliding-window attention, experts, another activation, soft-capped logits, a

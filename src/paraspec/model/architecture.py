@@ -123,7 +123,7 @@ def check_tensors(names: Iterable[str], kind: str, n_layers: int, where: str) ->
 
 
 def check_loaded(loaded: Any) -> None:
-    """The checks above on a loader.LoadedModel's kept metadata and tensor names."""
+    """The checks above on a checkpoint.LoadedModel's kept metadata and tensor names."""
     kind = loaded.tokenizer_source.get("kind")
     if kind == "hf":
         check_hf_config(loaded.metadata, str(loaded.path / "config.json"))
