@@ -50,11 +50,16 @@ def gguf_decoder(kernels: Kernels, a: ModelArgs, layers: list, scale: float) -> 
             isinstance(p, GGUFLinear) and p.kernels is kernels for p in parts):
         return None
     empty = torch.empty(0, dtype=torch.float32)     # "no bias"
-    return GgufDecoder(kernels.module.GgufDecoder(
-        [p.packed for p in parts], [FORMATS[p.kind] for p in parts],
-        [p.out_features for p in parts], [p.passes for p in parts],
-        [empty if p.bias is None else p.bias for p in parts],
-        [EMPTY_COPY if p.copy is None else p.copy for p in parts], [len(ps) for ps in per_linear],
-        [layer.attn_norm.float().contiguous() for layer in layers],
-        [layer.ffn_norm.float().contiguous() for layer in layers],
-        a.norm_eps, kernels.w8a8_variant, a.n_heads, a.n_kv_heads, a.head_dim, scale))
+    c = kernels.module.GgufDecoderConfig()
+    c.packed = [p.packed for p in parts]
+    c.fmts = [FORMATS[p.kind] for p in parts]
+    c.ns = [p.out_features for p in parts]
+    c.passes = [p.passes for p in parts]
+    c.biases = [empty if p.bias is None else p.bias for p in parts]
+    c.copies = [EMPTY_COPY if p.copy is None else p.copy for p in parts]
+    c.counts = [len(ps) for ps in per_linear]
+    c.attn_norms = [layer.attn_norm.float().contiguous() for layer in layers]
+    c.ffn_norms = [layer.ffn_norm.float().contiguous() for layer in layers]
+    c.eps, c.variant = a.norm_eps, kernels.w8a8_variant
+    c.n_heads, c.n_kv, c.head_dim, c.scale = a.n_heads, a.n_kv_heads, a.head_dim, scale
+    return GgufDecoder(kernels.module.GgufDecoder(c))

@@ -6,35 +6,46 @@
 // parsing, which on a 30-layer 135M model added up to a sixth of a one-row step on 2 threads.
 // Included by kernels.cpp after those functions (plain x86-64 code, inside its namespace).
 
+// What a GgufDecoder runs. Per layer, four linears in the order wqkv, wo, w_gate_up, w_down, each
+// of counts[j] parts (a fused weight whose parts differ in GGUF format: ggml_parts.py): per part
+// its packed weight, format, output size, activation passes, bias and Q6_K verify copy (empty
+// tensors: none), the parts of a linear in its output order; per layer the fp32 RMSNorm weights
+// fused into wqkv and w_gate_up. variant: the kernels' (gguf_linear's); the attention's shape and scale.
+struct GgufDecoderConfig {
+  std::vector<at::Tensor> packed;
+  std::vector<int64_t> fmts, ns, passes;
+  std::vector<at::Tensor> biases, copies;
+  std::vector<int64_t> counts;
+  std::vector<at::Tensor> attn_norms, ffn_norms;
+  double eps = 0.0;
+  std::string variant;
+  int64_t n_heads = 0, n_kv = 0, head_dim = 0;
+  double scale = 0.0;
+};
+
 class GgufDecoder {
  public:
-  // Per layer, four linears in the order wqkv, wo, w_gate_up, w_down, each of counts[j] parts (a
-  // fused weight whose parts differ in GGUF format: ggml_parts.py): per part its packed weight,
-  // format, output size, activation passes, bias and Q6_K verify copy (empty tensors: none), the
-  // parts of a linear in its output order; per layer the fp32 RMSNorm weights fused into wqkv and w_gate_up.
-  GgufDecoder(std::vector<at::Tensor> packed, std::vector<int64_t> fmts, std::vector<int64_t> ns,
-              std::vector<int64_t> passes, std::vector<at::Tensor> biases, std::vector<at::Tensor> copies,
-              std::vector<int64_t> counts, std::vector<at::Tensor> attn_norms, std::vector<at::Tensor> ffn_norms,
-              double eps, std::string variant, int64_t n_heads, int64_t n_kv, int64_t head_dim, double scale)
-      : packed_(std::move(packed)), fmts_(std::move(fmts)), ns_(std::move(ns)), passes_(std::move(passes)),
-        counts_(std::move(counts)), attn_norms_(std::move(attn_norms)), ffn_norms_(std::move(ffn_norms)), eps_(eps),
-        variant_(std::move(variant)), n_heads_(n_heads), n_kv_(n_kv), hd_(head_dim), scale_(scale) {
+  explicit GgufDecoder(GgufDecoderConfig c)
+      : packed_(std::move(c.packed)), fmts_(std::move(c.fmts)), ns_(std::move(c.ns)), passes_(std::move(c.passes)),
+        counts_(std::move(c.counts)), attn_norms_(std::move(c.attn_norms)), ffn_norms_(std::move(c.ffn_norms)),
+        eps_(c.eps), variant_(std::move(c.variant)), n_heads_(c.n_heads), n_kv_(c.n_kv), hd_(c.head_dim),
+        scale_(c.scale) {
     const size_t n = attn_norms_.size();
     TORCH_CHECK(ffn_norms_.size() == n && counts_.size() == 4 * n, "GgufDecoder: four linears and two norms per layer");
     int64_t parts = 0;
-    for (int64_t c : counts_) {
-      TORCH_CHECK(c >= 1, "GgufDecoder: a linear has at least one part");
+    for (int64_t k : counts_) {
+      TORCH_CHECK(k >= 1, "GgufDecoder: a linear has at least one part");
       firsts_.push_back(parts);
-      parts += c;
+      parts += k;
     }
     const size_t p = static_cast<size_t>(parts);
     TORCH_CHECK(packed_.size() == p && fmts_.size() == p && ns_.size() == p && passes_.size() == p &&
-                    biases.size() == p && copies.size() == p,
+                    c.biases.size() == p && c.copies.size() == p,
                 "GgufDecoder: one packed weight, format, size, passes, bias and copy per part");
-    for (const at::Tensor& b : biases)
+    for (const at::Tensor& b : c.biases)
       biases_.push_back(b.numel() ? c10::optional<at::Tensor>(b) : c10::nullopt);
-    for (const at::Tensor& c : copies)
-      copies_.push_back(c.numel() ? c10::optional<at::Tensor>(c) : c10::nullopt);
+    for (const at::Tensor& t : c.copies)
+      copies_.push_back(t.numel() ? c10::optional<at::Tensor>(t) : c10::nullopt);
   }
 
   // x [T, dim] fp32, the residual stream (updated in place and returned); cos, sin [T, 1, hd]

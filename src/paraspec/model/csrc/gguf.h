@@ -120,6 +120,17 @@ constexpr int64_t kGgufAmxRows[kGgufFormats] = {16, 16, 20, 16, 16, 20};
 constexpr int64_t kGgufCopyRows = 4;
 constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB; whole superblocks) every row tile runs while in L1
 
+// One gguf_linear call's operands: M sub-rows x (P per output row; K = 32 * x.B features), the
+// weights w of format fmt (panels of 32 of the N output channels), bias (or nullptr), y [M / P, N].
+struct GgufLinear {
+  int fmt, P;
+  int64_t M, N;
+  GgufRows x;
+  const uint8_t* w;
+  const float* bias;
+  float* y;
+};
+
 // Panels [p0, p1) for sub-rows [0, M) (P per output row; kGgufRowBlock is even): one thread's
 // contiguous share of the weights. A single row tile walks each panel once; with more, each
 // chunk of blocks is run by every tile while it sits in L1, so the weights leave DRAM once per
@@ -128,11 +139,9 @@ constexpr int64_t kGgufChunk = 16;     // blocks of a panel (<= 17 KB; whole sup
 // step's row term dx * float(xs) (with P = 2: dx1 * float(256 xs_0 + xs_1) at the row's second
 // sub-row), once per call. Each row's float sums land at its first sub-row's place in acc:
 // 32 * min(M, kGgufRowBlock) floats.
-inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, const int8_t* xq,
-                        const float* dx, const int32_t* xs, const int32_t* xh, const float* xm, int64_t M, int P, int64_t K,
-                        const uint8_t* wp, const float* bias, float* y, int64_t N, float* acc) {
-  const int64_t B = K / 32, K4 = K / 4, pb = gguf_panel_bytes(fmt, B), R = loop.rows[P - 1][fmt];
-  const int32_t* xw = reinterpret_cast<const int32_t*>(xq);  // 4 features as one dword
+inline void gguf_panels(const GgufLoop& loop, const GgufLinear& c, int64_t p0, int64_t p1, float* acc) {
+  const int fmt = c.fmt, P = c.P;
+  const int64_t M = c.M, N = c.N, B = c.x.B, pb = gguf_panel_bytes(fmt, B), R = loop.rows[P - 1][fmt];
   const bool wide = fmt < kGgufFormats && loop.wide && M >= loop.wide->min_rows[P - 1][fmt] &&
                     loop.wide->fn[P - 1][fmt];  // the wide loops have no verify copy format
   const GgufWide* w = wide ? loop.wide : nullptr;
@@ -144,10 +153,10 @@ inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, c
     const int64_t T = (r1 - r0 + R - 1) / R, nc = (B + kGgufChunk - 1) / kGgufChunk, g = gguf_superblocks(fmt) ? 8 : 1;
     const int64_t chunk = T == 1 ? B : (B + g * nc - 1) / (g * nc) * g;
     for (int64_t p = p0; p < p1; ++p) {
-      const uint8_t* panel = wp + p * pb;
+      const uint8_t* panel = c.w + p * pb;
       std::memset(acc, 0, sizeof(float) * 32 * (r1 - r0));
       if (w && r1 - r0 >= w->min_rows[P - 1][fmt]) {  // the same bits as the tiles below
-        w->fn[P - 1][fmt](panel, B, xq + r0 * K, K, dx + r0 * B, xs + r0 * B, xh + r0 * B, xm + r0 * B, r1 - r0, acc);
+        w->fn[P - 1][fmt]({panel, c.x.from(r0), r1 - r0, acc});
       } else {
         for (int64_t b0 = 0; b0 < B; b0 += chunk) {
           const int64_t b1 = std::min(b0 + chunk, B), at = gguf_panel_bytes(fmt, b0);
@@ -158,19 +167,18 @@ inline void gguf_panels(const GgufLoop& loop, int fmt, int64_t p0, int64_t p1, c
           const int64_t lines = T == 1 ? (bytes / (b1 - b0) + 63) / 64 : (bytes / 64 + T * (b1 - b0) - 1) / (T * (b1 - b0));
           for (int64_t r = r0, t = 0; r < r1; r += R, ++t) {
             const uint8_t* pf = T == 1 ? panel + at + (r1 - r0 == P ? kGgufPrefetch : kPrefetch) : panel + at + bytes + t * (b1 - b0) * lines * 64;
-            loop.fn[P - 1][fmt][std::min(R, r1 - r)](panel, b0, b1, xw + r * K4, K4, dx + r * B, xs + r * B,
-                                                     xh + r * B, xm + r * B, B, acc + (r - r0) * 32, pf, lines);
+            loop.fn[P - 1][fmt][std::min(R, r1 - r)]({panel, b0, b1, c.x.from(r), acc + (r - r0) * 32, pf, lines});
           }
         }
       }
       for (int h = 0; h < 2; ++h) {
         const int64_t n = p * 32 + 16 * h;
         if (n >= N) break;
-        const F16 bv = bias ? loadn(bias + n, N - n) : zero();
+        const F16 bv = c.bias ? loadn(c.bias + n, N - n) : zero();
         for (int64_t r = r0; r < r1; r += P) {  // y = the row's sums (+ bias)
           F16 v = load(acc + (r - r0) * 32 + 16 * h);
-          if (bias) v = add(v, bv);
-          storen(y + r / P * N + n, v, N - n);
+          if (c.bias) v = add(v, bv);
+          storen(c.y + r / P * N + n, v, N - n);
         }
       }
     }

@@ -86,8 +86,13 @@ constexpr int64_t kSub = 4;
 // kPass is even) combine in int32 first, one float step per row (gguf.h), its sums at the first
 // sub-row's place.
 template <int FMT, int P>
-void panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const float* dx, const int32_t* xs,
-           const int32_t* /* xh: Q6_K's, not here */, const float* xm, int64_t rows, float* acc) {
+void panel(const GgufPanel& call) {  // (x.xh, Q6_K's, is not read here)
+  const uint8_t* const panel = call.panel;
+  const int64_t B = call.x.B, K = 4 * call.x.K4, rows = call.rows;
+  const int8_t* const xq = reinterpret_cast<const int8_t*>(call.x.xw);
+  const int32_t* const xs = call.x.xs;
+  const float *const dx = call.x.dx, *const xm = call.x.xm;
+  float* const acc = call.acc;
   using G = vnni512::GOp;
   constexpr bool Q8 = FMT == kQ8_0, Q5 = FMT == kQ5_0, Q41 = FMT == kQ4_1, Q4K = FMT == kQ4_K;
   static_assert(FMT != kQ6_K, "Q6_K's 16-wide halves stay on the VNNI loop");

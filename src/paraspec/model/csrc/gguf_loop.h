@@ -55,9 +55,15 @@ inline typename G::Acc gpair(typename G::Acc a, typename G::Acc w, typename G::A
 // xm: gguf.h's dx * float(xs) per (sub-row, block), the Q4_1 / Q4_K row term, computed once per
 // call. pf: the weight stream's bytes to fetch while this tile runs, `lines` cache lines per block.
 template <int R, int FMT, int P>
-void panel_tile(const uint8_t* panel, int64_t b0, int64_t b1, const int32_t* xw, int64_t ldx, const float* dx,
-                const int32_t* xs, const int32_t* xh, const float* xm, int64_t B, float* acc, const uint8_t* pf,
-                int64_t lines) {
+void panel_tile(const GgufTile& t) {
+  // the fields as locals: the loop below keeps them in registers, not behind the reference
+  const uint8_t* const panel = t.panel;
+  const int64_t b0 = t.b0, b1 = t.b1, B = t.x.B, lines = t.lines;
+  int64_t ldx = t.x.K4;
+  const int32_t *const xw = t.x.xw, *const xs = t.x.xs, *const xh = t.x.xh;
+  const float *const dx = t.x.dx, *const xm = t.x.xm;
+  float* const acc = t.acc;
+  const uint8_t* const pf = t.pf;
   using A = typename GOp::Acc;
   using F = typename GOp::Flt;
   constexpr bool Q8 = FMT == 2, Q41 = FMT == 1, Q5 = FMT == 3, Q4K = FMT == 4;

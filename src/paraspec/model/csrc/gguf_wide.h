@@ -106,13 +106,18 @@ inline void wide_sums(const uint8_t* w, const int32_t* x, int64_t K4, typename G
   }
 }
 
-// R rows x channels 16h..16h+15 over blocks [b0, b1) (unpacked at wu, sc from b0): the exact
+// R rows x channels 16h..16h+15 over blocks [t.b0, t.b1) (unpacked at wu, sc from b0): the exact
 // block sums, then gguf_loop.h's float step, f += t, with f at acc[32 * i + 16h + ...] (P = 2:
-// per row, at its first sub-row i, after the two sub-rows combine as gguf.h says).
+// per row, at its first sub-row i, after the two sub-rows combine as gguf.h says). t.pf: unused
+// (wide_unpack fetches ahead).
 template <int R, int FMT, int P>
-void wide_tile(const uint8_t* panel, int64_t b0, int64_t b1, const uint8_t* wu, const float* sc, int h,
-               const int32_t* xw, int64_t K4, const float* dx, const int32_t* xs, const int32_t* xh,
-               const float* xm, int64_t B, float* acc) {
+void wide_tile(const GgufTile& t, const uint8_t* wu, const float* sc, int h) {
+  const uint8_t* const panel = t.panel;
+  const int64_t b0 = t.b0, b1 = t.b1, B = t.x.B;
+  int64_t K4 = t.x.K4;
+  const int32_t *const xw = t.x.xw, *const xs = t.x.xs, *const xh = t.x.xh;
+  const float *const dx = t.x.dx, *const xm = t.x.xm;
+  float* const acc = t.acc;
   using A = typename GOp::Acc;
   using F = typename GOp::Flt;
   constexpr bool Q8 = FMT == kQ8_0, Q41 = FMT == kQ4_1, Q5 = FMT == kQ5_0, Q4K = FMT == kQ4_K, Q6 = FMT == kQ6_K;
@@ -170,28 +175,23 @@ void wide_tile(const uint8_t* panel, int64_t b0, int64_t b1, const uint8_t* wu, 
 }
 
 // gguf.h's GgufWideFn: every sub-row of a row block over one panel (blocks [0, B)), acc[32 * row
-// + channel] added to; xq, dx, xs, xh, xm from the block's first sub-row.
+// + channel] added to; the activations from the block's first sub-row.
 template <int FMT, int P>
-void wide_panel(const uint8_t* panel, int64_t B, const int8_t* xq, int64_t K, const float* dx, const int32_t* xs,
-                const int32_t* xh, const float* xm, int64_t rows, float* acc) {
+void wide_panel(const GgufPanel& c) {
   constexpr int WR = wide_rows<FMT, P>();
-  using Tile = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t*, const float*, int, const int32_t*, int64_t,
-                        const float*, const int32_t*, const int32_t*, const float*, int64_t, float*);
+  using Tile = void (*)(const GgufTile&, const uint8_t*, const float*, int);
   constexpr Tile tiles[] = {nullptr, wide_tile<1, FMT, P>, wide_tile<WR < 2 ? WR : 2, FMT, P>,
                             wide_tile<WR < 3 ? WR : 3, FMT, P>, wide_tile<WR < 4 ? WR : 4, FMT, P>,
                             wide_tile<WR < 5 ? WR : 5, FMT, P>, wide_tile<WR, FMT, P>};  // P = 2: even counts only
   alignas(32) uint8_t wu[kWideChunk * 1024];
   alignas(32) float sc[kWideChunk * 64];
-  const int64_t K4 = K / 4;
-  const int32_t* xw = reinterpret_cast<const int32_t*>(xq);
-  for (int64_t b0 = 0; b0 < B; b0 += kWideChunk) {
-    const int64_t b1 = std::min(b0 + kWideChunk, B);
-    wide_unpack<FMT>(panel, b0, b1, wu, sc);
-    for (int64_t r = 0; r < rows; r += WR) {
-      const int64_t n = std::min<int64_t>(WR, rows - r);
-      for (int h = 0; h < 2; ++h)
-        tiles[n](panel, b0, b1, wu, sc, h, xw + r * K4, K4, dx + r * B, xs + r * B, xh + r * B, xm + r * B, B,
-                 acc + 32 * r);
+  for (int64_t b0 = 0; b0 < c.x.B; b0 += kWideChunk) {
+    const int64_t b1 = std::min(b0 + kWideChunk, c.x.B);
+    wide_unpack<FMT>(c.panel, b0, b1, wu, sc);
+    for (int64_t r = 0; r < c.rows; r += WR) {
+      const int64_t n = std::min<int64_t>(WR, c.rows - r);
+      const GgufTile t{c.panel, b0, b1, c.x.from(r), c.acc + 32 * r, nullptr, 0};
+      for (int h = 0; h < 2; ++h) tiles[n](t, wu, sc, h);
     }
   }
 }

@@ -32,6 +32,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 // What every copy of w8a8_loop.h provides: its tile height, how it stores activations
@@ -43,15 +44,41 @@ struct W8A8Loop {
   AccFn fn[9];
 };
 #include "gguf_layout.h"
+// A run of sub-rows' quantised activations (gguf.h): sub-row r's step k (4 features as one
+// dword) at xw[r * K4 + k]; its block b's scale dx, sums xs, xh and float row term xm at [r * B + b].
+struct GgufRows {
+  const int32_t* xw;
+  int64_t K4;
+  const float* dx;
+  const int32_t* xs;
+  const int32_t* xh;
+  const float* xm;
+  int64_t B;
+  GgufRows from(int64_t r) const { return {xw + r * K4, K4, dx + r * B, xs + r * B, xh + r * B, xm + r * B, B}; }
+};
+// One register tile's call (gguf_loop.h): blocks [b0, b1) of a panel for the sub-rows x, their
+// float sums at acc[32 * r + channel]; pf: the weight bytes to fetch meanwhile, `lines` cache lines per block.
+struct GgufTile {
+  const uint8_t* panel;
+  int64_t b0, b1;
+  GgufRows x;
+  float* acc;
+  const uint8_t* pf;
+  int64_t lines;
+};
 // What every copy of gguf_loop.h provides: its tile height and, per format (gguf.h's
 // GgufFormat: Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q6_K), the loop over a panel's blocks for 1..8 rows.
-using GgufFn = void (*)(const uint8_t*, int64_t, int64_t, const int32_t*, int64_t, const float*, const int32_t*,
-                        const int32_t*, const float*, int64_t, float*, const uint8_t*, int64_t);
+using GgufFn = void (*)(const GgufTile&);
 // A variant's loop for calls of several sub-rows (AMX tiles: gguf_amx.h; AVX2's wide tiles:
-// gguf_wide.h): per format (nullptr: none) all sub-rows of a row block over one panel; begin()
-// and end() (where not nullptr) set up and release per-thread state (AMX's tile state).
-using GgufWideFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const float*, const int32_t*,
-                            const int32_t*, const float*, int64_t, float*);
+// gguf_wide.h): per format (nullptr: none) all `rows` sub-rows of a row block over one panel's
+// x.B blocks; begin() and end() (where not nullptr) set up and release per-thread state (AMX's tile state).
+struct GgufPanel {
+  const uint8_t* panel;
+  GgufRows x;
+  int64_t rows;
+  float* acc;
+};
+using GgufWideFn = void (*)(const GgufPanel&);
 struct GgufWide {
   int64_t min_rows[2][kGgufFormats];  // per pass count P - 1 and format, sub-rows from which a row block runs on it (fewer: the kRows tiles)
   void (*begin)();
@@ -180,7 +207,7 @@ std::vector<std::string> variant_names() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = PARASPEC_ISA;
-  m.attr("VERSION") = 21;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
+  m.attr("VERSION") = 22;  // bumped when a signature or what it accepts changes: the Python side ignores a stale build
   m.def("cpu_supported", &cpu_supported, "this CPU (CPUID, OS state saving) runs every kernel here");
   m.def("w8a8_variants", &variant_names, "the W8A8 inner loops this CPU runs, best first");
   m.def("attention", &attention, "decode / draft-verify attention (row-invariant: a fixed fp32 operation order per row and head)",
@@ -202,14 +229,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("packed"), py::arg("fmt"), py::arg("n"), py::arg("out"));
   m.def("linear", &linear, "row-invariant fp32/bf16-weight linear, optional fused RMSNorm", py::arg("x"),
         py::arg("w"), py::arg("bias") = py::none(), py::arg("norm") = py::none(), py::arg("eps") = 0.0);
+  py::class_<GgufDecoderConfig>(m, "GgufDecoderConfig", "what a GgufDecoder runs (decoder.h): set each field")
+      .def(py::init<>())
+      .def_readwrite("packed", &GgufDecoderConfig::packed)
+      .def_readwrite("fmts", &GgufDecoderConfig::fmts)
+      .def_readwrite("ns", &GgufDecoderConfig::ns)
+      .def_readwrite("passes", &GgufDecoderConfig::passes)
+      .def_readwrite("biases", &GgufDecoderConfig::biases)
+      .def_readwrite("copies", &GgufDecoderConfig::copies)
+      .def_readwrite("counts", &GgufDecoderConfig::counts)
+      .def_readwrite("attn_norms", &GgufDecoderConfig::attn_norms)
+      .def_readwrite("ffn_norms", &GgufDecoderConfig::ffn_norms)
+      .def_readwrite("eps", &GgufDecoderConfig::eps)
+      .def_readwrite("variant", &GgufDecoderConfig::variant)
+      .def_readwrite("n_heads", &GgufDecoderConfig::n_heads)
+      .def_readwrite("n_kv", &GgufDecoderConfig::n_kv)
+      .def_readwrite("head_dim", &GgufDecoderConfig::head_dim)
+      .def_readwrite("scale", &GgufDecoderConfig::scale);
   py::class_<GgufDecoder>(m, "GgufDecoder", "a decode / verify forward's layers on GGUF linears, one call (decoder.h)")
-      .def(py::init<std::vector<at::Tensor>, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
-                    std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<int64_t>, std::vector<at::Tensor>,
-                    std::vector<at::Tensor>, double, std::string, int64_t, int64_t, int64_t, double>(),
-           py::arg("packed"), py::arg("fmts"), py::arg("ns"), py::arg("passes"), py::arg("biases"), py::arg("copies"),
-           py::arg("counts"),
-           py::arg("attn_norms"), py::arg("ffn_norms"), py::arg("eps"), py::arg("variant"), py::arg("n_heads"),
-           py::arg("n_kv"), py::arg("head_dim"), py::arg("scale"))
+      .def(py::init<GgufDecoderConfig>(), py::arg("config"))
       .def("forward", &GgufDecoder::forward, py::call_guard<py::gil_scoped_release>(), py::arg("x"), py::arg("cos"),
            py::arg("sin"), py::arg("ks"), py::arg("vs"), py::arg("rows"), py::arg("lengths"), py::arg("starts"),
            py::arg("masks"), py::arg("orders"));

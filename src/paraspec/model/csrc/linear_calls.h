@@ -154,9 +154,11 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& packed, int64_t fm
   }
   const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
+  const GgufRows xr{reinterpret_cast<const int32_t*>(xqp), K / 4, dxp, xsp, xhp, xm.data(), B};
+  const isa::GgufLinear call{fw, P, rows, N, xr, wp, bp, yp};
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {  // contiguous weight ranges
     std::vector<float> acc(32 * std::min(rows, isa::kGgufRowBlock));
-    isa::gguf_panels(*loop, fw, p0, p1, xqp, dxp, xsp, xhp, xm.data(), rows, P, K, wp, bp, yp, N, acc.data());
+    isa::gguf_panels(*loop, call, p0, p1, acc.data());
   });
   return y;
 }
