@@ -1,7 +1,8 @@
 // The GGUF inner loop, one source for every variant: isa_avx512.h and isa_avx2.h include it
 // inside a namespace that defines the variant's `GOp` (how a step's weights are unpacked and
 // multiplied, and its float vectors), each inside its own target region. No include guard:
-// included repeatedly.
+// included repeatedly. Re-included rather than a template over GOp: GCC compiles a template
+// with the target options in force where it is defined, not where it is instantiated.
 //
 // R rows times one 32-channel panel over blocks [b0, b1): per block, the 8 steps' int32 dot
 // products (exact: neither the tile size nor the variant changes them; Q4_0 / Q5_0 values and
@@ -52,6 +53,47 @@ inline typename G::Acc gpair(typename G::Acc a, typename G::Acc w, typename G::A
   return G::add_i(a, G::widen16(G::add16(G::dot16(w, x), G::dot16(v, y))));
 }
 
+// a[i][j] += sub-row i's products of steps [K0, K1) with the block's weights wq (channels L * j
+// on in a[.][j]); x: sub-row i's step k at xb[i * ldx + k]
+template <int R, int FMT, int K0, int K1>
+inline void gsteps(const uint8_t* wq, const int32_t* xb, int64_t ldx, typename GOp::Acc (&a)[R][GOp::kVecs]) {
+  using A = typename GOp::Acc;
+  constexpr bool Q8 = FMT == 2, Q5 = FMT == 3, U6 = FMT == 6, Q6 = FMT == 5 || U6;
+  constexpr int V = GOp::kVecs;
+  constexpr bool P16 = GOp::kPairs16 && !Q8 && !Q5 && !Q6;
+  if constexpr (U6 && GOp::kPairs16) {
+    // Q6_K's verify copy (gguf.h): each step's bytes U as they are; two steps' vpmaddubsw pairs
+    // (u8 <= 63 by s8: 2 x 2 x 63 x 127 < 2^15) added in int16, then widened once
+#pragma GCC unroll 4
+    for (int k = K0; k < K1; k += 2) {
+      A x0[R], x1[R];
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) x0[i] = GOp::prep4(xb[i * ldx + k]), x1[i] = GOp::prep4(xb[i * ldx + k + 1]);
+#pragma GCC unroll 4
+      for (int j = 0; j < V; ++j) {
+        const A w = gbytes<U6>(wq + 128 * k + 128 / V * j), v = gbytes<U6>(wq + 128 * (k + 1) + 128 / V * j);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) a[i][j] = gpair<U6>(a[i][j], w, x0[i], v, x1[i]);
+      }
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int k = K0; k < K1; ++k) {
+      A w[4];  // the step's weights in channel order, L channels each
+      if constexpr (Q8) GOp::load_q8(wq + 128 * k, w[0], w[1], w[2], w[3]);
+      else if constexpr (Q5) GOp::load_q5(wq + 80 * k, w[0], w[1], w[2], w[3]);
+      else if constexpr (Q6) GOp::load_q6(wq + 64 * k, wq + 512 + 32 * k, w[0], w[1], w[2], w[3]);
+      else GOp::load_q4(wq + 64 * k, w[0], w[1], w[2], w[3]);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const auto x = gprep<Q8>(xb[i * ldx + k]);
+#pragma GCC unroll 4
+        for (int j = 0; j < V; ++j) a[i][j] = gmac<Q8, P16>(a[i][j], x, w[j]);
+      }
+    }
+  }
+}
+
 // xm: gguf.h's dx * float(xs) per (sub-row, block), the Q4_1 / Q4_K row term, computed once per
 // call. pf: the weight stream's bytes to fetch while this tile runs, `lines` cache lines per block.
 template <int R, int FMT, int P>
@@ -74,10 +116,11 @@ void panel_tile(const GgufTile& t) {
   constexpr int32_t C = FMT == 0 ? 8 : Q5 ? 16 : Q8 ? GOp::kQ8Offset : 0;  // the sums' excess per xs
   constexpr bool P16 = GOp::kPairs16 && !Q8 && !Q5 && !Q6;  // int16 sums (gmac), from zero
   static_assert(!U6 || (GOp::kPairs16 && P == 1), "Q6_K's verify copy: AVX2's one-pass loop (gtile_fn)");
-  // Named accumulators (not arrays), as w8a8_loop.h: GCC 12 would copy an array every step.
-#define PS_F1(i, j) F f##i##j = (R > i && V > j && i % P == 0) ? GOp::load_f(acc + 32 * i + L * j) : GOp::zero_f();
-#define PS_F(i) PS_F1(i, 0) PS_F1(i, 1) PS_F1(i, 2) PS_F1(i, 3)
-  PS_F(0) PS_F(1) PS_F(2) PS_F(3) PS_F(4) PS_F(5) PS_F(6) PS_F(7)
+  F f[R][V];  // the rows' float sums (P = 2: at each row's first sub-row)
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < V; ++j) f[i][j] = i % P == 0 ? GOp::load_f(acc + 32 * i + L * j) : GOp::zero_f();
   for (int64_t b = b0; b < b1; ++b) {
     const uint8_t* hdr = panel + (b >> 3) * SUPER;  // the superblock's header (K-quants)
     const uint8_t* blk = hdr + HDR + (b & 7) * REC;
@@ -87,142 +130,74 @@ void panel_tile(const GgufTile& t) {
     const int32_t* xb = xw + 8 * b;
     ldx = opaque(ldx);  // else GCC keeps a pointer per (row, step) across blocks, on the stack
     // the sums start at -C * xs (exact integers): the excess is gone before the float step
-#define PS_ACC1(i, j)                                                                 \
-  A a##i##j = (C != 0 && R > i && !P16) ? GOp::set1_i(-C * xs[i * B + b])            \
-              : (Q6 && R > i)   ? GOp::set1_i(-32 * xh[i * B + b]) : GOp::zero_acc();
-#define PS_ACC(i) PS_ACC1(i, 0) PS_ACC1(i, 1) PS_ACC1(i, 2) PS_ACC1(i, 3)
-    PS_ACC(0) PS_ACC(1) PS_ACC(2) PS_ACC(3) PS_ACC(4) PS_ACC(5) PS_ACC(6) PS_ACC(7)
-#define PS_ROW(i)                                         \
-  if constexpr (R > i) {                                  \
-    const auto x = gprep<Q8>(xb[i * ldx + k]);            \
-    a##i##0 = gmac<Q8, P16>(a##i##0, x, w0);              \
-    a##i##1 = gmac<Q8, P16>(a##i##1, x, w1);              \
-    if constexpr (V > 2) {                                \
-      a##i##2 = gmac<Q8, P16>(a##i##2, x, w2);            \
-      a##i##3 = gmac<Q8, P16>(a##i##3, x, w3);            \
-    }                                                     \
-  }
-#define PS_STEPS(k0, k1)                                                       \
-  _Pragma("GCC unroll 8") for (int k = k0; k < k1; ++k) {                      \
-    A w0, w1, w2, w3; /* the step's weights in channel order, L channels each */ \
-    if constexpr (Q8) GOp::load_q8(wq + 128 * k, w0, w1, w2, w3);              \
-    else if constexpr (Q5) GOp::load_q5(wq + 80 * k, w0, w1, w2, w3);          \
-    else if constexpr (Q6) GOp::load_q6(wq + 64 * k, wq + 512 + 32 * k, w0, w1, w2, w3); \
-    else GOp::load_q4(wq + 64 * k, w0, w1, w2, w3);                            \
-    PS_ROW(0) PS_ROW(1) PS_ROW(2) PS_ROW(3) PS_ROW(4) PS_ROW(5) PS_ROW(6) PS_ROW(7) \
-  }
-// Q6_K's verify copy (gguf.h): each step's bytes U as they are; with kPairs16 two steps'
-// vpmaddubsw pairs (u8 <= 63 by s8: 2 x 2 x 63 x 127 < 2^15) added in int16, then widened once
-#define PS_PX(i)                                                           \
-  const A x##i##0 = R > i ? GOp::prep4(xb[i * ldx + k]) : GOp::zero_acc(), \
-          x##i##1 = R > i ? GOp::prep4(xb[i * ldx + k + 1]) : GOp::zero_acc();
-#define PS_PROW(i, j)                                                                                  \
-  if constexpr (R > i) {                                                                               \
-    a##i##j = gpair<U6>(a##i##j, w##j, x##i##0, v##j, x##i##1);                                        \
-  }
-#define PS_PJ(j)                                                                                       \
-  if constexpr (V > j) {                                                                               \
-    const A w##j = gbytes<U6>(wq + 128 * k + 128 / V * j);                                           \
-    const A v##j = gbytes<U6>(wq + 128 * (k + 1) + 128 / V * j);                                     \
-    PS_PROW(0, j) PS_PROW(1, j) PS_PROW(2, j) PS_PROW(3, j) PS_PROW(4, j) PS_PROW(5, j) PS_PROW(6, j) \
-    PS_PROW(7, j)                                                                                      \
-  }
-#define PS_HALF(k0, k1)                                                       \
-  if constexpr (U6 && GOp::kPairs16) {                                        \
-    _Pragma("GCC unroll 4") for (int k = k0; k < k1; k += 2) {                \
-      PS_PX(0) PS_PX(1) PS_PX(2) PS_PX(3) PS_PX(4) PS_PX(5) PS_PX(6) PS_PX(7) \
-      PS_PJ(0) PS_PJ(1) PS_PJ(2) PS_PJ(3)                                     \
-    }                                                                         \
-  } else {                                                                    \
-    PS_STEPS(k0, k1)                                                          \
-  }
+    A a[R][V];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < V; ++j)
+        a[i][j] = C != 0 && !P16 ? GOp::set1_i(-C * xs[i * B + b]) : Q6 ? GOp::set1_i(-32 * xh[i * B + b]) : GOp::zero_acc();
     if constexpr (Q6) {
       // first half (steps 0-3, sub-block a, sums from -32 xh): h = (isum_a - 32 xh) * sc_a, exact
-      PS_HALF(0, 4)
-#define PS_H1(i, j)                                                                              \
-  A h##i##j = GOp::zero_acc();                                                                   \
-  if constexpr (R > i && V > j) {                                                                \
-    h##i##j = GOp::mullo(a##i##j, GOp::s8x(blk + L * j));                                        \
-    a##i##j = GOp::set1_i(-32 * (xs[i * B + b] - xh[i * B + b]));                                \
-  }
-#define PS_H(i) PS_H1(i, 0) PS_H1(i, 1) PS_H1(i, 2) PS_H1(i, 3)
-      PS_H(0) PS_H(1) PS_H(2) PS_H(3) PS_H(4) PS_H(5) PS_H(6) PS_H(7)
-      PS_HALF(4, 8)
+      gsteps<R, FMT, 0, 4>(wq, xb, ldx, a);
+      A h[R][V];
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int j = 0; j < V; ++j) {
+          h[i][j] = GOp::mullo(a[i][j], GOp::s8x(blk + L * j));
+          a[i][j] = GOp::set1_i(-32 * (xs[i * B + b] - xh[i * B + b]));
+        }
+      gsteps<R, FMT, 4, 8>(wq, xb, ldx, a);
       // second half from -32 (xs - xh): v = h + (isum_b - 32 (xs - xh)) * sc_b
-#define PS_V1(i, j)                                                                              \
-  if constexpr (R > i && V > j)                                                                  \
-    a##i##j = GOp::add_i(h##i##j, GOp::mullo(a##i##j, GOp::s8x(blk + 32 + L * j)));
-#define PS_V(i) PS_V1(i, 0) PS_V1(i, 1) PS_V1(i, 2) PS_V1(i, 3)
-      PS_V(0) PS_V(1) PS_V(2) PS_V(3) PS_V(4) PS_V(5) PS_V(6) PS_V(7)
-#undef PS_V
-#undef PS_V1
-#undef PS_H
-#undef PS_H1
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int j = 0; j < V; ++j) a[i][j] = GOp::add_i(h[i][j], GOp::mullo(a[i][j], GOp::s8x(blk + 32 + L * j)));
     } else {
-      PS_STEPS(0, 8)
+      gsteps<R, FMT, 0, 8>(wq, xb, ldx, a);
     }
     if constexpr (P16) {  // the int16 sums widened, from -C * xs (exact)
-#define PS_W1(i, j) \
-  if constexpr (R > i && V > j) a##i##j = gwiden<P16>(-C * xs[i * B + b], a##i##j);
-#define PS_W(i) PS_W1(i, 0) PS_W1(i, 1) PS_W1(i, 2) PS_W1(i, 3)
-      PS_W(0) PS_W(1) PS_W(2) PS_W(3) PS_W(4) PS_W(5) PS_W(6) PS_W(7)
-#undef PS_W
-#undef PS_W1
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int j = 0; j < V; ++j) a[i][j] = gwiden<P16>(-C * xs[i * B + b], a[i][j]);
     }
     // gguf.h's float step for each format; f += t. The block's channel scales first (shared by
     // the rows): d (fp16), Q4_1's m, Q4_K's d * sc and dmin * mn (exact), Q6_K's superblock d.
     const uint16_t* d = reinterpret_cast<const uint16_t*>(Q4K || Q6 ? hdr : blk);
-#define PS_S1(j)                                                                              \
-  F ds##j = GOp::zero_f(), dm##j = GOp::zero_f();                                             \
-  if constexpr (V > j) {                                                                      \
-    ds##j = GOp::half(d + L * j);                                                             \
-    if constexpr (Q41) dm##j = GOp::half(d + 32 + L * j);                                     \
-    if constexpr (Q4K) {                                                                      \
-      ds##j = GOp::mul_f(ds##j, GOp::to_float(GOp::u8x(blk + L * j)));                        \
-      dm##j = GOp::mul_f(GOp::half(d + 32 + L * j), GOp::to_float(GOp::u8x(blk + 32 + L * j))); \
-    }                                                                                         \
+    F ds[V], dm[V];
+#pragma GCC unroll 4
+    for (int j = 0; j < V; ++j) {
+      ds[j] = GOp::half(d + L * j), dm[j] = GOp::zero_f();
+      if constexpr (Q41) dm[j] = GOp::half(d + 32 + L * j);
+      if constexpr (Q4K) {
+        ds[j] = GOp::mul_f(ds[j], GOp::to_float(GOp::u8x(blk + L * j)));
+        dm[j] = GOp::mul_f(GOp::half(d + 32 + L * j), GOp::to_float(GOp::u8x(blk + 32 + L * j)));
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i += P) {
+      const int64_t e = (i + P - 1) * B + b;  // the row's last sub-row
+      const F sx = GOp::set1_f(dx[e]);
+      const F sm = GOp::set1_f(Q41 || Q4K ? xm[e] : 0.f);
+#pragma GCC unroll 4
+      for (int j = 0; j < V; ++j) {
+        // the row's integers as one float (gguf.h: P = 2 combines sub-rows i, i + 1)
+        F v;
+        if constexpr (P == 1) v = GOp::to_float(a[i][j]);
+        else if constexpr (Q6) v = GOp::add_f(GOp::mul_f(GOp::to_float(a[i][j]), GOp::set1_f(256.f)), GOp::to_float(a[i + 1][j]));
+        else v = GOp::to_float(GOp::add_i(GOp::shl8(a[i][j]), a[i + 1][j]));
+        F s = GOp::mul_f(v, GOp::mul_f(ds[j], sx));
+        if constexpr (Q41) s = GOp::add_f(s, GOp::mul_f(dm[j], sm));
+        if constexpr (Q4K) s = GOp::sub_f(s, GOp::mul_f(dm[j], sm));
+        f[i][j] = GOp::add_f(f[i][j], s);
+      }
+    }
   }
-    PS_S1(0) PS_S1(1) PS_S1(2) PS_S1(3)
-  // the row's integers as one float (gguf.h: P = 2 combines sub-rows i, i1 = i + 1)
-#define PS_I(i, i1, j)                                                                        \
-  (P == 1 ? GOp::to_float(a##i##j)                                                            \
-   : Q6   ? GOp::add_f(GOp::mul_f(GOp::to_float(a##i##j), GOp::set1_f(256.f)), GOp::to_float(a##i1##j)) \
-          : GOp::to_float(GOp::add_i(GOp::shl8(a##i##j), a##i1##j)))
-#define PS_EPI1(i, i1, j)                                                                     \
-  if constexpr (R > i && V > j) {                                                             \
-    F t = GOp::mul_f(PS_I(i, i1, j), GOp::mul_f(ds##j, sx));                                   \
-    if constexpr (Q41) t = GOp::add_f(t, GOp::mul_f(dm##j, sm));                              \
-    if constexpr (Q4K) t = GOp::sub_f(t, GOp::mul_f(dm##j, sm));                              \
-    f##i##j = GOp::add_f(f##i##j, t);                                                         \
-  }
-#define PS_EPI(i, i1)                                                     \
-  if constexpr (R > i && i % P == 0) {                                    \
-    const int64_t e = (i + P - 1) * B + b; /* the row's last sub-row */   \
-    const F sx = GOp::set1_f(dx[e]);                                      \
-    const F sm = GOp::set1_f(Q41 || Q4K ? xm[e] : 0.f);                   \
-    PS_EPI1(i, i1, 0) PS_EPI1(i, i1, 1) PS_EPI1(i, i1, 2) PS_EPI1(i, i1, 3) \
-  }
-    PS_EPI(0, 1) PS_EPI(1, 1) PS_EPI(2, 3) PS_EPI(3, 3) PS_EPI(4, 5) PS_EPI(5, 5) PS_EPI(6, 7) PS_EPI(7, 7)
-  }
-#define PS_OUT1(i, j) if constexpr (R > i && V > j && i % P == 0) GOp::store_f(acc + 32 * i + L * j, f##i##j);
-#define PS_OUT(i) PS_OUT1(i, 0) PS_OUT1(i, 1) PS_OUT1(i, 2) PS_OUT1(i, 3)
-  PS_OUT(0) PS_OUT(1) PS_OUT(2) PS_OUT(3) PS_OUT(4) PS_OUT(5) PS_OUT(6) PS_OUT(7)
-#undef PS_OUT
-#undef PS_OUT1
-#undef PS_EPI
-#undef PS_EPI1
-#undef PS_I
-#undef PS_S1
-#undef PS_HALF
-#undef PS_PJ
-#undef PS_PROW
-#undef PS_PX
-#undef PS_STEPS
-#undef PS_ROW
-#undef PS_ACC
-#undef PS_ACC1
-#undef PS_F
-#undef PS_F1
+#pragma GCC unroll 8
+  for (int i = 0; i < R; i += P)
+#pragma GCC unroll 4
+    for (int j = 0; j < V; ++j) GOp::store_f(acc + 32 * i + L * j, f[i][j]);
 }
 
 // sub-rows per tile: P = 2 tiles (kRows2, even) hold whole rows, whose float sums take half the
@@ -239,13 +214,24 @@ constexpr GgufFn gtile_fn() {
   else if constexpr (F == kQ6_KU && (P == 2 || !GOp::kPairs16)) return nullptr;
   else return panel_tile<gtile(N, P, F), F, P>;
 }
-#define PS_TILES(F, P)                                                                            \
-  {nullptr, gtile_fn<1, F, P>(), gtile_fn<2, F, P>(), gtile_fn<3, F, P>(), gtile_fn<4, F, P>(),    \
-   gtile_fn<5, F, P>(), gtile_fn<6, F, P>(), gtile_fn<7, F, P>(), gtile_fn<8, F, P>()}
-#define PS_PASS(P) \
-  {PS_TILES(0, P), PS_TILES(1, P), PS_TILES(2, P), PS_TILES(3, P), PS_TILES(4, P), PS_TILES(5, P), PS_TILES(6, P)}
-#define PS_ROWS(P) {grows(P, 0), grows(P, 1), grows(P, 2), grows(P, 3), grows(P, 4), grows(P, 5), grows(P, 6)}
-constexpr GgufLoop kGgufLoop = {{PS_ROWS(1), PS_ROWS(2)}, {PS_PASS(1), PS_PASS(2)}};
-#undef PS_ROWS
-#undef PS_PASS
-#undef PS_TILES
+// the table of tiles: per pass count P - 1, format F and sub-row count N (0: none)
+template <int N, int F, int P>
+constexpr GgufFn gentry() {
+  if constexpr (N == 0) return nullptr;
+  else return gtile_fn<N, F, P>();
+}
+template <int P, int F, int... N>
+constexpr void gfill(GgufLoop& l, std::integer_sequence<int, N...>) {
+  l.rows[P - 1][F] = grows(P, F);
+  ((l.fn[P - 1][F][N] = gentry<N, F, P>()), ...);
+}
+template <int P, int... F>
+constexpr void gfill_pass(GgufLoop& l, std::integer_sequence<int, F...>) {
+  (gfill<P, F>(l, std::make_integer_sequence<int, 9>{}), ...);
+}
+constexpr GgufLoop kGgufLoop = [] {
+  GgufLoop l{};
+  gfill_pass<1>(l, std::make_integer_sequence<int, kGgufLoopFormats>{});
+  gfill_pass<2>(l, std::make_integer_sequence<int, kGgufLoopFormats>{});
+  return l;
+}();

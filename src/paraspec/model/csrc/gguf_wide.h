@@ -203,13 +203,16 @@ template <int FMT, int P>
 constexpr GgufWideFn wide_fn() {
   return GOp::wide_formats(P) >> FMT & 1 ? wide_panel<FMT, P> : nullptr;
 }
-#define PS_WIDE(P) {wide_fn<kQ4_0, P>(), wide_fn<kQ4_1, P>(), wide_fn<kQ8_0, P>(), wide_fn<kQ5_0, P>(), \
-                    wide_fn<kQ4_K, P>(), wide_fn<kQ6_K, P>()}
-#define PS_MIN(P) {GOp::wide_min_rows(P), GOp::wide_min_rows(P), GOp::wide_min_rows(P), GOp::wide_min_rows(P), \
-                   GOp::wide_min_rows(P), GOp::wide_min_rows(P)}
-constexpr GgufWide kGgufWide = {{PS_MIN(1), PS_MIN(2)}, nullptr, nullptr, {PS_WIDE(1), PS_WIDE(2)}};
-#undef PS_MIN
-#undef PS_WIDE
+template <int P, int... F>
+constexpr void wide_fill(GgufWide& w, std::integer_sequence<int, F...>) {
+  ((w.min_rows[P - 1][F] = GOp::wide_min_rows(P), w.fn[P - 1][F] = wide_fn<F, P>()), ...);
+}
+constexpr GgufWide kGgufWide = [] {
+  GgufWide w{};
+  wide_fill<1>(w, std::make_integer_sequence<int, kGgufFormats>{});
+  wide_fill<2>(w, std::make_integer_sequence<int, kGgufFormats>{});
+  return w;
+}();
 constexpr GgufLoop kGgufWideLoop = [] {
   GgufLoop l = kGgufLoop;
   l.wide = &kGgufWide;

@@ -72,7 +72,8 @@ inline void storen(float* p, F16 a, int64_t n) {
   _mm256_maskstore_ps(p + 8, lanes_below(n - 8), a.hi);
 }
 
-// per-lane operations, applied to both halves
+// per-lane operations, applied to both halves. A macro: the intrinsics are gnu_inline functions
+// without an out-of-line copy, so they cannot be template arguments.
 #define PS_LANEWISE(T, name, op) \
   inline T name(T a, T b) { return {op(a.lo, b.lo), op(a.hi, b.hi)}; }
 PS_LANEWISE(F16, add, _mm256_add_ps)

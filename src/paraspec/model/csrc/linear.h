@@ -34,9 +34,8 @@
 namespace isa {
 
 // The phases of a tile are separate functions that pass the R x C accumulators through memory
-// (acc: 16 floats each, row-major), and the loop names each accumulator (as w8a8_loop.h does):
-// with an array, or with the sums in the same function, GCC 12 keeps the accumulators in a
-// stack array as well and stores every one of them on every step of the loop.
+// (acc: 16 floats each, row-major): with the sums in the same function GCC keeps the
+// accumulators in a stack array and stores every one of them on every step of the loop.
 
 // acc (+)= the sums over the whole 16-float chunks k in [k0, k1) (from 0 when init, else
 // continuing acc's), for R <= 8 rows x + r * ldx and C <= 8 channels w + c * K. Meanwhile the
@@ -48,31 +47,27 @@ __attribute__((noinline)) void linear_main(const float* x, int64_t ldx, const W*
   static_assert(R >= 1 && R <= 8 && C >= 1 && C <= 8, "tile");
   const int64_t chunks = (k1 - k0) / 16;
   int64_t due = 0;  // prefetch bytes owed, in units of 1 / chunks of a byte
-#define PS_A1(r, c) F16 a##r##c = R > r && C > c && !init ? load(acc + (r * C + c) * 16) : zero();
-#define PS_A(r) PS_A1(r, 0) PS_A1(r, 1) PS_A1(r, 2) PS_A1(r, 3) PS_A1(r, 4) PS_A1(r, 5) PS_A1(r, 6) PS_A1(r, 7)
-  PS_A(0) PS_A(1) PS_A(2) PS_A(3) PS_A(4) PS_A(5) PS_A(6) PS_A(7)
-#define PS_X(r) const F16 x##r = R > r ? load(x + r * ldx + k) : zero();
-#define PS_FMA(r, c) if constexpr (R > r) a##r##c = fmadd(x##r, wv, a##r##c);
-#define PS_COL(c)                                                                                          \
-  if constexpr (C > c) {                                                                                   \
-    const F16 wv = load(w + c * K + k);                                                                    \
-    PS_FMA(0, c) PS_FMA(1, c) PS_FMA(2, c) PS_FMA(3, c) PS_FMA(4, c) PS_FMA(5, c) PS_FMA(6, c) PS_FMA(7, c) \
-  }
+  F16 a[R][C];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) a[r][c] = init ? zero() : load(acc + (r * C + c) * 16);
   for (int64_t k = k0; k < k1; k += 16) {
     for (due += pf_bytes; due > 0; due -= 64 * chunks, pf += 64) _mm_prefetch(pf, _MM_HINT_T1);  // to L2 (T0: same or slower)
-    PS_X(0) PS_X(1) PS_X(2) PS_X(3) PS_X(4) PS_X(5) PS_X(6) PS_X(7)
-    PS_COL(0) PS_COL(1) PS_COL(2) PS_COL(3) PS_COL(4) PS_COL(5) PS_COL(6) PS_COL(7)
+    F16 xv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) xv[r] = load(x + r * ldx + k);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const F16 wv = load(w + c * K + k);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) a[r][c] = fmadd(xv[r], wv, a[r][c]);
+    }
   }
-#define PS_OUT1(r, c) if constexpr (R > r && C > c) store(acc + (r * C + c) * 16, a##r##c);
-#define PS_OUT(r) PS_OUT1(r, 0) PS_OUT1(r, 1) PS_OUT1(r, 2) PS_OUT1(r, 3) PS_OUT1(r, 4) PS_OUT1(r, 5) PS_OUT1(r, 6) PS_OUT1(r, 7)
-  PS_OUT(0) PS_OUT(1) PS_OUT(2) PS_OUT(3) PS_OUT(4) PS_OUT(5) PS_OUT(6) PS_OUT(7)
-#undef PS_OUT
-#undef PS_OUT1
-#undef PS_COL
-#undef PS_FMA
-#undef PS_X
-#undef PS_A
-#undef PS_A1
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) store(acc + (r * C + c) * 16, a[r][c]);
 }
 
 // acc += the last, partial chunk k0 = K / 16 * 16 (masked loads: lanes past K are 0 in x and w)
