@@ -70,8 +70,8 @@ inline __m256 dot_fold(const float* a, const KV* b, int64_t n) {
 }
 
 // Asks for the n floats from p (one prefetch per cache line) in L2: the K and V rows a pass will
-// read next, while this one computes (measured: with K and V streamed from memory, as in a
-// forward, 10-20 % off the verify-sized calls).
+// read next, while this one computes (faster with K and V streamed from memory, as in a forward:
+// docs/design-notes.md).
 template <typename KV>
 inline void prefetch_rows(const KV* p, int64_t n) {
   const char* c = reinterpret_cast<const char*>(p);

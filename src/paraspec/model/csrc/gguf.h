@@ -110,10 +110,9 @@ void gguf_quantize_rows(const T* x, int64_t ldx, int64_t M, int64_t K, int P, co
 
 constexpr int64_t kGgufRowBlock = 64;  // rows per pass over the weights (their float sums in L1)
 // Sub-rows from which a row block runs on AMX tiles, per format (fewer: the VNNI tiles are faster
-// here; docs/verify-cost-breakdown.md). Q8_0 (the LM head: no unpack on VNNI) stays at 20 (at 16,
-// 8 rows, AMX was 7 % slower); the Q4 / Q5 formats, with tiles of the call's own height
-// (gguf_amx.h), run from 16 (8 rows: 12-25 % faster per call with the weights in cache, 1-12 %
-// with them streamed, ~1 % of a whole forward; from 12 the forward was no faster). Q6_K: no AMX loop.
+// here; docs/design-notes.md). Q8_0 (the LM head: no unpack on VNNI) stays at 20, where AMX
+// stopped being slower; the Q4 / Q5 formats, with tiles of the call's own height (gguf_amx.h),
+// run from 16, where they became faster. Q6_K: no AMX loop.
 constexpr int64_t kGgufAmxRows[kGgufFormats] = {16, 16, 20, 16, 16, 20};
 // Sub-rows from which a call reads Q6_K's verify copy (fewer: the packed stream, whose bytes are
 // what two rows wait on; docs/verify-cost-breakdown.md)

@@ -1,4 +1,4 @@
-// The GGUF loop on AMX int8 tiles (Intel Sapphire Rapids on), for calls with many sub-rows (a
+// The GGUF loop on AMX int8 tiles, for calls with many sub-rows (a
 // verify step): the AVX-512 module's extra variant "amx", dispatched at run time only where CPUID
 // has AMX-TILE and AMX-INT8 and Linux granted the tile state (kernels.cpp, amx_usable()). Its own
 // target region, after the module's: no other function is compiled with AMX, so no AMX
@@ -31,8 +31,8 @@ constexpr int64_t kPass = 32;  // sub-rows per pass over a group (two A tiles)
 // 16-31); tmm4-7 C: 16 sub-rows x 16 int32 (rows 0-15 x B0, B1, rows 16-31 x B0, B1). A call of
 // n <= kPass sub-rows (one pass) gets tiles of its own height: A0, C4, C5 min(n, 16) rows, A1, C6,
 // C7 the rest (1 if none: a tile of 0 rows is unconfigured), so that it multiplies and stores only
-// its rows (at 10-12 rows: 2-6 % of the call, measured). More sub-rows: 16 and 16, every pass.
-// Constants in memory: GCC 12 drops stores to a local it sees no read of (ldtilecfg's operand is
+// its rows. More sub-rows: 16 and 16, every pass.
+// Constants in memory: GCC drops stores to a local it sees no read of (ldtilecfg's operand is
 // not one).
 constexpr TileConfig tile_shape(int n) {
   const auto r0 = static_cast<uint8_t>(n < 16 ? n : 16), r1 = static_cast<uint8_t>(n > 16 ? n - 16 : 1);
@@ -54,8 +54,8 @@ inline void begin() { tile_rows = 0; }
 inline void end() { _tile_release(); }  // the thread's tile state back to init (cheaper context switches)
 
 // Blocks per group: unpacked at once (4 KB) and their sums out at once (4 x 32 rows x 32 int32,
-// 16 KB). Small, so that they, the rows' activations and sums stay in L1 (48 KB here): with 16
-// blocks unpacked at a time (16 KB more) the 16-row calls ran 10-25 % slower (measured).
+// 16 KB). Small, so that they, the rows' activations and sums stay in L1: 16 blocks at a time
+// ran slower (docs/design-notes.md).
 constexpr int64_t kSub = 4;
 
 // 16 sub-rows' exact block sums for both channel halves (B tiles tmm2, tmm3 loaded): A = tmm X

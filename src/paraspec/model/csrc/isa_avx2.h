@@ -1,5 +1,5 @@
-// Vector operations for the AVX2 module (_kernels_avx2): AVX2 + FMA, as in AMD Zen 1-3 and
-// Intel Haswell on. Included by kernels.cpp inside its `#pragma GCC push_options` region.
+// Vector operations for the AVX2 module (_kernels_avx2): AVX2 + FMA (with F16C).
+// Included by kernels.cpp inside its `#pragma GCC push_options` region.
 //
 // Same API as isa_avx512.h, each 16-lane vector held in two ymm registers (lo = lanes 0-7).
 // Every operation is per lane or spelled in the order the AVX-512 one sums (fold), so the two
@@ -260,9 +260,8 @@ struct GOp : Ymm8x4 {
   // the formats gguf_wide.h runs (bit per GgufFormat): not Q8_0, whose 4 instructions per step
   // (vpsignb, vpmaddubsw, vpmaddwd, vpaddd) are the same either way, and no faster there; and
   // from how many sub-rows. With one pass a kRows tile holds two whole rows, and unpacking each
-  // step again per tile from L1 beat the unpacked buffer at every verify size from 3 to 16 rows
-  // (3 rows 0.7x, 8 rows 0.8x, 16 rows 0.93x the wide tiles' forward), but not a prompt chunk's
-  // 64-row blocks (wide: 0.75x the loop's time at 256 rows); docs/verify-cost-breakdown.md
+  // step again per tile from L1 beat the unpacked buffer at every verify size, but not a prompt
+  // chunk's 64-row blocks (docs/design-notes.md)
   static constexpr int wide_formats(int) { return 0b111011; }
   static constexpr int64_t wide_min_rows(int P) { return P == 1 ? 64 : 3; }
   static void load_q8(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {
@@ -315,7 +314,7 @@ struct GOp : Ymm8x4 {
   static constexpr int kQ8Offset = 128;
   static constexpr bool kPairs16 = false;  // vpdpbusd sums into int32 directly
   // the formats gguf_wide.h runs: Q4_0, Q5_0, Q4_K, Q6_K. With one vpdpbusd per step Q4_1 and
-  // Q8_0 were no faster on its tiles here (sub-rows 4-32, measured), and slower up to 8.
+  // Q8_0 were no faster on its tiles (docs/design-notes.md).
   static constexpr int wide_formats(int) { return 0b111001; }
   static constexpr int64_t wide_min_rows(int) { return 3; }
   static void load_q8(const uint8_t* p, Acc& w0, Acc& w1, Acc& w2, Acc& w3) {

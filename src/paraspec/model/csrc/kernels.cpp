@@ -91,10 +91,9 @@ struct GgufLoop {
   const GgufWide* wide = nullptr;  // calls of wide->min_rows[P - 1][format] sub-rows or more
 };
 constexpr int64_t kPrefetch = 8192;  // bytes ahead in the weight stream
-// The GGUF loop's prefetch distance for one-row calls (decoding). On AMD Zen 4 a short one (each
-// block's lines asked for together as it starts, a few ahead) ran one-row forwards 5-16 % faster
-// than 8 KB ahead, with the weights from DRAM, and no slower on the bundled model; at 2-4 rows
-// neither distance won (docs/verify-cost-breakdown.md). Other CPUs keep 8 KB: not measured there.
+// The GGUF loop's prefetch distance for one-row calls (decoding): on AMD CPUs a short one (each
+// block's lines asked for as it starts, a few ahead) beat 8 KB ahead with the weights streamed
+// from DRAM; other CPUs keep 8 KB, where it was not measured (docs/design-notes.md).
 inline const int64_t kGgufPrefetch = [] {
   unsigned a, b, c, d;
   const bool amd = __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;
