@@ -11,28 +11,23 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from .admission import check_prompt, new_sequences
-from .decoding.contract.acceptance import walk
-from .decoding.policy.cost import CostModel
+from .decode_step import StepRow, accept_run, step_row
 from .decoding.contract.mode import ModePlugin
 from .decoding.contract.proposer import Proposer, StepContext
+from .decoding.contract.stats import timed
 from .decoding.drafters.registry import DrafterRegistry
-from .decoding.contract.stats import GATE_CLOSED, NO_MATCH, NO_ROOM
-from .decoding.contract.verify import Query, build_query, fit_proposal
+from .decoding.policy.cost import CostModel, ForwardCost
 from .errors import ParaspecError
-from .decoding.policy.cost import ForwardCost
 from .outputs import TokenLogprob, token_logprobs
 from .prefix_cache import PrefixCache
 from .runner import ModelRunner
 from .scheduler import fair_pick, next_prefill
 from .sampling.params import SamplingParams
-from .sampling.sampler import first_max
 from .sequence import SequenceState, SequenceUpdate
 
 if TYPE_CHECKING:       # the engine reaches the model only through the runner
@@ -40,21 +35,8 @@ if TYPE_CHECKING:       # the engine reaches the model only through the runner
 
 logger = logging.getLogger("paraspec.engine")
 
-MAX_DRAFT_NODES = 64  # hard cap on draft nodes a drafter may add per sequence and step
 MAX_QUERY_ROWS = 320  # KV slots reserved for one step's query (drafts + a lookahead window)
 DRAFT_GATE_ENV = "PARASPEC_DRAFT_GATE"   # "0": the draft gate off where LLM(draft_gate=) does not say
-
-
-@dataclass
-class StepRow:
-    """One running sequence's part of a decode step: its query rows and how they came to be."""
-
-    seq: SequenceState
-    query: Query
-    by_mode: bool                  # its decode mode (decoding/contract/mode.py) built the rows and accepts them
-    looked: bool                   # its drafter was asked (the draft gate may skip the look)
-    no_draft: str | None           # why it sent no draft (stats.py), when it sent none
-    draft_s: float = 0.0           # the propose's seconds
 
 
 class Engine:
@@ -203,121 +185,52 @@ class Engine:
 
     def _first_token(self, seq: SequenceState, logits: torch.Tensor) -> SequenceUpdate:
         if seq.drafter is not None:
-            t0 = time.perf_counter()
             seq.drafting = True      # (set first: a begin that fails half way is ended too)
-            seq.drafter.begin(seq.key, seq.prompt, seq.sampler.seed, self._context(len(self.running) + 1))
-            seq.stats.draft_s += time.perf_counter() - t0
+            # its context built inside the timed call: the cost curve's first probe runs there
+            seq.stats.timer.draft(lambda: seq.drafter.begin(seq.key, seq.prompt, seq.sampler.seed,
+                                                            self._context(len(self.running) + 1)))
         token = seq.mode.draw(seq, logits, []) if seq.mode is not None else seq.sampler.draw(logits)
         seq.sampler.append(token)
-        seq.first_token_time = time.perf_counter()
+        seq.stats.timer.first_token()
         lp = token_logprobs(logits.unsqueeze(0), [0], [token], seq.params.logprobs)
         return self._emit(seq, [token], lp)
 
     def _decode(self) -> list[SequenceUpdate]:
         """One decode step of the running batch: each sequence's rows (root, draft tree), ONE
-        forward over all of them, then each sequence accepts its run on its own."""
+        forward over all of them, then each sequence accepts its run on its own (decode_step.py)."""
         # batch-aware drafting: parallel decoding pays off at low concurrency (MindIE shrinks drafts)
-        ctx = self._context(len(self.running)) if any(s.drafter is not None for s in self.running) else None
+        drafting = any(s.drafter is not None for s in self.running)
+        ctx = self._context(len(self.running)) if drafting else None
         self.steps += 1
         updates: list[SequenceUpdate] = []
         rows: list[StepRow] = []
         for seq in self.running:
             try:
-                rows.append(self._step_row(seq, ctx))
+                rows.append(step_row(seq, ctx, self.runner, self.draft_gate))
             except Exception as e:   # its drafter failed: the sequence ends, the step goes on
                 updates.append(self._fail(seq, e))
-
         # rows of other sequences never change a sequence's logits (row invariance), so the
         # batch without a failed sequence gives the others the bits they would have had
-        t0 = time.perf_counter()
-        logits_per_seq = self.runner.verify([r.seq.cache for r in rows], [r.query for r in rows]) if rows else []
-        forward_s = time.perf_counter() - t0
-        if len(rows) == 1 and not rows[0].by_mode:
-            self.forward_cost.step(rows[0].seq.key, len(rows[0].query.tokens), rows[0].seq.cache.length, forward_s)
+        caches, queries = [r.seq.cache for r in rows], [r.query for r in rows]
+        logits_per_seq, forward_s = timed(self.runner.verify, caches, queries) if rows else ([], 0.0)
+        if len(rows) == 1 and not (row := rows[0]).by_mode:
+            self.forward_cost.step(row.seq.key, len(row.query.tokens), row.seq.cache.length, forward_s)
         units = sum(self.cost(len(r.query.tokens)) for r in rows) if ctx is not None else 1.0
-
         for row, logits in zip(rows, logits_per_seq):
-            t0, emitted = time.perf_counter(), len(row.seq.output)
-            try:     # a step the mode ran says itself what to emit
-                updates.append(self._mode_accept(row, logits, forward_s) if row.by_mode
-                               else self._accept(row, logits, forward_s))
+            seq, timer, emitted = row.seq, row.seq.stats.timer, len(row.seq.output)
+            timer.start()
+            try:
+                updates.append(self._emit(seq, *accept_run(row, logits, forward_s)))
             except Exception as e:   # its sampler, drafter or detokenizer failed: it alone ends
-                updates.append(self._fail(row.seq, e))
+                updates.append(self._fail(seq, e))
                 continue
-            if row.seq.drafter is not None and not row.by_mode:
-                rows_cost = self.cost(len(row.query.tokens))      # its share of the forward, by the cost curve
-                row.seq.gate.update(row.looked, tokens=len(row.seq.output) - emitted,
-                                    forward_s=forward_s * rows_cost / units, rows_cost=rows_cost,
-                                    propose_s=row.draft_s, other_s=time.perf_counter() - t0)
+            if seq.drafter is not None and not row.by_mode:
+                rows_cost = self.cost(len(row.query.tokens))   # its share of the forward, by the curve
+                seq.gate.update(row.looked, tokens=len(seq.output) - emitted,
+                                forward_s=forward_s * rows_cost / units, rows_cost=rows_cost,
+                                propose_s=timer.propose_s, other_s=timer.elapsed())
         self.running = [s for s in self.running if not s.finished]
         return updates
-
-    def _step_row(self, seq: SequenceState, ctx: StepContext | None) -> StepRow:
-        """The sequence's rows for this step: its last token (the root) and its draft tree, cut to
-        its grammar (structured/) and to what the model can verify; or the rows of its decode mode
-        when the mode runs the step."""
-        if seq.mode is not None and (q := seq.mode.query(seq, ctx)) is not None:
-            return StepRow(seq, q, by_mode=True, looked=False, no_draft=None)
-        t0 = time.perf_counter()
-        cache, ctx_len = seq.cache, self.runner.max_seq_len
-        budget = max(0, min(seq.max_tokens - len(seq.output) - 1, cache.capacity - cache.length - 1,
-                            ctx_len - cache.length - 2, self.runner.draft_room(cache, MAX_DRAFT_NODES)))
-        proposal, why = None, None
-        looked = seq.drafter is not None and budget > 0 and (not self.draft_gate or seq.gate.look())
-        if looked:
-            proposal = seq.drafter.propose(seq.key, seq.tokens, budget, ctx)
-            if len(proposal.draft) > budget:
-                proposal.draft = proposal.draft.truncated(budget)
-            why = None if len(proposal.draft) else (proposal.reason or NO_MATCH)
-        elif seq.drafter is not None:
-            why = NO_ROOM if budget <= 0 else GATE_CLOSED
-        proposal = seq.sampler.constrain(proposal, budget) if seq.sampler.constrained else proposal
-        if proposal is not None:      # the model's vocabulary, the cache's end and the context bound it
-            fit_proposal(proposal, self.runner.vocab_size, cache.capacity - cache.length, ctx_len - cache.length)
-        q = build_query(seq.tokens[-1], cache.length, proposal)
-        return StepRow(seq, q, by_mode=False, looked=looked, no_draft=why, draft_s=time.perf_counter() - t0)
-
-    def _accept(self, row: StepRow, logits: torch.Tensor, forward_s: float) -> SequenceUpdate:
-        """Walk the verified tree (the longest run the sampler agrees with), commit its KV, emit."""
-        seq, q = row.seq, row.query
-        t1 = time.perf_counter()
-        sampler, mode, is_stop = seq.sampler, seq.mode, seq.stop_ids.__contains__
-        # every row's argmax at once where the walk uses it (a mode draws row by row instead)
-        argmax = first_max(logits) if ((sampler.argmax_suffices and mode is None) or q.lookahead_rows) else None
-        if sampler.argmax_suffices and mode is None:
-            acc = walk(q.children, argmax.__getitem__, seq.max_tokens - len(seq.output), is_stop)
-            for t in acc.tokens:
-                sampler.append(t)
-        else:
-            path: list[int] = []
-
-            def draw(row: int) -> int:
-                # one draw per visited node, with the node's own context (penalties, the mode's state)
-                t = mode.draw(seq, logits[row], path) if mode is not None else sampler.draw(logits[row])
-                sampler.append(t)
-                path.append(t)
-                return t
-            ends = is_stop if mode is None else (lambda t: is_stop(t) or mode.ends_run(t))
-            acc = walk(q.children, draw, seq.max_tokens - len(seq.output), ends)
-        path_rows = q.path_rows(acc.nodes)
-        seq.cache.commit(path_rows)
-        t2 = time.perf_counter()
-        accept_s = t2 - t1
-        if seq.drafter is not None:
-            seq.drafter.observe(seq.key, acc.tokens, q.lookahead_argmax(argmax))
-        draft_s = row.draft_s + time.perf_counter() - t2
-        seq.stats.observe_step(q.n_draft, len(acc.tokens), draft_s, forward_s + accept_s, row.no_draft)
-        lp = None
-        if seq.params.logprobs is not None:
-            lp = token_logprobs(logits, path_rows[: len(acc.tokens)], acc.tokens, seq.params.logprobs)
-        return self._emit(seq, acc.tokens, lp, q.n_draft, len(acc.nodes))
-
-    def _mode_accept(self, row: StepRow, logits: torch.Tensor, forward_s: float) -> SequenceUpdate:
-        seq = row.seq
-        tokens = seq.mode.accept(seq, row.query, logits, forward_s)
-        if tokens and seq.drafter is not None:
-            seq.drafter.observe(seq.key, tokens)
-        return self._emit(seq, tokens, None)
 
     def _fail(self, seq: SequenceState, error: Exception) -> SequenceUpdate:
         """End one sequence on its own error: KV freed, drafter state ended where it still can."""
@@ -327,7 +240,8 @@ class Engine:
         try:
             self._finish(seq, "error")
         except Exception:        # the drafter failing again in end(): drop its state with the sequence
-            seq.finish_reason, seq.finish_time, seq.cache = "error", time.perf_counter(), None
+            seq.finish_reason, seq.cache = "error", None
+            seq.stats.timer.finish()
         return SequenceUpdate(seq, [], "", None, True, error)
 
     # ------------------------------------------------------------------------------- helpers
@@ -342,16 +256,15 @@ class Engine:
         return update
 
     def _finish(self, seq: SequenceState, reason: str) -> None:
-        if seq.finish_time is not None:
+        timer = seq.stats.timer
+        if timer.finish_time is not None:
             return
         seq.finish_reason = reason
-        seq.finish_time = time.perf_counter()
+        timer.finish()
         self.forward_cost.forget(seq.key)
         if seq.drafting:
             seq.drafting = False
-            t0 = time.perf_counter()
-            seq.drafter.end(seq.key)
-            seq.stats.draft_s += time.perf_counter() - t0
+            timer.draft(seq.drafter.end, seq.key)
         seq.cache = None  # frees the KV
 
     def run_until_done(self, on_update: Callable[[SequenceUpdate], None] | None = None) -> None:

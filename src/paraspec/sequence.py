@@ -40,8 +40,6 @@ class SequenceState:
     logprobs: list[TokenLogprob] | None = None
     finish_reason: str | None = None
     stats: SpecStats = field(default_factory=SpecStats)
-    first_token_time: float | None = None
-    finish_time: float | None = None
     detok: Detokenizer | None = None
     stop_scan_from: int = 0      # text offset where the next stop-string search starts
     sent_chars: int = 0          # text already handed out as deltas
@@ -125,8 +123,9 @@ def sequence_stats(seq: SequenceState) -> dict:
     """A finished (or running) sequence's figures: prompt/generated token counts, TTFT, decode
     time and decode tokens/s (tokens after the first, over the time after the first), plus its
     parallel decoding statistics."""
-    end = seq.finish_time or time.perf_counter()
-    first = seq.first_token_time or end
+    timer = seq.stats.timer
+    end = timer.finish_time or time.perf_counter()
+    first = timer.first_token_time or end
     decode_s = end - first
     after_first = max(len(seq.output) - 1, 0)
     return {

@@ -51,9 +51,9 @@ def test_looks_that_pay_on_average_keep_it_open():
 
 
 class VirtualClock:
-    """The engine's time.perf_counter on a clock that moves only where the test says: a forward
-    takes FORWARD seconds, a look LOOK more, everything else none. The gate then sees the same
-    seconds on every machine, loaded or not, so what it decides does not depend on this one."""
+    """The engine's clock (PhaseTimer's time.perf_counter) moving only where the test says: a
+    forward takes FORWARD seconds, a look LOOK more, everything else none. The gate then sees the
+    same seconds on every machine, loaded or not, so what it decides does not depend on this one."""
 
     FORWARD, LOOK = 2e-3, 5e-3
 
@@ -65,13 +65,13 @@ class VirtualClock:
 
 
 def test_engine_asks_a_drafter_that_is_never_right_less_often(tiny_model_dir, monkeypatch):
-    import paraspec.engine
+    import paraspec.decoding.contract.stats as stats
     llm = LLM(str(tiny_model_dir("llama", n_layers=2, hidden=64, heads=4, kv_heads=2)), dtype="float32")
     vocab = llm.model.args.vocab_size
     params = SamplingParams(temperature=0, max_tokens=80, ignore_eos=True)
     ar = llm.generate(["a b c"], params)[0]
     clock = VirtualClock()
-    monkeypatch.setattr(paraspec.engine, "time", clock)
+    monkeypatch.setattr(stats, "time", clock)
     verify = llm.runner.verify
 
     def timed_verify(*a, **k):

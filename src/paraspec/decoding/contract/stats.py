@@ -1,11 +1,16 @@
 """SpecStats: per-request decoding statistics, as data. Readers (CLI, metrics) format them.
+PhaseTimer: the clock through which the engine times a sequence's phases into them.
 
 Convention: "accepted tokens per step" counts every token a decode step emits, i.e. accepted
 draft tokens plus the bonus token, so plain decoding scores exactly 1.0.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 
 # Why a decode step verified no draft: counted per request (SpecStats.no_draft), so a request
@@ -27,6 +32,10 @@ class SpecStats:
     draft_s: float = 0.0             # time in the drafter (propose + observe)
     model_s: float = 0.0             # time in the model forward (+ acceptance)
     no_draft: dict[str, int] = field(default_factory=dict)   # steps without a draft, per reason
+    timer: PhaseTimer = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.timer = PhaseTimer(self)
 
     def observe_step(self, drafted: int, emitted: int, draft_s: float, model_s: float,
                      no_draft: str | None = None) -> None:
@@ -61,3 +70,65 @@ class SpecStats:
             "model_s": round(self.model_s, 6),
             "no_draft_steps": dict(sorted(self.no_draft.items())),
         }
+
+
+class PhaseTimer:
+    """One sequence's clock: the engine marks where its phases begin and end, the seconds are
+    worked out here. A decode step, per sequence:
+
+        start .. proposed          propose: the draft's seconds (propose_s)
+        (the batch's forward, timed once for all: timed)
+        start .. committed         accept: the tree walk and the KV commit (accept_s)
+        committed .. observed      observe: the drafter's again; the step goes into the stats
+        start .. elapsed()         everything after the forward (the draft gate's other_s)
+
+    Marks rather than context managers: they run several times per sequence and step, and an
+    object per phase would cost more than the clock reading it wraps."""
+
+    __slots__ = ("_stats", "_start", "_mark", "propose_s", "accept_s", "first_token_time", "finish_time")
+
+    def __init__(self, stats: SpecStats):
+        self._stats = stats
+        self._start = self._mark = 0.0
+        self.propose_s = self.accept_s = 0.0   # this step's
+        self.first_token_time: float | None = None
+        self.finish_time: float | None = None
+
+    def start(self) -> None:
+        self._start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._start
+
+    def proposed(self) -> None:
+        self.propose_s = time.perf_counter() - self._start
+
+    def committed(self) -> None:
+        self._mark = now = time.perf_counter()
+        self.accept_s = now - self._start
+
+    def observed(self, drafted: int, emitted: int, forward_s: float, no_draft: str | None) -> None:
+        """The step into the stats: the drafter's seconds (propose + observe) and the model's
+        (its forward + the accept)."""
+        draft_s = self.propose_s + time.perf_counter() - self._mark
+        self._stats.observe_step(drafted, emitted, draft_s, forward_s + self.accept_s, no_draft)
+
+    def draft(self, call: Callable[..., object], *args) -> None:
+        """A drafter call outside the steps (begin, end): its seconds are drafter time too. Its own
+        reading, not start(): an end() may run inside a step's accept, whose start still counts."""
+        t0 = time.perf_counter()
+        call(*args)
+        self._stats.draft_s += time.perf_counter() - t0
+
+    def first_token(self) -> None:
+        self.first_token_time = time.perf_counter()
+
+    def finish(self) -> None:
+        self.finish_time = time.perf_counter()
+
+
+def timed(fn: Callable[..., T], *args) -> tuple[T, float]:
+    """fn(*args) and its seconds, on the clock PhaseTimer reads (a step's forward, shared by
+    its sequences)."""
+    t0 = time.perf_counter()
+    return fn(*args), time.perf_counter() - t0
