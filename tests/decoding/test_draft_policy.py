@@ -3,7 +3,8 @@ best-first tree, and the draft size priced by the cost curve."""
 import pytest
 
 from paraspec.decoding.policy.cost import CostModel
-from paraspec.decoding.policy.draft_policy import DraftPolicy, streak_state
+from paraspec.decoding.policy.calibration import streak_state
+from paraspec.decoding.policy.draft_policy import DraftPolicy
 from paraspec.decoding.contract.tree import DraftTree
 
 FLAT = CostModel({1: 1.0, 64: 1.0})                          # rows are free

@@ -104,7 +104,7 @@ def test_a_second_scored_look_at_a_step_replaces_the_first():
         twice.observe("r", committed)
         ctx += committed
     assert once.calibrated("r", 0, 1, 0.9) == twice.calibrated("r", 0, 1, 0.9)
-    assert len(twice._requests["r"].pending) == len(once._requests["r"].pending)
+    assert len(twice._requests["r"].calibration.pending) == len(once._requests["r"].calibration.pending)
 
 
 def test_drafts_end_at_the_top_of_a_stair_of_the_cost_curve():

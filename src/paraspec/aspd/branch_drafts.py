@@ -30,7 +30,8 @@ from __future__ import annotations
 from typing import Hashable, Sequence
 
 from ..decoding.policy.cost import CostModel
-from ..decoding.policy.draft_policy import DraftPolicy, PolicyStats
+from ..decoding.policy.calibration import PolicyStats
+from ..decoding.policy.draft_policy import DraftPolicy
 from ..decoding.drafters.memory_decoding import PROMPT_WEIGHT
 from ..decoding.contract.tree import ROOT, DraftTree
 from ..model.attention import max_draft_rows

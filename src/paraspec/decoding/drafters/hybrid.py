@@ -33,7 +33,8 @@ from ...errors import ConfigError
 from .arms import ArmSelector, ArmStats
 from .unknown_keys import warn_unknown_keys
 from ..policy.cost import CostModel, window_prior
-from ..policy.draft_policy import DraftPolicy, PolicyStats
+from ..policy.calibration import PolicyStats
+from ..policy.draft_policy import DraftPolicy
 from .lookahead import LookaheadParams
 from .lookahead_source import PoolSource
 from .memory_decoding import COPYING, MemoryDecodingParams, TrieSource

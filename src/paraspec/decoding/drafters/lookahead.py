@@ -75,7 +75,8 @@ from ...errors import ConfigError
 from .arms import ArmSelector, ArmStats
 from .unknown_keys import warn_unknown_keys
 from ..policy.cost import window_prior
-from ..policy.draft_policy import DraftPolicy, PolicyStats
+from ..policy.calibration import PolicyStats
+from ..policy.draft_policy import DraftPolicy
 from .lookahead_source import PoolSource, WindowLayout, pool_tree, window_layout  # noqa: F401  (re-exported)
 from .ngram_pool import NgramPool
 from ..contract.proposer import DEFAULT_CONTEXT, Proposal, StepContext

@@ -20,7 +20,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Hashable, Sequence
 
 from ...errors import ConfigError
-from ..policy.draft_policy import DraftPolicy, PolicyStats
+from ..policy.calibration import PolicyStats
+from ..policy.draft_policy import DraftPolicy
 from .unknown_keys import warn_unknown_keys
 from ..contract.proposer import DEFAULT_CONTEXT, Proposal, StepContext
 from ..contract.tree import ROOT, DraftTree
@@ -28,7 +29,7 @@ from ..memory.trie import TokenTrie
 
 MAX_DECODING_LENGTH = 16
 PROMPT_WEIGHT = 1.0         # a prompt count is worth this many output counts when ranking nodes
-COPYING = 2                 # draft_policy.streak_state after 4+ accepted draft tokens (or a 4+ run)
+COPYING = 2                 # calibration.streak_state after 4+ accepted draft tokens (or a 4+ run)
 CANDIDATES = 2              # trie nodes offered per node the budget allows ...
 MAX_CANDIDATES = 64         # ... at most
 
