@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 # a copy-heavy request (the answer repeats most of the prompt), as parallel decoding is for
 PROMPT ?= Add type hints to this Python function. Keep the code exactly the same otherwise.\n\ndef moving_average(values, window):\n    if window <= 0:\n        raise ValueError(\"window must be positive\")\n    result = []\n    total = 0.0\n    for i, value in enumerate(values):\n        total += value\n        if i >= window:\n            total -= values[i - window]\n        if i >= window - 1:\n            result.append(total / window)\n    return result\n
 
-.PHONY: install demo test test-fast test-ray test-browser bench bench-quick models peers clean
+.PHONY: install demo test format test-fast test-ray test-browser bench bench-quick models peers clean
 
 $(STAMP): pyproject.toml setup.py Makefile $(wildcard src/paraspec/model/csrc/*.cpp src/paraspec/model/csrc/*.h src/paraspec/model/csrc/build.py)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -40,7 +40,13 @@ XDIST := -n auto --maxprocesses $(TEST_WORKERS) --dist loadfile
 
 test: install
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(PY) -m pytest -q -m "not ray" $(XDIST)
+
+# the formatter (ruff, 100 columns, pyproject.toml) over the tree; `make test` checks it
+format: install
+	$(VENV)/bin/ruff format src tests benchmarks
+	$(VENV)/bin/ruff check --fix src tests benchmarks
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not ray" $(XDIST)

@@ -10,6 +10,7 @@ Precision is what matters most for training data: a dependent block accepted as 
 the model to write siblings that cannot be written apart. `llm` is the bundled model through
 judge.LLMJudge (skipped with a message when it does not load).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,14 +33,22 @@ def scores(truth: list[bool], said: list[bool]) -> dict:
     tp = sum(t and s for t, s in zip(truth, said))
     fp = sum(s and not t for t, s in zip(truth, said))
     fn = sum(t and not s for t, s in zip(truth, said))
-    return {"precision": tp / (tp + fp) if tp + fp else None, "recall": tp / (tp + fn) if tp + fn else None,
-            "accuracy": sum(t == s for t, s in zip(truth, said)) / len(truth), "accepted": tp + fp,
-            "dependent_accepted": fp, "independent_rejected": fn}
+    return {
+        "precision": tp / (tp + fp) if tp + fp else None,
+        "recall": tp / (tp + fn) if tp + fn else None,
+        "accuracy": sum(t == s for t, s in zip(truth, said)) / len(truth),
+        "accepted": tp + fp,
+        "dependent_accepted": fp,
+        "independent_rejected": fn,
+    }
 
 
 def judge_named(name: str, llm_judge):
-    return {"rule": judge.RuleJudge, "llm": lambda: llm_judge,
-            "rule+llm": lambda: judge.BothJudges(llm_judge)}[name]()
+    return {
+        "rule": judge.RuleJudge,
+        "llm": lambda: llm_judge,
+        "rule+llm": lambda: judge.BothJudges(llm_judge),
+    }[name]()
 
 
 def main() -> None:
@@ -61,16 +70,26 @@ def main() -> None:
 
             from paraspec import LLM
             from paraspec.errors import ModelLoadError
+
             torch.set_num_threads(args.threads)
             llm_judge = judge.LLMJudge(LLM("default"))
         except (ImportError, ModelLoadError) as e:
             print(f"llm: the bundled model did not load ({e}); skipping llm and rule+llm")
             names = [n for n in names if n == "rule"]
-    results = {"labels": str(args.labels), "items": len(items), "independent": sum(truth), "votes": args.votes,
-               "unanimous": not args.majority, "machine": platform.processor() or platform.machine(),
-               "date": time.strftime("%Y-%m-%d"), "judges": {}}
-    print(f"{len(items)} labelled blocks ({sum(truth)} independent), {args.votes} votes, "
-          f"{'majority' if args.majority else 'unanimous'}")
+    results = {
+        "labels": str(args.labels),
+        "items": len(items),
+        "independent": sum(truth),
+        "votes": args.votes,
+        "unanimous": not args.majority,
+        "machine": platform.processor() or platform.machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        "judges": {},
+    }
+    print(
+        f"{len(items)} labelled blocks ({sum(truth)} independent), {args.votes} votes, "
+        f"{'majority' if args.majority else 'unanimous'}"
+    )
     for name in names:
         j = judge_named(name, llm_judge)
         t0 = time.perf_counter()
@@ -85,10 +104,12 @@ def main() -> None:
         s["seconds"] = round(time.perf_counter() - t0, 1)
         s["wrong"] = [it["id"] + " " + it["kind"] for it, t, d in zip(items, truth, said) if t != d]
         results["judges"][name] = s
-        fmt = lambda v: "-" if v is None else f"{v:.2f}"   # noqa: E731
-        print(f"{name:9s} precision {fmt(s['precision'])}  recall {fmt(s['recall'])}  accuracy {fmt(s['accuracy'])}"
-              f"  (accepted {s['accepted']}, dependent accepted {s['dependent_accepted']}, "
-              f"independent rejected {s['independent_rejected']}; yes votes {s['yes_votes']}; {s['seconds']} s)")
+        fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+        print(
+            f"{name:9s} precision {fmt(s['precision'])}  recall {fmt(s['recall'])}  accuracy {fmt(s['accuracy'])}"
+            f"  (accepted {s['accepted']}, dependent accepted {s['dependent_accepted']}, "
+            f"independent rejected {s['independent_rejected']}; yes votes {s['yes_votes']}; {s['seconds']} s)"
+        )
         print("          wrong: " + ("; ".join(s["wrong"]) or "none"))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")

@@ -14,6 +14,7 @@ as in a server, but with no earlier answer to the same request to copy). Reporte
 per B: total tokens / s of each, their ratio (median over repeats, and each repeat's), forwards
 per token, and whether the drafter's tokens were plain decoding's (they must be).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,11 +30,14 @@ def prompts(llm: LLM, n: int, most_tokens: int, seed: int = 0) -> list[list[dict
     """n conversations whose prompt is at most most_tokens long (the prefill, the same for both
     sides, would otherwise dilute the ratio)."""
     from paraspec.bench.workload_tasks import seeded_sample, sharegpt
+
     convs = [t.messages for t in seeded_sample(sharegpt(), None, seed)]
     return [c for c in convs if len(llm.tokenizer.encode_chat(c)) <= most_tokens][:n]
 
 
-def run(llm: LLM, convs: list, params: SamplingParams, plugin: str | None) -> tuple[float, list, int]:
+def run(
+    llm: LLM, convs: list, params: SamplingParams, plugin: str | None
+) -> tuple[float, list, int]:
     t0 = time.perf_counter()
     outs = llm.chat(convs, params, plugin)
     wall = time.perf_counter() - t0
@@ -55,27 +59,47 @@ def main() -> int:
     params = SamplingParams(temperature=0, max_tokens=a.tokens, ignore_eos=True)
     sizes = [int(b) for b in a.batch.split(",")]
     convs = prompts(llm, max(sizes) * (a.repeats + 1), a.prompt_tokens)
-    llm.chat(convs[:1], SamplingParams(temperature=0, max_tokens=4))     # one-time costs
+    llm.chat(convs[:1], SamplingParams(temperature=0, max_tokens=4))  # one-time costs
     from paraspec.model import kernels
-    report = {"model": a.model, "plugin": plugin, "tokens": a.tokens, "machine": platform.processor(),
-              "kernels": kernels.default().name, "batches": {}}
+
+    report = {
+        "model": a.model,
+        "plugin": plugin,
+        "tokens": a.tokens,
+        "machine": platform.processor(),
+        "kernels": kernels.default().name,
+        "batches": {},
+    }
     for b in sizes:
         ratios, same, rows = [], True, []
-        for r in range(a.repeats + 1):             # the first turn warms the drafter; not counted
-            batch = convs[r * b:(r + 1) * b]      # requests it has not seen: no answer to copy
+        for r in range(a.repeats + 1):  # the first turn warms the drafter; not counted
+            batch = convs[r * b : (r + 1) * b]  # requests it has not seen: no answer to copy
             ar_s, ar_tok, ar_fw = run(llm, batch, params, None)
             pd_s, pd_tok, pd_fw = run(llm, batch, params, plugin)
             same &= ar_tok == pd_tok
             n = sum(len(t) for t in ar_tok)
             if r:
                 ratios.append(ar_s / pd_s)
-                rows.append({"ar_tok_s": round(n / ar_s, 2), "pd_tok_s": round(n / pd_s, 2),
-                             "ar_forwards_per_token": round(ar_fw / n, 3), "pd_forwards_per_token": round(pd_fw / n, 3)})
-        report["batches"][b] = {"ratio_median": round(statistics.median(ratios), 3),
-                                "ratios": [round(x, 3) for x in ratios], "identical": same, "repeats": rows}
-        print(f"batch {b:3d}: {a.plugin} / AR {statistics.median(ratios):.3f} (each {[round(x, 3) for x in ratios]}), "
-              f"AR {rows[-1]['ar_tok_s']} tok/s, forwards/token {rows[-1]['pd_forwards_per_token']}, "
-              f"identical {same}", flush=True)
+                rows.append(
+                    {
+                        "ar_tok_s": round(n / ar_s, 2),
+                        "pd_tok_s": round(n / pd_s, 2),
+                        "ar_forwards_per_token": round(ar_fw / n, 3),
+                        "pd_forwards_per_token": round(pd_fw / n, 3),
+                    }
+                )
+        report["batches"][b] = {
+            "ratio_median": round(statistics.median(ratios), 3),
+            "ratios": [round(x, 3) for x in ratios],
+            "identical": same,
+            "repeats": rows,
+        }
+        print(
+            f"batch {b:3d}: {a.plugin} / AR {statistics.median(ratios):.3f} (each {[round(x, 3) for x in ratios]}), "
+            f"AR {rows[-1]['ar_tok_s']} tok/s, forwards/token {rows[-1]['pd_forwards_per_token']}, "
+            f"identical {same}",
+            flush=True,
+        )
     if a.out:
         with open(a.out, "w") as f:
             json.dump(report, f, indent=1)

@@ -15,6 +15,7 @@ Each system is a fresh `paraspec serve` process (same model, numerics and config
   * Throughput phase: `--requests` short greedy chat requests at each concurrency, no long prompts.
 Greedy texts of the short requests must be identical across systems (the schedule never changes tokens).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,11 +35,20 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serving  # noqa: E402  (benchmarks/serving.py: config writer, server process, load generator)
 
-SHORT = ["Write a haiku about autumn.", "List three uses of a paperclip.", "Explain recursion in two sentences.",
-         "What is the capital of France? Answer in one sentence.", "Give me a Python one-liner to reverse a string.",
-         "Name four planets.", "Describe a cat to someone who has never seen one.", "Suggest a name for a bakery."]
-WORDS = ("river stone market window garden letter engine silver morning pattern harbor thread candle "
-         "valley number orange signal forest bridge paper").split()
+SHORT = [
+    "Write a haiku about autumn.",
+    "List three uses of a paperclip.",
+    "Explain recursion in two sentences.",
+    "What is the capital of France? Answer in one sentence.",
+    "Give me a Python one-liner to reverse a string.",
+    "Name four planets.",
+    "Describe a cat to someone who has never seen one.",
+    "Suggest a name for a bakery.",
+]
+WORDS = (
+    "river stone market window garden letter engine silver morning pattern harbor thread candle "
+    "valley number orange signal forest bridge paper"
+).split()
 
 
 def long_prompt(i: int, tokens: int) -> str:
@@ -48,8 +58,12 @@ def long_prompt(i: int, tokens: int) -> str:
 
 
 async def stream_chat(client: httpx.AsyncClient, url: str, content: str, max_tokens: int) -> dict:
-    body = {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0,
-            "stream": True}
+    body = {
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
     t0 = time.perf_counter()
     arrivals, text = [], []
     async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
@@ -62,8 +76,12 @@ async def stream_chat(client: httpx.AsyncClient, url: str, content: str, max_tok
                 if c["delta"].get("content"):
                     arrivals.append(time.perf_counter())
                     text.append(c["delta"]["content"])
-    return {"ttft": arrivals[0] - t0 if arrivals else None, "gaps": [b - a for a, b in zip(arrivals, arrivals[1:])],
-            "text": "".join(text), "content": content}
+    return {
+        "ttft": arrivals[0] - t0 if arrivals else None,
+        "gaps": [b - a for a, b in zip(arrivals, arrivals[1:])],
+        "text": "".join(text),
+        "content": content,
+    }
 
 
 async def itl_phase(url: str, args) -> dict:
@@ -84,11 +102,17 @@ async def itl_phase(url: str, args) -> dict:
 
     async def arrivals(client: httpx.AsyncClient) -> None:
         i = 0
-        await asyncio.sleep(1.0)                 # the streams are running first
+        await asyncio.sleep(1.0)  # the streams are running first
         while time.perf_counter() < stop:
             t0 = time.perf_counter()
-            r = await client.post(url + "/v1/completions", json={"prompt": long_prompt(i, args.long_tokens),
-                                                                 "max_tokens": 4, "temperature": 0})
+            r = await client.post(
+                url + "/v1/completions",
+                json={
+                    "prompt": long_prompt(i, args.long_tokens),
+                    "max_tokens": 4,
+                    "temperature": 0,
+                },
+            )
             r.raise_for_status()
             long_ttft.append(time.perf_counter() - t0)
             i += 1
@@ -99,18 +123,31 @@ async def itl_phase(url: str, args) -> dict:
     gaps.sort()
 
     def pct(p: float) -> float:
-        return round(gaps[min(len(gaps) - 1, int(p * len(gaps)))] * 1000, 1) if gaps else float("nan")
-    return {"itl_ms": {"p50": pct(0.50), "p90": pct(0.90), "p99": pct(0.99), "max": pct(1.0)},
-            "chunks": len(gaps), "long_requests": len(long_ttft),
-            "long_latency_s": round(statistics.median(long_ttft), 3) if long_ttft else None,
-            "short_ttft_p90_s": round(sorted(short_ttft)[int(0.9 * len(short_ttft))], 3) if short_ttft else None,
-            "texts": texts}
+        return (
+            round(gaps[min(len(gaps) - 1, int(p * len(gaps)))] * 1000, 1) if gaps else float("nan")
+        )
+
+    return {
+        "itl_ms": {"p50": pct(0.50), "p90": pct(0.90), "p99": pct(0.99), "max": pct(1.0)},
+        "chunks": len(gaps),
+        "long_requests": len(long_ttft),
+        "long_latency_s": round(statistics.median(long_ttft), 3) if long_ttft else None,
+        "short_ttft_p90_s": round(sorted(short_ttft)[int(0.9 * len(short_ttft))], 3)
+        if short_ttft
+        else None,
+        "texts": texts,
+    }
 
 
 async def head_of_line(url: str) -> dict:
     small = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0}
-    big = {"prompt": [f"Item {i}: a short line of text about number {i}." for i in range(100)], "n": 4,
-           "max_tokens": 8, "temperature": 0.8, "seed": 1}
+    big = {
+        "prompt": [f"Item {i}: a short line of text about number {i}." for i in range(100)],
+        "n": 4,
+        "max_tokens": 8,
+        "temperature": 0.8,
+        "seed": 1,
+    }
     async with httpx.AsyncClient(timeout=None) as client:
         t0 = time.perf_counter()
         (await client.post(url + "/v1/chat/completions", json=small)).raise_for_status()
@@ -132,7 +169,13 @@ def systems(args) -> list[tuple[str, dict, list[str]]]:
         name = "no chunking" if int(size) >= 8192 else f"chunk {size}"
         out.append((name, {"PYTHONPATH": here}, int(size)))
     if args.baseline_src:
-        out.append((f"baseline ({args.baseline_src})", {"PYTHONPATH": str(Path(args.baseline_src).resolve())}, None))
+        out.append(
+            (
+                f"baseline ({args.baseline_src})",
+                {"PYTHONPATH": str(Path(args.baseline_src).resolve())},
+                None,
+            )
+        )
     return out
 
 
@@ -142,16 +185,28 @@ def main() -> int:
     ap.add_argument("--tiny", action="store_true", help="a tiny random model (smoke run)")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--chunk-sizes", default="8192,256", help="prefillChunkSize per system (8192: no chunking)")
-    ap.add_argument("--baseline-src", default=None, help="also run the server from this src folder (its defaults)")
-    ap.add_argument("--streams", type=int, default=4, help="short requests streaming at once in the ITL phase")
+    ap.add_argument(
+        "--chunk-sizes", default="8192,256", help="prefillChunkSize per system (8192: no chunking)"
+    )
+    ap.add_argument(
+        "--baseline-src",
+        default=None,
+        help="also run the server from this src folder (its defaults)",
+    )
+    ap.add_argument(
+        "--streams", type=int, default=4, help="short requests streaming at once in the ITL phase"
+    )
     ap.add_argument("--short-tokens", type=int, default=64)
     ap.add_argument("--long-tokens", type=int, default=2000)
-    ap.add_argument("--long-every", type=float, default=4.0, help="seconds between long-prompt arrivals")
+    ap.add_argument(
+        "--long-every", type=float, default=4.0, help="seconds between long-prompt arrivals"
+    )
     ap.add_argument("--seconds", type=float, default=40.0, help="length of the ITL phase")
     ap.add_argument("--concurrency", default="1,4,8")
     ap.add_argument("--requests", type=int, default=16)
-    ap.add_argument("--plugin-params", default=None, help="plugin_params for every system (default: plain AR)")
+    ap.add_argument(
+        "--plugin-params", default=None, help="plugin_params for every system (default: plain AR)"
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
@@ -160,13 +215,23 @@ def main() -> int:
     if args.tiny:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
         from tiny_models import make_tiny_model
+
         model = str(make_tiny_model(work / "tiny", "llama", n_layers=2, hidden=64))
-        args.long_tokens = min(args.long_tokens, 120)      # words; one token per byte here: ~800 tokens
-    short_requests = [{"messages": [{"role": "user", "content": SHORT[i % len(SHORT)]}],
-                       "max_tokens": args.short_tokens} for i in range(args.requests)]
+        args.long_tokens = min(args.long_tokens, 120)  # words; one token per byte here: ~800 tokens
+    short_requests = [
+        {
+            "messages": [{"role": "user", "content": SHORT[i % len(SHORT)]}],
+            "max_tokens": args.short_tokens,
+        }
+        for i in range(args.requests)
+    ]
     levels = [int(c) for c in args.concurrency.split(",")]
-    results = {"model": model, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
-               "args": {k: v for k, v in vars(args).items() if k != "out"}, "systems": {}}
+    results = {
+        "model": model,
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
+        "args": {k: v for k, v in vars(args).items() if k != "out"},
+        "systems": {},
+    }
     for name, env, chunk in systems(args):
         port = serving.free_port()
         config = serving.write_config(work, model, port, args.plugin_params, 8)
@@ -174,17 +239,32 @@ def main() -> int:
             raw = json.loads(config.read_text())
             raw["BackendConfig"]["ScheduleConfig"]["prefillChunkSize"] = chunk
             config.write_text(json.dumps(raw))
-        cmd = [sys.executable, "-m", "paraspec.cli", "serve", "--config", str(config), "--dtype", args.dtype]
+        cmd = [
+            sys.executable,
+            "-m",
+            "paraspec.cli",
+            "serve",
+            "--config",
+            str(config),
+            "--dtype",
+            args.dtype,
+        ]
         cmd += ["--threads", str(args.threads)] if args.threads else []
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
             with serving.ServerProcess(cmd, port) as server:
-                r = {"itl": asyncio.run(itl_phase(server.url, args)), "throughput": {},
-                     "head_of_line": asyncio.run(head_of_line(server.url))}
+                r = {
+                    "itl": asyncio.run(itl_phase(server.url, args)),
+                    "throughput": {},
+                    "head_of_line": asyncio.run(head_of_line(server.url)),
+                }
                 for c in levels:
                     run = asyncio.run(serving.run_load(server.url, short_requests, c))
-                    r["throughput"][c] = {"tokens_per_s": run["tokens_per_s"], "texts": run["texts"]}
+                    r["throughput"][c] = {
+                        "tokens_per_s": run["tokens_per_s"],
+                        "texts": run["texts"],
+                    }
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -193,10 +273,13 @@ def main() -> int:
                     os.environ[k] = v
         results["systems"][name] = r
         itl = r["itl"]["itl_ms"]
-        print(f"{name:24s} ITL p50 {itl['p50']} ms p99 {itl['p99']} ms max {itl['max']} ms; "
-              f"long latency {r['itl']['long_latency_s']} s; small request behind a 400-sequence one "
-              f"{r['head_of_line']['small_behind_big_s']} s (alone {r['head_of_line']['small_alone_s']} s); tok/s "
-              + " ".join(f"c{c}={r['throughput'][c]['tokens_per_s']}" for c in levels), file=sys.stderr)
+        print(
+            f"{name:24s} ITL p50 {itl['p50']} ms p99 {itl['p99']} ms max {itl['max']} ms; "
+            f"long latency {r['itl']['long_latency_s']} s; small request behind a 400-sequence one "
+            f"{r['head_of_line']['small_behind_big_s']} s (alone {r['head_of_line']['small_alone_s']} s); tok/s "
+            + " ".join(f"c{c}={r['throughput'][c]['tokens_per_s']}" for c in levels),
+            file=sys.stderr,
+        )
     report(results, levels)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
@@ -206,19 +289,28 @@ def main() -> int:
 def report(results: dict, levels: list[int]) -> None:
     runs = results["systems"]
     print(f"\nmodel {results['model']}; {results['machine']}")
-    print("\n| system | ITL p50 ms | ITL p90 ms | ITL p99 ms | ITL max ms | long prompt latency s | short TTFT p90 s | "
-          "4-token request behind 100x4 s (alone) | " + " | ".join(f"tok/s c={c}" for c in levels) + " |")
+    print(
+        "\n| system | ITL p50 ms | ITL p90 ms | ITL p99 ms | ITL max ms | long prompt latency s | short TTFT p90 s | "
+        "4-token request behind 100x4 s (alone) | "
+        + " | ".join(f"tok/s c={c}" for c in levels)
+        + " |"
+    )
     print("|---" * (8 + len(levels)) + "|")
     for name, r in runs.items():
         i = r["itl"]
-        print(f"| {name} | {i['itl_ms']['p50']} | {i['itl_ms']['p90']} | {i['itl_ms']['p99']} | {i['itl_ms']['max']} "
-              f"| {i['long_latency_s']} | {i['short_ttft_p90_s']} | {r['head_of_line']['small_behind_big_s']} "
-              f"({r['head_of_line']['small_alone_s']}) | "
-              + " | ".join(str(r["throughput"][c]["tokens_per_s"]) for c in levels) + " |")
+        print(
+            f"| {name} | {i['itl_ms']['p50']} | {i['itl_ms']['p90']} | {i['itl_ms']['p99']} | {i['itl_ms']['max']} "
+            f"| {i['long_latency_s']} | {i['short_ttft_p90_s']} | {r['head_of_line']['small_behind_big_s']} "
+            f"({r['head_of_line']['small_alone_s']}) | "
+            + " | ".join(str(r["throughput"][c]["tokens_per_s"]) for c in levels)
+            + " |"
+        )
     names = list(runs)
     ref = runs[names[0]]
     for name in names[1:]:
-        same = all(runs[name]["throughput"][c]["texts"] == ref["throughput"][c]["texts"] for c in levels)
+        same = all(
+            runs[name]["throughput"][c]["texts"] == ref["throughput"][c]["texts"] for c in levels
+        )
         print(f"greedy texts of {name!r} == {names[0]!r}: {same}")
 
 

@@ -15,6 +15,7 @@ AR's (exit status 1 otherwise). For an AVX2 CPU's figures on a machine with more
 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 and --kernels
 avx2:avx2 (an emulation: quote ratios, with the CPU flags).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,16 +35,35 @@ import uuid
 
 from paraspec import LLM, SamplingParams
 
-FUNCTIONS = (glob.glob, glob.escape, queue.Queue.put, copy.deepcopy, string.capwords, shutil.copyfileobj,
-             tempfile.mkdtemp, uuid.uuid4, getopt.getopt, shutil.which, queue.Queue.get, copy.copy,
-             shutil.copytree, tempfile.mkstemp, getopt.gnu_getopt, queue.Queue.join)
-ASKS = ("Add type hints to this function. Reply with the whole function.",
-        "Copy this function exactly, adding a comment above each line that explains it.",
-        "Rename the first parameter to `value` everywhere in this function and show the result.",
-        "Add a docstring to this function and reply with the full function.")
-SYSTEMS = {"ar": None,
-           "md-tree-dyn": {"plugin_type": "memory_decoding", "decoding_length": 16, "dynamic_algo": True},
-           "hybrid": {"plugin_type": "hybrid"}}
+FUNCTIONS = (
+    glob.glob,
+    glob.escape,
+    queue.Queue.put,
+    copy.deepcopy,
+    string.capwords,
+    shutil.copyfileobj,
+    tempfile.mkdtemp,
+    uuid.uuid4,
+    getopt.getopt,
+    shutil.which,
+    queue.Queue.get,
+    copy.copy,
+    shutil.copytree,
+    tempfile.mkstemp,
+    getopt.gnu_getopt,
+    queue.Queue.join,
+)
+ASKS = (
+    "Add type hints to this function. Reply with the whole function.",
+    "Copy this function exactly, adding a comment above each line that explains it.",
+    "Rename the first parameter to `value` everywhere in this function and show the result.",
+    "Add a docstring to this function and reply with the full function.",
+)
+SYSTEMS = {
+    "ar": None,
+    "md-tree-dyn": {"plugin_type": "memory_decoding", "decoding_length": 16, "dynamic_algo": True},
+    "hybrid": {"plugin_type": "hybrid"},
+}
 
 
 def tasks(n: int) -> list[list[dict]]:
@@ -61,6 +81,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=192)
     ap.add_argument("--kernels", default="auto")
     a = ap.parse_args()
+
     def engines() -> dict[str, LLM]:
         made = {name: LLM(plugin_params=p, kernels=a.kernels) for name, p in SYSTEMS.items() if p}
         for llm in made.values():
@@ -87,20 +108,27 @@ def main() -> int:
                 steps[(name, i)].append(out.stats["mean_accepted_tokens_per_step"])
                 exact_run = outputs.setdefault((name, i), list(out.outputs[0].token_ids))
                 if exact_run != list(out.outputs[0].token_ids):
-                    outputs[(name, i)] = []      # greedy runs of one system must agree too
+                    outputs[(name, i)] = []  # greedy runs of one system must agree too
         del llms
-    print(f"{len(work)} tasks, kernels {ar.model.kernels.label}, {a.max_tokens} new tokens at most; "
-          f"speedup = median tok/s over AR's, {a.repeats} runs each")
+    print(
+        f"{len(work)} tasks, kernels {ar.model.kernels.label}, {a.max_tokens} new tokens at most; "
+        f"speedup = median tok/s over AR's, {a.repeats} runs each"
+    )
     print("| system | median | geomean | lowest task | tokens/step (median) | greedy = AR |")
     print("|---|---|---|---|---|---|")
     exact = True
     for name in SYSTEMS:
-        ratios = [statistics.median(tps[(name, i)]) / statistics.median(tps[("ar", i)]) for i in range(len(work))]
+        ratios = [
+            statistics.median(tps[(name, i)]) / statistics.median(tps[("ar", i)])
+            for i in range(len(work))
+        ]
         same = sum(outputs[(name, i)] == outputs[("ar", i)] for i in range(len(work)))
         exact &= same == len(work)
         per_step = statistics.median(statistics.median(steps[(name, i)]) for i in range(len(work)))
-        print(f"| {name} | {statistics.median(ratios):.2f}x | {statistics.geometric_mean(ratios):.2f}x | "
-              f"{min(ratios):.2f}x | {per_step:.2f} | {same}/{len(work)} |")
+        print(
+            f"| {name} | {statistics.median(ratios):.2f}x | {statistics.geometric_mean(ratios):.2f}x | "
+            f"{min(ratios):.2f}x | {per_step:.2f} | {same}/{len(work)} |"
+        )
     return 0 if exact else 1
 
 

@@ -48,6 +48,7 @@ Sections: --only dense,w8a8,attention,gguf,invariance (default: all but invarian
 MKL_ENABLE_INSTRUCTIONS=AVX2, which caps torch's own kernels (_int_mm, oneDNN, MKL) at AVX2:
 an approximation of an AVX2 machine's torch baseline on this CPU (not its memory system).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,9 +60,19 @@ import sys
 import time
 from collections.abc import Callable
 
-CAP_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+CAP_ENV = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+}
 FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
-LINEARS = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536), "lm_head": (49152, 576)}
+LINEARS = {
+    "qkv": (960, 576),
+    "o": (576, 576),
+    "gate_up": (3072, 576),
+    "down": (576, 1536),
+    "lm_head": (49152, 576),
+}
 ROWS = (1, 2, 4, 8, 16, 32, 128)
 ATT_ROWS = (1, 4, 8, 16)
 ATT_KEYS = (300, 1000, 2000)
@@ -74,12 +85,19 @@ def cpu_line() -> str:
             info = f.read()
     except OSError:
         return "cpu: unknown"
-    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
-    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
+    model = next(
+        (ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")),
+        "?",
+    )
+    flags = next(
+        (ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []
+    )
     return f"cpu: {model}; flags: {' '.join(f for f in FLAGS if f in flags) or '-'}"
 
 
-def timed(cands: dict[str, Callable[[], object]], reps: int, batch_s: float = 0.004) -> dict[str, float]:
+def timed(
+    cands: dict[str, Callable[[], object]], reps: int, batch_s: float = 0.004
+) -> dict[str, float]:
     """Median us per call of each candidate, interleaved batch by batch in a rotating order."""
     names = list(cands)
     counts = {}
@@ -89,7 +107,7 @@ def timed(cands: dict[str, Callable[[], object]], reps: int, batch_s: float = 0.
         counts[name] = max(1, int(batch_s / max(time.perf_counter() - t0, 1e-7)))
     times: dict[str, list[float]] = {n: [] for n in names}
     for rep in range(reps):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
             fn, k = cands[name], counts[name]
             t0 = time.perf_counter()
             for _ in range(k):
@@ -105,6 +123,7 @@ def rotating(items: list) -> Callable[[], object]:
     def nxt():
         state["i"] = (state["i"] + 1) % len(items)
         return items[state["i"]]
+
     return nxt
 
 
@@ -127,11 +146,14 @@ def _onednn_packed(w):
     """torch's oneDNN prepacked weight (linear.Linear's path before the csrc kernel), or None
     where oneDNN has no path for the dtype (bf16 without avx512bw / avx_ne_convert)."""
     import torch
+
     if not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
         return None
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
-        torch.ops.mkldnn._linear_pointwise(torch.zeros(1, w.shape[1], dtype=w.dtype), packed, None, "none", [], "")
+        torch.ops.mkldnn._linear_pointwise(
+            torch.zeros(1, w.shape[1], dtype=w.dtype), packed, None, "none", [], ""
+        )
         return packed
     except (RuntimeError, AttributeError):
         return None
@@ -140,9 +162,12 @@ def _onednn_packed(w):
 def bench_dense(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, shapes: dict) -> None:
     import torch
     import torch.nn.functional as F
+
     print("\n## Dense linear (fp32 x), median us per call\n")
-    print("csrc `linear` per module and weight dtype; onednn: torch's packed matmul (bf16 with x "
-          "converted to bf16); F.linear: torch's default (MKL sgemm for fp32)\n")
+    print(
+        "csrc `linear` per module and weight dtype; onednn: torch's packed matmul (bf16 with x "
+        "converted to bf16); F.linear: torch's default (MKL sgemm for fp32)\n"
+    )
     table: dict[tuple[str, int], dict[str, float]] = {}
     for name, (n, k) in shapes.items():
         w32 = torch.randn(n, k) * 0.05
@@ -157,16 +182,30 @@ def bench_dense(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, sh
         cands: dict[str, Callable] = {}
         for isa, m in mods.items():
             if hasattr(m, "linear"):
-                cands[f"{isa} bf16"] = (lambda m=m, nxt=rotating(w16s): lambda x: m.linear(x, nxt()))()
-                cands[f"{isa} fp32"] = (lambda m=m, nxt=rotating(w32s): lambda x: m.linear(x, nxt()))()
+                cands[f"{isa} bf16"] = (
+                    lambda m=m, nxt=rotating(w16s): lambda x: m.linear(x, nxt())
+                )()
+                cands[f"{isa} fp32"] = (
+                    lambda m=m, nxt=rotating(w32s): lambda x: m.linear(x, nxt())
+                )()
         if p16s:
-            cands["onednn bf16"] = (lambda nxt=rotating(p16s): lambda x: torch.ops.mkldnn._linear_pointwise(
-                x.bfloat16(), nxt(), None, "none", [], ""))()
-        cands["F.linear bf16"] = (lambda nxt=rotating(w16s): lambda x: F.linear(x.bfloat16(), nxt()))()
+            cands["onednn bf16"] = (
+                lambda nxt=rotating(p16s): (
+                    lambda x: torch.ops.mkldnn._linear_pointwise(
+                        x.bfloat16(), nxt(), None, "none", [], ""
+                    )
+                )
+            )()
+        cands["F.linear bf16"] = (
+            lambda nxt=rotating(w16s): lambda x: F.linear(x.bfloat16(), nxt())
+        )()
         cands["F.linear fp32"] = (lambda nxt=rotating(w32s): lambda x: F.linear(x, nxt()))()
         if p32s:
-            cands["onednn fp32"] = (lambda nxt=rotating(p32s): lambda x: torch.ops.mkldnn._linear_pointwise(
-                x, nxt(), None, "none", [], ""))()
+            cands["onednn fp32"] = (
+                lambda nxt=rotating(p32s): (
+                    lambda x: torch.ops.mkldnn._linear_pointwise(x, nxt(), None, "none", [], "")
+                )
+            )()
         cols = list(cands)
         print(f"### {name} (N={n}, K={k}), {c32} fp32 / {c16} bf16 weight copies\n")
         print("| rows | " + " | ".join(cols) + " |")
@@ -178,8 +217,10 @@ def bench_dense(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, sh
             print(f"| {m_rows} | " + " | ".join(f"{res[c]:.0f}" for c in cols) + " |", flush=True)
         print()
     layer = ("qkv", "o", "gate_up", "down")
-    if all(s in shapes for s in layer):   # a decoder layer's four linears, times the model's layers
-        print(f"### the {LAYERS}-layer stack ({' + '.join(layer)}, x {LAYERS}; no LM head), ms per forward\n")
+    if all(s in shapes for s in layer):  # a decoder layer's four linears, times the model's layers
+        print(
+            f"### the {LAYERS}-layer stack ({' + '.join(layer)}, x {LAYERS}; no LM head), ms per forward\n"
+        )
         print("| rows | " + " | ".join(cols) + " |")
         print("|---" * (len(cols) + 1) + "|")
         for m_rows in rows:
@@ -188,12 +229,15 @@ def bench_dense(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, sh
         print()
 
 
-def bench_linears(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, shapes: dict) -> None:
+def bench_linears(
+    mods: dict, rows: tuple[int, ...], reps: int, footprint: int, shapes: dict
+) -> None:
     import torch
 
     from paraspec.model.kernels import TORCH, Kernels
     from paraspec.model.quant import Int8Linear, quantize_weight
     from paraspec.model.linear import Linear
+
     print("\n## W8A8 linear, median us per call (2 activation passes; bf16: linear.Linear)\n")
     for name, (n, k) in shapes.items():
         w = torch.randn(n, k) * 0.05
@@ -208,7 +252,10 @@ def bench_linears(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, 
         for c in int_mms[1:]:
             c.weight_t = ref.weight_t.clone()
         bf16s = [Linear(w.bfloat16()) for _ in range(max(1, copies // 2))]
-        cols = [f"{isa}:{v}" for isa, m in mods.items() for v in m.w8a8_variants()] + ["int_dot", "bf16"]
+        cols = [f"{isa}:{v}" for isa, m in mods.items() for v in m.w8a8_variants()] + [
+            "int_dot",
+            "bf16",
+        ]
         print(f"### {name} (N={n}, K={k}), {copies} weight copies\n")
         print("| rows | " + " | ".join(cols) + " |")
         print("|---" * (len(cols) + 1) + "|")
@@ -218,7 +265,9 @@ def bench_linears(mods: dict, rows: tuple[int, ...], reps: int, footprint: int, 
             for isa, m in mods.items():
                 for v in m.w8a8_variants():
                     nxt = rotating(packs)
-                    cands[f"{isa}:{v}"] = (lambda m=m, v=v, nxt=nxt: m.w8a8_linear(x, nxt(), comp, sc, None, n, 2, variant=v))
+                    cands[f"{isa}:{v}"] = lambda m=m, v=v, nxt=nxt: m.w8a8_linear(
+                        x, nxt(), comp, sc, None, n, 2, variant=v
+                    )
             nxt_i, nxt_b = rotating(int_mms), rotating(bf16s)
             cands["int_dot"] = lambda: nxt_i()(x)
             cands["bf16"] = lambda: nxt_b()(x)
@@ -233,32 +282,46 @@ def bench_attention(mods: dict, reps: int) -> None:
     from paraspec.model.args import ModelArgs
     from paraspec.model.kv_cache import KVCache
     from paraspec.model.attention import attention, attention_bias
-    print(f"## Decode attention, one layer ({HEADS} heads, {KV_HEADS} kv heads, head size {HEAD_DIM}), "
-          f"median us per call, {LAYERS} layers rotated\n")
+
+    print(
+        f"## Decode attention, one layer ({HEADS} heads, {KV_HEADS} kv heads, head size {HEAD_DIM}), "
+        f"median us per call, {LAYERS} layers rotated\n"
+    )
     cols = [*mods, "torch"]
     print("| keys | rows | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 2) + "|")
-    args = ModelArgs(arch="llama", vocab_size=16, dim=HEADS * HEAD_DIM, n_layers=LAYERS, n_heads=HEADS,
-                     n_kv_heads=KV_HEADS, head_dim=HEAD_DIM, hidden_dim=16)
+    args = ModelArgs(
+        arch="llama",
+        vocab_size=16,
+        dim=HEADS * HEAD_DIM,
+        n_layers=LAYERS,
+        n_heads=HEADS,
+        n_kv_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
+        hidden_dim=16,
+    )
     group = HEADS // KV_HEADS
     for keys in ATT_KEYS:
         cache = KVCache(args, keys + 16)
         cache.k.normal_()
         cache.v.normal_()
         for n in ATT_ROWS:
-            cache.length = keys - n        # the new rows' keys end at `keys`
+            cache.length = keys - n  # the new rows' keys end at `keys`
             q = torch.randn(n, HEADS, HEAD_DIM)
-            bias = attention_bias(cache, n, None, group)   # once per forward, shared by the layers
+            bias = attention_bias(cache, n, None, group)  # once per forward, shared by the layers
             nxt = rotating(list(range(LAYERS)))
-            empty = torch.empty(0, dtype=torch.bool)    # a causal chain
+            empty = torch.empty(0, dtype=torch.bool)  # a causal chain
 
             def kernel(m=None):
                 i = nxt()
                 return m.attention(q, cache.k[i], cache.v[i], cache.length, empty, 0.125)
+
             cands = {isa: (lambda m=m: kernel(m)) for isa, m in mods.items()}
             cands["torch"] = lambda: attention(q, cache, nxt(), bias, 0.125)
             res = timed(cands, reps)
-            print(f"| {keys} | {n} | " + " | ".join(f"{res[c]:.0f}" for c in cols) + " |", flush=True)
+            print(
+                f"| {keys} | {n} | " + " | ".join(f"{res[c]:.0f}" for c in cols) + " |", flush=True
+            )
 
 
 def bench_gguf(rows: tuple[int, ...], reps: int, model: str) -> None:
@@ -267,9 +330,13 @@ def bench_gguf(rows: tuple[int, ...], reps: int, model: str) -> None:
     from paraspec import LLM
     from paraspec.model import kernels
     from paraspec.model.gguf_requant import bench_model
+
     path = bench_model(model)
-    models = {k.label: LLM(path, quantization="gguf", kernels=k.label).model
-              for k in kernels.runnable() if k.module is not None}
+    models = {
+        k.label: LLM(path, quantization="gguf", kernels=k.label).model
+        for k in kernels.runnable()
+        if k.module is not None
+    }
     if not models:
         print("\n## GGUF linears: no compiled kernel path on this CPU\n")
         return
@@ -286,22 +353,48 @@ def bench_gguf(rows: tuple[int, ...], reps: int, model: str) -> None:
         print("|---" * (len(cols) + 1) + "|")
         for m_rows in rows:
             x = torch.randn(m_rows, lin.in_features)
-            cands = {label: (lambda nxt=rotating([m.lm_head] if n == "lm_head" else [getattr(L, n) for L in m.layers]):
-                             nxt()(x)) for label, m in models.items()}
+            cands = {
+                label: (
+                    lambda nxt=rotating([m.lm_head] if n == "lm_head" else [getattr(L, n) for L in m.layers]): (
+                        nxt()(x)
+                    )
+                )
+                for label, m in models.items()
+            }
             table[n, m_rows] = res = timed(cands, reps)
             print(f"| {m_rows} | " + " | ".join(f"{res[c]:.0f}" for c in cols) + " |", flush=True)
         print()
-    print(f"### all linears of a forward ({layers} x {' + '.join(names)} + lm_head), ms (t(k)/t(1))\n")
+    print(
+        f"### all linears of a forward ({layers} x {' + '.join(names)} + lm_head), ms (t(k)/t(1))\n"
+    )
     print("| rows | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
-    ms = {r: {c: (layers * sum(table[n, r][c] for n in names) + table["lm_head", r][c]) / 1000 for c in cols}
-          for r in rows}
+    ms = {
+        r: {
+            c: (layers * sum(table[n, r][c] for n in names) + table["lm_head", r][c]) / 1000
+            for c in cols
+        }
+        for r in rows
+    }
     for r in rows:
-        print(f"| {r} | " + " | ".join(f"{ms[r][c]:.2f} ({ms[r][c] / ms[rows[0]][c]:.2f})" for c in cols) + " |")
+        print(
+            f"| {r} | "
+            + " | ".join(f"{ms[r][c]:.2f} ({ms[r][c] / ms[rows[0]][c]:.2f})" for c in cols)
+            + " |"
+        )
     print()
 
 
-INV_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576), (256, 128), (128, 256), (96, 32)]
+INV_SHAPES = [
+    (960, 576),
+    (576, 576),
+    (3072, 576),
+    (576, 1536),
+    (49152, 576),
+    (256, 128),
+    (128, 256),
+    (96, 32),
+]
 INV_ROWS = (1, 2, 3, 5, 8, 12, 16, 24, 32, 64)
 
 
@@ -312,10 +405,13 @@ def invariance_paths(w) -> dict:
     out = {"F.linear": lambda x: F.linear(x.to(w.dtype), w)}
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
-        out["oneDNN packed"] = lambda x: torch.ops.mkldnn._linear_pointwise(x.to(w.dtype), packed, None, "none", [], "")
+        out["oneDNN packed"] = lambda x: torch.ops.mkldnn._linear_pointwise(
+            x.to(w.dtype), packed, None, "none", [], ""
+        )
     except (RuntimeError, AttributeError) as e:
         out["oneDNN packed"] = str(e).split("\n")[0][:60]
     from paraspec.model import kernels
+
     for k in kernels.runnable():
         if k.module is not None and hasattr(k.module, "linear") and k.name not in out:
             out[f"paraspec {k.name}"] = lambda x, m=k.module: m.linear(x.float().contiguous(), w)
@@ -325,9 +421,14 @@ def invariance_paths(w) -> dict:
 def bench_invariance() -> None:
     """Bits, not time: which paths give a row the same bits whatever the rows in the call."""
     import torch
-    print("\n## Row invariance: M-row calls against a 4-row call, and each of 16 rows computed alone\n")
+
+    print(
+        "\n## Row invariance: M-row calls against a 4-row call, and each of 16 rows computed alone\n"
+    )
     torch.manual_seed(0)
-    print(f"{'dtype':9} {'N x K':12} {'path':18} {'M whose first rows differ from M=4':36} rows of 16 differing alone")
+    print(
+        f"{'dtype':9} {'N x K':12} {'path':18} {'M whose first rows differ from M=4':36} rows of 16 differing alone"
+    )
     for dtype in (torch.float32, torch.bfloat16):
         for n, k in INV_SHAPES:
             w = (torch.randn(n, k) * 0.05).to(dtype)
@@ -337,11 +438,19 @@ def bench_invariance() -> None:
                     print(f"{str(dtype)[6:]:9} {f'{n}x{k}':12} {name:18} n/a: {fn}")
                     continue
                 ref = fn(x[:4])
-                bad = [m for m in INV_ROWS if not torch.equal(fn(x[:m])[:min(m, 4)], ref[:min(m, 4)])]
+                bad = [
+                    m for m in INV_ROWS if not torch.equal(fn(x[:m])[: min(m, 4)], ref[: min(m, 4)])
+                ]
                 y16 = fn(x[:16])
-                alone = [i for i in range(16) if not torch.equal(fn(x[i:i + 1].expand(4, -1).contiguous())[0], y16[i])]
-                print(f"{str(dtype)[6:]:9} {f'{n}x{k}':12} {name:18} {str(bad) if bad else 'none':36} "
-                      f"{alone if alone else 'none'}")
+                alone = [
+                    i
+                    for i in range(16)
+                    if not torch.equal(fn(x[i : i + 1].expand(4, -1).contiguous())[0], y16[i])
+                ]
+                print(
+                    f"{str(dtype)[6:]:9} {f'{n}x{k}':12} {name:18} {str(bad) if bad else 'none':36} "
+                    f"{alone if alone else 'none'}"
+                )
     invariance_gguf()
 
 
@@ -353,54 +462,103 @@ def invariance_gguf() -> None:
 
     from paraspec.model import ggml, kernels
     from paraspec.model.ggml_kquants import quantize_q4_k, quantize_q6_k
-    quant = {"Q4_1": lambda w: gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_1),
-             "Q8_0": lambda w: gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0),
-             "Q4_K": quantize_q4_k, "Q6_K": quantize_q6_k}
-    print(f"{'format':9} {'N x K':12} {'path':18} {'M whose first rows differ from M=4':36} rows of 16 differing alone")
+
+    quant = {
+        "Q4_1": lambda w: gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_1),
+        "Q8_0": lambda w: gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0),
+        "Q4_K": quantize_q4_k,
+        "Q6_K": quantize_q6_k,
+    }
+    print(
+        f"{'format':9} {'N x K':12} {'path':18} {'M whose first rows differ from M=4':36} rows of 16 differing alone"
+    )
     for kind, fn in quant.items():
-        shapes = [(960, 576), (3072, 576), (576, 1536)] if kind[-1] != "K" else [(960, 768), (3072, 768), (768, 1536)]
-        for n, k in shapes:                              # K-quants: K a multiple of 256
-            w = ggml.GGUFWeight(kind, fn((np.random.default_rng(0).standard_normal((n, k)) * 0.05).astype(np.float32)))
+        shapes = (
+            [(960, 576), (3072, 576), (576, 1536)]
+            if kind[-1] != "K"
+            else [(960, 768), (3072, 768), (768, 1536)]
+        )
+        for n, k in shapes:  # K-quants: K a multiple of 256
+            w = ggml.GGUFWeight(
+                kind,
+                fn((np.random.default_rng(0).standard_normal((n, k)) * 0.05).astype(np.float32)),
+            )
             x = torch.randn(64, k)
             for kern in kernels.runnable():
                 if kern.module is None:
                     continue
                 lin = ggml.GGUFLinear(w, kernels=kern)
                 ref = lin(x[:4])
-                bad = [m for m in INV_ROWS if not torch.equal(lin(x[:m])[:min(m, 4)], ref[:min(m, 4)])]
+                bad = [
+                    m
+                    for m in INV_ROWS
+                    if not torch.equal(lin(x[:m])[: min(m, 4)], ref[: min(m, 4)])
+                ]
                 y16 = lin(x[:16])
-                alone = [i for i in range(16) if not torch.equal(lin(x[i:i + 1])[0], y16[i])]
-                print(f"{kind:9} {f'{n}x{k}':12} {kern.label:18} {str(bad) if bad else 'none':36} "
-                      f"{alone if alone else 'none'}")
-
+                alone = [i for i in range(16) if not torch.equal(lin(x[i : i + 1])[0], y16[i])]
+                print(
+                    f"{kind:9} {f'{n}x{k}':12} {kern.label:18} {str(bad) if bad else 'none':36} "
+                    f"{alone if alone else 'none'}"
+                )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=9)
-    ap.add_argument("--footprint-mb", type=int, default=256, help="weight bytes each candidate cycles through")
+    ap.add_argument(
+        "--footprint-mb", type=int, default=256, help="weight bytes each candidate cycles through"
+    )
     ap.add_argument("--quick", action="store_true", help="rows 1, 8, 32 only, 5 reps")
-    ap.add_argument("--cap-torch-avx2", action="store_true", help="cap torch's kernels at AVX2 (re-executes)")
-    ap.add_argument("--only", default="dense,w8a8,attention,gguf", help="sections to run (comma-separated): dense, w8a8, attention, gguf, invariance")
-    ap.add_argument("--model", default="default", help="the GGUF section's model: default, a .gguf path, q4_k_m...")
-    ap.add_argument("--shapes", default=",".join(LINEARS), help="dense/W8A8 shapes to run (comma-separated)")
-    ap.add_argument("--rows", default="", help="row counts (comma-separated; default 1,2,4,8,16,32,128)")
+    ap.add_argument(
+        "--cap-torch-avx2", action="store_true", help="cap torch's kernels at AVX2 (re-executes)"
+    )
+    ap.add_argument(
+        "--only",
+        default="dense,w8a8,attention,gguf",
+        help="sections to run (comma-separated): dense, w8a8, attention, gguf, invariance",
+    )
+    ap.add_argument(
+        "--model",
+        default="default",
+        help="the GGUF section's model: default, a .gguf path, q4_k_m...",
+    )
+    ap.add_argument(
+        "--shapes", default=",".join(LINEARS), help="dense/W8A8 shapes to run (comma-separated)"
+    )
+    ap.add_argument(
+        "--rows", default="", help="row counts (comma-separated; default 1,2,4,8,16,32,128)"
+    )
     args = ap.parse_args()
     if args.cap_torch_avx2 and any(os.environ.get(k) != v for k, v in CAP_ENV.items()):
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **CAP_ENV})  # before torch loads
+        os.execve(
+            sys.executable, [sys.executable, *sys.argv], {**os.environ, **CAP_ENV}
+        )  # before torch loads
 
     import torch
+
     torch.set_num_threads(args.threads)
     capped = all(os.environ.get(k) == v for k, v in CAP_ENV.items())
     print(cpu_line())
-    print(f"threads: {args.threads}; torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}"
-          + ("; torch capped at AVX2 by " + " ".join(f"{k}={v}" for k, v in CAP_ENV.items()) if capped else ""))
+    print(
+        f"threads: {args.threads}; torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}"
+        + (
+            "; torch capped at AVX2 by " + " ".join(f"{k}={v}" for k, v in CAP_ENV.items())
+            if capped
+            else ""
+        )
+    )
     print(f"command: python {' '.join(sys.argv)}")
     mods = modules()
     reps = 5 if args.quick else args.reps
     only = set(args.only.split(","))
-    rows = tuple(int(r) for r in args.rows.split(",")) if args.rows else (1, 8, 32) if args.quick else ROWS
+    rows = (
+        tuple(int(r) for r in args.rows.split(","))
+        if args.rows
+        else (1, 8, 32)
+        if args.quick
+        else ROWS
+    )
     shapes = {name: LINEARS[name] for name in args.shapes.split(",")}
     if "dense" in only:
         bench_dense(mods, rows, reps, args.footprint_mb << 20, shapes)

@@ -26,6 +26,7 @@ must be identical to AR's: the gate only changes which steps draft and how much.
    hybrid output equals its AR output (lossless), and how many outputs the two caches share.
 Quote ratios: the machine's speed drifts between runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,14 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 def gate_ab(args) -> None:
     llm = LLM(args.model)
     plugin = json.loads(args.plugin)
-    print("start-up cost curve t(k)/t(1):", {k: round(llm.engine.cost(k), 2) for k in (2, 4, 8, 16)})
-    systems = {"ar": ParaspecSystem("ar", llm, None), "off": ParaspecSystem("off", llm, plugin),
-               "on": ParaspecSystem("on", llm, plugin)}
+    print(
+        "start-up cost curve t(k)/t(1):", {k: round(llm.engine.cost(k), 2) for k in (2, 4, 8, 16)}
+    )
+    systems = {
+        "ar": ParaspecSystem("ar", llm, None),
+        "off": ParaspecSystem("off", llm, plugin),
+        "on": ParaspecSystem("on", llm, plugin),
+    }
     kinds = list(systems)
     for name in args.tasks.split(","):
         for system in systems.values():
@@ -60,13 +66,15 @@ def gate_ab(args) -> None:
         ratios: dict[str, list[float]] = {"off": [], "on": []}
         log_on_off: list[float] = []
         for i, t in enumerate(load_task_set(name, args.n, 0)):
-            task = BenchTask(t.task_set, t.task_id, t.prompt_ids(llm.tokenizer), t.max_new_tokens, tuple(t.stop))
+            task = BenchTask(
+                t.task_set, t.task_id, t.prompt_ids(llm.tokenizer), t.max_new_tokens, tuple(t.stop)
+            )
             speed: dict[str, list[float]] = {k: [] for k in kinds}
             for system in systems.values():
                 system.begin_task()
             for r in range(args.repeats):
                 ids = {}
-                for k in kinds[(i + r) % 3:] + kinds[:(i + r) % 3]:
+                for k in kinds[(i + r) % 3 :] + kinds[: (i + r) % 3]:
                     llm.engine.draft_gate = k == "on"
                     m = systems[k].run(task, RunParams(GREEDY, repeat=r))
                     speed[k].append(m.decode_tokens_per_s)
@@ -79,17 +87,24 @@ def gate_ab(args) -> None:
             for k in ratios:
                 ratios[k].append(med[k] / med["ar"])
             log_on_off.append(math.log(med["on"] / med["off"]))
-            print(f"{name:10s} {task.task_id[:24]:24s} AR {med['ar']:6.1f} tok/s  off {med['off'] / med['ar']:.2f}x"
-                  f"  on {med['on'] / med['ar']:.2f}x", flush=True)
-        print(f"{name}: median over tasks  {args.switch} off {statistics.median(ratios['off']):.3f}x  "
-              f"on {statistics.median(ratios['on']):.3f}x AR;  on / off geometric mean "
-              f"{math.exp(sum(log_on_off) / len(log_on_off)):.3f}\n", flush=True)
-
+            print(
+                f"{name:10s} {task.task_id[:24]:24s} AR {med['ar']:6.1f} tok/s  off {med['off'] / med['ar']:.2f}x"
+                f"  on {med['on'] / med['ar']:.2f}x",
+                flush=True,
+            )
+        print(
+            f"{name}: median over tasks  {args.switch} off {statistics.median(ratios['off']):.3f}x  "
+            f"on {statistics.median(ratios['on']):.3f}x AR;  on / off geometric mean "
+            f"{math.exp(sum(log_on_off) / len(log_on_off)):.3f}\n",
+            flush=True,
+        )
 
 
 def forward_times(llm: LLM, contexts: list[int], rows: list[int], rounds: int) -> None:
     model = llm.model
-    print(f"forward ms (median of {rounds}; {torch.get_num_threads()} threads), kernels {llm.kernels.label}")
+    print(
+        f"forward ms (median of {rounds}; {torch.get_num_threads()} threads), kernels {llm.kernels.label}"
+    )
     for ctx in contexts:
         caches = {}
         for name, dtype in DTYPES.items():
@@ -102,53 +117,84 @@ def forward_times(llm: LLM, contexts: list[int], rows: list[int], rounds: int) -
             random.shuffle(order)
             for k, name in order:
                 t0 = time.perf_counter()
-                model.forward(torch.zeros(k, dtype=torch.long), torch.arange(ctx, ctx + k),
-                              [SeqInput(caches[name], k)], torch.arange(k))
+                model.forward(
+                    torch.zeros(k, dtype=torch.long),
+                    torch.arange(ctx, ctx + k),
+                    [SeqInput(caches[name], k)],
+                    torch.arange(k),
+                )
                 times[(k, name)].append(time.perf_counter() - t0)
         for k in rows:
             a, b = (1e3 * statistics.median(times[(k, n)]) for n in DTYPES)
-            print(f"  context {ctx:5d}  rows {k:2d}: fp32 {a:6.2f}  fp16 {b:6.2f}  fp16/fp32 {b / a:.3f}")
+            print(
+                f"  context {ctx:5d}  rows {k:2d}: fp32 {a:6.2f}  fp16 {b:6.2f}  fp16/fp32 {b / a:.3f}"
+            )
 
 
 def decoding(model: str, task_sets: list[str], n: int) -> None:
     llms = {name: LLM(model, kv_cache_dtype=name) for name in DTYPES}
     hybrid = {"plugin_type": "hybrid"}
-    print(f"decoding, greedy, tok/s ratio fp16 / fp32 (median over tasks), kernels {llms['fp32'].kernels.label}")
+    print(
+        f"decoding, greedy, tok/s ratio fp16 / fp32 (median over tasks), kernels {llms['fp32'].kernels.label}"
+    )
     for set_name in task_sets:
         ratios = {"ar": [], "hybrid": []}
         lossless, same = True, 0
         tasks = load_task_set(set_name, n)
         for i, task in enumerate(tasks):
             runs = [(name, plugin) for name in DTYPES for plugin in (None, hybrid)]
-            runs = runs[i % 4:] + runs[:i % 4]
+            runs = runs[i % 4 :] + runs[: i % 4]
             out = {}
             for name, plugin in runs:
                 llm = llms[name]
                 ids = task.prompt_ids(llm.tokenizer)
-                params = SamplingParams(temperature=0, max_tokens=task.max_new_tokens, stop=list(task.stop))
+                params = SamplingParams(
+                    temperature=0, max_tokens=task.max_new_tokens, stop=list(task.stop)
+                )
                 o = llm.generate([ids], params, plugin_params=plugin)[0]
-                out[(name, plugin is not None)] = (o.token_ids, len(o.token_ids) / o.stats["decode_s"])
+                out[(name, plugin is not None)] = (
+                    o.token_ids,
+                    len(o.token_ids) / o.stats["decode_s"],
+                )
             for mode, drafted in (("ar", False), ("hybrid", True)):
                 ratios[mode].append(out[("fp16", drafted)][1] / out[("fp32", drafted)][1])
             lossless &= all(out[(name, True)][0] == out[(name, False)][0] for name in DTYPES)
             same += out[("fp16", False)][0] == out[("fp32", False)][0]
         prompt = statistics.median(len(t.prompt_ids(llms["fp32"].tokenizer)) for t in tasks)
-        print(f"  {set_name:10s} ({len(tasks)} tasks, median prompt {prompt:.0f} tokens): "
-              f"AR {statistics.median(ratios['ar']):.3f}  hybrid {statistics.median(ratios['hybrid']):.3f}  "
-              f"hybrid == AR per cache dtype: {'yes' if lossless else 'NO'}  "
-              f"same output fp16 / fp32: {same}/{len(tasks)}")
+        print(
+            f"  {set_name:10s} ({len(tasks)} tasks, median prompt {prompt:.0f} tokens): "
+            f"AR {statistics.median(ratios['ar']):.3f}  hybrid {statistics.median(ratios['hybrid']):.3f}  "
+            f"hybrid == AR per cache dtype: {'yes' if lossless else 'NO'}  "
+            f"same output fp16 / fp32: {same}/{len(tasks)}"
+        )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--model", default="default")
     ap.add_argument("--switch", choices=("gate", "kv16"), default="gate")
-    ap.add_argument("--tasks", default=None, help="task sets (default: gate chat,humaneval,grounded; kv16 grounded,humaneval)")
-    ap.add_argument("--n", type=int, default=None, help="tasks per set (default: gate 10, kv16 6; kv16 0: forward only)")
+    ap.add_argument(
+        "--tasks",
+        default=None,
+        help="task sets (default: gate chat,humaneval,grounded; kv16 grounded,humaneval)",
+    )
+    ap.add_argument(
+        "--n",
+        type=int,
+        default=None,
+        help="tasks per set (default: gate 10, kv16 6; kv16 0: forward only)",
+    )
     ap.add_argument("--repeats", type=int, default=3, help="gate: runs per task and system")
-    ap.add_argument("--plugin", default='{"plugin_type": "hybrid"}', help="gate: the drafter's plugin_params")
-    ap.add_argument("--contexts", default="256,1024,2048", help="kv16: cached tokens of the forward timings")
+    ap.add_argument(
+        "--plugin", default='{"plugin_type": "hybrid"}', help="gate: the drafter's plugin_params"
+    )
+    ap.add_argument(
+        "--contexts", default="256,1024,2048", help="kv16: cached tokens of the forward timings"
+    )
     ap.add_argument("--rows", default="1,8", help="kv16: new rows of the forward timings")
     ap.add_argument("--rounds", type=int, default=15, help="kv16: rounds of the forward timings")
     args = ap.parse_args()
@@ -161,6 +207,7 @@ def main() -> None:
     forward_times(LLM(args.model), ints(args.contexts), ints(args.rows), args.rounds)
     if args.n:
         decoding(args.model, [s for s in args.tasks.split(",") if s], args.n)
+
 
 if __name__ == "__main__":
     main()

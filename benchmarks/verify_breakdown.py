@@ -32,6 +32,7 @@ run's decode time and the time outside the forward. Quote ratios: the machine's 
 t(4) / t(8) / t(16) each time (--probe-rounds rounds each). The first probe of a process is the
 one an engine uses: run it in several fresh processes too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,44 +85,65 @@ def instrument(model, spent: dict, clock) -> None:
     model.embed = Timed(model.embed, "embed", spent, clock)
     rope_attention = Timed(model.kernels.rope_attention, "rope_attention", spent, clock)
     real_kernels = model.kernels
-    model.kernels = types.SimpleNamespace(**{k: getattr(real_kernels, k) for k in dir(real_kernels)
-                                             if not k.startswith("__")})   # name, label, ... as they were
+    model.kernels = types.SimpleNamespace(
+        **{k: getattr(real_kernels, k) for k in dir(real_kernels) if not k.startswith("__")}
+    )  # name, label, ... as they were
     model.kernels.rope_attention = rope_attention
     real_f = transformer.F
     silu = Timed(real_f.silu, "swiglu", spent, clock)
-    transformer.F = types.SimpleNamespace(**{k: getattr(real_f, k) for k in dir(real_f) if not k.startswith("__")})
+    transformer.F = types.SimpleNamespace(
+        **{k: getattr(real_f, k) for k in dir(real_f) if not k.startswith("__")}
+    )
     transformer.F.silu = silu
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="default")
-    p.add_argument("--kernels", default=None, help="a kernel path label, e.g. avx512:amx (default: the best)")
+    p.add_argument(
+        "--kernels", default=None, help="a kernel path label, e.g. avx512:amx (default: the best)"
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=15)
-    p.add_argument("--activation-passes", default="auto", help="int8 activation passes: auto, 1 or 2")
-    p.add_argument("--engine", type=int, default=0, help="grounded tasks to decode with the hybrid drafter")
-    p.add_argument("--steps", default="", help="task sets whose engine steps are timed by row count (e.g. grounded,humaneval)")
+    p.add_argument(
+        "--activation-passes", default="auto", help="int8 activation passes: auto, 1 or 2"
+    )
+    p.add_argument(
+        "--engine", type=int, default=0, help="grounded tasks to decode with the hybrid drafter"
+    )
+    p.add_argument(
+        "--steps",
+        default="",
+        help="task sets whose engine steps are timed by row count (e.g. grounded,humaneval)",
+    )
     p.add_argument("--n", type=int, default=5, help="with --steps: tasks per set")
-    p.add_argument("--plugin", default=json.dumps(HYBRID), help="with --steps: the drafter's plugin_params")
-    p.add_argument("--probes", type=int, default=0, help="run the start-up cost probe this many times")
+    p.add_argument(
+        "--plugin", default=json.dumps(HYBRID), help="with --steps: the drafter's plugin_params"
+    )
+    p.add_argument(
+        "--probes", type=int, default=0, help="run the start-up cost probe this many times"
+    )
     p.add_argument("--probe-rounds", type=int, default=5, help="with --probes: rounds per probe")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     clock = time.thread_time if a.threads == 1 else time.perf_counter
-    llm = LLM(a.model, kernels=a.kernels, activation_passes=a.activation_passes)   # drafters: per call
+    llm = LLM(
+        a.model, kernels=a.kernels, activation_passes=a.activation_passes
+    )  # drafters: per call
     model = llm.model
     label = model.kernels.label
     if a.engine:
         engine_share(llm, a.engine, clock)
     for i in range(a.probes):
-        llm.runner._cost = None                  # measure again, as a new engine would
+        llm.runner._cost = None  # measure again, as a new engine would
         c = llm.runner.forward_cost(rounds=a.probe_rounds)
         print(f"probe {i}: t(4) {c[4]:.2f}  t(8) {c[8]:.2f}  t(16) {c[16]:.2f}", flush=True)
     if a.steps:
         engine_steps(llm, a.steps.split(","), a.n, json.loads(a.plugin))
     spent: dict[str, float] = defaultdict(float)
-    tokens = torch.randint(100, 1000, (CACHED + max(KS),), generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(
+        100, 1000, (CACHED + max(KS),), generator=torch.Generator().manual_seed(0)
+    )
     cache = model.new_cache(CACHED + 2 * max(KS))
     model.forward(tokens[:CACHED], torch.arange(CACHED), [SeqInput(cache, CACHED)], prompt=True)
     cache.length = CACHED
@@ -129,14 +151,20 @@ def main() -> None:
     totals: dict[int, list[float]] = {k: [] for k in KS}
     uninstrumented: dict[int, list[float]] = {k: [] for k in KS}
     parts: dict[int, dict[str, list[float]]] = {k: defaultdict(list) for k in KS}
-    for rep in range(2 * a.reps + 1):   # a warm-up round, reps as the engine runs it, reps timed in pieces
+    for rep in range(
+        2 * a.reps + 1
+    ):  # a warm-up round, reps as the engine runs it, reps timed in pieces
         if rep == a.reps + 1:
             instrument(model, spent, clock)
-        for k in KS:   # the new rows are written past the cache's length, never committed
+        for k in KS:  # the new rows are written past the cache's length, never committed
             spent.clear()
             t = clock()
-            model.forward(tokens[CACHED:CACHED + k], torch.arange(CACHED, CACHED + k), [SeqInput(cache, k)],
-                          logits_rows=torch.arange(k))
+            model.forward(
+                tokens[CACHED : CACHED + k],
+                torch.arange(CACHED, CACHED + k),
+                [SeqInput(cache, k)],
+                logits_rows=torch.arange(k),
+            )
             total = clock() - t
             if 0 < rep <= a.reps:
                 uninstrumented[k].append(total)
@@ -147,25 +175,38 @@ def main() -> None:
                 parts[k]["glue"].append(total - sum(spent.values()))
     med = {k: statistics.median(v) * 1e3 for k, v in totals.items()}
     names = list(parts[1])
-    print(f"{label}, {a.threads} thread(s), {'CPU' if a.threads == 1 else 'wall'} time, ms (median of {a.reps});"
-          f" last column: t(k) / t(1)")
+    print(
+        f"{label}, {a.threads} thread(s), {'CPU' if a.threads == 1 else 'wall'} time, ms (median of {a.reps});"
+        f" last column: t(k) / t(1)"
+    )
     print(f"{'k':>3} " + " ".join(f"{n:>14}" for n in names) + f" {'total':>8} {'ratio':>6}")
     for k in KS:
         cells = " ".join(f"{statistics.median(parts[k][n]) * 1e3:14.2f}" for n in names)
         print(f"{k:>3} {cells} {med[k]:8.2f} {med[k] / med[1]:6.2f}")
     k = max(KS)
-    grow = {n: (statistics.median(parts[k][n]) - statistics.median(parts[1][n])) * 1e3 for n in names}
-    print(f"k={k} minus k=1 ({med[k] - med[1]:.2f} ms): " +
-          ", ".join(f"{n} {v:+.2f} ({v / (med[k] - med[1]):.0%})" for n, v in sorted(grow.items(), key=lambda x: -x[1])))
+    grow = {
+        n: (statistics.median(parts[k][n]) - statistics.median(parts[1][n])) * 1e3 for n in names
+    }
+    print(
+        f"k={k} minus k=1 ({med[k] - med[1]:.2f} ms): "
+        + ", ".join(
+            f"{n} {v:+.2f} ({v / (med[k] - med[1]):.0%})"
+            for n, v in sorted(grow.items(), key=lambda x: -x[1])
+        )
+    )
     plain = {k: statistics.median(v) * 1e3 for k, v in uninstrumented.items() if v}
     if plain:
-        print(f"the forward as the engine runs it ({'layers in one csrc call' if fused else 'the Python loop'},"
-              " no timers), ms: " + ", ".join(f"k={k} {v:.2f} ({v / plain[1]:.2f})" for k, v in plain.items()))
+        print(
+            f"the forward as the engine runs it ({'layers in one csrc call' if fused else 'the Python loop'},"
+            " no timers), ms: "
+            + ", ".join(f"k={k} {v:.2f} ({v / plain[1]:.2f})" for k, v in plain.items())
+        )
 
 
 def engine_share(llm: LLM, n: int, clock) -> None:
     """Decode n grounded tasks (greedy, hybrid drafter) and print the time outside forward()."""
     from paraspec.bench.tasks import load_task_set
+
     model = llm.model
     inside = [0.0, 0]
     forward = model.forward
@@ -176,22 +217,27 @@ def engine_share(llm: LLM, n: int, clock) -> None:
         inside[0] += clock() - t
         inside[1] += 1
         return y
+
     model.forward = timed
     tasks = load_task_set("grounded", n)
 
     def run() -> None:
         for task in tasks:
             params = SamplingParams(temperature=0.0, max_tokens=task.max_new_tokens)
-            llm.chat(task.messages, params, plugin_params=HYBRID) if task.messages else \
-                llm.generate(task.prompt, params, plugin_params=HYBRID)
-    run()   # warm-up (and the drafter's statistics)
+            llm.chat(
+                task.messages, params, plugin_params=HYBRID
+            ) if task.messages else llm.generate(task.prompt, params, plugin_params=HYBRID)
+
+    run()  # warm-up (and the drafter's statistics)
     inside[:] = [0.0, 0]
     t = clock()
     run()
     total = clock() - t
     model.forward = forward
-    print(f"engine: {n} grounded tasks, hybrid, greedy: {total:.2f} s, {inside[1]} forwards {inside[0]:.2f} s,"
-          f" outside the forward {total - inside[0]:.2f} s ({(total - inside[0]) / total:.1%})")
+    print(
+        f"engine: {n} grounded tasks, hybrid, greedy: {total:.2f} s, {inside[1]} forwards {inside[0]:.2f} s,"
+        f" outside the forward {total - inside[0]:.2f} s ({(total - inside[0]) / total:.1%})"
+    )
 
 
 def engine_steps(llm: LLM, sets: list[str], n: int, plugin: dict) -> None:
@@ -216,8 +262,12 @@ def engine_steps(llm: LLM, sets: list[str], n: int, plugin: dict) -> None:
 
 def _steps_by_rows(llm: LLM, sets: list[str], n: int, plugin: dict, curve: dict, log: list) -> None:
     from paraspec.bench.tasks import load_task_set
+
     for name in sets:
-        runs: dict[str, tuple[list[dict], list[tuple[int, float]]]] = {"ar": ([], []), "drafted": ([], [])}
+        runs: dict[str, tuple[list[dict], list[tuple[int, float]]]] = {
+            "ar": ([], []),
+            "drafted": ([], []),
+        }
         for i, task in enumerate(load_task_set(name, n, 0)):
             # each task both ways, back to back, the order alternating: drift hits both alike
             for kind in ("ar", "drafted") if i % 2 == 0 else ("drafted", "ar"):
@@ -229,15 +279,21 @@ def _steps_by_rows(llm: LLM, sets: list[str], n: int, plugin: dict, curve: dict,
         by_rows: dict[int, list[float]] = defaultdict(list)
         for k, dt in runs["drafted"][1]:
             by_rows[k].append(dt)
-        print(f"\n{name}: AR {json.dumps(ar)}\n{' ' * len(name)}  drafted {json.dumps(spec)}"
-              f"  speedup {ar['decode_s'] / spec['decode_s']:.3f}")
-        print(f"{'rows':>5} {'steps':>6} {'ms':>7} {'real t(k)':>10} {'curve t(k)':>11}"
-              f"   (AR's one-row step: {1000 * one_row:.2f} ms)")
+        print(
+            f"\n{name}: AR {json.dumps(ar)}\n{' ' * len(name)}  drafted {json.dumps(spec)}"
+            f"  speedup {ar['decode_s'] / spec['decode_s']:.3f}"
+        )
+        print(
+            f"{'rows':>5} {'steps':>6} {'ms':>7} {'real t(k)':>10} {'curve t(k)':>11}"
+            f"   (AR's one-row step: {1000 * one_row:.2f} ms)"
+        )
         for k in sorted(by_rows):
             v = by_rows[k]
             if len(v) >= 3:
                 med = statistics.median(v)
-                print(f"{k:>5} {len(v):>6} {1000 * med:>7.2f} {med / one_row:>10.2f} {curve.get(k, float('nan')):>11.2f}")
+                print(
+                    f"{k:>5} {len(v):>6} {1000 * med:>7.2f} {med / one_row:>10.2f} {curve.get(k, float('nan')):>11.2f}"
+                )
 
 
 def _generate(llm: LLM, task, plugin: dict | None) -> dict:
@@ -248,10 +304,14 @@ def _generate(llm: LLM, task, plugin: dict | None) -> dict:
 
 def _totals(stats: list[dict], log: list[tuple[int, float]]) -> dict:
     decode_s = sum(s["decode_s"] for s in stats)
-    forward_s = sum(dt for _, dt in log)                       # decode steps only (prefill: runner.prefill)
-    return {"decode_s": round(decode_s, 3), "tokens": sum(s["generated_tokens"] for s in stats),
-            "steps": sum(s["decode_steps"] for s in stats), "draft_s": round(sum(s["draft_s"] for s in stats), 3),
-            "outside_forward_s": round(decode_s - forward_s, 3)}
+    forward_s = sum(dt for _, dt in log)  # decode steps only (prefill: runner.prefill)
+    return {
+        "decode_s": round(decode_s, 3),
+        "tokens": sum(s["generated_tokens"] for s in stats),
+        "steps": sum(s["decode_steps"] for s in stats),
+        "draft_s": round(sum(s["draft_s"] for s in stats), 3),
+        "outside_forward_s": round(decode_s - forward_s, 3),
+    }
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ On one thread the clock is the thread's CPU time (llama.cpp's single thread comp
 calling one), which other processes do not stretch; with more, the wall clock: on a shared
 machine quote ratios, run it quiet for absolutes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,10 @@ def cpu_facts() -> tuple[str, float]:
     mhz = max((float(v) for v in field("cpu MHz")), default=0.0)
     present = [f for f in FLAGS if f in flags]
     absent = [f for f in FLAGS if f not in flags]
-    return (f"{(field('model name') or ['?'])[0]}; flags: {' '.join(present) or '-'}"
-            f"; not: {' '.join(absent) or '-'}"), mhz / 1000
+    return (
+        f"{(field('model name') or ['?'])[0]}; flags: {' '.join(present) or '-'}"
+        f"; not: {' '.join(absent) or '-'}"
+    ), mhz / 1000
 
 
 def linears_of(model) -> list:
@@ -58,24 +61,33 @@ def linears_of(model) -> list:
     return out + [model.lm_head]
 
 
-def timed_round(cands: dict[str, Callable[[], object]], order: list[str], times: dict[str, list[float]],
-                clock: Callable[[], float]) -> None:
+def timed_round(
+    cands: dict[str, Callable[[], object]],
+    order: list[str],
+    times: dict[str, list[float]],
+    clock: Callable[[], float],
+) -> None:
     for name in order:
         t0 = clock()
         cands[name]()
         times[name].append(clock() - t0)
 
 
-def ours(model, rows: list[int], clock: Callable[[], float], parts: dict) -> dict[str, Callable[[], object]]:
+def ours(
+    model, rows: list[int], clock: Callable[[], float], parts: dict
+) -> dict[str, Callable[[], object]]:
     """Our candidates; each linears call also adds its time per weight format to parts[k, format]
     (the LM head on its own), to show which format holds the rate down."""
     from paraspec.model.transformer import SeqInput
+
     lins = linears_of(model)
     xs = {k: {lin.in_features: torch.randn(k, lin.in_features) for lin in lins} for k in rows}
-    tokens = torch.randint(100, 1000, (CONTEXT + max(rows),), generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(
+        100, 1000, (CONTEXT + max(rows),), generator=torch.Generator().manual_seed(0)
+    )
     cache = model.new_cache(CONTEXT + 2 * max(rows))
     model.forward(tokens[:CONTEXT], torch.arange(CONTEXT), [SeqInput(cache, CONTEXT)], prompt=True)
-    cache.length = CONTEXT   # the k rows are written past it, never committed
+    cache.length = CONTEXT  # the k rows are written past it, never committed
 
     def linears(k: int) -> None:
         spent: dict[str, float] = {}
@@ -88,8 +100,13 @@ def ours(model, rows: list[int], clock: Callable[[], float], parts: dict) -> dic
             parts.setdefault((k, group), []).append(t)
 
     def forward(k: int) -> None:
-        model.forward(tokens[CONTEXT:CONTEXT + k], torch.arange(CONTEXT, CONTEXT + k), [SeqInput(cache, k)],
-                      logits_rows=torch.arange(k))
+        model.forward(
+            tokens[CONTEXT : CONTEXT + k],
+            torch.arange(CONTEXT, CONTEXT + k),
+            [SeqInput(cache, k)],
+            logits_rows=torch.arange(k),
+        )
+
     out = {}
     for k in rows:
         out[f"linears {k}"] = lambda k=k: linears(k)
@@ -104,8 +121,10 @@ def format_rates(model, rows: list[int], parts: dict, threads: int) -> None:
         group = "head " + lin.kind if lin is model.lm_head else lin.kind
         macs[group] = macs.get(group, 0) + lin.in_features * lin.out_features
     groups = sorted(macs, key=lambda g: -macs[g])
-    print("\nper format, G multiply-adds/s per core (share of a row's multiply-adds;"
-          " of the linears' time at k):")
+    print(
+        "\nper format, G multiply-adds/s per core (share of a row's multiply-adds;"
+        " of the linears' time at k):"
+    )
     for g in groups:
         cells = []
         for k in rows:
@@ -120,46 +139,76 @@ def llama_cpp(path: str, threads: int, rows: list[int]) -> dict[str, Callable[[]
         from llama_cpp import Llama
     except ImportError:
         return {}
-    llm = Llama(model_path=path, n_ctx=CONTEXT + 2 * max(rows), n_batch=512, n_threads=threads,
-                n_threads_batch=threads, logits_all=True, verbose=False)
+    llm = Llama(
+        model_path=path,
+        n_ctx=CONTEXT + 2 * max(rows),
+        n_batch=512,
+        n_threads=threads,
+        n_threads_batch=threads,
+        logits_all=True,
+        verbose=False,
+    )
     llm.eval(list(range(1000, 1000 + CONTEXT)))
 
     def run(k: int) -> None:
-        llm.n_tokens = CONTEXT   # eval drops the cache from here on and writes the k rows again
+        llm.n_tokens = CONTEXT  # eval drops the cache from here on and writes the k rows again
         llm.eval(list(range(2000, 2000 + k)))
+
     return {f"llama.cpp {k}": (lambda k=k: run(k)) for k in rows}
 
 
-def report(threads: int, rows: list[int], med: dict[str, float], macs_row: int, peak: float) -> None:
+def report(
+    threads: int, rows: list[int], med: dict[str, float], macs_row: int, peak: float
+) -> None:
     print(f"\n### {threads} thread(s), ms (t(k)/t(1)), medians\n")
     head = "| k | linears | G MAC/s per core | of peak | forward | llama.cpp eval | llama.cpp / forward |"
     print(head + "\n" + "|---" * (head.count("|") - 1) + "|")
+
     def cell(name: str, k: int) -> str:
         t, t1 = med.get(f"{name} {k}"), med.get(f"{name} {rows[0]}")
         return f"{t * 1e3:.1f} ({t / t1:.2f})" if t is not None else "-"
+
     for k in rows:
         rate = k * macs_row / med[f"linears {k}"] / threads / 1e9
         share = f"{rate / peak:.0%}" if peak else "-"
-        ratio = f"{med[f'llama.cpp {k}'] / med[f'forward {k}']:.2f}" if f"llama.cpp {k}" in med else "-"
-        print(f"| {k} | {cell('linears', k)} | {rate:.1f} | {share} | {cell('forward', k)} | "
-              f"{cell('llama.cpp', k)} | {ratio} |", flush=True)
+        ratio = (
+            f"{med[f'llama.cpp {k}'] / med[f'forward {k}']:.2f}" if f"llama.cpp {k}" in med else "-"
+        )
+        print(
+            f"| {k} | {cell('linears', k)} | {rate:.1f} | {share} | {cell('forward', k)} | "
+            f"{cell('llama.cpp', k)} | {ratio} |",
+            flush=True,
+        )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="qwen2.5-coder-1.5b", help="a catalog name or a GGUF path")
-    p.add_argument("--kernels", default=None, help="a kernel path label, e.g. avx2:avx2 (default: the best)")
-    p.add_argument("--threads", type=int, default=2, help="also time this many threads (1: single only)")
+    p.add_argument(
+        "--kernels", default=None, help="a kernel path label, e.g. avx2:avx2 (default: the best)"
+    )
+    p.add_argument(
+        "--threads", type=int, default=2, help="also time this many threads (1: single only)"
+    )
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--rows", default="1,2,4,8,16")
-    p.add_argument("--macs-per-cycle", type=float, default=64.0,
-                   help="int8 multiply-adds per cycle per core at the ISA's peak (plain AVX2: 2 x 32)")
-    p.add_argument("--ghz", type=float, default=0.0,
-                   help="the core clock for the peak (default: /proc/cpuinfo's, which a VM may report"
-                        " nominal; benchmarks/avx2_idiom.c measures it)")
+    p.add_argument(
+        "--macs-per-cycle",
+        type=float,
+        default=64.0,
+        help="int8 multiply-adds per cycle per core at the ISA's peak (plain AVX2: 2 x 32)",
+    )
+    p.add_argument(
+        "--ghz",
+        type=float,
+        default=0.0,
+        help="the core clock for the peak (default: /proc/cpuinfo's, which a VM may report"
+        " nominal; benchmarks/avx2_idiom.c measures it)",
+    )
     p.add_argument("--no-llamacpp", action="store_true")
     a = p.parse_args()
     from paraspec import LLM, catalog
+
     path = str(catalog.cached_path(a.model)) if a.model in catalog.ARTIFACTS else a.model
     rows = [int(r) for r in a.rows.split(",")]
     cpu, ghz = cpu_facts()
@@ -171,12 +220,18 @@ def main() -> None:
     lins = linears_of(model)
     macs_row = sum(lin.in_features * lin.out_features for lin in lins)
     peak = a.macs_per_cycle * ghz
-    print(f"cpu: {cpu}; clock {ghz:.3f} GHz ({source})\nkernels: {model.kernels.label}; model: {path}")
+    print(
+        f"cpu: {cpu}; clock {ghz:.3f} GHz ({source})\nkernels: {model.kernels.label}; model: {path}"
+    )
     kinds = sorted({f"{lin.kind} {lin.in_features}->{lin.out_features}" for lin in lins})
-    print(f"linears timed: {len(lins)} ({', '.join(kinds)}): {macs_row / 1e9:.3f} G multiply-adds per row")
-    print(f"peak: {a.macs_per_cycle:g} int8 multiply-adds per cycle per core x {ghz:.3f} GHz = {peak:.1f} G/s"
-          " per core (plain AVX2: 2 vpmaddubsw a cycle x 32 products); rate = k x multiply-adds per row"
-          " / time / threads")
+    print(
+        f"linears timed: {len(lins)} ({', '.join(kinds)}): {macs_row / 1e9:.3f} G multiply-adds per row"
+    )
+    print(
+        f"peak: {a.macs_per_cycle:g} int8 multiply-adds per cycle per core x {ghz:.3f} GHz = {peak:.1f} G/s"
+        " per core (plain AVX2: 2 vpmaddubsw a cycle x 32 products); rate = k x multiply-adds per row"
+        " / time / threads"
+    )
     for threads in sorted({1, a.threads}):
         torch.set_num_threads(threads)
         # one thread: its CPU time (llama.cpp's one thread computes in the caller's), which other
@@ -188,7 +243,7 @@ def main() -> None:
             cands.update(llama_cpp(path, threads, rows))
         names = list(cands)
         times: dict[str, list[float]] = {n: [] for n in names}
-        timed_round(cands, names, {n: [] for n in names}, clock)   # warm-up
+        timed_round(cands, names, {n: [] for n in names}, clock)  # warm-up
         for rep in range(a.reps):
             shift = rep * 3 % len(names)
             timed_round(cands, names[shift:] + names[:shift], times, clock)

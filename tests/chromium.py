@@ -4,6 +4,7 @@
 each a JSON object ended by a NUL byte: no websocket client and no downloaded browser needed.
 One page target, attached in flat mode; events are kept for the test to inspect.
 """
+
 from __future__ import annotations
 
 import base64
@@ -16,9 +17,20 @@ import time
 from pathlib import Path
 
 BINARY = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio", "--remote-debugging-pipe"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--mute-audio",
+    "--remote-debugging-pipe",
+]
 
 
 class ChromiumError(RuntimeError):
@@ -26,17 +38,30 @@ class ChromiumError(RuntimeError):
 
 
 class Chromium:
-    def __init__(self, user_data_dir: Path, binary: str = BINARY, width: int = 1400, height: int = 900):
+    def __init__(
+        self, user_data_dir: Path, binary: str = BINARY, width: int = 1400, height: int = 900
+    ):
         self.log_path = Path(user_data_dir).parent / "chromium.log"
-        self._log = open(self.log_path, "wb")      # a file, not a pipe: nobody drains Chromium's stderr
+        self._log = open(self.log_path, "wb")  # a file, not a pipe: nobody drains Chromium's stderr
         to_chrome_r, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome_w = os.pipe()
         # bash moves the pipe ends to fds 3 and 4 and execs Chromium (no preexec_fn: the test process
         # runs uvicorn on a thread, where forking Python code is unsafe; dash takes one-digit fds only)
         self.proc = subprocess.Popen(
-            ["bash", "-c", f'exec "$0" "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}', binary, *FLAGS,
-             f"--user-data-dir={user_data_dir}", f"--window-size={width},{height}", "about:blank"],
-            pass_fds=(to_chrome_r, from_chrome_w), stdout=subprocess.DEVNULL, stderr=self._log)
+            [
+                "bash",
+                "-c",
+                f'exec "$0" "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}',
+                binary,
+                *FLAGS,
+                f"--user-data-dir={user_data_dir}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            pass_fds=(to_chrome_r, from_chrome_w),
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+        )
         os.close(to_chrome_r)
         os.close(from_chrome_w)
         self._buffer = b""
@@ -84,22 +109,36 @@ class Chromium:
     def open(self, url: str) -> None:
         """A new page at url, attached; console, exceptions and network requests are recorded."""
         target = self.send("Target.createTarget", url="about:blank")["targetId"]
-        self.session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.session = self.send("Target.attachToTarget", targetId=target, flatten=True)[
+            "sessionId"
+        ]
         for domain in ("Runtime", "Log", "Network", "Page"):
             self.send(f"{domain}.enable")
         width, height = self.size
-        self.send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
-                  mobile=False)
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
         self.send("Page.navigate", url=url)
 
     def evaluate(self, expression: str, timeout: float = 30.0):
         """The value of a JavaScript expression in the page (promises awaited)."""
-        result = self.send("Runtime.evaluate", timeout=timeout, expression=expression, awaitPromise=True,
-                           returnByValue=True)
+        result = self.send(
+            "Runtime.evaluate",
+            timeout=timeout,
+            expression=expression,
+            awaitPromise=True,
+            returnByValue=True,
+        )
         if "exceptionDetails" in result:
             details = result["exceptionDetails"]
-            raise ChromiumError(f"{expression[:60]!r} threw: "
-                                f"{details.get('exception', {}).get('description') or details.get('text')}")
+            raise ChromiumError(
+                f"{expression[:60]!r} threw: "
+                f"{details.get('exception', {}).get('description') or details.get('text')}"
+            )
         return result["result"].get("value")
 
     def wait_for(self, expression: str, timeout: float = 60.0, poll: float = 0.1):
@@ -114,7 +153,9 @@ class Chromium:
             time.sleep(poll)
 
     def screenshot(self, path: Path) -> Path:
-        data = self.send("Page.captureScreenshot", format="png", captureBeyondViewport=False)["data"]
+        data = self.send("Page.captureScreenshot", format="png", captureBeyondViewport=False)[
+            "data"
+        ]
         path.write_bytes(base64.b64decode(data))
         return path
 
@@ -124,15 +165,23 @@ class Chromium:
         for e in self.events:
             p = e.get("params", {})
             if e["method"] == "Runtime.exceptionThrown":
-                out.append(p["exceptionDetails"].get("exception", {}).get("description", "exception"))
+                out.append(
+                    p["exceptionDetails"].get("exception", {}).get("description", "exception")
+                )
             elif e["method"] == "Runtime.consoleAPICalled" and p.get("type") == "error":
-                out.append(" ".join(str(a.get("value", a.get("description"))) for a in p.get("args", [])))
+                out.append(
+                    " ".join(str(a.get("value", a.get("description"))) for a in p.get("args", []))
+                )
             elif e["method"] == "Log.entryAdded" and p["entry"].get("level") == "error":
                 out.append(p["entry"].get("text", ""))
         return out
 
     def requested_urls(self) -> list[str]:
-        return [e["params"]["request"]["url"] for e in self.events if e["method"] == "Network.requestWillBeSent"]
+        return [
+            e["params"]["request"]["url"]
+            for e in self.events
+            if e["method"] == "Network.requestWillBeSent"
+        ]
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -17,6 +17,7 @@ def pytest_configure(config):
     the run stops at once with one line naming it and the build command. Under xdist, each
     worker's share of the cores."""
     import kernel_paths
+
     if kernel_paths.on_ci() and (line := kernel_paths.ci_unbuilt()):
         raise pytest.UsageError(line)
     # `make test` runs the files over pytest-xdist workers, one per core: each worker's torch then
@@ -35,6 +36,7 @@ def tiny_model_dir(tmp_path_factory):
         if key not in cache:
             cache[key] = make_tiny_model(tmp_path_factory.mktemp(f"tiny-{arch}"), arch, **kwargs)
         return cache[key]
+
     return make
 
 
@@ -44,18 +46,21 @@ def tiny_model_dir(tmp_path_factory):
 def bundled_llm_default():
     """This CPU's default numerics (gguf on the compiled kernels; else kernels.default_numerics)."""
     from paraspec import LLM
+
     return LLM()
 
 
 @pytest.fixture(scope="session")
 def bundled_llm_fp32():
     from paraspec import LLM
+
     return LLM(dtype="float32")
 
 
 @pytest.fixture(scope="session")
 def bundled_llm_bf16():
     from paraspec import LLM
+
     return LLM(dtype="bfloat16")
 
 
@@ -72,6 +77,7 @@ def _draft_every_step():
     turns the gate on per engine. Session-scoped: module-scoped engines are built before any
     function-scoped fixture runs."""
     from paraspec.engine import DRAFT_GATE_ENV
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(DRAFT_GATE_ENV, "0")
         yield

@@ -1,4 +1,5 @@
 """Drafters for testing the shared verifier: they implement the Proposer protocol."""
+
 from __future__ import annotations
 
 import random
@@ -11,6 +12,7 @@ from paraspec.decoding.contract.tree import DraftTree
 
 class RandomTreeDrafter:
     """Random draft trees: exercises rejection at every depth."""
+
     name = "random"
     trie = None
 
@@ -23,7 +25,11 @@ class RandomTreeDrafter:
 
     def propose(self, request_id, context, max_nodes, ctx=DEFAULT_CONTEXT):
         tree = DraftTree()
-        pick = (lambda: self.rng.choice(self.tokens)) if self.tokens else (lambda: self.rng.randrange(self.vocab))
+        pick = (
+            (lambda: self.rng.choice(self.tokens))
+            if self.tokens
+            else (lambda: self.rng.randrange(self.vocab))
+        )
         for i in range(min(self.nodes, max_nodes)):
             tree.add(pick(), self.rng.randrange(-1, i))
         return Proposal(tree)
@@ -38,21 +44,29 @@ class RandomTreeDrafter:
 class OracleDrafter(RandomTreeDrafter):
     """Knows the reference output (prompt + continuation): proposes its next tokens as one branch of
     a tree with random siblings, so whole runs get accepted."""
+
     name = "oracle"
 
-    def __init__(self, reference: list[int], vocab: int, depth: int = 6, seed: int = 0, wrong_at: int | None = None):
+    def __init__(
+        self,
+        reference: list[int],
+        vocab: int,
+        depth: int = 6,
+        seed: int = 0,
+        wrong_at: int | None = None,
+    ):
         super().__init__(vocab, seed=seed)
         self.reference, self.depth, self.wrong_at = reference, depth, wrong_at
 
     def propose(self, request_id, context, max_nodes, ctx=DEFAULT_CONTEXT):
         n = len(context)
-        true = self.reference[n:n + self.depth]
+        true = self.reference[n : n + self.depth]
         if self.wrong_at is not None and len(true) > self.wrong_at:
             true = true[: self.wrong_at] + [(true[self.wrong_at] + 1) % self.vocab]
         tree = DraftTree()
         parent = -1
         for t in true:
-            tree.add(self.rng.randrange(self.vocab), parent)   # a sibling decoy before the true node
+            tree.add(self.rng.randrange(self.vocab), parent)  # a sibling decoy before the true node
             parent = tree.add(t, parent)
         return Proposal(tree.truncated(max_nodes))
 

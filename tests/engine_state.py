@@ -6,6 +6,7 @@ loop is idle: LiveServer.wait_idle, or from the loop thread by AsyncEngine.call)
 the cost refresh, the prefix cache; the model's weights and tokenizer left out) for a request
 key, so a per-request dict that a new drafter or cache adds is covered without naming it here.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -14,7 +15,18 @@ from collections import deque
 import numpy as np
 import torch
 
-SKIP_ATTRS = {"runner", "model", "tokenizer", "tok", "_tok", "_parent", "_depth", "_out", "_pin", "_kids"}
+SKIP_ATTRS = {
+    "runner",
+    "model",
+    "tokenizer",
+    "tok",
+    "_tok",
+    "_parent",
+    "_depth",
+    "_out",
+    "_pin",
+    "_kids",
+}
 
 
 def held_keys(root: object, keys: set[str], max_depth: int = 8) -> list[str]:
@@ -29,8 +41,15 @@ def held_keys(root: object, keys: set[str], max_depth: int = 8) -> list[str]:
             if obj in keys:
                 found.append(path)
             continue
-        if id(obj) in seen or depth > max_depth or obj is None or isinstance(
-                obj, (int, float, bool, bytes, torch.Tensor, np.ndarray, type, weakref.ref)) or callable(obj):
+        if (
+            id(obj) in seen
+            or depth > max_depth
+            or obj is None
+            or isinstance(
+                obj, (int, float, bool, bytes, torch.Tensor, np.ndarray, type, weakref.ref)
+            )
+            or callable(obj)
+        ):
             continue
         seen.add(id(obj))
         if isinstance(obj, dict):
@@ -40,12 +59,13 @@ def held_keys(root: object, keys: set[str], max_depth: int = 8) -> list[str]:
         elif isinstance(obj, (list, tuple, set, frozenset, deque)):
             items = list(obj)
             if items and isinstance(items[0], (int, float)) and len(items) > 64:
-                continue                      # token lists and counters: no keys in them
+                continue  # token lists and counters: no keys in them
             for i, v in enumerate(items):
                 stack.append((v, f"{path}[{i}]", depth + 1))
         else:
             attrs = getattr(obj, "__dict__", None) or {
-                s: getattr(obj, s) for s in getattr(type(obj), "__slots__", ()) if hasattr(obj, s)}
+                s: getattr(obj, s) for s in getattr(type(obj), "__slots__", ()) if hasattr(obj, s)
+            }
             for name, v in attrs.items():
                 if name not in SKIP_ATTRS:
                     stack.append((v, f"{path}.{name}", depth + 1))
@@ -63,10 +83,17 @@ def idle_problems(engine, async_engine=None) -> list[str]:
     tries = [engine.drafters.trie() if engine.drafters.has_trie else None]
     tries += [getattr(d, "trie", None) for d in drafters]
     tries = {id(t): t for t in tries if t is not None}
-    for trie in tries.values():      # the engine's, and a private drafter's own
+    for trie in tries.values():  # the engine's, and a private drafter's own
         trie.check_invariants()
         stats = trie.stats()
-        problems += [f"trie.{name}: {v}" for name, v in (
-            ("active_prompts", stats.active_prompts), ("open_streams", stats.open_streams),
-            ("pinned nodes", stats.pinned_nodes), ("prompt kids", stats.prompt_children)) if v]
+        problems += [
+            f"trie.{name}: {v}"
+            for name, v in (
+                ("active_prompts", stats.active_prompts),
+                ("open_streams", stats.open_streams),
+                ("pinned nodes", stats.pinned_nodes),
+                ("prompt kids", stats.prompt_children),
+            )
+            if v
+        ]
     return problems

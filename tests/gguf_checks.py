@@ -1,10 +1,14 @@
 """Checks shared by the GGUF linear tests (test_ggml.py, test_ggml_kquants.py) and W8A8's."""
+
 import torch
 
 from paraspec.model.transformer import SeqInput, Transformer
 
-PLUGINS = ['{"plugin_type": "memory_decoding", "decoding_length": 16}',
-           '{"plugin_type": "la", "level": 4, "window": 5, "guess_set_size": 5}', '{"plugin_type": "hybrid"}']
+PLUGINS = [
+    '{"plugin_type": "memory_decoding", "decoding_length": 16}',
+    '{"plugin_type": "la", "level": 4, "window": 5, "guess_set_size": 5}',
+    '{"plugin_type": "hybrid"}',
+]
 
 
 def inputs(m: int, k: int, seed: int = 0) -> torch.Tensor:
@@ -23,6 +27,7 @@ def assert_kernel_is_reference(w, kernel, residual: bool) -> None:
     plus fp32 rounding."""
     from paraspec.model import ggml
     from paraspec.model import kernels as cpu_kernels
+
     n, k = w.shape
     bias = torch.randn(n)
     ref = ggml.GGUFLinear(w, bias, kernels=cpu_kernels.TORCH, residual=residual)
@@ -32,11 +37,11 @@ def assert_kernel_is_reference(w, kernel, residual: bool) -> None:
     assert y.shape == (21, n) and y.dtype == torch.float32
     assert torch.equal(y, ref(x))
     xb = x.bfloat16()
-    assert torch.equal(lin(xb), ref(xb.float()))                   # bf16 rows widen exactly
+    assert torch.equal(lin(xb), ref(xb.float()))  # bf16 rows widen exactly
     wd = ggml.dequantize(w)
     exact = x @ wd.T + bias
-    half_step = x.view(21, -1, 32).abs().amax(-1) / (254 * 127 if residual else 254)   # [M, B]
-    bound = half_step @ wd.abs().view(n, -1, 32).sum(-1).T                   # [M, N]
+    half_step = x.view(21, -1, 32).abs().amax(-1) / (254 * 127 if residual else 254)  # [M, B]
+    bound = half_step @ wd.abs().view(n, -1, 32).sum(-1).T  # [M, N]
     assert ((y - exact).abs() <= bound * 1.001 + 1e-5 * (x.abs() @ wd.abs().T) + 1e-6).all()
 
 
@@ -44,7 +49,7 @@ def assert_rows_independent(lin, x: torch.Tensor) -> torch.Tensor:
     """lin(x) row by row equals lin(x) at once, for 1..64 rows at any place and on one thread
     (x: 80 rows, two row blocks). Returns lin(x)."""
     full = lin(x)
-    alone = torch.cat([lin(x[i:i + 1]) for i in range(len(x))])
+    alone = torch.cat([lin(x[i : i + 1]) for i in range(len(x))])
     assert torch.equal(full, alone)
     gen = torch.Generator().manual_seed(0)
     for m in (2, 3, 5, 8, 9, 16, 17, 33, 64):
@@ -68,7 +73,7 @@ def verify_equals_steps(model) -> tuple[torch.Tensor, torch.Tensor]:
     cache.commit(range(20))
     chunk = model.forward(ids[20:], torch.arange(20, 31), [SeqInput(cache, 11)])
     for i in range(20, 31):
-        step = model.forward(ids[i:i + 1], torch.tensor([i]), [SeqInput(cache, 1)])
+        step = model.forward(ids[i : i + 1], torch.tensor([i]), [SeqInput(cache, 1)])
         cache.commit([0])
         assert torch.equal(step[0], chunk[i - 20]), f"position {i}"
     return ids, chunk
@@ -78,6 +83,7 @@ def assert_gguf_model_lossless(path, kernels):
     """The .gguf at `path` with its blocks as stored (quantization "gguf"): verify == steps, and
     close to the fp32 dequantisation of the same file. Returns the keep_quantized LoadedModel."""
     from paraspec.model.loader import load_model
+
     lm = load_model(path, torch.float32, keep_quantized=True)
     model = Transformer(lm.args, lm.weights, torch.bfloat16, quantization="gguf", kernels=kernels)
     ids, chunk = verify_equals_steps(model)

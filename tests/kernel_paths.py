@@ -8,6 +8,7 @@ CI=true, ci_unbuilt() names every module that is missing, and every one this CPU
 not run (conftest.py fails the run on it), so a compile error cannot pass as a green run of the
 torch paths alone.
 """
+
 import os
 import sys
 from pathlib import Path
@@ -36,14 +37,17 @@ def per_isa() -> list:
 def per_variant() -> list:
     """Every runnable (ISA, W8A8 inner loop), torch included: for the W8A8 linear tests."""
     names = {k.name for k in RUNNABLE}
-    return ([pytest.param(k, id=k.label) for k in RUNNABLE]
-            + [pytest.param(None, id=n, marks=_skip(n)) for n in kernels.ISAS if n not in names])
+    return [pytest.param(k, id=k.label) for k in RUNNABLE] + [
+        pytest.param(None, id=n, marks=_skip(n)) for n in kernels.ISAS if n not in names
+    ]
 
 
 ROOT = Path(__file__).resolve().parent.parent
 _py = Path(sys.executable)
 # the command that builds the modules in place, with this interpreter (its compiler error shows without -q)
-BUILD = f"{_py.relative_to(ROOT) if _py.is_relative_to(ROOT) else _py} src/paraspec/model/csrc/build.py"
+BUILD = (
+    f"{_py.relative_to(ROOT) if _py.is_relative_to(ROOT) else _py} src/paraspec/model/csrc/build.py"
+)
 
 
 def on_ci(env=os.environ) -> bool:
@@ -54,6 +58,7 @@ def not_built(isa: str) -> str:
     """Why the ISA's module file is missing or unusable, "" if it is there, without importing it:
     for a module this CPU cannot run (importing it could already execute its instructions)."""
     import importlib.util
+
     if importlib.util.find_spec(f"paraspec.model._kernels_{isa}") is None:
         return "not built"
     built_for = kernels._built_for(isa)
@@ -68,8 +73,11 @@ def ci_unbuilt(why_not=None, cpu_features=None, is_x86=None, not_built=not_built
     (kernels.REQUIRES) must also run (not stale, not another torch's, no import error); one it
     cannot run must at least have built, so an AVX-512 compile error fails an AVX2 runner too.
     For CI: locally a skip is enough. (The arguments stand in for kernels' own, for the tests.)"""
-    why_not, cpu_features, is_x86 = why_not or kernels.why_not, cpu_features or kernels.cpu_features, \
-        is_x86 or kernels.is_x86
+    why_not, cpu_features, is_x86 = (
+        why_not or kernels.why_not,
+        cpu_features or kernels.cpu_features,
+        is_x86 or kernels.is_x86,
+    )
     if not is_x86():
         return None
     have = cpu_features()
@@ -77,12 +85,16 @@ def ci_unbuilt(why_not=None, cpu_features=None, is_x86=None, not_built=not_built
     for isa in kernels.ISAS:
         if kernels.REQUIRES[isa] <= have:
             why = why_not(isa)
-            if why and why != "its own CPUID check refuses this CPU":   # the module's own word: cannot
+            if (
+                why and why != "its own CPUID check refuses this CPU"
+            ):  # the module's own word: cannot
                 bad.append((isa, why))
         elif why := not_built(isa):
             bad.append((isa, why))
     if not bad:
         return None
     names = ", ".join(f"paraspec.model._kernels_{isa} ({why})" for isa, why in bad)
-    return (f"CI=true: {names}: every kernel module must build (and those this CPU has the "
-            f"instructions for must run), or its tests would skip; build it: {BUILD}")
+    return (
+        f"CI=true: {names}: every kernel module must build (and those this CPU has the "
+        f"instructions for must run), or its tests would skip; build it: {BUILD}"
+    )

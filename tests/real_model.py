@@ -1,6 +1,7 @@
 """The real Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF (`paraspec fetch`, catalog.py) for the tests that
 need real weights: its path, or a skip naming `make models` where it is not fetched. Under CI=true an
 absent file fails the test instead: CI fetches it, so a skip there would hide a broken fetch."""
+
 from pathlib import Path
 
 import pytest

@@ -12,6 +12,7 @@ production server; the rest of the process (flags, config, uvicorn beside the en
 main thread, the signal handlers) is the shipped one. A greedy request ignores its seed, so its
 tokens are the same as without one.
 """
+
 from __future__ import annotations
 
 import sys

@@ -1,4 +1,5 @@
 """The bundled default model (SmolLM2-135M-Instruct GGUF) against transformers, and the CLI on it."""
+
 import json
 import os
 import subprocess
@@ -12,7 +13,7 @@ from paraspec import SamplingParams
 pytestmark = pytest.mark.slow
 
 TEXTS = [
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
     "The capital of France is",
     "Ünïcödé, emoji 🚀, 日本語 and numbers 1234567890 with   spaces\ttabs\n\nnewlines",
     "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
@@ -23,9 +24,12 @@ TEXTS = [
 def hf_reference():
     import transformers
     from paraspec.model.loader import default_model_path
+
     path = default_model_path()
     tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    )
     return tok, model.eval()
 
 
@@ -48,17 +52,36 @@ def test_fp32_greedy_24_tokens_identical_to_transformers(bundled_llm_fp32, hf_re
     for text in (TEXTS[0], TEXTS[3]):
         ids = hf_tok(text, return_tensors="pt").input_ids
         with torch.no_grad():
-            ref = model.generate(ids, max_new_tokens=24, do_sample=False)[0, ids.shape[1]:].tolist()
+            ref = model.generate(ids, max_new_tokens=24, do_sample=False)[
+                0, ids.shape[1] :
+            ].tolist()
         eos = sorted(bundled_llm_fp32.tokenizer.eos_token_ids)
-        ref = ref[: min([ref.index(e) + 1 for e in eos if e in ref] + [len(ref)])]   # up to and including EOS
+        ref = ref[
+            : min([ref.index(e) + 1 for e in eos if e in ref] + [len(ref)])
+        ]  # up to and including EOS
         out = bundled_llm_fp32.generate(text, SamplingParams(temperature=0, max_tokens=24))[0]
         assert out.token_ids == ref and len(ref) >= 5
 
 
 def test_cli_json_output_and_errors():
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    run = subprocess.run([sys.executable, "-m", "paraspec.cli", "generate", "--json", "--max-new-tokens", "8",
-                          "--chat", "Say hello"], capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paraspec.cli",
+            "generate",
+            "--json",
+            "--max-new-tokens",
+            "8",
+            "--chat",
+            "Say hello",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
     assert set(out) >= {"text", "token_ids", "finish_reason", "stats"}

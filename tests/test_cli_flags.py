@@ -1,4 +1,5 @@
 """cli_flags: the model and plugin flags several sub-commands share, read back into plugin_params."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,13 @@ def parse(*argv: str, default_plugin: str | None = "none") -> argparse.Namespace
 
 def test_model_flags_and_their_defaults():
     a = parse()
-    assert (a.model, a.dtype, a.quantization, a.threads, a.kv_cache_dtype) == ("default", "auto", "auto", None, "fp32")
+    assert (a.model, a.dtype, a.quantization, a.threads, a.kv_cache_dtype) == (
+        "default",
+        "auto",
+        "auto",
+        None,
+        "fp32",
+    )
     assert parse("--kv-cache-dtype", "fp16").kv_cache_dtype == "fp16"
     for bad in (("--dtype", "float16"), ("--kv-cache-dtype", "bf16")):
         with pytest.raises(SystemExit):
@@ -28,11 +35,16 @@ def test_model_flags_and_their_defaults():
 def test_plugin_and_its_flags_become_plugin_params():
     assert plugin_params_from_args(parse()) is None
     assert plugin_params_from_args(parse("--plugin", "none")) is None
-    assert plugin_params_from_args(parse("--plugin", "memory_decoding", "--decoding-length", "8", "--dynamic-algo")) \
-        == {"plugin_type": "memory_decoding", "decoding_length": 8, "dynamic_algo": True}
-    assert plugin_params_from_args(parse("--plugin", "la", "--level", "4", "--window", "5", "--guess-set-size", "3")) \
-        == {"plugin_type": "la", "level": 4, "window": 5, "guess_set_size": 3}
-    assert plugin_params_from_args(parse("--plugin-params", '{"plugin_type":"hybrid"}')) == '{"plugin_type":"hybrid"}'
+    assert plugin_params_from_args(
+        parse("--plugin", "memory_decoding", "--decoding-length", "8", "--dynamic-algo")
+    ) == {"plugin_type": "memory_decoding", "decoding_length": 8, "dynamic_algo": True}
+    assert plugin_params_from_args(
+        parse("--plugin", "la", "--level", "4", "--window", "5", "--guess-set-size", "3")
+    ) == {"plugin_type": "la", "level": 4, "window": 5, "guess_set_size": 3}
+    assert (
+        plugin_params_from_args(parse("--plugin-params", '{"plugin_type":"hybrid"}'))
+        == '{"plugin_type":"hybrid"}'
+    )
 
 
 def test_a_default_of_none_tells_not_given_from_none():
@@ -41,11 +53,20 @@ def test_a_default_of_none_tells_not_given_from_none():
     assert plugin_params_from_args(parse(default_plugin=None)) is None
 
 
-@pytest.mark.parametrize("argv,words", [
-    (["--decoding-length", "4"], "--decoding-length needs --plugin (memory_decoding, lookahead or hybrid)"),
-    (["--plugin", "none", "--guess-set-size", "4"], "--guess-set-size needs --plugin"),
-    (["--plugin", "la", "--plugin-params", "{}"], "pass either --plugin-params or --plugin with its flags, not both"),
-])
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (
+            ["--decoding-length", "4"],
+            "--decoding-length needs --plugin (memory_decoding, lookahead or hybrid)",
+        ),
+        (["--plugin", "none", "--guess-set-size", "4"], "--guess-set-size needs --plugin"),
+        (
+            ["--plugin", "la", "--plugin-params", "{}"],
+            "pass either --plugin-params or --plugin with its flags, not both",
+        ),
+    ],
+)
 def test_contradictions_are_user_errors(argv, words):
     with pytest.raises(ParaspecError) as e:
         plugin_params_from_args(parse(*argv))

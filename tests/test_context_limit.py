@@ -4,6 +4,7 @@ max_tokens past it ends with finish_reason "length" and exactly plain decoding's
 memory_decoding, lookahead and hybrid, and no verify pass writes past the cache or the context
 (the draft is cut to the room left, and so is a lookahead window, which the draft budget does not
 bound). A spy around the runner's verify checks every query before the real forward runs it."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,13 +18,15 @@ from paraspec.decoding.drafters.lookahead import LookaheadDrafter, LookaheadPara
 from paraspec.errors import RequestError
 from paraspec.server import create_app, load_config
 
-CTX = 256             # the model's context: one KEY_BUCKET, so the cache's capacity is the context
-PLUGINS = {"memory_decoding": {"plugin_type": "memory_decoding"},
-           "lookahead": {"plugin_type": "lookahead", "level": 5, "window": 6},
-           "hybrid": {"plugin_type": "hybrid"},
-           "lookahead_window_always": None}      # a Jacobi window on every step, to the very end
+CTX = 256  # the model's context: one KEY_BUCKET, so the cache's capacity is the context
+PLUGINS = {
+    "memory_decoding": {"plugin_type": "memory_decoding"},
+    "lookahead": {"plugin_type": "lookahead", "level": 5, "window": 6},
+    "hybrid": {"plugin_type": "hybrid"},
+    "lookahead_window_always": None,
+}  # a Jacobi window on every step, to the very end
 ROOM = [40, 9, 3, 1]  # context left after each prompt
-PARAMS = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)      # past the limit
+PARAMS = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)  # past the limit
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +37,8 @@ def model_dir(tiny_model_dir):
 @pytest.fixture(scope="module", params=per_isa())
 def llm(request, model_dir):
     llm = LLM(str(model_dir), dtype="float32", kernels=request.param.label)
-    llm.engine.pin_cost(CostModel())      # drafts sized by a fixed curve, not this machine's timings
-    llm.ar = llm.generate(_prompts(llm.model.args.vocab_size), PARAMS)      # plain decoding, once
+    llm.engine.pin_cost(CostModel())  # drafts sized by a fixed curve, not this machine's timings
+    llm.ar = llm.generate(_prompts(llm.model.args.vocab_size), PARAMS)  # plain decoding, once
     return llm
 
 
@@ -43,7 +46,7 @@ def _prompts(vocab: int) -> list[list[int]]:
     """Repetitive prompts (their continuations get drafted) that leave ROOM tokens of context."""
     g = torch.Generator().manual_seed(0)
     motif = torch.randint(0, vocab - 2, (12,), generator=g).tolist()
-    return [(motif * CTX)[:CTX - room] for room in ROOM]
+    return [(motif * CTX)[: CTX - room] for room in ROOM]
 
 
 class VerifySpy:
@@ -60,7 +63,7 @@ class VerifySpy:
             self.queries += 1
             self.windows += bool(q.lookahead_rows)
         out = self.real(caches, queries)
-        assert [(c.capacity, c.length) for c in caches] == shapes      # no cache grew
+        assert [(c.capacity, c.length) for c in caches] == shapes  # no cache grew
         return out
 
 
@@ -70,8 +73,10 @@ def _run(llm, prompts, params, plugin: str, monkeypatch) -> tuple[list, VerifySp
     if PLUGINS[plugin] is not None:
         return llm.generate(prompts, params, plugin_params=PLUGINS[plugin]), spy
     window = LookaheadParams(level=5, window=6)
-    saved, llm.engine.default_drafter = llm.engine.default_drafter, \
-        LookaheadDrafter(window, llm.tokenizer.eos_token_ids, adaptive_window=False)
+    saved, llm.engine.default_drafter = (
+        llm.engine.default_drafter,
+        LookaheadDrafter(window, llm.tokenizer.eos_token_ids, adaptive_window=False),
+    )
     try:
         return llm.generate(prompts, params), spy
     finally:
@@ -81,8 +86,14 @@ def _run(llm, prompts, params, plugin: str, monkeypatch) -> tuple[list, VerifySp
 def test_a_prompt_that_fills_the_context_is_one_line(llm):
     with pytest.raises(RequestError) as e:
         llm.generate([5] * CTX, SamplingParams(max_tokens=4))
-    assert "\n" not in str(e.value) and f"context is {CTX}" in str(e.value) and "shorten" in str(e.value)
-    out = llm.generate([5] * (CTX - 1), SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))[0]
+    assert (
+        "\n" not in str(e.value)
+        and f"context is {CTX}" in str(e.value)
+        and "shorten" in str(e.value)
+    )
+    out = llm.generate(
+        [5] * (CTX - 1), SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    )[0]
     assert len(out.token_ids) == 1 and out.finish_reason == "length"
 
 
@@ -90,9 +101,9 @@ def test_a_prompt_that_fills_the_context_is_one_line(llm):
 def test_near_the_limit_drafts_end_with_length_and_plain_decodings_tokens(llm, plugin, monkeypatch):
     par, spy = _run(llm, _prompts(llm.model.args.vocab_size), PARAMS, plugin, monkeypatch)
     for a, b, room in zip(llm.ar, par, ROOM):
-        assert b.token_ids == a.token_ids and len(a.token_ids) == room           # prompt + output = CTX
+        assert b.token_ids == a.token_ids and len(a.token_ids) == room  # prompt + output = CTX
         assert a.finish_reason == b.finish_reason == "length"
-    assert sum(b.stats["accepted_draft_tokens"] for b in par) > 0                # the drafts ran to the end
+    assert sum(b.stats["accepted_draft_tokens"] for b in par) > 0  # the drafts ran to the end
     assert spy.queries > 0
     if plugin == "lookahead_window_always":
         assert spy.windows > 0
@@ -108,10 +119,14 @@ def test_the_forward_cost_probe_fits_a_short_context(model_dir):
 
 # ------------------------------------------------------------------------------------ the server
 
+
 @pytest.fixture(scope="module")
 def server(model_dir):
     config = load_config(None, model=str(model_dir), plugin_flags=True, plugin_params=None)
-    config.model_deploy.max_seq_len, config.model_deploy.max_input_token_len = 1000, 900   # the model's: CTX
+    config.model_deploy.max_seq_len, config.model_deploy.max_input_token_len = (
+        1000,
+        900,
+    )  # the model's: CTX
     llm = LLM(str(model_dir), dtype="float32")
     llm.engine.pin_cost(CostModel())
     with LiveServer(create_app(llm, config)) as s:
@@ -121,7 +136,11 @@ def server(model_dir):
 def test_the_server_answers_a_prompt_at_the_limit_with_a_400(server):
     r = server.http.post("/v1/completions", json={"prompt": [5] * CTX, "max_tokens": 1})
     err = r.json()["error"]
-    assert r.status_code == 400 and err["param"] == "prompt" and err["code"] == "context_length_exceeded", err
+    assert (
+        r.status_code == 400
+        and err["param"] == "prompt"
+        and err["code"] == "context_length_exceeded"
+    ), err
     assert "\n" not in err["message"] and str(CTX - 1) in err["message"], err
     r = server.http.post("/v1/completions", json={"prompt": [5] * (CTX - 9), "max_tokens": 10})
     err = r.json()["error"]
@@ -132,12 +151,20 @@ def test_the_server_answers_a_prompt_at_the_limit_with_a_400(server):
 def test_the_server_fills_the_context_with_plain_decodings_tokens(server, plugin):
     prompt = _prompts(server.app.state.serving_completion.vocab_size)[1]
     body = {"prompt": prompt, "max_tokens": CTX - len(prompt), "temperature": 0, "ignore_eos": True}
-    ar = server.http.post("/v1/completions", json={**body, "paraspec": {"plugin_params": "none"}}).json()
-    par = server.http.post("/v1/completions",
-                           json={**body, "paraspec": {"plugin_params": PLUGINS[plugin]}}).json()
-    assert ar["choices"][0]["finish_reason"] == par["choices"][0]["finish_reason"] == "length", (ar, par)
+    ar = server.http.post(
+        "/v1/completions", json={**body, "paraspec": {"plugin_params": "none"}}
+    ).json()
+    par = server.http.post(
+        "/v1/completions", json={**body, "paraspec": {"plugin_params": PLUGINS[plugin]}}
+    ).json()
+    assert ar["choices"][0]["finish_reason"] == par["choices"][0]["finish_reason"] == "length", (
+        ar,
+        par,
+    )
     assert par["choices"][0]["text"] == ar["choices"][0]["text"]
-    assert par["usage"]["completion_tokens"] == ar["usage"]["completion_tokens"] == CTX - len(prompt)
+    assert (
+        par["usage"]["completion_tokens"] == ar["usage"]["completion_tokens"] == CTX - len(prompt)
+    )
     assert par["paraspec"]["accepted_draft_tokens"] > 0, par["paraspec"]
     assert ar["paraspec"]["draft_tokens"] == 0, ar["paraspec"]
     server.wait_idle()

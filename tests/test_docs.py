@@ -1,5 +1,6 @@
 """The README and docs/: every relative link resolves (the file, and a #heading in a Markdown
 file), and every script under benchmarks/ that the README names exists."""
+
 from __future__ import annotations
 
 import re
@@ -8,9 +9,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "history").glob("*.md")),
-         ROOT / "docs" / "bench" / "README.md",
-         ROOT / "benchmarks" / "README.md"]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "history").glob("*.md")),
+    ROOT / "docs" / "bench" / "README.md",
+    ROOT / "benchmarks" / "README.md",
+]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 
@@ -34,7 +39,7 @@ def links(page: Path) -> list[str]:
 def test_relative_links_resolve(page):
     broken = []
     for target in links(page):
-        if re.match(r"[a-z][a-z0-9+.-]*:", target):       # http:, https:, mailto:
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
             continue
         path, _, anchor = target.partition("#")
         dest = (page.parent / path).resolve() if path else page
@@ -51,8 +56,14 @@ def test_readme_benchmark_scripts_exist():
 
 
 def test_slug():
-    assert slug("Why verification is exact, in bf16 as in fp32, on every CPU") == \
-        "why-verification-is-exact-in-bf16-as-in-fp32-on-every-cpu"
-    assert slug("Forward cost curve (runner.forward_cost)") == "forward-cost-curve-runnerforward_cost"
-    assert slug("AVX-512 + AMX: Intel Xeon (Sapphire Rapids), 2026-12-02") == \
-        "avx-512--amx-intel-xeon-sapphire-rapids-2026-12-02"
+    assert (
+        slug("Why verification is exact, in bf16 as in fp32, on every CPU")
+        == "why-verification-is-exact-in-bf16-as-in-fp32-on-every-cpu"
+    )
+    assert (
+        slug("Forward cost curve (runner.forward_cost)") == "forward-cost-curve-runnerforward_cost"
+    )
+    assert (
+        slug("AVX-512 + AMX: Intel Xeon (Sapphire Rapids), 2026-12-02")
+        == "avx-512--amx-intel-xeon-sapphire-rapids-2026-12-02"
+    )

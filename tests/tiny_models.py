@@ -1,4 +1,5 @@
 """Tiny random-initialised models saved as Hugging Face folders (weights + byte-level tokenizer)."""
+
 from __future__ import annotations
 
 import json
@@ -7,14 +8,22 @@ from pathlib import Path
 import torch
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] "
-          "+ '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] "
+    "+ '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 64, "rope_theta": 500000.0}
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+    "rope_theta": 500000.0,
+}
 QWEN_ROPE = {"rope_type": "default", "rope_theta": 1000000.0}
-FAMILIES = {   # the families users run, tiny: name -> (model_type, make_tiny_model arguments)
+FAMILIES = {  # the families users run, tiny: name -> (model_type, make_tiny_model arguments)
     "qwen2.5": ("qwen2", dict(rope_parameters=QWEN_ROPE)),
     "qwen3": ("qwen3", dict(head_dim=32, rope_parameters=QWEN_ROPE)),
     "llama3": ("llama", dict(heads=8, kv_heads=2, rope_parameters=LLAMA3_ROPE)),
@@ -42,8 +51,17 @@ def byte_level_tokenizer():
     return tok
 
 
-def make_tiny_model(path: Path, arch: str = "llama", seed: int = 0, n_layers: int = 2, hidden: int = 64,
-                    heads: int = 4, kv_heads: int = 2, init_std: float = 0.08, **extra) -> Path:
+def make_tiny_model(
+    path: Path,
+    arch: str = "llama",
+    seed: int = 0,
+    n_layers: int = 2,
+    hidden: int = 64,
+    heads: int = 4,
+    kv_heads: int = 2,
+    init_std: float = 0.08,
+    **extra,
+) -> Path:
     import transformers
 
     tok = byte_level_tokenizer()
@@ -53,10 +71,21 @@ def make_tiny_model(path: Path, arch: str = "llama", seed: int = 0, n_layers: in
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
         "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
     }[arch]
-    kwargs = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=n_layers,
-                  num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=1024,
-                  rms_norm_eps=1e-6, tie_word_embeddings=extra.pop("tie_word_embeddings", arch != "qwen2"),
-                  initializer_range=init_std, bos_token_id=None, eos_token_id=vocab - 1, pad_token_id=0)
+    kwargs = dict(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=n_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=1024,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=extra.pop("tie_word_embeddings", arch != "qwen2"),
+        initializer_range=init_std,
+        bos_token_id=None,
+        eos_token_id=vocab - 1,
+        pad_token_id=0,
+    )
     if arch == "qwen3":
         kwargs["head_dim"] = hidden // heads
     kwargs.update(extra)
@@ -70,8 +99,16 @@ def make_tiny_model(path: Path, arch: str = "llama", seed: int = 0, n_layers: in
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path, safe_serialization=True)
     tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps({
-        "eos_token": "<|im_end|>", "bos_token": None, "chat_template": CHATML, "add_bos_token": False}))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "eos_token": "<|im_end|>",
+                "bos_token": None,
+                "chat_template": CHATML,
+                "add_bos_token": False,
+            }
+        )
+    )
     return path
 
 
@@ -88,13 +125,18 @@ def llama3_rope_factors(config: dict) -> "numpy.ndarray | None":  # noqa: F821  
 
     import numpy as np
     import torch as t
+
     rope = config.get("rope_scaling") or config.get("rope_parameters") or {}
     if rope.get("rope_type", rope.get("type")) != "llama3":
         return None
     base = config.get("rope_theta") or rope.get("rope_theta", 10000.0)
     dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     freqs = 1.0 / (base ** (t.arange(0, dim, 2, dtype=t.float32) / dim))
-    factor, low, high = rope.get("factor", 8.0), rope.get("low_freq_factor", 1.0), rope.get("high_freq_factor", 4.0)
+    factor, low, high = (
+        rope.get("factor", 8.0),
+        rope.get("low_freq_factor", 1.0),
+        rope.get("high_freq_factor", 4.0),
+    )
     old_ctx = rope.get("original_max_position_embeddings", 8192)
     out = []
     for freq in freqs.tolist():
@@ -109,8 +151,14 @@ def llama3_rope_factors(config: dict) -> "numpy.ndarray | None":  # noqa: F821  
     return np.array(out, dtype=np.float32)
 
 
-def write_gguf(hf_dir: Path, out: Path, quant: str = "F32", arch_name: str | None = None,
-               skip_tensors: tuple[str, ...] = (), metadata: dict[str, int] | None = None) -> Path:
+def write_gguf(
+    hf_dir: Path,
+    out: Path,
+    quant: str = "F32",
+    arch_name: str | None = None,
+    skip_tensors: tuple[str, ...] = (),
+    metadata: dict[str, int] | None = None,
+) -> Path:
     """Convert a tiny HF llama/qwen2/qwen3 folder (one file or shards) to GGUF the way llama.cpp's
     convert_hf_to_gguf.py does: its metadata keys, tensor names, llama's q/k row permutation
     (biases too), rope_freqs.weight for llama3 rope, no output.weight when tied, 1-D tensors in
@@ -127,7 +175,7 @@ def write_gguf(hf_dir: Path, out: Path, quant: str = "F32", arch_name: str | Non
     config = json.loads((hf_dir / "config.json").read_text())
     arch = config["model_type"]
     sd = {}
-    for f in sorted(hf_dir.glob("*.safetensors")):   # one file or shards (fp32)
+    for f in sorted(hf_dir.glob("*.safetensors")):  # one file or shards (fp32)
         sd.update({k.removeprefix("model."): v for k, v in load_file(str(f)).items()})
     name = arch_name or arch
     w = gguf.GGUFWriter(str(out), name)
@@ -142,7 +190,9 @@ def write_gguf(hf_dir: Path, out: Path, quant: str = "F32", arch_name: str | Non
     w.add_uint32(f"{name}.feed_forward_length", config["intermediate_size"])
     w.add_uint32(f"{name}.attention.head_count", heads)
     w.add_uint32(f"{name}.attention.head_count_kv", config["num_key_value_heads"])
-    theta = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    theta = config.get("rope_theta") or (config.get("rope_parameters") or {}).get(
+        "rope_theta", 10000.0
+    )
     w.add_float32(f"{name}.rope.freq_base", float(theta))
     w.add_float32(f"{name}.attention.layer_norm_rms_epsilon", config["rms_norm_eps"])
     if head_dim is not None:
@@ -191,7 +241,10 @@ def write_gguf(hf_dir: Path, out: Path, quant: str = "F32", arch_name: str | Non
             for kind in ("weight", "bias"):
                 t = sd.get(p + f"self_attn.{proj}_proj.{kind}")
                 if t is not None:
-                    put(b + f"attn_{proj}.{kind}", _gguf_permute(t, n) if arch == "llama" and n else t)
+                    put(
+                        b + f"attn_{proj}.{kind}",
+                        _gguf_permute(t, n) if arch == "llama" and n else t,
+                    )
         for proj in ("q", "k"):
             if p + f"self_attn.{proj}_norm.weight" in sd:
                 put(b + f"attn_{proj}_norm.weight", sd[p + f"self_attn.{proj}_norm.weight"])
@@ -221,18 +274,32 @@ def write_one_layer_gguf(out: Path, n_tokens: int, tokenizer_fields) -> Path:
 
     w = gguf.GGUFWriter(str(out), "llama")
     dim, hidden = 16, 32
-    for key, v in (("block_count", 1), ("context_length", 256), ("embedding_length", dim),
-                   ("feed_forward_length", hidden), ("attention.head_count", 2), ("attention.head_count_kv", 1)):
+    for key, v in (
+        ("block_count", 1),
+        ("context_length", 256),
+        ("embedding_length", dim),
+        ("feed_forward_length", hidden),
+        ("attention.head_count", 2),
+        ("attention.head_count_kv", 1),
+    ):
         w.add_uint32(f"llama.{key}", v)
     w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-6)
     tokenizer_fields(w)
     rng = np.random.default_rng(0)
     head_dim = dim // 2
-    shapes = {"token_embd.weight": (n_tokens, dim), "output_norm.weight": (dim,), "blk.0.attn_q.weight": (dim, dim),
-              "blk.0.attn_k.weight": (head_dim, dim), "blk.0.attn_v.weight": (head_dim, dim),
-              "blk.0.attn_output.weight": (dim, dim), "blk.0.ffn_gate.weight": (hidden, dim),
-              "blk.0.ffn_up.weight": (hidden, dim), "blk.0.ffn_down.weight": (dim, hidden),
-              "blk.0.attn_norm.weight": (dim,), "blk.0.ffn_norm.weight": (dim,)}
+    shapes = {
+        "token_embd.weight": (n_tokens, dim),
+        "output_norm.weight": (dim,),
+        "blk.0.attn_q.weight": (dim, dim),
+        "blk.0.attn_k.weight": (head_dim, dim),
+        "blk.0.attn_v.weight": (head_dim, dim),
+        "blk.0.attn_output.weight": (dim, dim),
+        "blk.0.ffn_gate.weight": (hidden, dim),
+        "blk.0.ffn_up.weight": (hidden, dim),
+        "blk.0.ffn_down.weight": (dim, hidden),
+        "blk.0.attn_norm.weight": (dim,),
+        "blk.0.ffn_norm.weight": (dim,),
+    }
     for name, shape in shapes.items():
         w.add_tensor(name, rng.standard_normal(shape, dtype=np.float32) * 0.1)
     w.write_header_to_file()

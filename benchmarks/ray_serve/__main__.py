@@ -6,6 +6,7 @@
 `python benchmarks/ray_serve two-hosts --help` (or without it, `--help`) for each one's flags.
 One entry point for the folder; clients.py is load.py's clients (streamed, whole, the overhead probes).
 """
+
 from __future__ import annotations
 
 import sys
@@ -14,10 +15,12 @@ import sys
 def main(argv: list[str]) -> int:
     if argv[:1] == ["two-hosts"]:
         import two_hosts
+
         return two_hosts.main(argv[1:])
     if argv[:1] in (["-h"], ["--help"]):
         print(__doc__)
     import load
+
     return load.main(argv)
 
 

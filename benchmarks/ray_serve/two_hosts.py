@@ -7,6 +7,7 @@ process in both namespaces is ended by id and the namespaces are deleted.
 
     PYTHONPATH=src python benchmarks/ray_serve two-hosts [--requests 8] [--model default]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,7 +56,21 @@ def kill_ns(ns: str, except_pid: int | None = None) -> int:
 def setup() -> None:
     for ns in NS:
         run("ip", "netns", "add", ns)
-    run("ip", "link", "add", "psv1", "netns", NS[0], "type", "veth", "peer", "name", "psv2", "netns", NS[1])
+    run(
+        "ip",
+        "link",
+        "add",
+        "psv1",
+        "netns",
+        NS[0],
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "psv2",
+        "netns",
+        NS[1],
+    )
     for ns, dev, ip in zip(NS, ("psv1", "psv2"), IPS):
         run("ip", "addr", "add", f"{ip}/24", "dev", dev, ns=ns)
         run("ip", "link", "set", dev, "up", ns=ns)
@@ -73,16 +88,25 @@ def teardown() -> dict:
 
 # ---------------------------------------------------------------------------------- the driver (in h1)
 
+
 def ask(url: str, prompt: str, retries: int) -> dict:
     import openai
+
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
     for attempt in range(retries + 1):
         t0 = time.perf_counter()
         try:
-            r = client.completions.create(model="smollm2", prompt=prompt, max_tokens=24, temperature=0)
+            r = client.completions.create(
+                model="smollm2", prompt=prompt, max_tokens=24, temperature=0
+            )
             ext = r.model_extra["paraspec"]["choices"][0]
-            return {"ok": True, "s": round(time.perf_counter() - t0, 3), "replica": ext.get("replica"),
-                    "attempts": attempt + 1, "text": r.choices[0].text}
+            return {
+                "ok": True,
+                "s": round(time.perf_counter() - t0, 3),
+                "replica": ext.get("replica"),
+                "attempts": attempt + 1,
+                "text": r.choices[0].text,
+            }
         except Exception as e:
             err = f"{type(e).__name__}: {e}"[:160]
     return {"ok": False, "error": err, "attempts": retries + 1}
@@ -96,20 +120,37 @@ def driver(args) -> dict:
     from paraspec.ray_serve.options import RayServeOptions
     from paraspec.server.config_loader import load_config
 
-    ray.init(address=f"{IPS[0]}:6379", log_to_driver=False)    # this cluster, whatever else runs here
+    ray.init(address=f"{IPS[0]}:6379", log_to_driver=False)  # this cluster, whatever else runs here
     out: dict = {"nodes": sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])}
     serve.start(proxy_location="EveryNode", http_options={"host": "0.0.0.0", "port": PORT})
-    config = load_config(None, model=args.model, allowed_hosts=list(IPS))   # the Host check (else 127.0.0.1 only)
+    config = load_config(
+        None, model=args.model, allowed_hosts=list(IPS)
+    )  # the Host check (else 127.0.0.1 only)
     config.model_deploy.model.model_name = "smollm2"
     t0 = time.monotonic()
-    serve.run(build_app({"service_config": config, "options": RayServeOptions(
-        replicas=2, threads=1, sync_interval_s=1.0, snapshot_path=os.path.join(os.environ["RAY_TMPDIR"], "hub.npz"),
-        app_name=APP)}), name=APP, route_prefix="/")
+    serve.run(
+        build_app(
+            {
+                "service_config": config,
+                "options": RayServeOptions(
+                    replicas=2,
+                    threads=1,
+                    sync_interval_s=1.0,
+                    snapshot_path=os.path.join(os.environ["RAY_TMPDIR"], "hub.npz"),
+                    app_name=APP,
+                ),
+            }
+        ),
+        name=APP,
+        route_prefix="/",
+    )
     out["deploy_s"] = round(time.monotonic() - t0, 2)
     handle = serve.get_deployment_handle("ParaspecEngine", APP)
-    out["replicas"] = {s["replica"]: s["node"] for s in handle.broadcast("stats").results(timeout_s=60)}
+    out["replicas"] = {
+        s["replica"]: s["node"] for s in handle.broadcast("stats").results(timeout_s=60)
+    }
     urls = [f"http://{ip}:{PORT}" for ip in IPS]
-    for url in urls:                                  # each node's proxy answers (bounded)
+    for url in urls:  # each node's proxy answers (bounded)
         t0 = time.monotonic()
         while time.monotonic() - t0 < 120 and not ask(url, "warm up", 0)["ok"]:
             time.sleep(1)
@@ -126,6 +167,7 @@ def driver(args) -> dict:
     out["alive_nodes_after"] = sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])
     serve.delete(APP)
     from paraspec.ray_serve.launch import kill_hub
+
     kill_hub(RayServeOptions(app_name=APP))
     serve.shutdown()
     ray.shutdown()
@@ -134,21 +176,34 @@ def driver(args) -> dict:
 
 def summary(res: dict) -> str:
     d = res["driver"]
-    lines = [f"# paraspec on Ray Serve across two network namespaces ({res['when']}; one 2-core machine, loaded and "
-             "shared)", "", f"`{res['command']}`", "",
-             f"Nodes {', '.join(d['nodes'])}; replicas on {', '.join(sorted(d['replicas'].values()))}; serve.run "
-             f"{d['deploy_s']} s.", "", "| through | requests | ok | p50 s | replicas used |", "|---|---|---|---|---|"]
+    lines = [
+        f"# paraspec on Ray Serve across two network namespaces ({res['when']}; one 2-core machine, loaded and "
+        "shared)",
+        "",
+        f"`{res['command']}`",
+        "",
+        f"Nodes {', '.join(d['nodes'])}; replicas on {', '.join(sorted(d['replicas'].values()))}; serve.run "
+        f"{d['deploy_s']} s.",
+        "",
+        "| through | requests | ok | p50 s | replicas used |",
+        "|---|---|---|---|---|",
+    ]
     for url, rs in d["before"].items():
         ok = sorted(r["s"] for r in rs if r["ok"])
-        lines.append(f"| {url} | {len(rs)} | {len(ok)} | {ok[len(ok) // 2] if ok else '-'} | "
-                     f"{len({r['replica'] for r in rs if r['ok']})} |")
+        lines.append(
+            f"| {url} | {len(rs)} | {len(ok)} | {ok[len(ok) // 2] if ok else '-'} | "
+            f"{len({r['replica'] for r in rs if r['ok']})} |"
+        )
     after = d["after_host2_lost"]
     ok = [r for r in after if r["ok"]]
     first = [r for r in after if r["ok"] and r["attempts"] == 1]
-    lines += ["", f"Host 2 lost ({d['host2_processes_killed']} processes SIGKILLed): through host 1, {len(ok)}/"
-              f"{len(after)} requests succeeded with one retry ({len(first)} at the first attempt) over "
-              f"{after[-1]['t'] if after else 0} s; alive nodes then: {', '.join(d['alive_nodes_after'])}. Cleanup: "
-              f"{res['teardown']['killed']} processes ended by id, left: {res['teardown']['left']}."]
+    lines += [
+        "",
+        f"Host 2 lost ({d['host2_processes_killed']} processes SIGKILLed): through host 1, {len(ok)}/"
+        f"{len(after)} requests succeeded with one retry ({len(first)} at the first attempt) over "
+        f"{after[-1]['t'] if after else 0} s; alive nodes then: {', '.join(d['alive_nodes_after'])}. Cleanup: "
+        f"{res['teardown']['killed']} processes ended by id, left: {res['teardown']['left']}.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -163,20 +218,59 @@ def main(argv: list[str] | None = None) -> int:
     # a private Ray temp dir: `ray start` records its address in <temp>/ray/ray_current_cluster, and in
     # the shared /tmp/ray every other ray.init() on the machine would try to join this cluster
     tmp = tempfile.mkdtemp(prefix="ps2h-")
-    env = {**os.environ, "RAY_TMPDIR": tmp, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {
+        **os.environ,
+        "RAY_TMPDIR": tmp,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        ),
+    }
     ray_cli = str(Path(sys.executable).parent / "ray")
     setup()
-    res: dict = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                 "command": f"python benchmarks/ray_serve two-hosts --requests {args.requests}"}
+    res: dict = {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": f"python benchmarks/ray_serve two-hosts --requests {args.requests}",
+    }
     try:
-        run(ray_cli, "start", "--head", f"--node-ip-address={IPS[0]}", "--port=6379", "--num-cpus=1",
-            "--include-dashboard=false", "--disable-usage-stats", ns=NS[0], env=env)
-        run(ray_cli, "start", f"--address={IPS[0]}:6379", f"--node-ip-address={IPS[1]}", "--num-cpus=1",
-            "--disable-usage-stats", ns=NS[1], env=env)
-        out = run(sys.executable, __file__, "--driver", "--requests", str(args.requests), "--model", args.model,
-                  ns=NS[0], env=env, timeout=900)
-        res["driver"] = json.loads([ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1][7:])
+        run(
+            ray_cli,
+            "start",
+            "--head",
+            f"--node-ip-address={IPS[0]}",
+            "--port=6379",
+            "--num-cpus=1",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            ns=NS[0],
+            env=env,
+        )
+        run(
+            ray_cli,
+            "start",
+            f"--address={IPS[0]}:6379",
+            f"--node-ip-address={IPS[1]}",
+            "--num-cpus=1",
+            "--disable-usage-stats",
+            ns=NS[1],
+            env=env,
+        )
+        out = run(
+            sys.executable,
+            __file__,
+            "--driver",
+            "--requests",
+            str(args.requests),
+            "--model",
+            args.model,
+            ns=NS[0],
+            env=env,
+            timeout=900,
+        )
+        res["driver"] = json.loads(
+            [ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1][7:]
+        )
     finally:
         res["teardown"] = teardown()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,4 +1,5 @@
 """paraspec: an LLM inference engine built around lossless parallel decoding."""
+
 from .sampling.params import SamplingParams
 from .structured.params import StructuredOutputsParams
 
@@ -11,5 +12,6 @@ def __getattr__(name: str):
     # (every sub-command module is under this package) starts without them
     if name in ("LLM", "RequestOutput", "CompletionOutput"):
         from . import api
+
         return getattr(api, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,6 +4,7 @@ Each sub-command's module adds its own parser (add_parser) and runs it; the flag
 in cli_flags.py. Flags map one to one onto API fields. User errors print one line on stderr and exit
 with 2. Nothing here loads torch or the model: `paraspec --help` stays quick.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,9 @@ from .server import command as serve
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="paraspec", description="LLM inference with lossless parallel decoding")
+    parser = argparse.ArgumentParser(
+        prog="paraspec", description="LLM inference with lossless parallel decoding"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for command in (generate, serve, bench, info, aspd, catalog):
         command.add_parser(sub)

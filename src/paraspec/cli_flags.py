@@ -1,6 +1,7 @@
 """Flags more than one sub-command takes (the model and its numerics; the parallel decoding plugin),
 and the plugin flags read back into MindIE plugin_params. Imported by each sub-command's module, so
 none of them imports cli.py."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,12 +23,22 @@ def add_plugin_args(p: argparse.ArgumentParser, default_plugin: str | None = "no
     config file decides) and `--plugin none` (plain decoding) can be told apart. The plugin types
     are the plugin table's; each algorithm's own flags are PLUGIN_FLAGS."""
     g = p.add_argument_group("parallel decoding (MindIE plugin_params)")
-    g.add_argument("--plugin", choices=["none", *PLUGIN_ALIASES], default=default_plugin,
-                   help="parallel decoding algorithm (default: "
-                        f"{default_plugin or 'the config file, else memory_decoding'})")
-    g.add_argument("--decoding-length", type=int, default=None, help="memory_decoding: tokens per step, 1-16")
-    g.add_argument("--dynamic-algo", action="store_true", default=None,
-                   help="memory_decoding: adapt draft length")
+    g.add_argument(
+        "--plugin",
+        choices=["none", *PLUGIN_ALIASES],
+        default=default_plugin,
+        help="parallel decoding algorithm (default: "
+        f"{default_plugin or 'the config file, else memory_decoding'})",
+    )
+    g.add_argument(
+        "--decoding-length", type=int, default=None, help="memory_decoding: tokens per step, 1-16"
+    )
+    g.add_argument(
+        "--dynamic-algo",
+        action="store_true",
+        default=None,
+        help="memory_decoding: adapt draft length",
+    )
     g.add_argument("--level", type=int, default=None, help="lookahead N (3-16)")
     g.add_argument("--window", type=int, default=None, help="lookahead W (1-16)")
     g.add_argument("--guess-set-size", type=int, default=None, help="lookahead G (1-16)")
@@ -49,7 +60,9 @@ def plugin_params_from_args(args: argparse.Namespace) -> dict | str | None:
     if args.plugin in (None, "none"):
         for flag in PLUGIN_FLAGS:
             if getattr(args, flag) is not None:
-                raise ParaspecError(f"--{flag.replace('_', '-')} needs --plugin (memory_decoding, lookahead or hybrid)")
+                raise ParaspecError(
+                    f"--{flag.replace('_', '-')} needs --plugin (memory_decoding, lookahead or hybrid)"
+                )
         return None
     params: dict = {"plugin_type": args.plugin}
     for flag in PLUGIN_FLAGS:

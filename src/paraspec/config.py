@@ -10,6 +10,7 @@ plugin_params is a JSON string (or dict), as in MindIE's ModelConfig:
 Each algorithm's own parameters are validated by its params class, with speculation_gamma
 (decoding/drafters/plugins.py: parse_plugin_params and the plugin table).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,7 +18,9 @@ from dataclasses import dataclass
 from .decoding.drafters.plugins import PLUGIN_ALIASES, PluginConfig  # noqa: F401  (re-exported)
 from .engine_args import DEFAULTS, EngineArgs, parse_plugin_params  # noqa: F401  (re-exported)
 
-DEFAULT_PREFIX_CACHE_MB = DEFAULTS.prefix_cache_mb   # KV of whole prompt chunks kept for reuse; 0: off
+DEFAULT_PREFIX_CACHE_MB = (
+    DEFAULTS.prefix_cache_mb
+)  # KV of whole prompt chunks kept for reuse; 0: off
 DEFAULT_PREFILL_CHUNK = DEFAULTS.prefill_chunk
 
 
@@ -28,8 +31,8 @@ class EngineConfig:
     dtype: str
     quantization: str | None
     max_batch_size: int
-    speculation_gamma: int | None     # MindIE speculationGamma: max draft tokens per step
+    speculation_gamma: int | None  # MindIE speculationGamma: max draft tokens per step
     plugin: PluginConfig | None
-    prefill_chunk: int                # prompt tokens per prefill forward (see scheduler.py)
-    kv_cache_dtype: str               # the KV cache's elements (model/kv_cache.py)
-    activation_passes: int | str      # int8 activation passes; "auto": model/kernels.py picks
+    prefill_chunk: int  # prompt tokens per prefill forward (see scheduler.py)
+    kv_cache_dtype: str  # the KV cache's elements (model/kv_cache.py)
+    activation_passes: int | str  # int8 activation passes; "auto": model/kernels.py picks

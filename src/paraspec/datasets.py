@@ -14,6 +14,7 @@ machines, and every user of the file draws from its own split:
     warm    10 %  the corpus whose answers pre-fill a warm memory (never benchmarked)
     train   80 %  ASPD's training data
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,12 +28,28 @@ from typing import Iterator
 from . import catalog
 from .errors import ConfigError
 
-SPLITS = {"eval": 10, "warm": 10, "train": 80}   # percent of conversations
+SPLITS = {"eval": 10, "warm": 10, "train": 80}  # percent of conversations
 SPLIT_SEED = 0
-MTBENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+MTBENCH_CATEGORIES = (
+    "writing",
+    "roleplay",
+    "reasoning",
+    "math",
+    "coding",
+    "extraction",
+    "stem",
+    "humanities",
+)
 
-_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bing": "assistant",
-          "bard": "assistant", "system": "system"}
+_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "chatgpt": "assistant",
+    "bing": "assistant",
+    "bard": "assistant",
+    "system": "system",
+}
 
 
 class DataFileError(ConfigError):
@@ -48,8 +65,8 @@ class MTBenchQuestion:
 
 @dataclass(frozen=True)
 class Conversation:
-    id: str                            # ShareGPT's id ("<chat>_<piece>")
-    messages: tuple[dict, ...]         # {"role": "system"|"user"|"assistant", "content": str}, in order
+    id: str  # ShareGPT's id ("<chat>_<piece>")
+    messages: tuple[dict, ...]  # {"role": "system"|"user"|"assistant", "content": str}, in order
 
     @property
     def chat_id(self) -> str:
@@ -65,12 +82,20 @@ def mtbench_questions(path: Path | None = None) -> list[MTBenchQuestion]:
             continue
         try:
             q = json.loads(line)
-            out.append(MTBenchQuestion(int(q["question_id"]), str(q["category"]), tuple(str(t) for t in q["turns"])))
+            out.append(
+                MTBenchQuestion(
+                    int(q["question_id"]), str(q["category"]), tuple(str(t) for t in q["turns"])
+                )
+            )
         except (ValueError, KeyError, TypeError) as e:
-            raise DataFileError(f"{path}:{no} is not an MT-Bench question ({type(e).__name__}: {e}); "
-                                "fetch the file again with `paraspec fetch mtbench`") from None
+            raise DataFileError(
+                f"{path}:{no} is not an MT-Bench question ({type(e).__name__}: {e}); "
+                "fetch the file again with `paraspec fetch mtbench`"
+            ) from None
     if not out:
-        raise DataFileError(f"{path} holds no MT-Bench questions; fetch it again with `paraspec fetch mtbench`")
+        raise DataFileError(
+            f"{path} holds no MT-Bench questions; fetch it again with `paraspec fetch mtbench`"
+        )
     return out
 
 
@@ -84,8 +109,10 @@ def sharegpt_conversations(path: Path | None = None) -> Iterator[Conversation]:
     text = path.read_text(encoding="utf-8")
     start = text.find("[")
     if start < 0:
-        raise DataFileError(f"{path} is not a JSON list of ShareGPT conversations; fetch it again with "
-                            "`paraspec fetch sharegpt`")
+        raise DataFileError(
+            f"{path} is not a JSON list of ShareGPT conversations; fetch it again with "
+            "`paraspec fetch sharegpt`"
+        )
     decoder, i, n = json.JSONDecoder(), start + 1, 0
     while True:
         i = _SEP.match(text, i).end()
@@ -94,24 +121,33 @@ def sharegpt_conversations(path: Path | None = None) -> Iterator[Conversation]:
         try:
             item, i = decoder.raw_decode(text, i)
         except json.JSONDecodeError:
-            break   # the cut element at the end of the published file
+            break  # the cut element at the end of the published file
         try:
-            messages = tuple({"role": _ROLES[t["from"]], "content": str(t["value"])}
-                             for t in item["conversations"] if t.get("from") in _ROLES)
+            messages = tuple(
+                {"role": _ROLES[t["from"]], "content": str(t["value"])}
+                for t in item["conversations"]
+                if t.get("from") in _ROLES
+            )
             cid = str(item["id"])
         except (KeyError, TypeError) as e:
-            raise DataFileError(f"{path}: element {n} is not a ShareGPT conversation ({type(e).__name__}: {e}); "
-                                "fetch the file again with `paraspec fetch sharegpt`") from None
+            raise DataFileError(
+                f"{path}: element {n} is not a ShareGPT conversation ({type(e).__name__}: {e}); "
+                "fetch the file again with `paraspec fetch sharegpt`"
+            ) from None
         n += 1
         if any(m["role"] == "user" for m in messages):
             yield Conversation(cid, messages)
     if n == 0:
-        raise DataFileError(f"{path} holds no ShareGPT conversations; fetch it again with `paraspec fetch sharegpt`")
+        raise DataFileError(
+            f"{path} holds no ShareGPT conversations; fetch it again with `paraspec fetch sharegpt`"
+        )
 
 
 def split_of(chat_id: str, seed: int = SPLIT_SEED) -> str:
     """Which split a conversation belongs to, from a hash of its chat id and the seed."""
-    bucket = int.from_bytes(hashlib.sha256(f"{seed}:{chat_id}".encode()).digest()[:8], "little") % 100
+    bucket = (
+        int.from_bytes(hashlib.sha256(f"{seed}:{chat_id}".encode()).digest()[:8], "little") % 100
+    )
     for name, share in SPLITS.items():
         if bucket < share:
             return name
@@ -120,7 +156,9 @@ def split_of(chat_id: str, seed: int = SPLIT_SEED) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def sharegpt_split(split: str, seed: int = SPLIT_SEED, path: Path | None = None) -> tuple[Conversation, ...]:
+def sharegpt_split(
+    split: str, seed: int = SPLIT_SEED, path: Path | None = None
+) -> tuple[Conversation, ...]:
     """The conversations of one split, in file order."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")

@@ -7,6 +7,7 @@ of its decode mode (decoding/contract/mode.py) when the mode runs the step. Afte
 path committed and the drafter told; the engine emits the run. Both reach the model only through
 the runner, and time their phases through the sequence's PhaseTimer (decoding/contract/stats.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,20 +38,29 @@ class StepRow:
 
     seq: SequenceState
     query: Query
-    by_mode: bool                  # its decode mode (decoding/contract/mode.py) built the rows and accepts them
-    looked: bool                   # its drafter was asked (the draft gate may skip the look)
-    no_draft: str | None           # why it sent no draft (stats.py), when it sent none
+    by_mode: bool  # its decode mode (decoding/contract/mode.py) built the rows and accepts them
+    looked: bool  # its drafter was asked (the draft gate may skip the look)
+    no_draft: str | None  # why it sent no draft (stats.py), when it sent none
 
 
-def step_row(seq: SequenceState, ctx: StepContext | None, runner: ModelRunner, draft_gate: bool) -> StepRow:
+def step_row(
+    seq: SequenceState, ctx: StepContext | None, runner: ModelRunner, draft_gate: bool
+) -> StepRow:
     """The sequence's rows for this step (propose -> build the query); draft_gate: ask the
     drafter only where the sequence's gate says a look pays (decoding/policy/gate.py)."""
     if seq.mode is not None and (q := seq.mode.query(seq, ctx)) is not None:
         return StepRow(seq, q, by_mode=True, looked=False, no_draft=None)
     seq.stats.timer.start()
     cache, ctx_len = seq.cache, runner.max_seq_len
-    budget = max(0, min(seq.max_tokens - len(seq.output) - 1, cache.capacity - cache.length - 1,
-                        ctx_len - cache.length - 2, runner.draft_room(cache, MAX_DRAFT_NODES)))
+    budget = max(
+        0,
+        min(
+            seq.max_tokens - len(seq.output) - 1,
+            cache.capacity - cache.length - 1,
+            ctx_len - cache.length - 2,
+            runner.draft_room(cache, MAX_DRAFT_NODES),
+        ),
+    )
     proposal, why = None, None
     looked = seq.drafter is not None and budget > 0 and (not draft_gate or seq.gate.look())
     if looked:
@@ -61,8 +71,10 @@ def step_row(seq: SequenceState, ctx: StepContext | None, runner: ModelRunner, d
     elif seq.drafter is not None:
         why = NO_ROOM if budget <= 0 else GATE_CLOSED
     proposal = seq.sampler.constrain(proposal, budget) if seq.sampler.constrained else proposal
-    if proposal is not None:      # the model's vocabulary, the cache's end and the context bound it
-        fit_proposal(proposal, runner.vocab_size, cache.capacity - cache.length, ctx_len - cache.length)
+    if proposal is not None:  # the model's vocabulary, the cache's end and the context bound it
+        fit_proposal(
+            proposal, runner.vocab_size, cache.capacity - cache.length, ctx_len - cache.length
+        )
     q = build_query(seq.tokens[-1], cache.length, proposal)
     seq.stats.timer.proposed()
     return StepRow(seq, q, by_mode=False, looked=looked, no_draft=why)
@@ -79,7 +91,11 @@ def accept_run(row: StepRow, logits: torch.Tensor, forward_s: float) -> Run:
             seq.drafter.observe(seq.key, tokens)
         return tokens, None, 0, 0
     # every row's argmax at once where the walk uses it (a mode draws row by row instead)
-    argmax = first_max(logits) if ((sampler.argmax_suffices and mode is None) or q.lookahead_rows) else None
+    argmax = (
+        first_max(logits)
+        if ((sampler.argmax_suffices and mode is None) or q.lookahead_rows)
+        else None
+    )
     if sampler.argmax_suffices and mode is None:
         acc = walk(q.children, argmax.__getitem__, seq.max_tokens - len(seq.output), is_stop)
         for t in acc.tokens:
@@ -93,6 +109,7 @@ def accept_run(row: StepRow, logits: torch.Tensor, forward_s: float) -> Run:
             sampler.append(t)
             path.append(t)
             return t
+
         ends = is_stop if mode is None else (lambda t: is_stop(t) or mode.ends_run(t))
         acc = walk(q.children, draw, seq.max_tokens - len(seq.output), ends)
     path_rows = q.path_rows(acc.nodes)

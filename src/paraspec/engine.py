@@ -7,6 +7,7 @@ One decode step, for all running sequences together:
     accept (walk the tree with the sequence's own sampler) -> commit KV of the accepted path ->
     observe (drafter learns the committed tokens) -> emit the run of tokens, check stops.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -30,19 +31,27 @@ from .scheduler import fair_pick, next_prefill
 from .sampling.params import SamplingParams
 from .sequence import SequenceState, SequenceUpdate
 
-if TYPE_CHECKING:       # the engine reaches the model only through the runner
+if TYPE_CHECKING:  # the engine reaches the model only through the runner
     from .model.tokenizer import Tokenizer
 
 logger = logging.getLogger("paraspec.engine")
 
 MAX_QUERY_ROWS = 320  # KV slots reserved for one step's query (drafts + a lookahead window)
-DRAFT_GATE_ENV = "PARASPEC_DRAFT_GATE"   # "0": the draft gate off where LLM(draft_gate=) does not say
+DRAFT_GATE_ENV = (
+    "PARASPEC_DRAFT_GATE"  # "0": the draft gate off where LLM(draft_gate=) does not say
+)
 
 
 class Engine:
-    def __init__(self, runner: ModelRunner, tokenizer: Tokenizer, max_batch_size: int = 8,
-                 default_drafter: Proposer | None = None, prefix_cache: PrefixCache | None = None,
-                 draft_gate: bool = True):
+    def __init__(
+        self,
+        runner: ModelRunner,
+        tokenizer: Tokenizer,
+        max_batch_size: int = 8,
+        default_drafter: Proposer | None = None,
+        prefix_cache: PrefixCache | None = None,
+        draft_gate: bool = True,
+    ):
         self.runner = runner
         # skip a sequence's propose on steps where looking has not paid (decoding/policy/gate.py); off, the
         # drafter is asked every step (a draft tree verified on every step, the same on every run)
@@ -51,28 +60,47 @@ class Engine:
         self.max_batch_size = max_batch_size
         self.default_drafter = default_drafter
         self.waiting: list[SequenceState] = []
-        self.prefilling: list[SequenceState] = []        # admitted, their prompts going in chunk by chunk
+        self.prefilling: list[SequenceState] = []  # admitted, their prompts going in chunk by chunk
         self.running: list[SequenceState] = []
-        self._prefill_turn = True    # a prefill chunk and a decode step take turns while both have work
+        self._prefill_turn = (
+            True  # a prefill chunk and a decode step take turns while both have work
+        )
         self._ids = itertools.count()
         self._twin_logits: dict[str, torch.Tensor] = {}  # prompt logits kept for n > 1 siblings
-        self.drafters = DrafterRegistry(tokenizer.eos_token_ids)   # the trie, arm stats, built drafters
-        self.forward_cost = ForwardCost(runner)         # t(k)/t(1): probed, kept true by the steps
-        self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache(0)   # 0 MB: off
-        self.steps = 0               # decode steps run
+        self.drafters = DrafterRegistry(
+            tokenizer.eos_token_ids
+        )  # the trie, arm stats, built drafters
+        self.forward_cost = ForwardCost(runner)  # t(k)/t(1): probed, kept true by the steps
+        self.prefix_cache = (
+            prefix_cache if prefix_cache is not None else PrefixCache(0)
+        )  # 0 MB: off
+        self.steps = 0  # decode steps run
 
     # ------------------------------------------------------------------------------ requests
 
-    def add_request(self, prompt: list[int], params: SamplingParams, request_id: str | None = None,
-                    drafter: Proposer | ModePlugin | None | str = "default",
-                    group: str | None = None) -> list[SequenceState]:
+    def add_request(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        drafter: Proposer | ModePlugin | None | str = "default",
+        group: str | None = None,
+    ) -> list[SequenceState]:
         """Queue a request (n sequences). `group` names the client request it is part of (a request
         with several prompts is several engine requests): the scheduler shares the batch by group."""
         ctx, vocab = self.runner.max_seq_len, self.runner.vocab_size
         check_prompt(prompt, ctx, vocab)
         request_id = request_id or f"req-{next(self._ids)}"
-        seqs = new_sequences(self.tokenizer, ctx, vocab, prompt, params, request_id,
-                             self.default_drafter if drafter == "default" else drafter, group)
+        seqs = new_sequences(
+            self.tokenizer,
+            ctx,
+            vocab,
+            prompt,
+            params,
+            request_id,
+            self.default_drafter if drafter == "default" else drafter,
+            group,
+        )
         self.waiting.extend(seqs)
         return seqs
 
@@ -85,7 +113,7 @@ class Engine:
         try:
             for seq in [s for s in self.sequences() if s.request_id == request_id]:
                 self._finish(seq, "abort")
-        finally:     # a drafter failing in end() must not keep the request's sequences
+        finally:  # a drafter failing in end() must not keep the request's sequences
             self.drop(request_id)
 
     def drop(self, request_id: str) -> None:
@@ -98,8 +126,12 @@ class Engine:
     def held(self) -> dict[str, int]:
         """What the engine holds for requests (sequences queued, prefilling, running, prompt logits
         kept for n > 1 siblings): all 0 once every request has ended."""
-        return {"waiting": len(self.waiting), "prefilling": len(self.prefilling), "running": len(self.running),
-                "twin_logits": len(self._twin_logits)}
+        return {
+            "waiting": len(self.waiting),
+            "prefilling": len(self.prefilling),
+            "running": len(self.running),
+            "twin_logits": len(self._twin_logits),
+        }
 
     @property
     def cost(self) -> CostModel:
@@ -132,7 +164,7 @@ class Engine:
         if seq is not None:
             self.prefilling.append(seq)
         seq = next_prefill(self.prefilling, bool(self.running), self._prefill_turn)
-        self._prefill_turn = seq is None          # a chunk now: a decode step next, if any runs
+        self._prefill_turn = seq is None  # a chunk now: a decode step next, if any runs
         if seq is not None:
             return self._prefill_chunk(seq)
         return self._decode() if self.running else []
@@ -150,12 +182,14 @@ class Engine:
         return self.waiting.pop(ready[pick])
 
     def _prefill_chunk(self, seq: SequenceState) -> list[SequenceUpdate]:
-        if seq.cache is None:    # whole leading chunks prefilled before are copied (prefix_cache.py)
+        if seq.cache is None:  # whole leading chunks prefilled before are copied (prefix_cache.py)
             seq.cache = self.runner.new_cache(len(seq.prompt) + seq.max_tokens + MAX_QUERY_ROWS)
-            seq.cached_tokens = self.prefix_cache.restore(seq.prompt, seq.cache, self.runner.prefill_chunk)
+            seq.cached_tokens = self.prefix_cache.restore(
+                seq.prompt, seq.cache, self.runner.prefill_chunk
+            )
         logits = self.runner.prefill_next(seq.cache, seq.prompt, self.prefix_cache)
         if logits is None:
-            return []                 # more chunks to go
+            return []  # more chunks to go
         self.prefilling.remove(seq)
         if seq.params.n > 1 and any(s.request_id == seq.request_id for s in self.waiting):
             self._twin_logits[seq.request_id] = logits
@@ -164,10 +198,18 @@ class Engine:
     def _from_twin(self, seq: SequenceState) -> torch.Tensor | None:
         """Sibling samples (n > 1) share the prompt's KV: copy a prefilled sibling's cache."""
         logits = self._twin_logits.get(seq.request_id)
-        twin = next((s for s in self.running if s.request_id == seq.request_id and s.cache is not None
-                     and s.cache.length == len(seq.prompt)), None)
+        twin = next(
+            (
+                s
+                for s in self.running
+                if s.request_id == seq.request_id
+                and s.cache is not None
+                and s.cache.length == len(seq.prompt)
+            ),
+            None,
+        )
         if not any(s.request_id == seq.request_id for s in self.waiting):
-            self._twin_logits.pop(seq.request_id, None)      # the last sibling: no one else needs them
+            self._twin_logits.pop(seq.request_id, None)  # the last sibling: no one else needs them
         if logits is None or twin is None:
             return None
         seq.cache = self.runner.new_cache(len(seq.prompt) + seq.max_tokens + MAX_QUERY_ROWS)
@@ -177,18 +219,21 @@ class Engine:
     def _started(self, seq: SequenceState, logits: torch.Tensor) -> list[SequenceUpdate]:
         try:
             update = self._first_token(seq, logits)
-        except Exception as e:   # this sequence's drafter, sampler or detokenizer: it alone fails
+        except Exception as e:  # this sequence's drafter, sampler or detokenizer: it alone fails
             return [self._fail(seq, e)]
-        if not seq.finished:     # else EOS or max_tokens on the very first token
+        if not seq.finished:  # else EOS or max_tokens on the very first token
             self.running.append(seq)
         return [update]
 
     def _first_token(self, seq: SequenceState, logits: torch.Tensor) -> SequenceUpdate:
         if seq.drafter is not None:
-            seq.drafting = True      # (set first: a begin that fails half way is ended too)
+            seq.drafting = True  # (set first: a begin that fails half way is ended too)
             # its context built inside the timed call: the cost curve's first probe runs there
-            seq.stats.timer.draft(lambda: seq.drafter.begin(seq.key, seq.prompt, seq.sampler.seed,
-                                                            self._context(len(self.running) + 1)))
+            seq.stats.timer.draft(
+                lambda: seq.drafter.begin(
+                    seq.key, seq.prompt, seq.sampler.seed, self._context(len(self.running) + 1)
+                )
+            )
         token = seq.mode.draw(seq, logits, []) if seq.mode is not None else seq.sampler.draw(logits)
         seq.sampler.append(token)
         seq.stats.timer.first_token()
@@ -207,47 +252,69 @@ class Engine:
         for seq in self.running:
             try:
                 rows.append(step_row(seq, ctx, self.runner, self.draft_gate))
-            except Exception as e:   # its drafter failed: the sequence ends, the step goes on
+            except Exception as e:  # its drafter failed: the sequence ends, the step goes on
                 updates.append(self._fail(seq, e))
         # rows of other sequences never change a sequence's logits (row invariance), so the
         # batch without a failed sequence gives the others the bits they would have had
         caches, queries = [r.seq.cache for r in rows], [r.query for r in rows]
-        logits_per_seq, forward_s = timed(self.runner.verify, caches, queries) if rows else ([], 0.0)
+        logits_per_seq, forward_s = (
+            timed(self.runner.verify, caches, queries) if rows else ([], 0.0)
+        )
         if len(rows) == 1 and not (row := rows[0]).by_mode:
-            self.forward_cost.step(row.seq.key, len(row.query.tokens), row.seq.cache.length, forward_s)
+            self.forward_cost.step(
+                row.seq.key, len(row.query.tokens), row.seq.cache.length, forward_s
+            )
         units = sum(self.cost(len(r.query.tokens)) for r in rows) if ctx is not None else 1.0
         for row, logits in zip(rows, logits_per_seq):
             seq, timer, emitted = row.seq, row.seq.stats.timer, len(row.seq.output)
             timer.start()
             try:
                 updates.append(self._emit(seq, *accept_run(row, logits, forward_s)))
-            except Exception as e:   # its sampler, drafter or detokenizer failed: it alone ends
+            except Exception as e:  # its sampler, drafter or detokenizer failed: it alone ends
                 updates.append(self._fail(seq, e))
                 continue
             if seq.drafter is not None and not row.by_mode:
-                rows_cost = self.cost(len(row.query.tokens))   # its share of the forward, by the curve
-                seq.gate.update(row.looked, tokens=len(seq.output) - emitted,
-                                forward_s=forward_s * rows_cost / units, rows_cost=rows_cost,
-                                propose_s=timer.propose_s, other_s=timer.elapsed())
+                rows_cost = self.cost(
+                    len(row.query.tokens)
+                )  # its share of the forward, by the curve
+                seq.gate.update(
+                    row.looked,
+                    tokens=len(seq.output) - emitted,
+                    forward_s=forward_s * rows_cost / units,
+                    rows_cost=rows_cost,
+                    propose_s=timer.propose_s,
+                    other_s=timer.elapsed(),
+                )
         self.running = [s for s in self.running if not s.finished]
         return updates
 
     def _fail(self, seq: SequenceState, error: Exception) -> SequenceUpdate:
         """End one sequence on its own error: KV freed, drafter state ended where it still can."""
         if not isinstance(error, ParaspecError):
-            logger.error("sequence %s failed: %s: %s", seq.key, type(error).__name__, error,
-                         exc_info=(type(error), error, error.__traceback__))
+            logger.error(
+                "sequence %s failed: %s: %s",
+                seq.key,
+                type(error).__name__,
+                error,
+                exc_info=(type(error), error, error.__traceback__),
+            )
         try:
             self._finish(seq, "error")
-        except Exception:        # the drafter failing again in end(): drop its state with the sequence
+        except Exception:  # the drafter failing again in end(): drop its state with the sequence
             seq.finish_reason, seq.cache = "error", None
             seq.stats.timer.finish()
         return SequenceUpdate(seq, [], "", None, True, error)
 
     # ------------------------------------------------------------------------------- helpers
 
-    def _emit(self, seq: SequenceState, tokens: list[int], logprobs: list[TokenLogprob] | None,
-              drafted: int = 0, accepted: int = 0) -> SequenceUpdate:
+    def _emit(
+        self,
+        seq: SequenceState,
+        tokens: list[int],
+        logprobs: list[TokenLogprob] | None,
+        drafted: int = 0,
+        accepted: int = 0,
+    ) -> SequenceUpdate:
         """Append a run of tokens (SequenceState.append_run: a stop or the length may end it early),
         and free a finished sequence's KV and drafter state."""
         update = seq.append_run(tokens, logprobs, self.runner.max_seq_len, drafted, accepted)
@@ -277,4 +344,3 @@ class Engine:
                     raise u.error
                 if on_update is not None:
                     on_update(u)
-

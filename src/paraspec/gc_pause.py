@@ -3,6 +3,7 @@
 Code that allocates a great many short-lived objects (parsing source files, reading a GGUF's
 fields) triggers collections that each scan the whole heap, which is large once torch is
 loaded: they can cost several times the work itself."""
+
 from __future__ import annotations
 
 import gc

@@ -1,5 +1,6 @@
 """What a step hands out besides tokens: their log-probabilities, how the run came about (the
 step trace), and where a stop string ends the text."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,7 +16,9 @@ class TokenLogprob:
     top: list[tuple[int, float]] = field(default_factory=list)
 
 
-class StepTrace(NamedTuple):     # a tuple: built once per sequence and step, 3x cheaper than a dataclass
+class StepTrace(
+    NamedTuple
+):  # a tuple: built once per sequence and step, 3x cheaper than a dataclass
     """How one step's run of tokens came about, for viewers of the decoding (the playground).
 
     A decode step emits its accepted draft tokens first and the model's own (bonus) token last;
@@ -23,15 +26,17 @@ class StepTrace(NamedTuple):     # a tuple: built once per sequence and step, 3x
     sequence's generated text: [text_from, own_from) is the accepted drafts' text, [own_from,
     text_to) the own token's (a token whose bytes end mid-character shows up in a later step)."""
 
-    step: int               # the sequence's decode step (0: the first token, from the prefill)
-    drafted: int            # draft tokens this step's forward verified
-    accepted: int           # of those accepted: the run's first `accepted` tokens
+    step: int  # the sequence's decode step (0: the first token, from the prefill)
+    drafted: int  # draft tokens this step's forward verified
+    accepted: int  # of those accepted: the run's first `accepted` tokens
     text_from: int
     own_from: int
     text_to: int
 
 
-def token_logprobs(logits: torch.Tensor, rows: list[int], tokens: list[int], top: int | None) -> list[TokenLogprob] | None:
+def token_logprobs(
+    logits: torch.Tensor, rows: list[int], tokens: list[int], top: int | None
+) -> list[TokenLogprob] | None:
     """Log-probabilities of the model's distribution (before sampling filters) at each
     emitted token: drafts accepted in a verification pass get them from that pass."""
     if top is None:
@@ -46,7 +51,6 @@ def token_logprobs(logits: torch.Tensor, rows: list[int], tokens: list[int], top
     else:
         out = [TokenLogprob(t, c) for t, c in zip(tokens, chosen)]
     return out
-
 
 
 class _StopScan(Protocol):

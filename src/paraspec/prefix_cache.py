@@ -17,6 +17,7 @@ Bounded: the blocks' bytes stay within a budget, the least recently used block (
 below it, unreachable without it) evicted first; a chain's blocks are touched leaf first, so a
 shared system prompt outlives the turns stored after it.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -30,14 +31,16 @@ from .model.kv_cache import KVCache
 
 MB = 1 << 20
 
-_Key = tuple[int, tuple[int, ...]]     # (parent block id, -1 at the prompt's start; the chunk's tokens)
+_Key = tuple[
+    int, tuple[int, ...]
+]  # (parent block id, -1 at the prompt's start; the chunk's tokens)
 
 
 @dataclass
 class _Block:
     id: int
     key: _Key
-    k: torch.Tensor                      # [n_layers, n_kv_heads, C, head_dim], the cache's dtype
+    k: torch.Tensor  # [n_layers, n_kv_heads, C, head_dim], the cache's dtype
     v: torch.Tensor
     children: set[_Key] = field(default_factory=set)
 
@@ -48,21 +51,28 @@ class _Block:
 
 @dataclass
 class PrefixCacheStats:
-    lookups: int = 0          # prefills that asked the cache
-    hits: int = 0             # ... and started from at least one cached block
-    reused_tokens: int = 0    # prompt tokens whose KV was copied, not computed
+    lookups: int = 0  # prefills that asked the cache
+    hits: int = 0  # ... and started from at least one cached block
+    reused_tokens: int = 0  # prompt tokens whose KV was copied, not computed
     stored_blocks: int = 0
     evicted_blocks: int = 0
 
 
 class PrefixCache:
     def __init__(self, budget_mb: float = DEFAULT_PREFIX_CACHE_MB):
-        if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)) or not 0 <= budget_mb <= 1 << 20:
-            raise ConfigError(f"prefix_cache_mb={budget_mb!r} is invalid; use a number of MB from 0 (off) to "
-                              f"{1 << 20}", param="prefix_cache_mb")
+        if (
+            isinstance(budget_mb, bool)
+            or not isinstance(budget_mb, (int, float))
+            or not 0 <= budget_mb <= 1 << 20
+        ):
+            raise ConfigError(
+                f"prefix_cache_mb={budget_mb!r} is invalid; use a number of MB from 0 (off) to "
+                f"{1 << 20}",
+                param="prefix_cache_mb",
+            )
         self.budget_bytes = int(budget_mb * MB)
-        self.block_tokens = 0                        # the chunk size the blocks were made with
-        self._blocks: OrderedDict[_Key, _Block] = OrderedDict()   # least recently used first
+        self.block_tokens = 0  # the chunk size the blocks were made with
+        self._blocks: OrderedDict[_Key, _Block] = OrderedDict()  # least recently used first
         self._by_id: dict[int, _Block] = {}
         self._ids = 0
         self.nbytes = 0
@@ -82,13 +92,13 @@ class PrefixCache:
 
     def _chain(self, prompt: list[int], chunk: int, blocks: int) -> list[_Block]:
         """The cached blocks of the prompt's first `blocks` chunks, from its start until one is missing."""
-        if chunk != self.block_tokens:       # another chunk size makes other chunks: none of them fits
+        if chunk != self.block_tokens:  # another chunk size makes other chunks: none of them fits
             self.clear()
             self.block_tokens = chunk
         chain: list[_Block] = []
         parent = -1
         for i in range(blocks):
-            b = self._blocks.get((parent, tuple(prompt[i * chunk:(i + 1) * chunk])))
+            b = self._blocks.get((parent, tuple(prompt[i * chunk : (i + 1) * chunk])))
             if b is None:
                 break
             chain.append(b)
@@ -96,7 +106,7 @@ class PrefixCache:
         return chain
 
     def _touch(self, chain: list[_Block]) -> None:
-        for b in reversed(chain):             # the leaf first: its ancestors are evicted after it
+        for b in reversed(chain):  # the leaf first: its ancestors are evicted after it
             self._blocks.move_to_end(b.key)
 
     def restore(self, prompt: list[int], cache: KVCache, chunk: int) -> int:
@@ -110,8 +120,8 @@ class PrefixCache:
             return 0
         self.stats.hits += 1
         for i, b in enumerate(chain):
-            cache.k[:, :, i * chunk:(i + 1) * chunk] = b.k
-            cache.v[:, :, i * chunk:(i + 1) * chunk] = b.v
+            cache.k[:, :, i * chunk : (i + 1) * chunk] = b.k
+            cache.v[:, :, i * chunk : (i + 1) * chunk] = b.v
         cache.length = n = len(chain) * chunk
         self.stats.reused_tokens += n
         self._touch(chain)
@@ -149,13 +159,22 @@ class PrefixCache:
         self.stats.evicted_blocks += 1
         if (parent := self._by_id.get(key[0])) is not None:
             parent.children.discard(key)
-        for child in list(b.children):        # unreachable without their parent
+        for child in list(b.children):  # unreachable without their parent
             self._evict(child)
 
     def info(self) -> dict:
         """Figures for /metrics and `stats`: lookups, hits, misses, reused tokens, blocks, bytes."""
         s = self.stats
-        return {"enabled": self.enabled, "block_tokens": self.block_tokens, "lookups": s.lookups, "hits": s.hits,
-                "misses": s.lookups - s.hits, "reused_tokens": s.reused_tokens, "blocks": len(self._blocks),
-                "bytes": self.nbytes, "budget_bytes": self.budget_bytes, "stored_blocks": s.stored_blocks,
-                "evicted_blocks": s.evicted_blocks}
+        return {
+            "enabled": self.enabled,
+            "block_tokens": self.block_tokens,
+            "lookups": s.lookups,
+            "hits": s.hits,
+            "misses": s.lookups - s.hits,
+            "reused_tokens": s.reused_tokens,
+            "blocks": len(self._blocks),
+            "bytes": self.nbytes,
+            "budget_bytes": self.budget_bytes,
+            "stored_blocks": s.stored_blocks,
+            "evicted_blocks": s.evicted_blocks,
+        }

@@ -5,6 +5,7 @@ lookahead branch), each against its own KV cache with its own mask; it returns e
 sequence's logits for the rows it asked for. Committing the accepted path is the caller's
 (engine's) job, through KVCache.commit.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,21 +33,25 @@ COST_ENV = "PARASPEC_FORWARD_COST"
 class CostProbe:
     """What the start-up probe read, before its shape was made plausible."""
 
-    measured: dict[int, float]       # t(k)/t(1) at the probed sizes
+    measured: dict[int, float]  # t(k)/t(1) at the probed sizes
     sizes: tuple[int, ...]
-    multiple: int                    # the forward's row padding
-    replaced: tuple[int, ...]        # sizes read implausibly (the prior's shape instead)
-    pinned: bool                     # given by PARASPEC_FORWARD_COST, not measured here
+    multiple: int  # the forward's row padding
+    replaced: tuple[int, ...]  # sizes read implausibly (the prior's shape instead)
+    pinned: bool  # given by PARASPEC_FORWARD_COST, not measured here
 
 
 def parse_pinned_curve(text: str) -> dict[int, float]:
     try:
         curve = {int(k): float(v) for k, v in json.loads(text).items()}
     except (ValueError, AttributeError, TypeError):
-        raise ConfigError(f"{COST_ENV}={text!r} is not a JSON object of row counts to costs; pass e.g. "
-                          '\'{"1": 1, "4": 3.04, "16": 11.16}\'') from None
+        raise ConfigError(
+            f"{COST_ENV}={text!r} is not a JSON object of row counts to costs; pass e.g. "
+            '\'{"1": 1, "4": 3.04, "16": 11.16}\''
+        ) from None
     if not curve or min(curve) < 1:
-        raise ConfigError(f"{COST_ENV} needs row counts from 1 up, e.g. '{{\"1\": 1, \"16\": 11.16}}'")
+        raise ConfigError(
+            f'{COST_ENV} needs row counts from 1 up, e.g. \'{{"1": 1, "16": 11.16}}\''
+        )
     return curve
 
 
@@ -57,9 +62,12 @@ class ModelRunner:
         self._cost: dict[int, float] | None = None
         self.cost_probe: CostProbe | None = None
 
-    def forward_cost(self, context: int = 256,
-                     sizes: tuple[int, ...] = (4, 8, 12, 16, 24, 32, 48, 64),
-                     rounds: int = 5) -> dict[int, float]:
+    def forward_cost(
+        self,
+        context: int = 256,
+        sizes: tuple[int, ...] = (4, 8, 12, 16, 24, 32, 48, 64),
+        rounds: int = 5,
+    ) -> dict[int, float]:
         """t(k) / t(1) for every k from 1 to max(sizes) (sizes: multiples of ROW_MULTIPLE): the
         time of a forward over k query tokens relative to one, probed once on this machine over a
         scratch cache and given a physically plausible shape (cost.plausible_curve); the engine
@@ -84,7 +92,9 @@ class ModelRunner:
             pinned = os.environ.get(COST_ENV, "").strip()
             measured = parse_pinned_curve(pinned) if pinned else self._probe(context, sizes, rounds)
             shaped = plausible_curve(measured, multiple)
-            self.cost_probe = CostProbe(measured, tuple(sorted(measured)), multiple, shaped.replaced, bool(pinned))
+            self.cost_probe = CostProbe(
+                measured, tuple(sorted(measured)), multiple, shaped.replaced, bool(pinned)
+            )
             self._cost = shaped.curve
         return self._cost
 
@@ -104,8 +114,12 @@ class ModelRunner:
             order = order[1::2] + order[0::2][::-1]
             for k in order:
                 t0 = time.perf_counter()
-                self.model.forward(torch.zeros(k, dtype=torch.long), torch.arange(context, context + k),
-                                   [SeqInput(cache, k)], torch.arange(k))
+                self.model.forward(
+                    torch.zeros(k, dtype=torch.long),
+                    torch.arange(context, context + k),
+                    [SeqInput(cache, k)],
+                    torch.arange(k),
+                )
                 times[k].append(time.perf_counter() - t0)
         # one row runs padded to ROW_MULTIPLE rows: it costs what the smallest size does
         first = float(np.median(times[sizes[0]]))
@@ -123,7 +137,9 @@ class ModelRunner:
         """Draft rows (at most `most`) the attention lets follow the root over this cache: the torch
         path's fixed key chunks must not be straddled by the root and its drafts (its exactness
         rests on that); the compiled attention is exact wherever the rows fall."""
-        return most if self.model.kernels.attention is not None else min(most, max_draft_rows(cache))
+        return (
+            most if self.model.kernels.attention is not None else min(most, max_draft_rows(cache))
+        )
 
     def new_cache(self, capacity: int) -> KVCache:
         return self.model.new_cache(min(capacity, self.max_seq_len))
@@ -134,16 +150,20 @@ class ModelRunner:
             pass
         return logits
 
-    def prefill_next(self, cache: KVCache, tokens: list[int], keep: PrefixCache | None = None) -> torch.Tensor | None:
+    def prefill_next(
+        self, cache: KVCache, tokens: list[int], keep: PrefixCache | None = None
+    ) -> torch.Tensor | None:
         """Prefill the next chunk of `tokens` (the cache holds tokens[:cache.length]); the logits [vocab] of the
         last token once the chunk holding it is done, else None. Chunks start at multiples of
         prefill_chunk: whether they run back to back or between decode steps, the bits are the same
         (and so a later prompt may reuse them: `keep` stores the whole chunks, prefix_cache.py)."""
         start = cache.length
-        chunk = tokens[start:start + self.prefill_chunk]
+        chunk = tokens[start : start + self.prefill_chunk]
         pos = torch.arange(start, start + len(chunk))
         last = torch.tensor([len(chunk) - 1])
-        logits = self.model.forward(torch.tensor(chunk), pos, [SeqInput(cache, len(chunk))], last, prompt=True)
+        logits = self.model.forward(
+            torch.tensor(chunk), pos, [SeqInput(cache, len(chunk))], last, prompt=True
+        )
         cache.commit(range(len(chunk)))
         if keep is not None:
             keep.store(tokens, cache, self.prefill_chunk)
@@ -159,5 +179,7 @@ class ModelRunner:
             rows += [offset + r for r in q.logits_rows]
             seqs.append(SeqInput(cache, len(q.tokens), q.mask, q.mask_from, q.key_order))
             offset += len(q.tokens)
-        logits = self.model.forward(torch.tensor(tokens), torch.tensor(positions), seqs, torch.tensor(rows))
+        logits = self.model.forward(
+            torch.tensor(tokens), torch.tensor(positions), seqs, torch.tensor(rows)
+        )
         return list(logits.split([len(q.logits_rows) for q in queries]))

@@ -14,6 +14,7 @@ Several prompts may be mid-prefill at once; the one with the fewest tokens left 
 short request arriving during a long prefill gets its first token without waiting for it. The chunks are fixed by the prompt alone (positions 0, C, 2C, ...), never by the
 load, so a request's tokens are the same however it was scheduled.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -26,14 +27,18 @@ class _Seq(Protocol):
 
 class _Prefilling(Protocol):
     prompt: list[int]
-    cache: object | None       # None until its first chunk runs; then its KV (a .length)
+    cache: object | None  # None until its first chunk runs; then its KV (a .length)
 
 
-def next_prefill(prefilling: Sequence[_Prefilling], decoding: bool, prefill_turn: bool) -> _Prefilling | None:
+def next_prefill(
+    prefilling: Sequence[_Prefilling], decoding: bool, prefill_turn: bool
+) -> _Prefilling | None:
     """The prompt whose next chunk this step runs, or None for a decode step: the prompt with the
     fewest tokens left; its first chunk at once, further ones only on a prefill turn (prefill and
     decode alternate while both have work) or when nothing is decoding."""
-    seq = min(prefilling, key=lambda s: len(s.prompt) - (s.cache.length if s.cache else 0), default=None)
+    seq = min(
+        prefilling, key=lambda s: len(s.prompt) - (s.cache.length if s.cache else 0), default=None
+    )
     if seq is not None and (seq.cache is None or prefill_turn or not decoding):
         return seq
     return None
@@ -52,5 +57,5 @@ def fair_pick(waiting: Sequence[_Seq], held: Sequence[_Seq]) -> int:
         if best_held is None or count[s.group] < best_held:
             best, best_held = i, count[s.group]
             if best_held == 0:
-                break             # nobody holds fewer than nothing
+                break  # nobody holds fewer than nothing
     return best

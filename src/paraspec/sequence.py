@@ -1,6 +1,7 @@
 """One generation stream's state (SequenceState) and what an engine step produced for it
 (SequenceUpdate). The engine (engine.py) moves sequences through their lifecycle; drafters and
 decode modes (decoding/contract/mode.py) read and advance the state they are handed."""
+
 from __future__ import annotations
 
 import time
@@ -23,9 +24,9 @@ if TYPE_CHECKING:
 class SequenceState:
     """One generation stream (a request with n > 1 has n of them)."""
 
-    key: str                     # unique: request id + sample index
+    key: str  # unique: request id + sample index
     request_id: str
-    group: str                   # the client request it belongs to (fair scheduling); default request_id
+    group: str  # the client request it belongs to (fair scheduling); default request_id
     index: int
     prompt: list[int]
     params: SamplingParams
@@ -35,26 +36,34 @@ class SequenceState:
     arrival: float
     cache: KVCache | None = None
     output: list[int] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)     # prompt + output, what drafters see
+    tokens: list[int] = field(default_factory=list)  # prompt + output, what drafters see
     text: str = ""
     logprobs: list[TokenLogprob] | None = None
     finish_reason: str | None = None
     stats: SpecStats = field(default_factory=SpecStats)
     detok: Detokenizer | None = None
-    stop_scan_from: int = 0      # text offset where the next stop-string search starts
-    sent_chars: int = 0          # text already handed out as deltas
-    drafting: bool = False       # its drafter has begun it (and must end it)
-    mode: SequenceMode | None = None   # its decode mode's state (decoding/contract/mode.py), None: plain
-    gate: DraftGate = field(default_factory=DraftGate)   # whether its steps look for a draft
-    cached_tokens: int = 0       # prompt tokens whose KV the prefix cache gave (prefix_cache.py)
-    stop_ids: frozenset[int] = frozenset()   # stop_token_ids, and EOS unless ignore_eos
+    stop_scan_from: int = 0  # text offset where the next stop-string search starts
+    sent_chars: int = 0  # text already handed out as deltas
+    drafting: bool = False  # its drafter has begun it (and must end it)
+    mode: SequenceMode | None = (
+        None  # its decode mode's state (decoding/contract/mode.py), None: plain
+    )
+    gate: DraftGate = field(default_factory=DraftGate)  # whether its steps look for a draft
+    cached_tokens: int = 0  # prompt tokens whose KV the prefix cache gave (prefix_cache.py)
+    stop_ids: frozenset[int] = frozenset()  # stop_token_ids, and EOS unless ignore_eos
 
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
 
-    def append_run(self, tokens: list[int], logprobs: list[TokenLogprob] | None, max_seq_len: int,
-                   drafted: int = 0, accepted: int = 0) -> SequenceUpdate:
+    def append_run(
+        self,
+        tokens: list[int],
+        logprobs: list[TokenLogprob] | None,
+        max_seq_len: int,
+        drafted: int = 0,
+        accepted: int = 0,
+    ) -> SequenceUpdate:
         """Append a run of tokens one at a time: a stop token or stop string may end inside an
         accepted run, and the tokens after it must not count, exactly as autoregressive decoding
         would have stopped there; so may max_tokens, or the context (max_seq_len) once full. The
@@ -66,7 +75,7 @@ class SequenceState:
         text_from = own_from = len(self.text)
         last = len(tokens) - 1
         for i, tok in enumerate(tokens):
-            if i == last:           # the own token's text starts here (unless the run stops early)
+            if i == last:  # the own token's text starts here (unless the run stops early)
                 own_from = len(self.text)
             self.output.append(tok)
             self.tokens.append(tok)
@@ -79,7 +88,9 @@ class SequenceState:
             self.text += self.detok.push([tok])
             if stop_strs and (hit := find_stop(self.text, self.params.stop, self)) is not None:
                 cut, matched = hit
-                self.text = self.text[: cut + (len(matched) if self.params.include_stop_str_in_output else 0)]
+                self.text = self.text[
+                    : cut + (len(matched) if self.params.include_stop_str_in_output else 0)
+                ]
                 self.finish_reason = "stop"
                 break
             if len(self.output) >= self.max_tokens:
@@ -88,22 +99,29 @@ class SequenceState:
         if self.finish_reason is None and self.cache.length + 1 >= max_seq_len:
             self.finish_reason = "length"
         if self.finished:
-            if not (stop_strs and self.finish_reason == "stop" and not is_stop_token(self.output[-1])):
+            if not (
+                stop_strs and self.finish_reason == "stop" and not is_stop_token(self.output[-1])
+            ):
                 self.text += self.detok.flush()
             limit = len(self.text)
         else:
             # hold back what could still become the start of a stop string
             limit = len(self.text) - (max(map(len, stop_strs)) - 1 if stop_strs else 0)
-        new_text = self.text[self.sent_chars:limit] if limit > self.sent_chars else ""
+        new_text = self.text[self.sent_chars : limit] if limit > self.sent_chars else ""
         self.sent_chars = max(self.sent_chars, limit)
-        new_lp = self.logprobs[-len(new_ids):] if logprobs is not None and new_ids else None
+        new_lp = self.logprobs[-len(new_ids) :] if logprobs is not None and new_ids else None
         end = len(self.text)
-        if len(new_ids) <= last:    # stopped before the own token: the run is all drafts
+        if len(new_ids) <= last:  # stopped before the own token: the run is all drafts
             own_from = end
-        trace = StepTrace(self.stats.decode_steps, drafted, min(accepted, len(new_ids)), min(text_from, end),
-                          min(own_from, end), end)
+        trace = StepTrace(
+            self.stats.decode_steps,
+            drafted,
+            min(accepted, len(new_ids)),
+            min(text_from, end),
+            min(own_from, end),
+            end,
+        )
         return SequenceUpdate(self, new_ids, new_text, new_lp, self.finished, trace=trace)
-
 
 
 @dataclass
@@ -115,7 +133,9 @@ class SequenceUpdate:
     new_text: str
     new_logprobs: list[TokenLogprob] | None
     finished: bool
-    error: Exception | None = None    # the sequence failed (finish_reason "error"); the others went on
+    error: Exception | None = (
+        None  # the sequence failed (finish_reason "error"); the others went on
+    )
     trace: StepTrace | None = None
 
 
@@ -135,8 +155,8 @@ def sequence_stats(seq: SequenceState) -> dict:
         "ttft_s": round(first - seq.arrival, 6),
         "decode_s": round(decode_s, 6),
         "tokens_per_s": round(after_first / decode_s, 3) if decode_s > 0 else 0.0,
-        "forward_passes": seq.stats.decode_steps,     # decode forwards (prefill not counted)
+        "forward_passes": seq.stats.decode_steps,  # decode forwards (prefill not counted)
         **seq.stats.as_dict(),
-        **seq.sampler.stats(),       # a grammar's forced drafts (structured/sampler.py)
-        **(seq.mode.stats(seq) if seq.mode is not None else {}),   # its decode mode's own figures
+        **seq.sampler.stats(),  # a grammar's forced drafts (structured/sampler.py)
+        **(seq.mode.stats(seq) if seq.mode is not None else {}),  # its decode mode's own figures
     }

@@ -1,5 +1,6 @@
 """The git commit this checkout of paraspec runs from, for what its outputs record (bench results,
 trained adapters): HEAD, "+dirty" when the tree has changes; None outside a checkout (a wheel)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -14,9 +15,12 @@ def git_commit(pathspec: str | None = None, untracked: bool = False) -> str | No
     if root is None:
         return None
     try:
+
         def git(*a: str) -> str:
-            return subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,
-                                  timeout=10).stdout.strip()
+            return subprocess.run(
+                ["git", "-C", str(root), *a], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+
         head = git("rev-parse", "HEAD")
         status = ["status", "--porcelain", f"--untracked-files={'normal' if untracked else 'no'}"]
         dirty = git(*status, *(["--", pathspec] if pathspec else []))

@@ -1,5 +1,6 @@
 """Engines with the six ASPD tokens added (untrained: their rows are the mean embedding), and a
 teacher-forcing hook that writes the markup, so blocks can be decoded without a trained model."""
+
 from __future__ import annotations
 
 import json
@@ -18,12 +19,16 @@ from paraspec.model.transformer import Transformer
 from paraspec.runner import ModelRunner
 
 
-def aspd_engine(model, dtype=torch.float32, kernels: cpu_kernels.Kernels | None = None, quantization=None):
+def aspd_engine(
+    model, dtype=torch.float32, kernels: cpu_kernels.Kernels | None = None, quantization=None
+):
     """(engine, MarkupIds) over `model` (a path or "default") with the tokens added in memory."""
     loaded = load_model(model, dtype, keep_quantized=quantization == "gguf")
     tok = Tokenizer.from_source(loaded.tokenizer_source)
     ids = add_markup_tokens(tok, loaded.weights, loaded)
-    net = Transformer(loaded.args, loaded.weights, dtype, quantization=quantization, kernels=kernels)
+    net = Transformer(
+        loaded.args, loaded.weights, dtype, quantization=quantization, kernels=kernels
+    )
     return Engine(ModelRunner(net), tok, max_batch_size=8, draft_gate=False), ids
 
 
@@ -39,7 +44,7 @@ def save_aspd_folder(src: Path, dst: Path) -> Path:
     backend = Backend.from_file(str(src / "tokenizer.json"))
     weights = {k: v.clone() for k, v in load_file(str(next(src.glob("*.safetensors")))).items()}
 
-    class _Tok:          # what add_markup_tokens needs of a paraspec Tokenizer
+    class _Tok:  # what add_markup_tokens needs of a paraspec Tokenizer
         def __init__(self, b):
             self.backend, self.vocab_size = b, b.get_vocab_size()
 
@@ -65,22 +70,32 @@ class Script:
     and closes branch k after lengths[k] content tokens (the model chooses everything else, but
     branch k's content tokens when `contents` gives them)."""
 
-    def __init__(self, ids: MarkupIds, prompt_len: int, titles: list[list[int]], lengths: list[int],
-                 after: int = 2, tail: int | None = None, contents: list[list[int]] | None = None):
+    def __init__(
+        self,
+        ids: MarkupIds,
+        prompt_len: int,
+        titles: list[list[int]],
+        lengths: list[int],
+        after: int = 2,
+        tail: int | None = None,
+        contents: list[list[int]] | None = None,
+    ):
         self.ids, self.prompt_len, self.after = ids, prompt_len, after
         self.titles, self.lengths, self.contents = titles, lengths, contents
         self.plan = [t for title in titles for t in (ids.title, *title, ids.end_title)] + [ids.para]
-        self.tail = tail            # serial tokens after the block before EOS (None: never forced)
+        self.tail = tail  # serial tokens after the block before EOS (None: never forced)
 
     def __call__(self, context) -> int | None:
         ids = self.ids
-        out = list(context[self.prompt_len:])
+        out = list(context[self.prompt_len :])
         if ids.para not in out:
             k = len(out) - self.after
             return self.plan[k] if 0 <= k < len(self.plan) else None
-        if ids.end_para not in out:          # inside a branch: context = ... <|para|> + this branch
-            branch = out[out.index(ids.para) + 1:]
-            title = branch[1:branch.index(ids.colon_space[0]) if ids.colon_space[0] in branch else None]
+        if ids.end_para not in out:  # inside a branch: context = ... <|para|> + this branch
+            branch = out[out.index(ids.para) + 1 :]
+            title = branch[
+                1 : branch.index(ids.colon_space[0]) if ids.colon_space[0] in branch else None
+            ]
             k = self.titles.index(title) if title in self.titles else 0
             content = len(branch) - (len(self.titles[k]) + 2)
             if content >= self.lengths[k]:

@@ -2,6 +2,7 @@
 openai client) over a tiny model with the six tokens added, the markup teacher-forced (untrained).
 Text, streamed or not, is the plain answer and equals offline LLM.generate; the raw markup rides
 in the `paraspec` stats; a model without the tokens fails with one clear line."""
+
 import pytest
 
 from aspd_engines import Script, save_aspd_folder
@@ -47,17 +48,32 @@ def test_served_with_the_openai_client(aspd_dir):
     _force(offline)
     ref = offline.generate(PROMPT, SamplingParams(temperature=0, max_tokens=50, ignore_eos=True))[0]
     with LiveServer(create_app(llm, config)) as s:
-        r = s.client.completions.create(model="tiny", prompt=PROMPT, max_tokens=50, temperature=0,
-                                        extra_body={"ignore_eos": True})
+        r = s.client.completions.create(
+            model="tiny",
+            prompt=PROMPT,
+            max_tokens=50,
+            temperature=0,
+            extra_body={"ignore_eos": True},
+        )
         assert r.choices[0].text == ref.text
         stats = r.model_extra["paraspec"]
         assert stats["plugin"] == "aspd" and "<|para|>" in stats["choices"][0]["aspd_raw_text"]
-        chunks = list(s.client.completions.create(model="tiny", prompt=PROMPT, max_tokens=50, temperature=0,
-                                                  extra_body={"ignore_eos": True}, stream=True))
+        chunks = list(
+            s.client.completions.create(
+                model="tiny",
+                prompt=PROMPT,
+                max_tokens=50,
+                temperature=0,
+                extra_body={"ignore_eos": True},
+                stream=True,
+            )
+        )
         pieces = [c.choices[0].text for c in chunks if c.choices]
         assert "".join(pieces) == ref.text and not any("<|" in p for p in pieces)
 
 
 def test_model_without_the_tokens_fails_clearly(tiny_model_dir):
-    with pytest.raises(ModelLoadError, match=r"lacks the ASPD tokens .*; use a model trained for ASPD"):
+    with pytest.raises(
+        ModelLoadError, match=r"lacks the ASPD tokens .*; use a model trained for ASPD"
+    ):
         LLM(str(tiny_model_dir("llama")), dtype="float32", plugin_params=PLUGIN)

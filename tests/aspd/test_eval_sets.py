@@ -1,5 +1,6 @@
 """The evaluation's sets and statistics: real prompts that no training item contains, checks that can
 fail, bootstrap intervals that hold their point figure, ROUGE-L and the loop detector."""
+
 import pytest
 
 from paraspec.aspd import eval_prompts, synth
@@ -19,27 +20,42 @@ def test_mtbench_first_turns_spread_over_every_category():
     from kernel_paths import on_ci
 
     from paraspec import catalog
+
     if not catalog.is_fetched("mtbench") and not on_ci():
         pytest.skip("mtbench not fetched: run `paraspec fetch mtbench`")
     exs = eval_prompts.mtbench_first_turns(16)
-    assert len(exs) == 16 and len({e.family for e in exs}) == 8 and len({e.prompt for e in exs}) == 16
-    assert all(eval_prompts.reference(e) is None for e in exs)     # the base model's answer is the reference
+    assert (
+        len(exs) == 16 and len({e.family for e in exs}) == 8 and len({e.prompt for e in exs}) == 16
+    )
+    assert all(
+        eval_prompts.reference(e) is None for e in exs
+    )  # the base model's answer is the reference
 
 
 def test_has_list_counts_list_lines():
-    assert eval_prompts.has_list("Sure:\n1. a\n2. b\n3. c") and eval_prompts.has_list("- a\n- b\n  - c")
-    assert not eval_prompts.has_list("1. a\n2. b") and not eval_prompts.has_list("Plain prose.\nMore prose.")
+    assert eval_prompts.has_list("Sure:\n1. a\n2. b\n3. c") and eval_prompts.has_list(
+        "- a\n- b\n  - c"
+    )
+    assert not eval_prompts.has_list("1. a\n2. b") and not eval_prompts.has_list(
+        "Plain prose.\nMore prose."
+    )
 
 
 def test_checks_accept_and_reject():
-    lst = next(e for e in eval_prompts.instructions() if e.checks and e.checks[0]["kind"] == "items")
+    lst = next(
+        e for e in eval_prompts.instructions() if e.checks and e.checks[0]["kind"] == "items"
+    )
     n = lst.checks[0]["min"]
     assert eval_prompts.check(lst, "Sure:\n" + "\n".join(f"{i + 1}. thing" for i in range(n)))
     assert eval_prompts.check(lst, "\n".join(f"- thing {i}" for i in range(n)))
     assert not eval_prompts.check(lst, "Here is one: 1. thing")
-    assert eval_prompts.check(lst, "\n".join(["Apples"] * n), branches=n)    # ASPD's branches, one line each
+    assert eval_prompts.check(
+        lst, "\n".join(["Apples"] * n), branches=n
+    )  # ASPD's branches, one line each
     short = next(e for e in eval_prompts.instructions() if "Romeo" in e.prompt)
-    assert eval_prompts.check(short, "It was William Shakespeare.") and not eval_prompts.check(short, "Dickens.")
+    assert eval_prompts.check(short, "It was William Shakespeare.") and not eval_prompts.check(
+        short, "Dickens."
+    )
     assert eval_prompts.check(eval_prompts.chat_prompts(1)[0], "anything") is None
 
 
@@ -49,14 +65,18 @@ def test_bootstrap_interval_holds_the_point_and_narrows_with_n():
     assert small["ci90"][0] <= small["mean"] <= small["ci90"][1]
     assert big["ci90"][1] - big["ci90"][0] < small["ci90"][1] - small["ci90"][0]
     assert bootstrap(lambda idx: 3.0, 5) == [3.0, 3.0]
-    s = speedup_ci([2.0, 2.0], [10, 10], [1.0, 1.0], [10, 10])     # half the seconds per token
+    s = speedup_ci([2.0, 2.0], [10, 10], [1.0, 1.0], [10, 10])  # half the seconds per token
     assert s["ratio"] == 2.0 and s["ci90"] == [2.0, 2.0]
-    s = speedup_ci([2.0], [10], [1.0], [5])                          # half the time, half the tokens
+    s = speedup_ci([2.0], [10], [1.0], [5])  # half the time, half the tokens
     assert s["ratio"] == 1.0
 
 
 def test_rouge_l_and_loops():
     assert rouge_l("the cat sat", "the cat sat") == 1.0
     assert rouge_l("dogs run", "the cat sat") == 0.0
-    assert rouge_l("the cat", "the cat sat on the mat") == pytest.approx(2 * 1 * (2 / 6) / (1 + 2 / 6))
-    assert degenerate("I like it. " * 6) and not degenerate("One sentence that never repeats its words at all.")
+    assert rouge_l("the cat", "the cat sat on the mat") == pytest.approx(
+        2 * 1 * (2 / 6) / (1 + 2 / 6)
+    )
+    assert degenerate("I like it. " * 6) and not degenerate(
+        "One sentence that never repeats its words at all."
+    )

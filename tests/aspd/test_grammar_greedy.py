@@ -1,6 +1,7 @@
 """The greedy fast paths of the markup grammar pick exactly the token of argmax over the masked
 row (SerialGrammar.apply, branch_logits), in every grammar state, when the plain argmax is a
 banned id, and on ties (argmax takes the first maximum)."""
+
 import torch
 
 from paraspec.aspd.grammar import SerialGrammar, branch_greedy, branch_logits
@@ -8,7 +9,9 @@ from paraspec.sampling.sampler import first_max
 from paraspec.aspd.markup import MarkupIds
 
 V = 64
-IDS = MarkupIds(title=50, end_title=51, para=52, branch=53, end_branch=54, end_para=55, colon_space=[7, 8])
+IDS = MarkupIds(
+    title=50, end_title=51, para=52, branch=53, end_branch=54, end_para=55, colon_space=[7, 8]
+)
 EOS = frozenset({2})
 
 
@@ -24,7 +27,9 @@ def _grammars() -> list[SerialGrammar]:
     g = SerialGrammar(IDS, EOS)
     g.block_done()
     out.append(g)
-    assert len({(g.state, g.titles >= g.max_titles, g.title_tokens >= g.max_title_tokens) for g in out}) == len(out)
+    assert len(
+        {(g.state, g.titles >= g.max_titles, g.title_tokens >= g.max_title_tokens) for g in out}
+    ) == len(out)
     return out
 
 
@@ -36,12 +41,12 @@ def _rows() -> list[torch.Tensor]:
         r = torch.randn(V, generator=gen)
         r[hot] = 10.0
         rows.append(r)
-        for tie in (hot - 1, hot + 1, 0, V - 1):     # a tie before and after the hot id
+        for tie in (hot - 1, hot + 1, 0, V - 1):  # a tie before and after the hot id
             t = r.clone()
             t[tie] = 10.0
             rows.append(t)
     r = torch.randn(V, generator=gen)
-    r[list(IDS.all)] = 10.0                            # every markup id at the maximum
+    r[list(IDS.all)] = 10.0  # every markup id at the maximum
     rows.append(r)
     return rows
 
@@ -55,17 +60,17 @@ def test_serial_greedy_equals_argmax_of_the_masked_row():
 def test_branch_greedy_equals_argmax_of_each_masked_row():
     rows = torch.stack(_rows())
     assert branch_greedy(rows, IDS) == [int(branch_logits(r, IDS).argmax()) for r in rows]
-    assert any(int(r.argmax()) in IDS.all for r in rows)      # the banned-argmax path runs
+    assert any(int(r.argmax()) in IDS.all for r in rows)  # the banned-argmax path runs
     assert branch_greedy(rows[:0], IDS) == []
 
 
 def test_first_max_is_torch_argmax_ties_and_infinities_included():
     rows = torch.stack(_rows())
-    rows[3, :] = float("-inf")                         # a row with no finite logit: index 0
+    rows[3, :] = float("-inf")  # a row with no finite logit: index 0
     rows[4, [5, 9]] = float("inf")
     assert first_max(rows) == rows.argmax(-1).tolist()
     assert [first_max(r) for r in rows] == rows.argmax(-1).tolist()
-    assert first_max(rows.double()) == rows.argmax(-1).tolist()     # the torch fallback
+    assert first_max(rows.double()) == rows.argmax(-1).tolist()  # the torch fallback
 
 
 def test_open_threshold_opens_a_block_only_where_the_model_is_sure():
@@ -75,14 +80,17 @@ def test_open_threshold_opens_a_block_only_where_the_model_is_sure():
 
     from paraspec.aspd.params import AspdParams
     from paraspec.errors import ConfigError
+
     unsure, sure = torch.zeros(V), torch.zeros(V)
-    unsure[IDS.title], unsure[9] = 3.0, 2.5          # title the argmax at p ~ 0.29
-    sure[IDS.title] = 8.0                            # p ~ 0.98
+    unsure[IDS.title], unsure[9] = 3.0, 2.5  # title the argmax at p ~ 0.29
+    sure[IDS.title] = 8.0  # p ~ 0.98
     g = SerialGrammar(IDS, EOS, open_threshold=0.5)
-    assert g.greedy(unsure) == 9 == int(g.apply(unsure).argmax()) and g.apply(unsure)[IDS.title] == float("-inf")
+    assert g.greedy(unsure) == 9 == int(g.apply(unsure).argmax()) and g.apply(unsure)[
+        IDS.title
+    ] == float("-inf")
     assert g.greedy(sure) == IDS.title == int(g.apply(sure).argmax())
-    assert SerialGrammar(IDS, EOS).greedy(unsure) == IDS.title               # no threshold: the model's draw
-    for t in (IDS.title, 9, IDS.end_title):                                  # closed: the next title stays open
+    assert SerialGrammar(IDS, EOS).greedy(unsure) == IDS.title  # no threshold: the model's draw
+    for t in (IDS.title, 9, IDS.end_title):  # closed: the next title stays open
         g.advance(t)
     assert g.state == "closed" and g.greedy(unsure) == IDS.title and g.copy().open_threshold == 0.5
     for state in _grammars():

@@ -1,6 +1,7 @@
 """The decode-mode seam (decoding/contract/mode.py): the engine names no mode (ASPD plugs in from
 outside), and a mode written here, knowing only the seam, drives draws, runs steps itself,
 ends accepted runs and reports its figures through the engine."""
+
 import ast
 from pathlib import Path
 
@@ -30,7 +31,12 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_engine_and_sequence_name_no_mode():
-    for name in ("engine.py", "sequence.py", "decoding/contract/mode.py", "decoding/contract/stats.py"):
+    for name in (
+        "engine.py",
+        "sequence.py",
+        "decoding/contract/mode.py",
+        "decoding/contract/stats.py",
+    ):
         assert not any("aspd" in m for m in _imports(SRC / name)), name
     for name in ("engine.py", "sequence.py", "decoding/contract/stats.py"):
         assert "aspd" not in (SRC / name).read_text().lower(), name
@@ -59,7 +65,9 @@ class Toy:
         return token == self.plugin.stop_at
 
     def query(self, seq, ctx):
-        return build_query(seq.tokens[-1], seq.cache.length, None) if self.plugin.run_steps else None
+        return (
+            build_query(seq.tokens[-1], seq.cache.length, None) if self.plugin.run_steps else None
+        )
 
     def accept(self, seq, q, logits, forward_s):
         t = self.draw(seq, logits[0], [])
@@ -91,7 +99,9 @@ PARAMS = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def llm(tiny_model_dir):
-    return LLM(str(tiny_model_dir("llama", n_layers=2, hidden=64, heads=4, kv_heads=2)), dtype="float32")
+    return LLM(
+        str(tiny_model_dir("llama", n_layers=2, hidden=64, heads=4, kv_heads=2)), dtype="float32"
+    )
 
 
 def _gen(llm, plugin):
@@ -107,7 +117,7 @@ def test_a_mode_that_runs_every_step_equals_plain_decoding(llm):
     seq, stats, _ = _gen(llm, ToyMode(run_steps=True))
     assert seq.output == plain.token_ids and seq.text == plain.text
     assert stats["toy_steps"] == stats["decode_steps"] == len(seq.output) - 1
-    assert stats["toy_draws"] == len(seq.output)       # the first token too
+    assert stats["toy_draws"] == len(seq.output)  # the first token too
 
 
 def test_mode_draws_apply_in_the_engines_own_steps_with_drafts(llm):
@@ -118,18 +128,24 @@ def test_mode_draws_apply_in_the_engines_own_steps_with_drafts(llm):
     assert own.output[:i] == plain[:i] and ban not in own.output
     # the engine's steps with an oracle drafter proposing the banned answer: the same tokens
     ref = llm.tokenizer.encode(PROMPT) + own.output
-    drafted, stats, runs = _gen(llm, ToyMode(ban=ban, drafter=OracleDrafter(ref, llm.model.args.vocab_size)))
+    drafted, stats, runs = _gen(
+        llm, ToyMode(ban=ban, drafter=OracleDrafter(ref, llm.model.args.vocab_size))
+    )
     assert drafted.output == own.output and stats["decode_steps"] < len(own.output) - 1
     assert stats["toy_draws"] == len(own.output) and stats["toy_steps"] == 0
     # ends_run: no accepted run goes on past the mode's token
     stop_at = own.output[len(own.output) // 2]
-    cut, _, runs = _gen(llm, ToyMode(ban=ban, stop_at=stop_at,
-                                     drafter=OracleDrafter(ref, llm.model.args.vocab_size)))
+    cut, _, runs = _gen(
+        llm,
+        ToyMode(ban=ban, stop_at=stop_at, drafter=OracleDrafter(ref, llm.model.args.vocab_size)),
+    )
     assert cut.output == own.output
     assert all(stop_at not in r[:-1] for r in runs) and any(r[-1:] == [stop_at] for r in runs)
 
 
 def test_a_mode_may_refuse_a_request(llm):
     with pytest.raises(RequestError, match="toy mode"):
-        llm.engine.add_request(llm.tokenizer.encode(PROMPT), SamplingParams(n=2, max_tokens=4), drafter=ToyMode())
+        llm.engine.add_request(
+            llm.tokenizer.encode(PROMPT), SamplingParams(n=2, max_tokens=4), drafter=ToyMode()
+        )
     assert not llm.engine.has_work()

@@ -1,4 +1,5 @@
 """Synthetic ASPD tasks: deterministic by seed, held-out disjoint, plain == to_plain(markup), exact checkers."""
+
 import re
 
 import pytest
@@ -21,12 +22,16 @@ def test_heldout_split_shares_no_table_row_or_part_with_training():
     train = synth.generate(1200, 0)
     held = synth.generate(120, 1000, exclude={e.prompt for e in train}, split="heldout")
     assert {e.family for e in held} == set(synth.FAMILIES)
-    contents = lambda xs: {b.content for e in xs for blk in e.blocks for b in blk.branches}   # noqa: E731
+    contents = lambda xs: {b.content for e in xs for blk in e.blocks for b in blk.branches}  # noqa: E731
     assert len(contents(held)) > 100 and not contents(held) & contents(train)
-    exprs = lambda xs: {c["expr"] for e in xs for c in e.checks if "expr" in c}   # noqa: E731
+    exprs = lambda xs: {c["expr"] for e in xs for c in e.checks if "expr" in c}  # noqa: E731
     assert exprs(held) and not exprs(held) & exprs(train)
-    assert all(any(c in e.prompt for c in synth.HELDOUT_COUNTRIES) for e in held if e.family == "facts")
-    assert not any(c in e.prompt for c in synth.HELDOUT_COUNTRIES for e in train if e.family == "facts")
+    assert all(
+        any(c in e.prompt for c in synth.HELDOUT_COUNTRIES) for e in held if e.family == "facts"
+    )
+    assert not any(
+        c in e.prompt for c in synth.HELDOUT_COUNTRIES for e in train if e.family == "facts"
+    )
 
 
 def test_plain_is_the_markups_plain_text_and_titles_are_unique():
@@ -40,14 +45,16 @@ def test_plain_is_the_markups_plain_text_and_titles_are_unique():
 
 def test_checker_accepts_the_answer_and_rejects_a_wrong_one():
     for ex in synth.generate(60, 7):
-        assert synth.check(ex, ex.plain) and synth.check(ex, ex.labelled)   # the control writes labels
+        assert synth.check(ex, ex.plain) and synth.check(
+            ex, ex.labelled
+        )  # the control writes labels
         lines = ex.plain.splitlines()
-        if ex.family == "arith":   # change the last part's result
+        if ex.family == "arith":  # change the last part's result
             lines[-1] = re.sub(r"(\d+)\.$", lambda m: f"{int(m.group(1)) + 1}.", lines[-1])
         else:
             lines[-1] = "I do not know."
         assert not synth.check(ex, "\n".join(lines))
-        assert not synth.check(ex, "\n".join(ex.plain.splitlines()[:-1]))   # a part missing
+        assert not synth.check(ex, "\n".join(ex.plain.splitlines()[:-1]))  # a part missing
 
 
 def test_arith_branches_are_independent_by_construction():
@@ -57,7 +64,7 @@ def test_arith_branches_are_independent_by_construction():
             assert branch.content.startswith(c["expr"] + " = ")
             assert branch.content.endswith(f"= {c['value']}.")
             a, b = map(int, re.split(r"[*+-]", c["expr"]))
-            assert eval(branch.content.split(" = ")[-1].rstrip(".")) == c["value"]   # noqa: S307 (digits only)
+            assert eval(branch.content.split(" = ")[-1].rstrip(".")) == c["value"]  # noqa: S307 (digits only)
             assert {a, b} <= {int(x) for x in re.findall(r"\d+", branch.content)}
 
 

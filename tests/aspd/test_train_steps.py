@@ -1,6 +1,7 @@
 """ASPD training is fixed by steps and seed, never by the clock: the same recipe gives the same
 adapter, both variants take the planned steps, and the adapter's metadata names its recipe and
 the commit that made it."""
+
 import json
 
 import torch
@@ -22,7 +23,9 @@ def _fit(tiny_model_dir, seed: int, steps: int) -> tuple[dict, dict]:
     torch.manual_seed(seed)
     model = train.TrainModel(m.args, m.weights, n_base, rank=4, alpha=8.0)
     data = [train.encode(ex, tok, ids) for ex in synth.generate(3, 9)]
-    stats = train.fit(model, data, train.TrainConfig(steps=steps, batch=2, lr=1e-2, seed=seed), log=lambda m: None)
+    stats = train.fit(
+        model, data, train.TrainConfig(steps=steps, batch=2, lr=1e-2, seed=seed), log=lambda m: None
+    )
     return {k: v.detach().clone() for k, v in model.adapter_tensors().items()}, stats
 
 
@@ -30,7 +33,7 @@ def test_same_steps_and_seed_give_the_same_adapter(tiny_model_dir):
     a, sa = _fit(tiny_model_dir, 0, 5)
     b, sb = _fit(tiny_model_dir, 0, 5)
     c, _ = _fit(tiny_model_dir, 1, 5)
-    assert sa["steps"] == sa["planned_steps"] == 5      # 5 steps of 2 over 3 examples: the order wraps
+    assert sa["steps"] == sa["planned_steps"] == 5  # 5 steps of 2 over 3 examples: the order wraps
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
@@ -38,11 +41,34 @@ def test_same_steps_and_seed_give_the_same_adapter(tiny_model_dir):
 def test_train_cli_records_steps_seed_data_and_commit(tiny_model_dir, tmp_path):
     write_jsonl(tmp_path / "train.jsonl", synth.generate(4, 2))
     for variant in ("aspd", "control"):
-        assert main(["aspd", "train", "--variant", variant, "--model", str(tiny_model_dir()), "--data", str(tmp_path),
-                     "--out", str(tmp_path / "ad"), "--steps", "3", "--batch", "2", "--seed", "3"]) == 0
+        assert (
+            main(
+                [
+                    "aspd",
+                    "train",
+                    "--variant",
+                    variant,
+                    "--model",
+                    str(tiny_model_dir()),
+                    "--data",
+                    str(tmp_path),
+                    "--out",
+                    str(tmp_path / "ad"),
+                    "--steps",
+                    "3",
+                    "--batch",
+                    "2",
+                    "--seed",
+                    "3",
+                ]
+            )
+            == 0
+        )
     metas = [load_adapter(tmp_path / "ad" / f"{v}.safetensors")[1] for v in ("aspd", "control")]
     for meta in metas:
-        assert meta["steps"] == 3 and meta["seed"] == 3 and meta["train"]["steps"] == 3   # not 4 examples / 2
+        assert (
+            meta["steps"] == 3 and meta["seed"] == 3 and meta["train"]["steps"] == 3
+        )  # not 4 examples / 2
         assert meta["commit"] and len(meta["data_sha256"]) == 16
     assert metas[0]["data_sha256"] == metas[1]["data_sha256"]
 
@@ -50,18 +76,59 @@ def test_train_cli_records_steps_seed_data_and_commit(tiny_model_dir, tmp_path):
 def test_train_on_the_users_own_pairs(tiny_model_dir, tmp_path, capsys):
     """--data FILE.jsonl: the user's (prompt, answer) pairs go through build-data's stages; a list
     answer becomes a block, a plain one stays serial, and both train."""
-    from test_data_extract import LIST_ANSWER, PAD     # over the stages' 128 tokens, under the tiny model's 1024 bytes
-    pairs = [{"prompt": "What containers does Python have?", "answer": LIST_ANSWER + PAD * 2},
-             {"prompt": "What is Python?", "answer": "Python is a programming language." + PAD * 3}]
+    from test_data_extract import (
+        LIST_ANSWER,
+        PAD,
+    )  # over the stages' 128 tokens, under the tiny model's 1024 bytes
+
+    pairs = [
+        {"prompt": "What containers does Python have?", "answer": LIST_ANSWER + PAD * 2},
+        {"prompt": "What is Python?", "answer": "Python is a programming language." + PAD * 3},
+    ]
     f = tmp_path / "mine.jsonl"
     f.write_text("\n".join(json.dumps(p) for p in pairs) + "\n")
-    assert main(["aspd", "train", "--variant", "aspd", "--model", str(tiny_model_dir()), "--data", str(f),
-                 "--out", str(tmp_path / "ad"), "--steps", "1", "--batch", "2", "--max-len", "1000"]) == 0
+    assert (
+        main(
+            [
+                "aspd",
+                "train",
+                "--variant",
+                "aspd",
+                "--model",
+                str(tiny_model_dir()),
+                "--data",
+                str(f),
+                "--out",
+                str(tmp_path / "ad"),
+                "--steps",
+                "1",
+                "--batch",
+                "2",
+                "--max-len",
+                "1000",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "1 with blocks, 1 serial" in out and "[aspd] 2 examples" in out, out
     assert load_adapter(tmp_path / "ad" / "aspd.safetensors")[1]["train"]["steps"] == 1
     f.write_text(json.dumps({"prompt": "no answer"}) + "\n")
-    assert main(["aspd", "train", "--model", str(tiny_model_dir()), "--data", str(f), "--out", str(tmp_path / "x")]) == 2
+    assert (
+        main(
+            [
+                "aspd",
+                "train",
+                "--model",
+                str(tiny_model_dir()),
+                "--data",
+                str(f),
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--data" in err[0] and "line 1" in err[0] and "'answer'" in err[0], err
 
@@ -77,10 +144,31 @@ def test_both_variants_drop_the_same_too_long_examples(tiny_model_dir, tmp_path)
     plain_len = [len(train.encode(e, tok, None).ids) for e in examples]
     longest = max(range(4), key=aspd_len.__getitem__)
     max_len = aspd_len[longest] - 1
-    assert plain_len[longest] <= max_len and sorted(aspd_len)[-2] <= max_len     # the case under test
+    assert plain_len[longest] <= max_len and sorted(aspd_len)[-2] <= max_len  # the case under test
     write_jsonl(tmp_path / "train.jsonl", examples)
     for variant in ("aspd", "control"):
-        assert main(["aspd", "train", "--variant", variant, "--model", str(tiny_model_dir()), "--data", str(tmp_path),
-                     "--out", str(tmp_path / "ad"), "--steps", "1", "--batch", "2", "--max-len", str(max_len)]) == 0
+        assert (
+            main(
+                [
+                    "aspd",
+                    "train",
+                    "--variant",
+                    variant,
+                    "--model",
+                    str(tiny_model_dir()),
+                    "--data",
+                    str(tmp_path),
+                    "--out",
+                    str(tmp_path / "ad"),
+                    "--steps",
+                    "1",
+                    "--batch",
+                    "2",
+                    "--max-len",
+                    str(max_len),
+                ]
+            )
+            == 0
+        )
     metas = [load_adapter(tmp_path / "ad" / f"{v}.safetensors")[1] for v in ("aspd", "control")]
     assert metas[0]["train"]["examples"] == metas[1]["train"]["examples"] == 3

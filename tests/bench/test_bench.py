@@ -1,4 +1,5 @@
 """`paraspec bench`: orchestration on a tiny random model (fast), and the real --quick run (slow)."""
+
 import argparse
 import json
 import subprocess
@@ -14,8 +15,18 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _args(**kw) -> argparse.Namespace:
-    base = dict(quick=True, out=None, tasks=None, systems=None, n=None, max_new_tokens=12, model=None,
-                dtype="float32", quantization=None, threads=1)
+    base = dict(
+        quick=True,
+        out=None,
+        tasks=None,
+        systems=None,
+        n=None,
+        max_new_tokens=12,
+        model=None,
+        dtype="float32",
+        quantization=None,
+        threads=1,
+    )
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -26,8 +37,13 @@ def quick_run(tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(sys.modules, "llama_cpp", None)
-        rc = bench_main(_args(out=str(out), model=str(tiny_model_dir("llama")),
-                              systems="ar,md-tree,md-chain,la,hybrid,llamacpp"))
+        rc = bench_main(
+            _args(
+                out=str(out),
+                model=str(tiny_model_dir("llama")),
+                systems="ar,md-tree,md-chain,la,hybrid,llamacpp",
+            )
+        )
     return rc, out, json.loads((out / "results.json").read_text())
 
 
@@ -45,8 +61,13 @@ def test_quick_writes_json_markdown_and_plots(quick_run):
     llamacpp = results["systems"]["llamacpp"]
     assert (llamacpp["status"], llamacpp["kind"]) == ("skipped", "peer")
     assert "llama-cpp-python is not installed" in llamacpp["note"]
-    assert "| llamacpp | peer |" in report and "skipped: llama-cpp-python is not installed" in report
-    assert all(results["systems"][s]["status"] == "ok" for s in ("ar", "md-tree", "md-chain", "la", "hybrid"))
+    assert (
+        "| llamacpp | peer |" in report and "skipped: llama-cpp-python is not installed" in report
+    )
+    assert all(
+        results["systems"][s]["status"] == "ok"
+        for s in ("ar", "md-tree", "md-chain", "la", "hybrid")
+    )
 
 
 def test_every_task_is_run_by_every_system_ar_first(quick_run):
@@ -63,6 +84,7 @@ def test_every_task_is_run_by_every_system_ar_first(quick_run):
 def test_the_run_order_keeps_ar_first_and_rotates_the_others():
     from types import SimpleNamespace
     from paraspec.bench.run import _run_order
+
     systems = [SimpleNamespace(info=SimpleNamespace(name=n)) for n in ("ar", "a", "b", "c")]
     orders = [[s.info.name for s in _run_order(systems, turn)] for turn in range(3)]
     assert orders == [["ar", "a", "b", "c"], ["ar", "b", "c", "a"], ["ar", "c", "a", "b"]]
@@ -82,17 +104,25 @@ def test_report_numbers_come_from_the_raw_measurements(quick_run):
         runs = [m for m in main if m["task_set"] == r.task_set and m["system"] == r.system]
         if r.tasks == 1:
             ar = next(m for m in main if m["task_set"] == r.task_set and m["system"] == "ar")
-            assert r.speedup == pytest.approx(runs[0]["decode_tokens_per_s"] / ar["decode_tokens_per_s"])
-        assert r.forwards_per_token == pytest.approx(sum(m["forward_passes"] for m in runs) /
-                                                     sum(m["generated_tokens"] for m in runs))
+            assert r.speedup == pytest.approx(
+                runs[0]["decode_tokens_per_s"] / ar["decode_tokens_per_s"]
+            )
+        assert r.forwards_per_token == pytest.approx(
+            sum(m["forward_passes"] for m in runs) / sum(m["generated_tokens"] for m in runs)
+        )
         if r.system == "ar":
-            assert r.accepted_per_step == pytest.approx(1.0) and r.forwards_per_token == pytest.approx(1.0)
+            assert r.accepted_per_step == pytest.approx(
+                1.0
+            ) and r.forwards_per_token == pytest.approx(1.0)
 
 
 def test_repeated_set_shows_memory_across_requests(quick_run):
     _, _, results = quick_run
-    rep = {(m["system"], m["task_id"][-2:]): m for m in results["measurements"]
-           if m["suite"] == "main" and m["task_set"] == "repeated"}
+    rep = {
+        (m["system"], m["task_id"][-2:]): m
+        for m in results["measurements"]
+        if m["suite"] == "main" and m["task_set"] == "repeated"
+    }
     for system in ("md-tree", "md-chain"):
         assert rep[(system, "#2")]["forward_passes"] < rep[(system, "#1")]["forward_passes"]
 
@@ -109,6 +139,7 @@ def test_a_lossless_failure_is_reported(quick_run, tmp_path):
 
 def test_unknown_system_is_a_one_line_user_error(capsys):
     from paraspec.cli import main
+
     assert main(["bench", "--quick", "--systems", "ar,nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nope" in err[0]
@@ -119,8 +150,12 @@ def test_real_quick_bench_runs_identical_and_plots(tmp_path):
     """`paraspec bench --quick` on the bundled model: every system's output identical to AR, the
     plots written. Its length is the plan's to bound (QUICK_BUDGET_S: no new task after it), not
     this test's: a wall-clock bound here would fail on a slow core (timings: benchmarks/)."""
-    run = subprocess.run([sys.executable, "-m", "paraspec.cli", "bench", "--quick", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "paraspec.cli", "bench", "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert identity_failures(results) == []

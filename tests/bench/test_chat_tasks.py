@@ -1,4 +1,5 @@
 """chat: chatterbot-corpus's opening user turns, or language-reference questions without it."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,17 +23,24 @@ def test_chat_source():
 def test_chat_falls_back_to_reference_questions(monkeypatch):
     monkeypatch.setattr(chat_tasks, "_chat_from_chatterbot", lambda: [])
     tasks = load_task_set("chat")
-    assert len(tasks) >= 50 and all(t.kind == "reference" and "language reference" in t.source for t in tasks)
+    assert len(tasks) >= 50 and all(
+        t.kind == "reference" and "language reference" in t.source for t in tasks
+    )
     assert tasks[0].messages[0]["content"].startswith("Explain ")
 
 
-@pytest.mark.parametrize("opener,kept", [
-    ("What is a compiler?", True),
-    ("Tell me about the French revolution", True),
-    ("Can you write a sorting function?", True),
-    ("are you sentient", False),                 # a remark to the bot: answered in a line
-    ("you are arrogant", False),
-    ("hello there", False),                      # neither a question nor a request
-])
+@pytest.mark.parametrize(
+    "opener,kept",
+    [
+        ("What is a compiler?", True),
+        ("Tell me about the French revolution", True),
+        ("Can you write a sorting function?", True),
+        ("are you sentient", False),  # a remark to the bot: answered in a line
+        ("you are arrogant", False),
+        ("hello there", False),  # neither a question nor a request
+    ],
+)
 def test_openers_kept_are_questions_and_requests_not_remarks_to_the_bot(opener, kept):
-    assert (bool(chat_tasks._ASKS.search(opener)) and not chat_tasks._TO_THE_BOT.search(opener)) == kept
+    assert (
+        bool(chat_tasks._ASKS.search(opener)) and not chat_tasks._TO_THE_BOT.search(opener)
+    ) == kept

@@ -1,4 +1,5 @@
 """bench/dialogue: a task turn by turn, each run's later turn after that run's own answer."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,19 @@ def tok(bundled_llm_default):
 
 
 def test_each_run_asks_its_next_turn_after_its_own_answer(tok):
-    d = Dialogue.of(Task("mtbench", "writing/1", None, [{"role": "user", "content": Q1}], 256, "s",
-                         followups=(Q2,)), tok, 8)
+    d = Dialogue.of(
+        Task(
+            "mtbench",
+            "writing/1",
+            None,
+            [{"role": "user", "content": Q1}],
+            256,
+            "s",
+            followups=(Q2,),
+        ),
+        tok,
+        8,
+    )
     assert d.turns == 2 and d.first.max_new_tokens == 8 and d.kind == "writing"
     a, b, never = ("md-tree", "sampled", 0), ("md-tree", "sampled", 1), ("hf", "greedy", 0)
     first = d.task(0, a)
@@ -27,17 +39,22 @@ def test_each_run_asks_its_next_turn_after_its_own_answer(tok):
         d.answered(run, ids)
     for run, ids in answers.items():
         second = d.task(1, run)
-        chat = [{"role": "user", "content": Q1}, {"role": "assistant", "content": tok.decode(ids)},
-                {"role": "user", "content": Q2}]
+        chat = [
+            {"role": "user", "content": Q1},
+            {"role": "assistant", "content": tok.decode(ids)},
+            {"role": "user", "content": Q2},
+        ]
         assert second.task_id == "writing/1#2" and second.prompt_ids == tok.encode_chat(chat)
         assert d.chat(run) == chat
-    assert d.task(1, never) is None            # no answer to turn 1 (a peer dropped on it): nothing to ask
+    assert d.task(1, never) is None  # no answer to turn 1 (a peer dropped on it): nothing to ask
 
 
 def test_a_single_turn_task_keeps_its_id(tok):
     d = Dialogue.of(Task("humaneval", "HumanEval/0", "def f():", None, 256, "s"), tok, None)
     run = ("ar", "greedy", 0)
-    assert d.turns == 1 and d.task(0, run).task_id == "HumanEval/0" and d.first.max_new_tokens == 256
+    assert (
+        d.turns == 1 and d.task(0, run).task_id == "HumanEval/0" and d.first.max_new_tokens == 256
+    )
     d.answered(run, [1, 2])
     assert d.chat(run) is None
 
@@ -45,4 +62,3 @@ def test_a_single_turn_task_keeps_its_id(tok):
 def test_follow_ups_need_a_chat():
     with pytest.raises(ValueError, match="follow-up turns need a chat"):
         Task("mtbench", "x/1", "raw prompt", None, 8, "s", followups=("again",))
-

@@ -1,4 +1,5 @@
 """bench/markdown: what report.md says, from hand-written results (see conftest.hand_results)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,7 +21,10 @@ def test_the_method_the_systems_and_a_table_per_set(hand_results):
     assert "| md-tree | 2.50x |" in md
     assert "### grounded (greedy)" in md
     assert "| md-tree | 2 | 25.0 | **2.50x** (2.00-3.00) | 2.00 | 0.62 |" in md
-    assert "| ar | 2 | 10.0 | 1 (baseline) |" in md and "| hf | 2 | 10.0 | **1.00x** (0.80-1.20) |" in md
+    assert (
+        "| ar | 2 | 10.0 | 1 (baseline) |" in md
+        and "| hf | 2 | 10.0 | **1.00x** (0.80-1.20) |" in md
+    )
     assert "2/2 |" in md and "50 % prefix |" in md
 
 
@@ -28,7 +32,10 @@ def test_targets_ttft_and_no_failure_notes(hand_results):
     md = render(hand_results)
     assert "## Targets from the issues" in md
     assert "| memory_decoding >= 2.5x on grounded (median) | md-tree | 2.50x | pass |" in md
-    assert "## TTFT on a 100-token prompt (trie insertion at prefill)" in md and "| md-tree | 1.020 (+2.0 %) |" in md
+    assert (
+        "## TTFT on a 100-token prompt (trie insertion at prefill)" in md
+        and "| md-tree | 1.020 (+2.0 %) |" in md
+    )
     assert "## Notes" not in md and "Sampled" not in md
 
 
@@ -43,20 +50,32 @@ def test_lossless_failures_and_notes_are_listed(hand_results):
     next(m for m in hand_results["measurements"] if m["system"] == "md-tree")["token_ids"] = [9]
     hand_results["notes"] = ["main: stopped at the --quick time budget"]
     md = render(hand_results)
-    assert "## Notes\n\n- main: stopped at the --quick time budget\n" \
-           "- LOSSLESSNESS FAILURE: md-tree differs from AR on main/grounded/t/0" in md
+    assert (
+        "## Notes\n\n- main: stopped at the --quick time budget\n"
+        "- LOSSLESSNESS FAILURE: md-tree differs from AR on main/grounded/t/0" in md
+    )
 
 
 def test_figures_are_linked_by_file_name(hand_results):
-    md = render(hand_results, {"speedup": Path("/out/speedup.png"), "accept_hist": Path("/out/accept_hist.png")})
+    md = render(
+        hand_results,
+        {"speedup": Path("/out/speedup.png"), "accept_hist": Path("/out/accept_hist.png")},
+    )
     assert "![speedup per task set and system](speedup.png)" in md
     assert "![accepted tokens per step](accept_hist.png)" in md
 
 
 def test_serving_table(hand_results):
-    hand_results["serving"] = {"requests": 4, "task_set": "grounded", "max_tokens": 64, "plugin_params": {},
-                               "runs": [{"system": "paraspec-ar", "concurrency": 1, "tokens_per_s": 40.0, "texts": ["a"]},
-                                        {"system": "paraspec-md", "concurrency": 1, "tokens_per_s": 80.0, "texts": ["a"]}]}
+    hand_results["serving"] = {
+        "requests": 4,
+        "task_set": "grounded",
+        "max_tokens": 64,
+        "plugin_params": {},
+        "runs": [
+            {"system": "paraspec-ar", "concurrency": 1, "tokens_per_s": 40.0, "texts": ["a"]},
+            {"system": "paraspec-md", "concurrency": 1, "tokens_per_s": 80.0, "texts": ["a"]},
+        ],
+    }
     md = render(hand_results)
     assert "| 1 | 40.0 | 80.0 | 2.00x | True |" in md
 
@@ -64,4 +83,6 @@ def test_serving_table(hand_results):
 def test_a_peer_says_what_its_drafts_start_from(hand_results):
     """llama-server's n-gram modes restart before every run: the memory column says cold, not '-'."""
     hand_results["systems"]["llamacpp"]["memory"] = "cold (restarted per run)"
-    assert "| skipped: llama-cpp-python is not installed | cold (restarted per run) |" in render(hand_results)
+    assert "| skipped: llama-cpp-python is not installed | cold (restarted per run) |" in render(
+        hand_results
+    )

@@ -1,6 +1,7 @@
 """`paraspec bench --tasks mtbench` on the bundled model, in this process: both turns, each system's
 turn 2 after its own turn 1, greedy = AR per turn, the per-kind table; and a warm memory built from
 the model's own answers, run beside the cold systems as "hybrid+warm"."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,12 +14,25 @@ from paraspec.bench.run import bench_main
 from paraspec.bench.tasks import load_task_set
 
 SYSTEMS = ("ar", "md-tree", "hybrid+warm")
-PINNED_COST = '{"1": 1, "4": 1.3, "8": 1.7, "16": 2.6}'   # skips the start-up probe: drafts are not timed here
+PINNED_COST = (
+    '{"1": 1, "4": 1.3, "8": 1.7, "16": 2.6}'  # skips the start-up probe: drafts are not timed here
+)
 
 
 def _args(**kw) -> argparse.Namespace:
-    base = dict(quick=False, out=None, tasks="mtbench", systems=",".join(SYSTEMS), n=2, max_new_tokens=8,
-                repeats=1, modes="greedy", no_ttft_probe=True, model=None, threads=None)
+    base = dict(
+        quick=False,
+        out=None,
+        tasks="mtbench",
+        systems=",".join(SYSTEMS),
+        n=2,
+        max_new_tokens=8,
+        repeats=1,
+        modes="greedy",
+        no_ttft_probe=True,
+        model=None,
+        threads=None,
+    )
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -30,28 +44,36 @@ def run(tmp_path_factory, mtbench_data, sharegpt_data):
         mp.setenv("PARASPEC_FORWARD_COST", PINNED_COST)
         assert bench_main(_args(build_warm_memory=2, warm_memory=str(warm))) == 0
         assert bench_main(_args(out=str(tmp / "out"), warm_memory=str(warm))) == 0
-    return tmp, json.loads((tmp / "out" / "results.json").read_text()), (tmp / "out" / "report.md").read_text()
+    return (
+        tmp,
+        json.loads((tmp / "out" / "results.json").read_text()),
+        (tmp / "out" / "report.md").read_text(),
+    )
 
 
 def test_every_question_is_measured_turn_by_turn_ar_first(run):
     _, results, _ = run
     ids = [t.task_id for t in load_task_set("mtbench", 2)]
-    assert [(t["task_id"], t["kind"], t["turn"]) for t in results["tasks"]] == \
-        [(f"{i}#{k}", i.split("/")[0], k) for i in ids for k in (1, 2)]
+    assert [(t["task_id"], t["kind"], t["turn"]) for t in results["tasks"]] == [
+        (f"{i}#{k}", i.split("/")[0], k) for i in ids for k in (1, 2)
+    ]
     ran = [(m["task_id"], m["system"]) for m in results["measurements"] if m["suite"] == "main"]
     assert [tid for tid, _ in ran] == [f"{i}#{k}" for i in ids for k in (1, 2) for _ in SYSTEMS]
-    assert all(ran[j][1] == "ar" for j in range(0, len(ran), len(SYSTEMS)))   # AR opens every turn
+    assert all(ran[j][1] == "ar" for j in range(0, len(ran), len(SYSTEMS)))  # AR opens every turn
 
 
 def test_turn_two_follows_each_systems_own_first_answer(run, bundled_llm_default):
     _, results, _ = run
-    tok = bundled_llm_default.tokenizer     # the bundled model's, as the bench's
+    tok = bundled_llm_default.tokenizer  # the bundled model's, as the bench's
     main = {(m["task_id"], m["system"]): m for m in results["measurements"] if m["suite"] == "main"}
     for t in load_task_set("mtbench", 2):
         for s in SYSTEMS:
             first = main[(f"{t.task_id}#1", s)]
-            chat = [*t.messages, {"role": "assistant", "content": tok.decode(first["token_ids"])},
-                    {"role": "user", "content": t.followups[0]}]
+            chat = [
+                *t.messages,
+                {"role": "assistant", "content": tok.decode(first["token_ids"])},
+                {"role": "user", "content": t.followups[0]},
+            ]
             assert first["prompt_tokens"] == len(tok.encode_chat(t.messages))
             assert main[(f"{t.task_id}#2", s)]["prompt_tokens"] == len(tok.encode_chat(chat))
 
@@ -82,6 +104,11 @@ def test_the_warm_memory_holds_the_models_answers_and_says_where_they_came_from(
     memory = read_memory_file(tmp / "warm.trie")
     assert len(memory.outputs) > 0 and memory.count.sum() > 0
     info = results["config"]["warm_memory"]
-    assert (info["n"], info["split"], info["max_new_tokens"], len(info["chats"])) == (2, "warm", 8, 2)
+    assert (info["n"], info["split"], info["max_new_tokens"], len(info["chats"])) == (
+        2,
+        "warm",
+        8,
+        2,
+    )
     assert results["config"]["warm_memory_file"] == str(tmp / "warm.trie")
     assert "memory starts warm from" in results["systems"]["hybrid+warm"]["description"]

@@ -1,4 +1,5 @@
 """bench/replayed_speedup.py: the replay of each drafter, the lookahead window's rows priced."""
+
 import random
 
 from paraspec.bench.replayed_speedup import DRAFTERS, SMOLLM2_EOS, replay_priced, replayed_speedups
@@ -6,7 +7,7 @@ from paraspec.decoding.policy.cost import CostModel
 from paraspec.tools.records import Record
 from paraspec.tools.replay import replay_groups
 
-NEARLY_FLAT = CostModel({1: 1.0, 64: 1.3})      # rows cheap: the lookahead window runs
+NEARLY_FLAT = CostModel({1: 1.0, 64: 1.3})  # rows cheap: the lookahead window runs
 
 
 def _records() -> list[Record]:
@@ -15,7 +16,9 @@ def _records() -> list[Record]:
     for _ in range(3):
         prompt = [rng.randrange(3, 400) for _ in range(300)]
         a = rng.randrange(0, 200)
-        out.append(Record(prompt, prompt[a:a + 40] + [rng.randrange(3, 400) for _ in range(30)], "g"))
+        out.append(
+            Record(prompt, prompt[a : a + 40] + [rng.randrange(3, 400) for _ in range(30)], "g")
+        )
     return out
 
 
@@ -25,7 +28,11 @@ def test_the_window_is_priced_and_nothing_else_changes():
     priced, rows = replay_priced(la, recs, NEARLY_FLAT)
     plain = replay_groups(la, recs, SMOLLM2_EOS, NEARLY_FLAT)["g"]
     assert rows > 0
-    assert (priced.steps, priced.tokens, priced.accepted) == (plain.steps, plain.tokens, plain.accepted)
+    assert (priced.steps, priced.tokens, priced.accepted) == (
+        plain.steps,
+        plain.tokens,
+        plain.accepted,
+    )
     assert priced.cost > plain.cost
     assert sum(c for _, c, _ in priced.per_request) == priced.cost
 

@@ -1,4 +1,5 @@
 """grounded and repeated: the stdlib's own source and language reference, quoted verbatim."""
+
 from __future__ import annotations
 
 import re
@@ -25,7 +26,9 @@ def test_grounded_material_is_verbatim_real_text():
             topic = re.search(r"topics\['([^']+)'\]", t.source).group(1)
             # The passage's first paragraph (its heading) and its last line come from that topic's text.
             body = t.text.split("\n\n", 1)[1]
-            lines = [ln for ln in body.splitlines() if ln.strip() and not ln.startswith("Question: ")]
+            lines = [
+                ln for ln in body.splitlines() if ln.strip() and not ln.startswith("Question: ")
+            ]
             assert lines[0] in topics[topic] and lines[-1] in topics[topic]
         else:
             mod = t.source.split("module ", 1)[1].split(" ", 1)[0]
@@ -40,7 +43,9 @@ def test_repeated_asks_each_request_twice_in_order():
     tasks = load_task_set("repeated")
     half = len(tasks) // 2
     first, second = tasks[:half], tasks[half:]
-    assert all(t.task_id.endswith("#1") for t in first) and all(t.task_id.endswith("#2") for t in second)
+    assert all(t.task_id.endswith("#1") for t in first) and all(
+        t.task_id.endswith("#2") for t in second
+    )
     assert [t.messages for t in first] == [t.messages for t in second]
     assert len({t.source for t in tasks}) == 1  # one module: the same kind of request throughout
     few = load_task_set("repeated", n=5, seed=0)

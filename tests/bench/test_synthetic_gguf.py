@@ -1,5 +1,6 @@
 """bench/synthetic_gguf.py: the real models' shapes, llama.cpp's mix of block formats, a file that
 paraspec loads and runs, and block values of the intended scale."""
+
 import math
 
 import numpy as np
@@ -22,7 +23,10 @@ def test_llama_3_2_1b_q4_k_m_mix():
     by_name = {t.name: t for t in plan}
     # tied: no output.weight, the token embedding is the LM head and takes the output's Q6_K
     assert "output.weight" not in by_name
-    assert (by_name["token_embd.weight"].shape, by_name["token_embd.weight"].kind) == ((128256, 2048), "Q6_K")
+    assert (by_name["token_embd.weight"].shape, by_name["token_embd.weight"].kind) == (
+        (128256, 2048),
+        "Q6_K",
+    )
     assert by_name["blk.0.attn_q.weight"].shape == (32 * 64, 2048)
     assert by_name["blk.0.attn_k.weight"].shape == (8 * 64, 2048)
     assert by_name["blk.0.ffn_down.weight"].shape == (2048, 8192)
@@ -36,13 +40,17 @@ def test_llama_3_2_1b_q4_k_m_mix():
         assert set(_kinds(plan, part + ".weight")) == {"Q4_K"}
     q4_0 = syn.tensor_plan(syn.SHAPES["llama-3.2-1b"], "Q4_0")
     assert {t.kind for t in q4_0 if t.matmul and t.name != "token_embd.weight"} == {"Q4_0"}
-    assert {t.kind for t in syn.tensor_plan(syn.SHAPES["llama-3.2-1b"], "Q4_0", pure=True) if t.matmul} == {"Q4_0"}
+    assert {
+        t.kind for t in syn.tensor_plan(syn.SHAPES["llama-3.2-1b"], "Q4_0", pure=True) if t.matmul
+    } == {"Q4_0"}
 
 
 def test_qwen_shapes_and_fallbacks():
     plan = syn.tensor_plan(syn.SHAPES["qwen2.5-1.5b"], "Q4_K_M")
     by_name = {t.name: t for t in plan}
-    assert by_name["blk.27.attn_q.bias"].shape == (1536,) and by_name["blk.0.attn_k.bias"].shape == (256,)
+    assert by_name["blk.27.attn_q.bias"].shape == (1536,) and by_name[
+        "blk.0.attn_k.bias"
+    ].shape == (256,)
     assert by_name["blk.0.ffn_gate.weight"].shape == (8960, 1536)
     assert sum(t.name.endswith("attn_norm.weight") for t in plan) == 28
     # 0.5B: 896 columns are not whole 256-superblocks: Q4_K -> Q5_0, Q6_K -> Q8_0 (llama.cpp's fallback);
@@ -63,12 +71,36 @@ def test_weight_bytes_counts_the_tied_head_once():
 
 def test_llama3_rope_factors_match_the_rope_scaling_they_stand_for():
     shape = syn.SHAPES["llama-3.2-3b"]
-    base = dict(arch="llama", vocab_size=10, dim=3072, n_layers=1, n_heads=24, n_kv_heads=8, head_dim=128,
-                hidden_dim=8, norm_eps=1e-5, rope_theta=5e5, max_seq_len=9000)
-    hf = ModelArgs(**base, rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
-    ours = ModelArgs(**base, rope_scaling={"rope_type": "freq_factors",
-                                           "factors": syn.llama3_rope_factors(shape).tolist()})
+    base = dict(
+        arch="llama",
+        vocab_size=10,
+        dim=3072,
+        n_layers=1,
+        n_heads=24,
+        n_kv_heads=8,
+        head_dim=128,
+        hidden_dim=8,
+        norm_eps=1e-5,
+        rope_theta=5e5,
+        max_seq_len=9000,
+    )
+    hf = ModelArgs(
+        **base,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    )
+    ours = ModelArgs(
+        **base,
+        rope_scaling={
+            "rope_type": "freq_factors",
+            "factors": syn.llama3_rope_factors(shape).tolist(),
+        },
+    )
     for a, b in zip(rope_tables(hf, 9000), rope_tables(ours, 9000)):
         torch.testing.assert_close(a, b, atol=2e-4, rtol=0)
     factors = syn.llama3_rope_factors(shape)
@@ -80,7 +112,7 @@ def test_random_blocks_have_the_intended_scale(kind):
     t = syn.TensorPlan("w", (64, 512), kind)
     w = ggml.dequantize(ggml.GGUFWeight(kind, syn.random_tensor(t, np.random.default_rng(0))))
     assert abs(w.std().item() - syn.STD) < 0.1 * syn.STD
-    assert abs(w.mean().item()) < 0.15 * syn.STD     # Q4_0's grid -8..7 is off centre by half a step
+    assert abs(w.mean().item()) < 0.15 * syn.STD  # Q4_0's grid -8..7 is off centre by half a step
     assert syn.random_tensor(t, np.random.default_rng(0)).nbytes == t.nbytes
 
 
@@ -90,15 +122,23 @@ TINY = syn.SHAPES["qwen2.5-0.5b"].scaled(layers=2, vocab=49152 + 64)
 def test_a_written_file_holds_the_plan(tmp_path):
     path = syn.write_synthetic(tmp_path / "tiny.gguf", TINY, "Q4_K_M")
     reader = read_gguf(path)
-    written = {name: (t.tensor_type.name, tuple(reversed(t.shape))) for name, t in reader.tensors.items()}
+    written = {
+        name: (t.tensor_type.name, tuple(reversed(t.shape))) for name, t in reader.tensors.items()
+    }
     plan = syn.tensor_plan(TINY, "Q4_K_M")
     assert written == {t.name: (t.kind, t.shape) for t in plan}
-    assert written["blk.1.ffn_up.weight"] == ("Q5_0", (4864, 896))   # 896 columns: Q4_K's fallback
+    assert written["blk.1.ffn_up.weight"] == ("Q5_0", (4864, 896))  # 896 columns: Q4_K's fallback
     assert written["blk.1.ffn_down.weight"] == ("Q6_K", (896, 4864))  # the last eighth: more bits
     fields = reader.fields
-    assert (fields["qwen2.block_count"], fields["qwen2.embedding_length"], fields["qwen2.attention.head_count_kv"]) \
-        == (2, 896, 2)
-    assert len(fields["tokenizer.ggml.tokens"]) == 49216 and fields["tokenizer.ggml.tokens"][-1] == "[PAD49215]"
+    assert (
+        fields["qwen2.block_count"],
+        fields["qwen2.embedding_length"],
+        fields["qwen2.attention.head_count_kv"],
+    ) == (2, 896, 2)
+    assert (
+        len(fields["tokenizer.ggml.tokens"]) == 49216
+        and fields["tokenizer.ggml.tokens"][-1] == "[PAD49215]"
+    )
     assert path.stat().st_size >= sum(t.nbytes for t in plan)
 
 
@@ -110,11 +150,17 @@ def test_a_written_file_loads_and_decodes(tmp_path, quant):
 
     path = syn.write_synthetic(tmp_path / "tiny.gguf", TINY, quant)
     llm = LLM(str(path))
-    assert llm.model.args.vocab_size == 49216 and llm.model.args.qkv_bias and llm.config.quantization == "gguf"
+    assert (
+        llm.model.args.vocab_size == 49216
+        and llm.model.args.qkv_bias
+        and llm.config.quantization == "gguf"
+    )
     model = llm.model
     cache = model.new_cache(32)
     logits = model.forward(torch.arange(100, 110), torch.arange(10), [SeqInput(cache, 10)])
     assert logits.shape == (10, 49216) and torch.isfinite(logits).all() and logits.std() > 0
-    out = llm.generate([list(range(100, 120))], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))[0]
+    out = llm.generate(
+        [list(range(100, 120))], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    )[0]
     assert len(out.token_ids) == 6 and all(0 <= t < 49216 for t in out.token_ids)
     assert not math.isnan(out.stats["tokens_per_s"])

@@ -1,4 +1,5 @@
 """The Task type and the prompt helpers every task set builds with."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,8 +15,14 @@ def test_a_task_has_a_prompt_or_messages_not_both():
 
 
 def test_kind_is_the_id_before_the_slash_and_text_joins_the_turns():
-    t = Task("grounded", "edit-rename/csv.reader", None,
-             [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], 64, "here")
+    t = Task(
+        "grounded",
+        "edit-rename/csv.reader",
+        None,
+        [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+        64,
+        "here",
+    )
     assert t.kind == "edit-rename" and t.text == "a\nb"
     assert Task("humaneval", "HumanEval/0", "def f():", None, 256, "here").text == "def f():"
 
@@ -24,7 +31,7 @@ def test_answer_cap_leaves_room_and_stays_in_bounds():
     assert answer_cap(0) == 64 and answer_cap(10**6) == 384
     caps = [answer_cap(n) for n in range(0, 2000, 50)]
     assert caps == sorted(caps)
-    assert answer_cap(700) > 700 / 3.5          # more than the answer's own tokens: it ends by itself
+    assert answer_cap(700) > 700 / 3.5  # more than the answer's own tokens: it ends by itself
 
 
 def test_copy_task_does_not_share_messages():

@@ -1,5 +1,6 @@
 """The draft policy: calibration from counterfactual evidence, the merge of sources into one
 best-first tree, and the draft size priced by the cost curve."""
+
 import pytest
 
 from paraspec.decoding.policy.cost import CostModel
@@ -7,7 +8,7 @@ from paraspec.decoding.policy.calibration import streak_state
 from paraspec.decoding.policy.draft_policy import DraftPolicy
 from paraspec.decoding.contract.tree import DraftTree
 
-FLAT = CostModel({1: 1.0, 64: 1.0})                          # rows are free
+FLAT = CostModel({1: 1.0, 64: 1.0})  # rows are free
 STEEP = CostModel({1: 1.0, 2: 1.3, 4: 1.6, 8: 2.2, 16: 3.4})  # every row costs
 
 
@@ -33,9 +34,9 @@ def test_merge_keeps_one_node_per_path_best_first_with_its_sources():
     draft, _ = pol.select("r", [0], [a, b], 64, FLAT)
     paths = {tuple(draft.tokens[n] for n in draft.path_to(i)) for i in range(len(draft))}
     assert paths == {(1,), (1, 2), (1, 2, 3), (1, 2, 7), (5,)}
-    assert all(p < i for i, p in enumerate(draft.parents))                  # parents first
+    assert all(p < i for i, p in enumerate(draft.parents))  # parents first
     assert all(draft.probs[i] <= draft.probs[p] for i, p in enumerate(draft.parents) if p >= 0)
-    assert draft.probs == sorted(draft.probs, reverse=True)                  # best first
+    assert draft.probs == sorted(draft.probs, reverse=True)  # best first
     owners = pol._requests["r"].owners
     assert owners[draft.tokens.index(1)] == 0b11 and owners[draft.tokens.index(5)] == 0b10
 
@@ -61,10 +62,10 @@ def test_calibration_learns_from_nodes_that_were_not_sent():
 def test_the_draft_size_follows_the_cost_curve():
     pol = DraftPolicy(1)
     pol.begin("r")
-    t = tree([[1, 2, 3, 4, 5, 6, 7, 8]], 0.3)       # a chain the source is unsure of
-    assert len(pol.select("r", [0], [t], 64, FLAT, score=False)[0]) == 8       # free rows: all
-    assert len(pol.select("r", [0], [t], 64, STEEP, score=False)[0]) == 0      # dear rows: none
-    assert len(pol.select("r", [0], [t], 3, FLAT, score=False)[0]) == 3        # the budget caps
+    t = tree([[1, 2, 3, 4, 5, 6, 7, 8]], 0.3)  # a chain the source is unsure of
+    assert len(pol.select("r", [0], [t], 64, FLAT, score=False)[0]) == 8  # free rows: all
+    assert len(pol.select("r", [0], [t], 64, STEEP, score=False)[0]) == 0  # dear rows: none
+    assert len(pol.select("r", [0], [t], 3, FLAT, score=False)[0]) == 3  # the budget caps
     # MindIE's static length: the whole tree when it is worth anything at all
     sure = tree([[1, 2, 3, 4, 5, 6, 7, 8]], 0.99)
     assert len(pol.select("r", [0], [sure], 64, STEEP, send_all=8, score=False)[0]) == 8
@@ -78,7 +79,7 @@ def test_streak_state_marks_copying_and_sources_gains():
     draft, _ = pol.select("r", [0], [a, None], 64, FLAT)
     assert pol.observe("r", [1, 2, 3, 4, 5, 6], sources=(0,)) == 5
     assert pol.state("r") == 2
-    assert pol.stats.gain[0] > 0.1 and pol.stats.gain[1] == pytest.approx(0.1)   # only 0 ran
+    assert pol.stats.gain[0] > 0.1 and pol.stats.gain[1] == pytest.approx(0.1)  # only 0 ran
 
 
 def test_merged_then_sent_is_select_for_a_caller_that_sizes_drafts_itself():
@@ -101,7 +102,9 @@ def test_merged_then_sent_is_select_for_a_caller_that_sizes_drafts_itself():
     assert pols[0].state("r") == pols[1].state("r")
 
 
-ZEN1 = CostModel({1: 1.0, 2: 2.08, 4: 3.04, 8: 6.08, 12: 7.95, 16: 11.16, 32: 20.26})   # a row ~0.7 of a step
+ZEN1 = CostModel(
+    {1: 1.0, 2: 2.08, 4: 3.04, 8: 6.08, 12: 7.95, 16: 11.16, 32: 20.26}
+)  # a row ~0.7 of a step
 
 
 def test_an_unsent_copy_is_learnt_and_then_verified_where_rows_are_dear():
@@ -110,20 +113,24 @@ def test_an_unsent_copy_is_learnt_and_then_verified_where_rows_are_dear():
     newer ones evict are scored on the truth so far; so drafts go out before the copy ends."""
     pol = DraftPolicy(1)
     pol.begin("r")
-    text = list(range(100, 300))          # the text the trie would offer, and the text that comes
+    text = list(range(100, 300))  # the text the trie would offer, and the text that comes
     ctx, sizes, why = [0], [], []
     while len(ctx) < 120:
         at = len(ctx) - 1
-        chain = tree([text[at:at + 24]], 0.4)         # the source unsure: 0.4 for each node
+        chain = tree([text[at : at + 24]], 0.4)  # the source unsure: 0.4 for each node
         draft, _ = pol.select("r", ctx, [chain], 24, ZEN1)
         sizes.append(len(draft))
         why.append(pol.reason("r"))
-        n = draft.follow(text[at:at + 24])
-        committed = text[at:at + n + 1]
+        n = draft.follow(text[at : at + 24])
+        committed = text[at : at + n + 1]
         pol.observe("r", committed)
         ctx += committed
     assert sizes[0] == 0 and why[0] == "rows_too_dear"
     assert pol.state("r") == 2
     first = next(i for i, n in enumerate(sizes) if n)
-    assert first <= 16 and sum(sizes[first:]) >= 60 and len(sizes) < 119 // 3     # verified, and it pays
-    assert pol.calibrated("r", 0, 1, 0.4) > 0.8      # a first node like these is now known to be accepted
+    assert (
+        first <= 16 and sum(sizes[first:]) >= 60 and len(sizes) < 119 // 3
+    )  # verified, and it pays
+    assert (
+        pol.calibrated("r", 0, 1, 0.4) > 0.8
+    )  # a first node like these is now known to be accepted

@@ -6,14 +6,20 @@ from drafters import RandomTreeDrafter
 from paraspec import LLM, SamplingParams
 from paraspec.decoding.policy.gate import MAX_SKIP, WARMUP, DraftGate
 
-PLAIN = 5e-3      # seconds of a one-row step
+PLAIN = 5e-3  # seconds of a one-row step
 
 
 def step(gate: DraftGate, tokens: int, rows_cost: float, propose_s: float = 3e-4) -> bool:
     """One step as the engine runs it; whether it looked."""
     looked = gate.look()
-    gate.update(looked, tokens if looked else 1, PLAIN * (rows_cost if looked else 1.0),
-                rows_cost if looked else 1.0, propose_s if looked else 0.0, 1e-4)
+    gate.update(
+        looked,
+        tokens if looked else 1,
+        PLAIN * (rows_cost if looked else 1.0),
+        rows_cost if looked else 1.0,
+        propose_s if looked else 0.0,
+        1e-4,
+    )
     return looked
 
 
@@ -38,7 +44,7 @@ def test_a_look_that_pays_opens_the_gate():
     gate = DraftGate()
     for _ in range(60):
         step(gate, 1, 1.2)
-    while not gate.look():          # to the next look: it finds a copy (6 tokens for 2.5 steps' time)
+    while not gate.look():  # to the next look: it finds a copy (6 tokens for 2.5 steps' time)
         gate.update(False, 1, PLAIN, 1.0, 0.0, 1e-4)
     gate.update(True, 6, PLAIN * 2.5, 2.5, 3e-4, 1e-4)
     assert [step(gate, 6, 2.5) for _ in range(20)] == [True] * 20
@@ -66,7 +72,10 @@ class VirtualClock:
 
 def test_engine_asks_a_drafter_that_is_never_right_less_often(tiny_model_dir, monkeypatch):
     import paraspec.decoding.contract.stats as stats
-    llm = LLM(str(tiny_model_dir("llama", n_layers=2, hidden=64, heads=4, kv_heads=2)), dtype="float32")
+
+    llm = LLM(
+        str(tiny_model_dir("llama", n_layers=2, hidden=64, heads=4, kv_heads=2)), dtype="float32"
+    )
     vocab = llm.model.args.vocab_size
     params = SamplingParams(temperature=0, max_tokens=80, ignore_eos=True)
     ar = llm.generate(["a b c"], params)[0]
@@ -77,6 +86,7 @@ def test_engine_asks_a_drafter_that_is_never_right_less_often(tiny_model_dir, mo
     def timed_verify(*a, **k):
         clock.now += clock.FORWARD
         return verify(*a, **k)
+
     monkeypatch.setattr(llm.runner, "verify", timed_verify)
     calls = {}
     for gated in (False, True):
@@ -89,6 +99,7 @@ def test_engine_asks_a_drafter_that_is_never_right_less_often(tiny_model_dir, mo
             n[0] += 1
             clock.now += clock.LOOK
             return propose(*a, **k)
+
         drafter.propose = counted
         llm.engine.draft_gate, llm.engine.default_drafter = gated, drafter
         out = llm.generate(["a b c"], params)[0]
@@ -96,6 +107,6 @@ def test_engine_asks_a_drafter_that_is_never_right_less_often(tiny_model_dir, mo
         assert out.token_ids == ar.token_ids
         calls[gated] = n[0]
     llm.engine.draft_gate = True
-    assert calls[False] == 78        # every decode step but the last (one token left: no draft)
+    assert calls[False] == 78  # every decode step but the last (one token left: no draft)
     # the warm-up, then a look in every MAX_SKIP + 1 steps: exactly, on the virtual clock
     assert WARMUP <= calls[True] <= WARMUP + (78 - WARMUP) // (MAX_SKIP + 1) + 4

@@ -16,6 +16,7 @@ from paraspec.errors import ConfigError
 
 # ------------------------------------------------------------------------------- helpers
 
+
 def full_query(p: Proposal) -> tuple[np.ndarray, np.ndarray, int]:
     """Root-relative positions and [q, q] mask of the query the verifier builds:
     [root] + draft tree (depth positions, ancestor mask) + lookahead branch (offsets, its mask
@@ -24,22 +25,22 @@ def full_query(p: Proposal) -> tuple[np.ndarray, np.ndarray, int]:
     n, m = len(tree), (len(br.tokens) if br else 0)
     pos = np.array([0] + tree.depths() + (list(br.offsets) if br else []))
     mask = np.zeros((1 + n + m, 1 + n + m), dtype=bool)
-    mask[:n + 1, :n + 1] = tree.ancestor_mask()
+    mask[: n + 1, : n + 1] = tree.ancestor_mask()
     if br:
-        mask[n + 1:, 0] = True
-        mask[n + 1:, n + 1:] = br.mask
+        mask[n + 1 :, 0] = True
+        mask[n + 1 :, n + 1 :] = br.mask
     return pos, mask, n
 
 
 def assert_valid_causal_contexts(p: Proposal) -> int:
     """Every row sees exactly one token at each position 0..pos(row); returns the query size."""
     pos, mask, n = full_query(p)
-    onehot = pos[:, None] == np.arange(pos.max() + 1)[None, :]             # [q, max_pos + 1]
-    seen = mask.astype(np.int64) @ onehot.astype(np.int64)                 # tokens seen per position
+    onehot = pos[:, None] == np.arange(pos.max() + 1)[None, :]  # [q, max_pos + 1]
+    seen = mask.astype(np.int64) @ onehot.astype(np.int64)  # tokens seen per position
     expected = np.arange(pos.max() + 1)[None, :] <= pos[:, None]
     bad = np.flatnonzero((seen != expected).any(axis=1))
     assert bad.size == 0, f"rows {bad.tolist()} do not see positions 0..pos exactly once"
-    assert not mask[1:n + 1, n + 1:].any() and not mask[n + 1:, 1:n + 1].any()
+    assert not mask[1 : n + 1, n + 1 :].any() and not mask[n + 1 :, 1 : n + 1].any()
     if p.lookahead is not None:
         assert all(0 <= r < len(p.lookahead.tokens) for r in p.lookahead.output_rows)
     return len(pos)
@@ -77,7 +78,7 @@ def verify_greedy(model, context: list[int], p: Proposal) -> tuple[list[int], li
     return out, argmax
 
 
-FREE = {1: 1.0, 4096: 1.0}   # verification rows cost nothing (an accelerator's regime)
+FREE = {1: 1.0, 4096: 1.0}  # verification rows cost nothing (an accelerator's regime)
 
 
 def free_rows(d: LookaheadDrafter) -> WithContext:
@@ -100,7 +101,7 @@ def run(drafter, model, prompt, steps, seed=0, proposals=None):
         context += committed
         per_step.append(len(committed))
     drafter.end("r")
-    return context[len(prompt):], np.array(per_step)
+    return context[len(prompt) :], np.array(per_step)
 
 
 def periodic(seq: list[int]):
@@ -110,6 +111,7 @@ def periodic(seq: list[int]):
 
 # ------------------------------------------------------------------------------- params
 
+
 def test_params_defaults_and_budget():
     p = LookaheadParams()
     assert (p.level, p.window, p.guess_set_size) == (4, 5, 5)
@@ -117,9 +119,19 @@ def test_params_defaults_and_budget():
     assert p.validate(30) is p and p.validate(None) is p
 
 
-@pytest.mark.parametrize("field,value", [("level", 2), ("level", 17), ("window", 0), ("window", 17),
-                                         ("guess_set_size", 0), ("guess_set_size", 17),
-                                         ("window", 5.0), ("level", True)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("level", 2),
+        ("level", 17),
+        ("window", 0),
+        ("window", 17),
+        ("guess_set_size", 0),
+        ("guess_set_size", 17),
+        ("window", 5.0),
+        ("level", True),
+    ],
+)
 def test_params_out_of_range_name_field_and_range(field, value):
     with pytest.raises(ConfigError) as e:
         LookaheadParams(**{field: value}).validate()
@@ -128,8 +140,11 @@ def test_params_out_of_range_name_field_and_range(field, value):
 
 
 def test_speculation_gamma_must_cover_the_query():
-    with pytest.raises(ConfigError, match=r"speculation_gamma must be >= .* = 30.*got 29; raise "
-                                          r"speculation_gamma to 30"):
+    with pytest.raises(
+        ConfigError,
+        match=r"speculation_gamma must be >= .* = 30.*got 29; raise "
+        r"speculation_gamma to 30",
+    ):
         LookaheadParams().validate(29)
     LookaheadParams(level=3, window=1, guess_set_size=1).validate(4)
 
@@ -151,6 +166,7 @@ def test_drafter_is_a_proposer():
 
 # ------------------------------------------------------------------------------- layout
 
+
 def test_layout_matches_the_diagram_in_the_module_docstring():
     # the 14x14 mask drawn in lookahead.py's docstring (W=5, N=4) is the one the code builds
     rows = re.findall(r"^\s+[abc]\d((?:\s+[x.])+)\s*$", la.__doc__, re.M)
@@ -163,7 +179,9 @@ def test_layout_matches_the_diagram_in_the_module_docstring():
     assert not layout.mask.flags.writeable
 
 
-@pytest.mark.parametrize("n,w,g", list(itertools.product([3, 4, 5, 7, 16], [1, 2, 5, 16], [1, 2, 5, 16])))
+@pytest.mark.parametrize(
+    "n,w,g", list(itertools.product([3, 4, 5, 7, 16], [1, 2, 5, 16], [1, 2, 5, 16]))
+)
 def test_every_query_row_is_a_valid_causal_context(n, w, g):
     params = LookaheadParams(level=n, window=w, guess_set_size=g)
     d = free_rows(LookaheadDrafter(params))
@@ -185,7 +203,7 @@ def test_every_query_row_is_a_valid_causal_context(n, w, g):
     small = d.propose("r", context, max(1, n - 2))
     assert 1 <= len(small.draft) <= max(1, n - 2)
     assert_valid_causal_contexts(small)
-    for width in range(1, w):          # narrower windows (hybrid runs them), from the source
+    for width in range(1, w):  # narrower windows (hybrid runs them), from the source
         tree, branch = d.source.step("r", context, width)
         p = Proposal(tree, branch)
         assert len(p.lookahead.tokens) == (n - 1) * width - 1
@@ -200,6 +218,7 @@ def test_every_query_row_is_a_valid_causal_context(n, w, g):
 
 # ------------------------------------------------------------------------------- warm-up, harvest, shift
 
+
 def test_warm_up_builds_one_level_per_step_and_drafts_from_the_prompt_meanwhile():
     n, w = 5, 3
     d = free_rows(LookaheadDrafter(LookaheadParams(level=n, window=w, guess_set_size=2)))
@@ -210,13 +229,13 @@ def test_warm_up_builds_one_level_per_step_and_drafts_from_the_prompt_meanwhile(
     p1 = d.propose("r", ctx, 64)
     level0 = p1.lookahead.tokens
     assert len(level0) == w + n - 3 and set(level0) <= set(prompt)
-    assert p1.draft.tokens == [6, 7, 8, 4, 9]   # the prompt's n-grams are drafted during warm-up
+    assert p1.draft.tokens == [6, 7, 8, 4, 9]  # the prompt's n-grams are drafted during warm-up
     assert p1.lookahead.offsets == [1, 2, 3, 4, 5] and p1.lookahead.output_rows == [0, 1, 2, 3, 4]
     d.observe("r", [11], [11, 12, 13, 14, 15])
     ctx.append(11)
 
     p2 = d.propose("r", ctx, 64)
-    assert len(p2.draft) == 0                   # no n-gram starts with 11
+    assert len(p2.draft) == 0  # no n-gram starts with 11
     assert p2.lookahead.tokens == level0[1:] + [11, 12, 13, 14, 15]
     assert p2.lookahead.offsets == [1, 2, 3, 4] + [1, 2, 3, 4, 5]
     assert p2.lookahead.output_rows == [5, 6, 7, 8]  # level 1 without its first column
@@ -287,7 +306,9 @@ def test_multi_token_step_still_shifts_one_column():
 
 def test_harvest_skips_eos_and_the_newest_level_never_holds_eos():
     eos = 0
-    d = free_rows(LookaheadDrafter(LookaheadParams(level=4, window=3, guess_set_size=4), eos_token_ids=[eos]))
+    d = free_rows(
+        LookaheadDrafter(LookaheadParams(level=4, window=3, guess_set_size=4), eos_token_ids=[eos])
+    )
     ctx = warm_window(d)
     d.propose("r", ctx, 64)
     d.observe("r", [103], [31, eos, 33])
@@ -313,9 +334,14 @@ def test_committed_ngrams_and_prompt_ngrams_feed_the_pool():
 
 # ------------------------------------------------------------------------------- budget and back-off
 
+
 def test_draft_respects_max_nodes_and_backs_off_when_guesses_fail():
     n, g = 4, 5
-    d = free_rows(LookaheadDrafter(LookaheadParams(level=n, window=2, guess_set_size=g), adaptive_window=False))
+    d = free_rows(
+        LookaheadDrafter(
+            LookaheadParams(level=n, window=2, guess_set_size=g), adaptive_window=False
+        )
+    )
     root = 7
     d.begin("r", prompt_with_candidates(root, n, g), seed=0)
     ctx = prompt_with_candidates(root, n, g) + [root]
@@ -331,7 +357,9 @@ def test_draft_respects_max_nodes_and_backs_off_when_guesses_fail():
         d.observe("r", committed, [root] * len(p.lookahead.output_rows))
         ctx.extend(committed)
 
-    def newest_first_token() -> float:     # the policy's estimate for the newest candidate's first token
+    def newest_first_token() -> (
+        float
+    ):  # the policy's estimate for the newest candidate's first token
         return d.policy.calibrated("r", 0, 1, PRIOR_FIRST)
 
     sizes = []
@@ -339,7 +367,7 @@ def test_draft_respects_max_nodes_and_backs_off_when_guesses_fail():
         p = d.propose("r", ctx, 64)
         sizes.append(len(p.draft))
         step([3000 + i, root])
-    assert sizes[0] > 7 and sizes[-1] == 0      # first the best guess within the cheap rows
+    assert sizes[0] > 7 and sizes[-1] == 0  # first the best guess within the cheap rows
     assert newest_first_token() < 0.1
 
     for _ in range(12):  # the text now follows the newest candidate: drafts come back, full depth
@@ -363,14 +391,21 @@ def test_window_width_zero_drops_the_branch():
 
 # ------------------------------------------------------------------------------- reproducibility
 
+
 def test_window_is_seeded_by_the_request_seed():
     prompt = list(range(100, 160))
     model = lambda s: 100 + (s[-1] * 7 + len(s) // 9) % 60  # noqa: E731  guesses matter here
 
     def proposals(seed):
         out = []
-        run(free_rows(LookaheadDrafter(LookaheadParams(level=5, window=8, guess_set_size=3))), model, prompt,
-            40, seed, out)
+        run(
+            free_rows(LookaheadDrafter(LookaheadParams(level=5, window=8, guess_set_size=3))),
+            model,
+            prompt,
+            40,
+            seed,
+            out,
+        )
         return out
 
     assert proposals(11) == proposals(11)
@@ -380,14 +415,17 @@ def test_window_is_seeded_by_the_request_seed():
 
 # ------------------------------------------------------------------------------- model-free simulation
 
+
 def test_candidates_from_the_prompt_get_accepted_from_the_first_step():
     rng = np.random.default_rng(0)
     text = rng.choice(np.arange(10, 5000), size=40, replace=False).tolist()
     model = periodic(text)  # the output repeats the prompt
     params = LookaheadParams()
     out, per_step = run(free_rows(LookaheadDrafter(params)), model, text, 30)
-    assert out[:len(out) // 40 * 40] == (text * 10)[:len(out) // 40 * 40]  # greedy output unchanged
-    assert (per_step[:params.level - 2] == params.level).all()   # N per step, warm-up too
+    assert (
+        out[: len(out) // 40 * 40] == (text * 10)[: len(out) // 40 * 40]
+    )  # greedy output unchanged
+    assert (per_step[: params.level - 2] == params.level).all()  # N per step, warm-up too
     assert per_step.mean() > 3.5
 
 

@@ -1,4 +1,5 @@
 """MemoryDrafter (memory_decoding): parameters, draft validity, memory, stop tokens, back-off."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ from paraspec.errors import ConfigError
 from paraspec.tools.replay import Record, replay
 
 EOS = 2
-FLAT_COST = {1: 1.0, 16: 1.0}       # verification is free: back-off never needed
+FLAT_COST = {1: 1.0, 16: 1.0}  # verification is free: back-off never needed
 # a steep curve (SmolLM2-135M fp32 on a 2-core CPU): drafts must earn their rows
 STEEP_COST = CostModel({1: 1.0, 2: 1.19, 4: 1.19, 8: 1.23, 16: 1.66, 32: 2.51})
 
@@ -29,8 +30,9 @@ def drafter(**kw) -> MemoryDrafter:
     return WithContext(MemoryDrafter(MemoryDecodingParams(**kw), eos_token_ids=[EOS]), FLAT_COST)
 
 
-def generate(d: MemoryDrafter, rid: str, prompt: list[int], output: list[int],
-             max_nodes: int = 15) -> list[DraftTree]:
+def generate(
+    d: MemoryDrafter, rid: str, prompt: list[int], output: list[int], max_nodes: int = 15
+) -> list[DraftTree]:
     """Greedy replay of one request: accept the longest draft path the output follows."""
     d.begin(rid, prompt)
     context, pos, drafts = list(prompt) + output[:1], 1, []
@@ -41,7 +43,7 @@ def generate(d: MemoryDrafter, rid: str, prompt: list[int], output: list[int],
         while pos + n < len(output) and output[pos + n] in children[row]:
             row = children[row][output[pos + n]] + 1
             n += 1
-        committed = output[pos:pos + n + 1]
+        committed = output[pos : pos + n + 1]
         d.observe(rid, committed)
         context += committed
         pos += len(committed)
@@ -51,28 +53,44 @@ def generate(d: MemoryDrafter, rid: str, prompt: list[int], output: list[int],
 
 # ------------------------------------------------------------------------------ parameters
 def test_mindie_plugin_params_parse():
-    p = parse_plugin_params('{"plugin_type":"memory_decoding","decoding_length":16,"dynamic_algo":true}').params
+    p = parse_plugin_params(
+        '{"plugin_type":"memory_decoding","decoding_length":16,"dynamic_algo":true}'
+    ).params
     assert (p.decoding_length, p.dynamic_algo, p.max_draft) == (16, True, 15)
     d = MemoryDecodingParams()
     assert (d.decoding_length, d.dynamic_algo, d.mode) == (16, False, "tree")
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"decoding_length": 20}, r"plugin_params.decoding_length=20 is outside \[1, 16\]; pass a value from 1 to 16"),
-    ({"decoding_length": 0}, r"decoding_length=0 is outside \[1, 16\]"),
-    ({"mode": "beam"}, r"plugin_params.mode='beam'"),
-    ({"branch_length": 0}, r"branch_length=0 is outside"),
-    ({"max_trie_nodes": 10}, r"max_trie_nodes=10 is below 1024"),
-    ({"plugin_type": "la"}, r"plugin_type='la' is not memory_decoding"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (
+            {"decoding_length": 20},
+            r"plugin_params.decoding_length=20 is outside \[1, 16\]; pass a value from 1 to 16",
+        ),
+        ({"decoding_length": 0}, r"decoding_length=0 is outside \[1, 16\]"),
+        ({"mode": "beam"}, r"plugin_params.mode='beam'"),
+        ({"branch_length": 0}, r"branch_length=0 is outside"),
+        ({"max_trie_nodes": 10}, r"max_trie_nodes=10 is below 1024"),
+        ({"plugin_type": "la"}, r"plugin_type='la' is not memory_decoding"),
+    ],
+)
 def test_invalid_values_name_field_range_and_fix(bad, message):
     with pytest.raises(ConfigError, match=message):
         MemoryDecodingParams.from_dict(bad).validate()
 
 
-@pytest.mark.parametrize("bad", [{"decoding_length": "16"}, {"decoding_length": True},
-                                 {"decoding_length": 8.0}, {"dynamic_algo": 1},
-                                 {"dynamic_algo": "true"}, {"mode": None}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"decoding_length": "16"},
+        {"decoding_length": True},
+        {"decoding_length": 8.0},
+        {"dynamic_algo": 1},
+        {"dynamic_algo": "true"},
+        {"mode": None},
+    ],
+)
 def test_wrong_types_are_rejected(bad):
     key = next(iter(bad))
     with pytest.raises(ConfigError, match=rf"plugin_params.{key}=.* pass a JSON"):
@@ -94,8 +112,11 @@ def test_bad_json_is_a_config_error(text):
 
 def test_speculation_gamma_must_cover_decoding_length():
     p = MemoryDecodingParams(decoding_length=16)
-    with pytest.raises(ConfigError, match="speculation_gamma=8 is smaller than plugin_params"
-                                          ".decoding_length=16; set speculation_gamma to at least 16"):
+    with pytest.raises(
+        ConfigError,
+        match="speculation_gamma=8 is smaller than plugin_params"
+        ".decoding_length=16; set speculation_gamma to at least 16",
+    ):
         p.validate(speculation_gamma=8)
     assert p.validate(speculation_gamma=16) is p
     with warnings.catch_warnings():
@@ -105,15 +126,20 @@ def test_speculation_gamma_must_cover_decoding_length():
 
 # ------------------------------------------------------------------------------ drafts
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(3, 9), min_size=1, max_size=60),
-       st.lists(st.integers(3, 9), min_size=1, max_size=60),
-       st.integers(1, 16), st.integers(0, 20), st.sampled_from(["tree", "chain"]),
-       st.booleans())
-def test_every_draft_is_a_valid_tree_within_budget(prompt, output, decoding_length, max_nodes,
-                                                   mode, dynamic):
+@given(
+    st.lists(st.integers(3, 9), min_size=1, max_size=60),
+    st.lists(st.integers(3, 9), min_size=1, max_size=60),
+    st.integers(1, 16),
+    st.integers(0, 20),
+    st.sampled_from(["tree", "chain"]),
+    st.booleans(),
+)
+def test_every_draft_is_a_valid_tree_within_budget(
+    prompt, output, decoding_length, max_nodes, mode, dynamic
+):
     d = drafter(decoding_length=decoding_length, mode=mode, dynamic_algo=dynamic, copy_length=0)
     for draft in generate(d, "r", prompt, output, max_nodes):
-        assert len(draft) <= min(max_nodes, decoding_length - 1)   # root + drafts <= decoding_length
+        assert len(draft) <= min(max_nodes, decoding_length - 1)  # root + drafts <= decoding_length
         assert all(-1 <= p < i for i, p in enumerate(draft.parents))
         assert mode == "tree" or draft.is_chain()
         assert EOS not in draft.tokens
@@ -138,7 +164,7 @@ def test_long_copies_draft_past_decoding_length_where_rows_are_free(mode):
 def test_the_true_continuation_is_proposed(mode):
     """Draft = the true continuation => it is proposed, and every token of it accepted."""
     rng = random.Random(0)
-    span = [rng.randrange(100, 5000) for _ in range(60)]      # distinct tokens: one continuation
+    span = [rng.randrange(100, 5000) for _ in range(60)]  # distinct tokens: one continuation
     prompt = [rng.randrange(100, 5000) for _ in range(50)] + span + [7, 8]
     truth = span + [7, 8]
     d = drafter(mode=mode)
@@ -146,7 +172,7 @@ def test_the_true_continuation_is_proposed(mode):
     for i in range(2, len(span)):
         draft = d.propose("r", [1] + span[:i], 15).draft
         deepest = max(range(len(draft)), key=lambda j: len(draft.path_to(j)))
-        assert [draft.tokens[j] for j in draft.path_to(deepest)] == truth[i:i + 15], i
+        assert [draft.tokens[j] for j in draft.path_to(deepest)] == truth[i : i + 15], i
     d.end("r")
     steps = generate(drafter(mode=mode), "r2", prompt, [1] + span)
     # the prefill commits 1 (unseen: nothing to draft), a plain step span[0], then 15 drafts +
@@ -160,10 +186,10 @@ def test_output_memory_carries_across_requests_and_prompts_do_not():
     secret = [rng.randrange(6000, 9000) for _ in range(40)]
     d = drafter()
     first = generate(d, "a", secret + [5, 6], answer)
-    second = generate(d, "b", [5, 6, 7], answer)             # the same answer again, other prompt
+    second = generate(d, "b", [5, 6, 7], answer)  # the same answer again, other prompt
     assert len(second) <= 6 < len(first)
     d.begin("c", [5, 6])
-    assert d.propose("c", [5, 6] + secret[:2], 15).draft.tokens == []   # a's prompt was private
+    assert d.propose("c", [5, 6] + secret[:2], 15).draft.tokens == []  # a's prompt was private
     d.end("c")
     assert d.trie.stats().active_prompts == 0
 
@@ -173,9 +199,9 @@ def test_stop_tokens_are_never_stored_or_drafted():
     d.begin("r", [10, 11, 12, EOS, 13, 14, EOS, 10, 11])
     draft = d.propose("r", [10, 11], 15).draft
     assert EOS not in draft.tokens and draft.tokens[:1] == [12]
-    d.observe("r", [12, 40, 41, EOS, 42, 43])                # tokens after EOS are dropped too
+    d.observe("r", [12, 40, 41, EOS, 42, 43])  # tokens after EOS are dropped too
     d.observe("r", [44])
-    assert d.propose("r", [10, 11, 12, 40, 41, EOS], 15).draft.tokens == []   # EOS is no root
+    assert d.propose("r", [10, 11, 12, 40, 41, EOS], 15).draft.tokens == []  # EOS is no root
     d.end("r")
     nodes = d.trie.nodes
     live = [nodes.tok[n] for n in range(1, len(nodes.tok)) if nodes.parent[n] >= 0]
@@ -185,7 +211,7 @@ def test_stop_tokens_are_never_stored_or_drafted():
 def test_prefill_token_is_picked_up_without_observe():
     d = drafter(mode="chain")
     d.begin("r", [20, 21])
-    d.propose("r", [20, 21, 22], 15)                          # 22 came from the prefill
+    d.propose("r", [20, 21, 22], 15)  # 22 came from the prefill
     d.observe("r", [23])
     d.end("r")
     d.begin("s", [1])
@@ -216,7 +242,9 @@ def test_batch_size_caps_dynamic_drafts():
 def test_shared_trie_is_used():
     trie = TokenTrie(max_nodes=4096, window=18)
     trie.insert([11, 12, 13, 14, 15])
-    d = WithContext(MemoryDrafter(MemoryDecodingParams(), eos_token_ids=[EOS], trie=trie), FLAT_COST)
+    d = WithContext(
+        MemoryDrafter(MemoryDecodingParams(), eos_token_ids=[EOS], trie=trie), FLAT_COST
+    )
     d.begin("r", [9])
     assert d.propose("r", [9, 11, 12], 15).draft.tokens[:3] == [13, 14, 15]
 
@@ -227,10 +255,12 @@ def records(kind: str, n: int, seed: int = 0) -> list[Record]:
     recs = []
     for _ in range(n):
         prompt = [rng.randrange(3, 3000) for _ in range(300)]
-        if kind == "copy":          # the answer quotes two spans of the prompt
+        if kind == "copy":  # the answer quotes two spans of the prompt
             a, b = rng.randrange(0, 100), rng.randrange(150, 250)
-            output = prompt[a:a + 40] + [rng.randrange(3, 3000) for _ in range(5)] + prompt[b:b + 40]
-        else:                       # common tokens, nothing to copy: drafts are mostly wrong
+            output = (
+                prompt[a : a + 40] + [rng.randrange(3, 3000) for _ in range(5)] + prompt[b : b + 40]
+            )
+        else:  # common tokens, nothing to copy: drafts are mostly wrong
             output = [rng.randrange(3, 60) for _ in range(150)]
             prompt = [rng.randrange(3, 60) for _ in range(300)]
         recs.append(Record(prompt, output))
@@ -262,10 +292,10 @@ def forward_speedup(rep) -> float:
 def test_wrong_drafts_back_off_to_plain_decoding(dynamic):
     d = DraftSizes(MemoryDrafter(MemoryDecodingParams(dynamic_algo=dynamic), eos_token_ids=[EOS]))
     rep = replay(d, records("noise", 6), 15, STEEP_COST)
-    assert rep.accepted / max(rep.drafted, 1) < 0.1             # the memory is indeed wrong here
+    assert rep.accepted / max(rep.drafted, 1) < 0.1  # the memory is indeed wrong here
     # once its first drafts have failed, the drafter stops paying for rows: past the first quarter
     # of the steps (under two requests) hardly a step verifies a draft, and few rows are spent
-    late = d.sizes[len(d.sizes) // 4:]
+    late = d.sizes[len(d.sizes) // 4 :]
     assert sum(1 for n in late if n) <= len(late) // 100
     assert rep.drafted <= rep.steps // 20
     assert forward_speedup(rep) >= 0.99
@@ -307,7 +337,7 @@ def test_unknown_key_warnings_are_bounded(recwarn):
     unknown_keys.forget()
     for i in range(unknown_keys.MAX_NAMES + 50):
         MemoryDecodingParams.from_dict({f"k{i}" + "x" * 100_000: 1})
-    MemoryDecodingParams.from_dict({"k0" + "x" * 100_000: 1})            # the same name again
+    MemoryDecodingParams.from_dict({"k0" + "x" * 100_000: 1})  # the same name again
     texts = [str(w.message) for w in recwarn if "unknown key" in str(w.message)]
     assert len(texts) == unknown_keys.MAX_NAMES
     assert max(map(len, texts)) < 400

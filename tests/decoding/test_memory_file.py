@@ -1,13 +1,21 @@
 """The engine's drafting memory (memory_file.py, output_memory.py): the trie and the hybrid's past
 outputs are one engine-owned memory, shared by its drafters, saved and merged together, with a
 one-line error for every file that cannot be used and trie-only files still loading."""
+
 import numpy as np
 import pytest
 
 from paraspec.config import parse_plugin_params
 from paraspec.decoding.policy.cost import CostModel
-from paraspec.decoding.memory.memory_file import (MemoryFileError, merge_memory_file, merge_trie_file, output_arrays,
-                                                read_memory_file, save_memory_file, save_trie_file)
+from paraspec.decoding.memory.memory_file import (
+    MemoryFileError,
+    merge_memory_file,
+    merge_trie_file,
+    output_arrays,
+    read_memory_file,
+    save_memory_file,
+    save_trie_file,
+)
 from paraspec.decoding.memory.output_memory import SEPARATOR, OutputMemory
 from paraspec.decoding.contract.proposer import StepContext
 from paraspec.decoding.drafters.registry import DrafterRegistry
@@ -16,7 +24,7 @@ from paraspec.decoding.memory.trie import TokenTrie
 EOS = [2]
 HYBRID = parse_plugin_params({"plugin_type": "hybrid"})
 HYBRID_8 = parse_plugin_params({"plugin_type": "hybrid", "decoding_length": 8})
-ANSWER = [30 + i for i in range(40)]       # an output no prompt below contains
+ANSWER = [30 + i for i in range(40)]  # an output no prompt below contains
 FLAT = StepContext(cost=CostModel({k: 1.0 for k in range(1, 65)}))
 
 
@@ -43,8 +51,8 @@ def test_two_hybrid_drafters_of_an_engine_share_one_output_memory():
     a, b = reg.drafter(HYBRID), reg.drafter(HYBRID_8)
     assert a is not b and a.output_memory is b.output_memory is reg.output_memory()
     finish(a, "r", [5, 6], ANSWER)
-    assert reg.trie().prune(0) > 0 and len(reg.trie()) == 0            # forget the trie's part
-    assert ANSWER[6] in drafts_from_past_outputs(b, "s")               # a's answer, drafted by b
+    assert reg.trie().prune(0) > 0 and len(reg.trie()) == 0  # forget the trie's part
+    assert ANSWER[6] in drafts_from_past_outputs(b, "s")  # a's answer, drafted by b
 
 
 def test_a_private_drafter_gets_an_empty_output_memory_of_its_own():
@@ -61,12 +69,12 @@ def test_memory_survives_save_and_load_into_a_new_engine_and_is_drafted_from(tmp
     finish(reg.drafter(HYBRID), "r", [5, 6], ANSWER)
     path = tmp_path / "memory.npz"
     save_memory_file(path, reg.trie(), reg.output_memory())
-    fresh = DrafterRegistry(EOS)                      # loaded before any drafter exists
+    fresh = DrafterRegistry(EOS)  # loaded before any drafter exists
     merge_memory_file(path, fresh.trie(), fresh.output_memory())
     assert fresh.output_memory().tokens().tolist() == ANSWER + [SEPARATOR]
     assert output_arrays(fresh.trie())[2].sum() == output_arrays(reg.trie())[2].sum() > 0
     drafter = fresh.drafter(HYBRID)
-    fresh.trie().prune(0)                             # only the past outputs left
+    fresh.trie().prune(0)  # only the past outputs left
     assert ANSWER[6] in drafts_from_past_outputs(drafter, "s")
     # merging again appends: the memory holds both copies (newest last)
     merge_memory_file(path, None, fresh.output_memory())
@@ -77,7 +85,7 @@ def test_a_trie_only_file_still_loads(tmp_path):
     trie = TokenTrie(window=6)
     trie.insert([1, 2, 3, 4])
     old = tmp_path / "old.trie"
-    save_trie_file(old, trie)                         # the format LLM.save_memory wrote before
+    save_trie_file(old, trie)  # the format LLM.save_memory wrote before
     into, memory = TokenTrie(window=6), OutputMemory()
     contents = merge_memory_file(old, into, memory)
     assert contents.window == 6 and len(memory) == 0
@@ -107,17 +115,30 @@ def _write(tmp_path, name: str, arrays: dict):
     return path
 
 
-@pytest.mark.parametrize("change, why", [
-    (lambda a: a.update(meta=np.array('{"format": "paraspec-memory", "version": 2, "window": 4}')),
-     "version 2, this paraspec reads version 1"),
-    (lambda a: a.update(meta=np.array('{"format": "something-else", "version": 1}')), "is not a paraspec memory"),
-    (lambda a: a.pop("outputs"), "has no outputs array"),
-    (lambda a: a.update(outputs=np.array([5, 6, 7], np.int32)), "without their final separator"),
-    (lambda a: a.update(outputs=np.array([5, -3, -1], np.int32)), "negative tokens"),
-    (lambda a: a.update(outputs=np.zeros((2, 2), np.int32)), "not one row of integers"),
-    (lambda a: a.update(token=np.int32(3)), "mismatched shapes"),
-    (lambda a: a.update(parent=a["parent"][::-1].copy()), "out-of-order"),
-])
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (
+            lambda a: a.update(
+                meta=np.array('{"format": "paraspec-memory", "version": 2, "window": 4}')
+            ),
+            "version 2, this paraspec reads version 1",
+        ),
+        (
+            lambda a: a.update(meta=np.array('{"format": "something-else", "version": 1}')),
+            "is not a paraspec memory",
+        ),
+        (lambda a: a.pop("outputs"), "has no outputs array"),
+        (
+            lambda a: a.update(outputs=np.array([5, 6, 7], np.int32)),
+            "without their final separator",
+        ),
+        (lambda a: a.update(outputs=np.array([5, -3, -1], np.int32)), "negative tokens"),
+        (lambda a: a.update(outputs=np.zeros((2, 2), np.int32)), "not one row of integers"),
+        (lambda a: a.update(token=np.int32(3)), "mismatched shapes"),
+        (lambda a: a.update(parent=a["parent"][::-1].copy()), "out-of-order"),
+    ],
+)
 def test_a_bad_file_is_one_line_naming_it_and_the_fix_and_changes_nothing(tmp_path, change, why):
     arrays = _saved(tmp_path)
     change(arrays)
@@ -127,7 +148,11 @@ def test_a_bad_file_is_one_line_naming_it_and_the_fix_and_changes_nothing(tmp_pa
     with pytest.raises(MemoryFileError, match=why) as e:
         merge_memory_file(path, trie, memory)
     message = str(e.value)
-    assert "\n" not in message and str(path) in message and "delete it, or save the memory again" in message
+    assert (
+        "\n" not in message
+        and str(path) in message
+        and "delete it, or save the memory again" in message
+    )
     assert len(trie) == 0 and memory.tokens().tolist() == [9, 9, 9, SEPARATOR]
 
 
@@ -153,6 +178,6 @@ def test_a_full_memory_keeps_its_newest_outputs():
     big = OutputMemory(max_tokens=1000)
     for i in range(10):
         big.add([100 + i] * 5)
-    small = OutputMemory(max_tokens=13)               # a file larger than the memory: its newest outputs,
-    small.merge_tokens(big.tokens())                  # each from its start
+    small = OutputMemory(max_tokens=13)  # a file larger than the memory: its newest outputs,
+    small.merge_tokens(big.tokens())  # each from its start
     assert small.tokens().tolist() == [108] * 5 + [SEPARATOR] + [109] * 5 + [SEPARATOR]

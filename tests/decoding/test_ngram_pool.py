@@ -51,8 +51,8 @@ def test_eos_never_enters_the_pool():
     assert pool.add(5, (6, 0)) is False
     assert pool.add(0, (6, 7)) is False
     pool.add_sequence([5, 6, 0, 8, 9, 10])
-    assert pool.candidates(5) == []          # (5; 6, 0) holds EOS
-    assert pool.candidates(8) == [(9, 10)]   # after EOS the n-grams are clean again
+    assert pool.candidates(5) == []  # (5; 6, 0) holds EOS
+    assert pool.candidates(8) == [(9, 10)]  # after EOS the n-grams are clean again
     assert 0 not in pool and 6 not in pool
 
 

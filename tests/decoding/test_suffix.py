@@ -1,6 +1,7 @@
 """The suffix-match source (decoding/drafters/suffix.py, suffix_match.py): where the context's longest
 suffix occurred before and what followed it there, as the hybrid's third source; and the policy
 sizing drafts on a staircase cost curve."""
+
 from paraspec.decoding.policy.cost import CostModel
 from paraspec.decoding.policy.draft_policy import DraftPolicy
 from paraspec.decoding.drafters.hybrid import SUFFIX, HybridDrafter
@@ -9,7 +10,7 @@ from paraspec.decoding.drafters.suffix import SuffixSource, match_prior
 from paraspec.decoding.drafters.suffix_match import continuations, suffix_matches
 from paraspec.decoding.contract.tree import DraftTree
 
-STAIRS = CostModel({k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})   # stairs of 4 rows
+STAIRS = CostModel({k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})  # stairs of 4 rows
 
 
 def paths(tree: DraftTree) -> set[tuple[int, ...]]:
@@ -32,8 +33,11 @@ def test_suffix_matches_rank_the_longest_match_then_the_most_recent():
     seq = [1, 2, 3, 9, 2, 3, 8, 5, 2, 3]
     assert suffix_matches(seq, len(seq), range(len(seq)), 8) == [(2, 5), (2, 2)]
     seq = [1, 2, 3, 9, 5, 2, 3, 8, 1, 2, 3]
-    assert suffix_matches(seq, len(seq), range(len(seq)), 8) == [(3, 2), (2, 6)]   # older but longer
-    assert suffix_matches(seq, len(seq), range(len(seq)), 2) == [(2, 6), (2, 2)]   # capped: recent first
+    assert suffix_matches(seq, len(seq), range(len(seq)), 8) == [(3, 2), (2, 6)]  # older but longer
+    assert suffix_matches(seq, len(seq), range(len(seq)), 2) == [
+        (2, 6),
+        (2, 2),
+    ]  # capped: recent first
 
 
 def test_a_copy_that_runs_into_the_end_goes_on_periodically():
@@ -42,8 +46,8 @@ def test_a_copy_that_runs_into_the_end_goes_on_periodically():
     c = continuations(seq, len(seq), scored, 1, 7, lambda m: 1.0, periodic=True)
     assert c.tree.tokens == [3, 1, 2, 3, 1, 2, 3] and c.tree.is_chain()
     flat = continuations(seq, len(seq), scored, 1, 7, lambda m: 1.0)
-    assert flat.tree.tokens == [3, 1, 2]                 # without it the copy stops at the end
-    src = SuffixSource()                                 # a request's loop: drafted past the end
+    assert flat.tree.tokens == [3, 1, 2]  # without it the copy stops at the end
+    src = SuffixSource()  # a request's loop: drafted past the end
     src.begin("r", seq)
     assert best_path(src.candidates("r", seq, 7)) == [3, 1, 2, 3, 1, 2, 3]
 
@@ -55,10 +59,10 @@ def test_the_longest_suffix_match_decides_where_the_copy_comes_from():
     src.begin("r", prompt)
     draft = src.candidates("r", prompt + [2, 3, 4, 5], 8)
     assert best_path(draft)[:2] == [6, 7]
-    assert (0, 0) in paths(draft)                        # the weaker occurrence is a branch
+    assert (0, 0) in paths(draft)  # the weaker occurrence is a branch
     assert all(draft.probs[i] <= draft.probs[p] for i, p in enumerate(draft.parents) if p >= 0)
     draft = src.candidates("r", prompt + [2, 3, 4, 5, 30, 8, 9, 4, 5], 8)
-    assert best_path(draft)[:2] == [0, 0]   # the context grew: it is indexed too
+    assert best_path(draft)[:2] == [0, 0]  # the context grew: it is indexed too
 
 
 def test_estimates_grow_with_the_match_and_stop_tokens_are_never_drafted():
@@ -68,7 +72,7 @@ def test_estimates_grow_with_the_match_and_stop_tokens_are_never_drafted():
     src.begin("r", prompt)
     draft = src.candidates("r", prompt, 8)
     assert draft.tokens == [] or 2 not in draft.tokens
-    assert not src.candidates("r", prompt + [2], 8)   # nothing after a stop token
+    assert not src.candidates("r", prompt + [2], 8)  # nothing after a stop token
     assert not src.candidates("r", prompt + [99], 8)  # no earlier occurrence
     depth = max(draft.depths(), default=0)
     assert depth <= 8
@@ -82,7 +86,7 @@ def test_hybrid_drafts_the_long_match_continuation_the_trie_cannot_tell_apart():
     other = [31, 32, 33, 34, 4, 5, 60, 70, 80, 90, 100, 110]
     prompt = body + other + other[:4] + body + [50, 51]
     d.begin("r", prompt)
-    ctx = prompt + body[:6]                          # copying `body` again
+    ctx = prompt + body[:6]  # copying `body` again
     draft = d.propose("r", ctx, 64).draft
     assert draft.follow(body[6:]) >= 4
     owners = d.policy._requests["r"].owners
@@ -98,13 +102,15 @@ def test_a_second_scored_look_at_a_step_replaces_the_first():
         cand = [DraftTree([1, 2, 3], [-1, 0, 1], [0.9, 0.8, 0.7])]
         once.select("r", ctx, cand, 8, STAIRS)
         twice.select("r", ctx, cand, 8, STAIRS)
-        twice.select("r", ctx, cand, 8, STAIRS)      # e.g. the hybrid's look with the pool
+        twice.select("r", ctx, cand, 8, STAIRS)  # e.g. the hybrid's look with the pool
         committed = [1, 2, 7] if i % 2 else [5]
         once.observe("r", committed)
         twice.observe("r", committed)
         ctx += committed
     assert once.calibrated("r", 0, 1, 0.9) == twice.calibrated("r", 0, 1, 0.9)
-    assert len(twice._requests["r"].calibration.pending) == len(once._requests["r"].calibration.pending)
+    assert len(twice._requests["r"].calibration.pending) == len(
+        once._requests["r"].calibration.pending
+    )
 
 
 def test_drafts_end_at_the_top_of_a_stair_of_the_cost_curve():
@@ -118,10 +124,12 @@ def test_drafts_end_at_the_top_of_a_stair_of_the_cost_curve():
         probs = [p_each ** (i + 1) for i in range(40)]
         tree = DraftTree(chain, list(range(-1, 39)), probs)
         draft, _ = pol.select("r", [0], [tree], 40, STAIRS, score=False)
-        assert draft.tokens == chain[:len(draft)] and len(draft) >= 3 and (1 + len(draft)) % 4 == 0
+        assert draft.tokens == chain[: len(draft)] and len(draft) >= 3 and (1 + len(draft)) % 4 == 0
     # 16 nodes of 0.95 and then weak ones: never a 17th node for a stair it cannot fill
     probs = [0.95] * 15 + [0.05] * 25
-    draft, _ = pol.select("r", [0], [DraftTree(chain, list(range(-1, 39)), probs)], 40, STAIRS, score=False)
+    draft, _ = pol.select(
+        "r", [0], [DraftTree(chain, list(range(-1, 39)), probs)], 40, STAIRS, score=False
+    )
     assert len(draft) == 15
 
 
@@ -129,32 +137,32 @@ def test_finished_outputs_are_matched_on_their_longest_suffix_in_later_requests(
     src = SuffixSource(eos_token_ids=[2], output_memory=OutputMemory(max_tokens=64))
     first = [10, 11, 12, 13, 14, 15, 16, 17]
     src.begin("a", [1, 1])
-    src.candidates("a", [1, 1] + first + [2, 99, 98], 4)   # the output, its stop token and after
-    assert not src.memory("a", 4)                          # nothing finished yet
+    src.candidates("a", [1, 1] + first + [2, 99, 98], 4)  # the output, its stop token and after
+    assert not src.memory("a", 4)  # nothing finished yet
     src.end("a")
     src.begin("b", [5, 5])
     ctx = [5, 5, 3, 12, 13, 14]
-    src.candidates("b", ctx, 6)                            # its own context has no match ...
-    draft = src.memory("b", 6)                             # ... the past output has
-    assert best_path(draft) == [15, 16, 17]                # stopped at the stop token
+    src.candidates("b", ctx, 6)  # its own context has no match ...
+    draft = src.memory("b", 6)  # ... the past output has
+    assert best_path(draft) == [15, 16, 17]  # stopped at the stop token
     assert 99 not in draft.tokens and 98 not in draft.tokens
     src.end("b")
     src.begin("x", [])
     src.candidates("x", [60, 61], 4)
-    src.observe("x", [62, 63])                             # its last step: no propose after it
+    src.observe("x", [62, 63])  # its last step: no propose after it
     src.end("x")
     src.begin("y", [])
     src.candidates("y", [61, 62], 4)
     assert best_path(src.memory("y", 4)) == [63]
     src.end("y")
-    for i in range(30):                                    # the memory keeps its newest tokens
+    for i in range(30):  # the memory keeps its newest tokens
         src.begin(i, [])
         src.candidates(i, [40 + i, 41 + i, 42 + i], 4)
         src.end(i)
     assert len(src.output_memory) <= 64
     src.begin("c", [])
     src.candidates("c", [69, 70], 4)
-    assert best_path(src.memory("c", 4)) == [71]          # a recent output, within its separator
+    assert best_path(src.memory("c", 4)) == [71]  # a recent output, within its separator
 
 
 def test_chunked_suffix_comparison_equals_the_token_by_token_one():
@@ -184,10 +192,10 @@ def test_past_outputs_are_not_looked_up_while_the_context_copies_itself_at_lengt
     src.candidates("a", past, 4)
     src.end("a")
     src.begin("b", [5])
-    short = [5] + past[:8]                                  # own context: no match; the past has one
+    short = [5] + past[:8]  # own context: no match; the past has one
     src.candidates("b", short, 6)
     assert best_path(src.memory("b", 6))[:2] == past[8:10]
-    text = past[:SETTLED_MATCH + 2]                         # own context repeats itself at length
+    text = past[: SETTLED_MATCH + 2]  # own context repeats itself at length
     long = [5] + text + text
     assert src.candidates("b", long, 6)
-    assert not src.memory("b", 6)                           # ... so the past is not searched
+    assert not src.memory("b", 6)  # ... so the past is not searched

@@ -43,11 +43,11 @@ def test_follow_walks_the_tree_along_the_given_tokens():
 def test_extended_keeps_the_tree_and_adds_missing_nodes_up_to_a_size():
     t = DraftTree.from_paths([[1, 2, 3], [1, 4]])
     e = t.extended([[1, 2, 9], [5, 6], [7]], max_nodes=7)
-    assert e.tokens[:4] == t.tokens and e.parents[:4] == t.parents       # unchanged, same indices
+    assert e.tokens[:4] == t.tokens and e.parents[:4] == t.parents  # unchanged, same indices
     assert len(e) == 7 and e.follow([1, 2, 9]) == 3 and e.follow([5, 6]) == 2 and e.follow([7]) == 0
-    assert len(t) == 4                                                      # a copy, not in place
-    assert t.extended([[1, 2, 3]], max_nodes=10).tokens == t.tokens         # nothing new to add
-    assert len(t.extended([[8, 8, 8]], max_nodes=2)) == 4                   # never shrinks
+    assert len(t) == 4  # a copy, not in place
+    assert t.extended([[1, 2, 3]], max_nodes=10).tokens == t.tokens  # nothing new to add
+    assert len(t.extended([[8, 8, 8]], max_nodes=2)) == 4  # never shrinks
 
 
 def test_pruned_drops_a_rejected_node_with_its_subtree():
@@ -58,4 +58,6 @@ def test_pruned_drops_a_rejected_node_with_its_subtree():
     c = t.add(8, prob=0.3)
     t.add(9, c, 0.2)
     kept = t.pruned(lambda i: t.tokens[i] != 6)
-    assert kept.tokens == [5, 8, 9] and kept.parents == [-1, -1, 1] and kept.probs == [0.9, 0.3, 0.2]
+    assert (
+        kept.tokens == [5, 8, 9] and kept.parents == [-1, -1, 1] and kept.probs == [0.9, 0.3, 0.2]
+    )

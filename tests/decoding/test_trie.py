@@ -1,4 +1,5 @@
 """TokenTrie: insertion (windowed and streamed), visibility, release, prune, cap, save/load, merge."""
+
 from __future__ import annotations
 
 import random
@@ -7,12 +8,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from paraspec.decoding.memory.memory_file import (MemoryFileError, add_output_arrays, load_trie_file, output_arrays,
-                                                save_trie_file)
+from paraspec.decoding.memory.memory_file import (
+    MemoryFileError,
+    add_output_arrays,
+    load_trie_file,
+    output_arrays,
+    save_trie_file,
+)
 from paraspec.decoding.memory.trie import TokenTrie
 from paraspec.errors import ParaspecError
 
-tokens = st.lists(st.integers(0, 6), min_size=0, max_size=40)   # small vocab: many shared paths
+tokens = st.lists(st.integers(0, 6), min_size=0, max_size=40)  # small vocab: many shared paths
 
 
 def output_memory(trie: TokenTrie) -> dict[tuple[int, ...], int]:
@@ -52,7 +58,7 @@ def test_append_in_any_chunks_equals_insert(seq, cuts, w):
     for n in cuts * 40:
         if i >= len(seq):
             break
-        streamed.append("req", seq[i:i + n])
+        streamed.append("req", seq[i : i + n])
         i += n
     streamed.close("req")
     assert output_memory(streamed) == output_memory(whole)
@@ -62,7 +68,7 @@ def test_append_in_any_chunks_equals_insert(seq, cuts, w):
 def test_append_is_searchable_at_once():
     trie = TokenTrie(window=8)
     trie.append("req", [1, 2, 3])
-    assert trie.match([1, 2], max_nodes=4).tokens == [3]     # no window-length delay
+    assert trie.match([1, 2], max_nodes=4).tokens == [3]  # no window-length delay
 
 
 # ------------------------------------------------------------------------------ visibility, release
@@ -86,11 +92,11 @@ def test_release_frees_one_request_and_keeps_the_other():
     trie.release("a")
     assert trie.match([1, 2], key="b", tree=False).tokens == [3, 9]
     assert trie.match([1, 2], key="a").tokens == []
-    assert 0 < trie.n_nodes < n_both            # a's own branches went, the shared ones stayed
+    assert 0 < trie.n_nodes < n_both  # a's own branches went, the shared ones stayed
     trie.check_invariants()
     trie.release("b")
     assert trie.n_nodes == 0
-    trie.release("never-seen")                  # harmless
+    trie.release("never-seen")  # harmless
 
 
 def test_release_keeps_nodes_that_output_also_counts():
@@ -123,7 +129,7 @@ def test_match_returns_a_valid_draft_of_stored_paths(prompt, output, budget, tre
     assert len(m.tokens) == len(m.parents) == len(m.probs) <= budget
     known = set(windows(prompt, 5)) | set(windows(output, 5))
     for i, p in enumerate(m.parents):
-        assert -1 <= p < i                                  # parents first
+        assert -1 <= p < i  # parents first
         assert 0 < m.probs[i] <= (1.0 if p < 0 else m.probs[p])
         path = [m.tokens[i]]
         while p >= 0:
@@ -134,15 +140,15 @@ def test_match_returns_a_valid_draft_of_stored_paths(prompt, output, budget, tre
     if not tree:
         assert m.parents == list(range(-1, len(m.tokens) - 1))
     siblings = list(zip(m.parents, m.tokens))
-    assert len(set(siblings)) == len(siblings)              # no node drafted twice
+    assert len(set(siblings)) == len(siblings)  # no node drafted twice
 
 
 @pytest.mark.parametrize("tree", [True, False])
 def test_match_prefers_the_two_token_context(tree):
     trie = TokenTrie(window=6)
-    trie.insert([9, 2, 3] + [5, 2, 4] * 5)     # after "9 2" comes 3; after "2" mostly 4
+    trie.insert([9, 2, 3] + [5, 2, 4] * 5)  # after "9 2" comes 3; after "2" mostly 4
     assert trie.match([9, 2], tree=tree).tokens[0] == 3
-    assert trie.match([0, 2], tree=tree).tokens[0] == 4         # "0 2" unseen: falls back to "2"
+    assert trie.match([0, 2], tree=tree).tokens[0] == 4  # "0 2" unseen: falls back to "2"
 
 
 def test_tree_prefix_is_the_best_smaller_tree():
@@ -156,10 +162,10 @@ def test_tree_prefix_is_the_best_smaller_tree():
 def test_big_fanout_nodes_still_find_prompt_and_frequent_children():
     trie = TokenTrie(window=4)
     seq = []
-    for t in range(200):                        # token 1 followed by 200 different tokens
+    for t in range(200):  # token 1 followed by 200 different tokens
         seq += [1, 1000 + t]
-    trie.insert(seq + [1, 5] * 30)              # 5 is the frequent follower
-    trie.insert([1, 77, 78] * 3, key="r")       # the request's own prompt continuation
+    trie.insert(seq + [1, 5] * 30)  # 5 is the frequent follower
+    trie.insert([1, 77, 78] * 3, key="r")  # the request's own prompt continuation
     first = set(trie.match([0, 1], key="r", max_nodes=15).tokens)
     assert {5, 77} <= first
 
@@ -167,10 +173,10 @@ def test_big_fanout_nodes_still_find_prompt_and_frequent_children():
 # ------------------------------------------------------------------------------ prune and cap
 def test_prune_drops_rare_paths_and_keeps_frequent_and_pinned_ones():
     trie = TokenTrie(max_nodes=10_000, window=4)
-    trie.insert(list(range(500, 560)), key="live")              # a live prompt
+    trie.insert(list(range(500, 560)), key="live")  # a live prompt
     pinned = trie.n_nodes
-    trie.insert([1, 2, 3, 4] * 50)                              # frequent: 16 nodes
-    trie.insert(list(range(100, 400)))                          # seen once
+    trie.insert([1, 2, 3, 4] * 50)  # frequent: 16 nodes
+    trie.insert(list(range(100, 400)))  # seen once
     trie.prune(target=pinned + 20)
     assert trie.n_nodes <= pinned + 20
     assert trie.match([1, 2], tree=False).tokens == [3, 4]
@@ -200,7 +206,7 @@ def test_node_cap_holds_over_1e5_random_insertions():
             key = f"req{inserted}"
             trie.insert([rng.randrange(50) for _ in range(n)], key=key)
             live.append(key)
-            if len(live) > 4:                   # a bounded batch of live requests
+            if len(live) > 4:  # a bounded batch of live requests
                 trie.release(live.pop(0))
         else:
             n = 0
@@ -209,13 +215,13 @@ def test_node_cap_holds_over_1e5_random_insertions():
         inserted += n
         assert trie.n_nodes <= trie.max_nodes
     trie.check_invariants()
-    assert trie.stats().output_nodes > 1000      # the memory is kept, not wiped
+    assert trie.stats().output_nodes > 1000  # the memory is kept, not wiped
 
 
 def test_a_huge_prompt_does_not_wipe_the_memory():
     trie = TokenTrie(max_nodes=4000, window=4)
     trie.insert([1, 2, 3, 4] * 100)
-    trie.insert(list(range(1000, 6000)), key="huge")       # needs more nodes than the cap
+    trie.insert(list(range(1000, 6000)), key="huge")  # needs more nodes than the cap
     assert trie.n_nodes <= 4000
     assert trie.match([1, 2], tree=False).tokens == [3, 4]
     trie.check_invariants()
@@ -233,7 +239,7 @@ def test_save_load_round_trip(tmp_path):
     loaded = load_trie_file(path)
     assert loaded.window == 7
     assert output_memory(loaded) == output_memory(trie)
-    assert loaded.match([101, 102], key="prompt-only").tokens == []     # prompts are not saved
+    assert loaded.match([101, 102], key="prompt-only").tokens == []  # prompts are not saved
     loaded.check_invariants()
     small = load_trie_file(path, max_nodes=50)
     assert small.n_nodes <= 50
@@ -270,7 +276,7 @@ def test_wrong_content_and_missing_file(tmp_path):
     save_trie_file(good, t)
     with np.load(good) as z:
         arrays = dict(z)
-    arrays["parent"] = arrays["parent"][::-1].copy()               # children before parents
+    arrays["parent"] = arrays["parent"][::-1].copy()  # children before parents
     bad = tmp_path / "reordered.trie"
     with open(bad, "wb") as f:
         np.savez(f, **arrays)
@@ -282,8 +288,10 @@ def test_wrong_content_and_missing_file(tmp_path):
 
 # ------------------------------------------------------------------------------ random interleavings
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), tokens), max_size=30),
-       st.integers(20, 300))
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), tokens), max_size=30),
+    st.integers(20, 300),
+)
 def test_invariants_hold_under_any_interleaving(ops, cap):
     trie = TokenTrie(max_nodes=cap, window=5)
     for op, who, seq in ops:
@@ -299,11 +307,11 @@ def test_invariants_hold_under_any_interleaving(ops, cap):
             trie.prune(target=len(seq) * 5)
         assert trie.n_nodes <= cap
         trie.check_invariants()
-    for who in range(4):              # nothing pinned once every request and stream has ended:
-        trie.release(f"r{who}")       # a full prune frees every node
+    for who in range(4):  # nothing pinned once every request and stream has ended:
+        trie.release(f"r{who}")  # a full prune frees every node
         trie.close(f"s{who}")
     trie.prune(target=0)
     trie.check_invariants()
     assert trie.n_nodes == 0
     trie.insert([1, 2, 3])
-    assert trie.lookup([1, 2, 3]) >= 0 and trie.n_nodes >= 3      # and it still takes new tokens
+    assert trie.lookup([1, 2, 3]) >= 0 and trie.n_nodes >= 3  # and it still takes new tokens

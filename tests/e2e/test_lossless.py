@@ -9,6 +9,7 @@ the same prompts (AR has no drafter: the same tokens for every one); fp32, bf16 
 one drafter on the same 13 prompts x 40 tokens where they are not the default, and gguf on the
 AVX2 kernels where it is not the default path. Every drafter, greedy and seeded-sampled, in every
 numerics on every kernel path: tests/test_engine.py, on a tiny model."""
+
 import pytest
 
 from paraspec import LLM, SamplingParams
@@ -17,17 +18,24 @@ from paraspec.bench.tasks import load_task_set
 
 pytestmark = pytest.mark.slow
 
-MAX_TOKENS = 40               # 13 prompts: every drafter on the default numerics, one on each other
-SHORT_TOKENS = 24             # the fp16 KV cache's runs: 6 prompts
+MAX_TOKENS = 40  # 13 prompts: every drafter on the default numerics, one on each other
+SHORT_TOKENS = 24  # the fp16 KV cache's runs: 6 prompts
 PLUGINS = {
     "memory_tree": '{"plugin_type": "memory_decoding", "decoding_length": 16}',
-    "memory_chain_dynamic": {"plugin_type": "memory_decoding", "decoding_length": 8, "dynamic_algo": True,
-                             "mode": "chain"},
+    "memory_chain_dynamic": {
+        "plugin_type": "memory_decoding",
+        "decoding_length": 8,
+        "dynamic_algo": True,
+        "mode": "chain",
+    },
     "lookahead": '{"plugin_type": "la", "level": 4, "window": 5, "guess_set_size": 5}',
     "hybrid": '{"plugin_type": "hybrid"}',
 }
-REPETITIVE = ["one two three one two three one two three one two", "a = [1, 2, 3]\nb = [1, 2, 3]\nc = [",
-              "the cat sat on the mat. the cat sat on the mat. the cat"]
+REPETITIVE = [
+    "one two three one two three one two three one two",
+    "a = [1, 2, 3]\nb = [1, 2, 3]\nc = [",
+    "the cat sat on the mat. the cat sat on the mat. the cat",
+]
 
 
 def _prompts(llm: LLM, short: bool = False) -> list[list[int]]:
@@ -37,7 +45,9 @@ def _prompts(llm: LLM, short: bool = False) -> list[list[int]]:
     k = 1 if short else 4
     out = [tok.encode(t.prompt) for t in load_task_set("humaneval", k, seed=1)]
     out += [tok.encode_chat(t.messages) for t in load_task_set("chat", k, seed=1)]
-    grounded = sorted(load_task_set("grounded", 40, seed=1), key=lambda t: len(t.text))[:max(k - 2, 1)]
+    grounded = sorted(load_task_set("grounded", 40, seed=1), key=lambda t: len(t.text))[
+        : max(k - 2, 1)
+    ]
     out += [tok.encode_chat(t.messages) for t in grounded]
     out += [tok.encode(t) for t in REPETITIVE]
     return out
@@ -59,9 +69,13 @@ def _check(llm: LLM, plugin, short: bool = False, ar: list | None = None) -> Non
     assert len(ar) == len(par) == len(prompts)
     for i, (a, b) in enumerate(zip(ar, par)):
         if a.token_ids != b.token_ids:
-            at = next(j for j, (x, y) in enumerate(zip(a.token_ids + [-1], b.token_ids + [-2])) if x != y)
-            pytest.fail(f"prompt {i}: parallel decoding differs from AR at output token {at} "
-                        f"({llm.config.dtype}, {llm.config.quantization}, kernels {llm.kernels.label})")
+            at = next(
+                j for j, (x, y) in enumerate(zip(a.token_ids + [-1], b.token_ids + [-2])) if x != y
+            )
+            pytest.fail(
+                f"prompt {i}: parallel decoding differs from AR at output token {at} "
+                f"({llm.config.dtype}, {llm.config.quantization}, kernels {llm.kernels.label})"
+            )
     steps = sum(b.stats["decode_steps"] for b in par)
     ar_steps = sum(a.stats["decode_steps"] for a in ar)
     assert steps < ar_steps, "parallel decoding took no fewer steps than AR"
@@ -89,22 +103,32 @@ def test_greedy_identical_fp32(bundled_llm_fp32):
 
 def test_greedy_identical_bf16(bundled_llm_default, bundled_llm_bf16):
     if _numerics(bundled_llm_default) == _numerics(bundled_llm_bf16):
-        pytest.skip("bf16 is this CPU's default numerics: test_greedy_identical_default_numerics ran it")
+        pytest.skip(
+            "bf16 is this CPU's default numerics: test_greedy_identical_default_numerics ran it"
+        )
     _check(bundled_llm_bf16, PLUGINS["lookahead"])
 
 
 def test_greedy_identical_w8a8(bundled_llm_default):
     if bundled_llm_default.config.quantization == "w8a8":
-        pytest.skip("w8a8 is this CPU's default numerics: test_greedy_identical_default_numerics ran it")
+        pytest.skip(
+            "w8a8 is this CPU's default numerics: test_greedy_identical_default_numerics ran it"
+        )
     _check(LLM(quantization="w8a8"), PLUGINS["memory_tree"])
 
 
 def test_greedy_identical_gguf_avx2(bundled_llm_default):
     from paraspec.model import kernels
+
     if kernels.why_not("avx2"):
         pytest.skip(f"the avx2 kernels do not run here: {kernels.why_not('avx2')}")
-    if bundled_llm_default.config.quantization == "gguf" and bundled_llm_default.kernels.name == "avx2":
-        pytest.skip("gguf on avx2 is this CPU's default: test_greedy_identical_default_numerics ran it")
+    if (
+        bundled_llm_default.config.quantization == "gguf"
+        and bundled_llm_default.kernels.name == "avx2"
+    ):
+        pytest.skip(
+            "gguf on avx2 is this CPU's default: test_greedy_identical_default_numerics ran it"
+        )
     _check(LLM(quantization="gguf", kernels="avx2"), PLUGINS["hybrid"])
 
 
@@ -115,8 +139,11 @@ def test_greedy_identical_fp16_kv_cache(kernels):
     and chains over the trie, the context and the n-gram pool)."""
     # the torch path in fp32: what is under test is the cache's rounding, and bf16 weights through
     # torch cost several times more on a CPU without bf16 instructions
-    llm = LLM(kv_cache_dtype="fp16", kernels=None if kernels == "default" else kernels,
-              dtype="auto" if kernels == "default" else "float32")
+    llm = LLM(
+        kv_cache_dtype="fp16",
+        kernels=None if kernels == "default" else kernels,
+        dtype="auto" if kernels == "default" else "float32",
+    )
     cache = llm.runner.new_cache(8)
     assert cache.k.dtype.is_floating_point and cache.k.element_size() == 2
     _check(llm, PLUGINS["hybrid"], short=True)
@@ -128,6 +155,7 @@ def test_long_tree_runs_with_accumulated_memory_identical(bundled_llm_default):
     case that regroups attention's sum over keys; it once flipped a greedy token when that sum ran
     in fp32)."""
     from paraspec.config import parse_plugin_params
+
     llm = bundled_llm_default
     drafter = llm.engine.drafters.private(parse_plugin_params('{"plugin_type": "hybrid"}'))
     params = SamplingParams(temperature=0, max_tokens=192)

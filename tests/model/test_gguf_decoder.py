@@ -1,6 +1,7 @@
 """gguf_decoder.py / csrc/decoder.h: the decoder layers in one csrc call give the Python
 layer loop's bits (logits and KV cache), for every kernel path, batch, mask and key order; and
 EmbeddingRows gives dequantize's rows."""
+
 import pytest
 import torch
 
@@ -16,6 +17,7 @@ def gguf_file(tiny_model_dir, tmp_path_factory):
     def make(kind: str, arch: str = "llama"):
         hf = tiny_model_dir(arch, n_layers=3, hidden=96, heads=6, kv_heads=2)
         return write_gguf(hf, tmp_path_factory.mktemp("gguf") / f"{arch}-{kind}.gguf", kind)
+
     return make
 
 
@@ -51,26 +53,33 @@ def prefilled(model: Transformer, n: int, seed: int):
 
 
 @pytest.mark.parametrize("kernels", per_isa())
-@pytest.mark.parametrize("kind,arch", [("Q4_1", "llama"), ("Q8_0", "llama"), ("Q4_0", "qwen2")])  # qwen2: biases
+@pytest.mark.parametrize(
+    "kind,arch", [("Q4_1", "llama"), ("Q8_0", "llama"), ("Q4_0", "qwen2")]
+)  # qwen2: biases
 def test_decoder_is_the_python_loop(gguf_file, kind, arch, kernels):
     model = model_of(gguf_file(kind, arch), kernels)
     if kernels.module is None:
-        assert model.decoder is None        # no compiled kernels: the loop stays in Python
+        assert model.decoder is None  # no compiled kernels: the loop stays in Python
         return
     assert model.decoder is not None
-    tree = torch.tensor([[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 1, 0, 1, 0], [1, 0, 1, 0, 1]],
-                        dtype=torch.bool)
+    tree = torch.tensor(
+        [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 1, 0, 1, 0], [1, 0, 1, 0, 1]],
+        dtype=torch.bool,
+    )
 
     def one_row(m):
         c = prefilled(m, 20, 0)
         return torch.tensor([7]), torch.tensor([20]), [SeqInput(c, 1)]
 
-    def batch_with_tree(m):   # a causal chain of 3 and a draft tree of 5 over another cache
+    def batch_with_tree(m):  # a causal chain of 3 and a draft tree of 5 over another cache
         c1, c2 = prefilled(m, 20, 1), prefilled(m, 13, 2)
-        return (torch.tensor([5, 6, 7, 8, 9, 10, 11, 12]), torch.tensor([20, 21, 22, 13, 14, 14, 15, 15]),
-                [SeqInput(c1, 3), SeqInput(c2, 5, tree)])
+        return (
+            torch.tensor([5, 6, 7, 8, 9, 10, 11, 12]),
+            torch.tensor([20, 21, 22, 13, 14, 14, 15, 15]),
+            [SeqInput(c1, 3), SeqInput(c2, 5, tree)],
+        )
 
-    def masked_committed_slots(m):   # ASPD's form: a mask over committed slots and a key order
+    def masked_committed_slots(m):  # ASPD's form: a mask over committed slots and a key order
         c = prefilled(m, 24, 3)
         mask = torch.ones(2, 6, dtype=torch.bool)
         mask[0, 2:4] = False
@@ -85,23 +94,27 @@ def test_decoder_is_the_python_loop(gguf_file, kind, arch, kernels):
 
 def test_no_decoder_for_q_norm_models(gguf_file):
     from paraspec.model import kernels as cpu_kernels
+
     k = cpu_kernels.default()
     if k.module is None:
         pytest.skip("no compiled kernels here")
     lm = load_model(gguf_file("Q8_0"), torch.float32, keep_quantized=True)
     hd = lm.args.head_dim
-    for i in range(lm.args.n_layers):   # Qwen3's q/k norms, which the csrc decoder does not apply
+    for i in range(lm.args.n_layers):  # Qwen3's q/k norms, which the csrc decoder does not apply
         lm.weights[f"layers.{i}.q_norm"] = lm.weights[f"layers.{i}.k_norm"] = torch.ones(hd)
-    assert Transformer(lm.args, lm.weights, torch.bfloat16, quantization="gguf", kernels=k).decoder is None
+    assert (
+        Transformer(lm.args, lm.weights, torch.bfloat16, quantization="gguf", kernels=k).decoder
+        is None
+    )
 
 
 def test_embedding_rows_are_dequantize(gguf_file):
     lm = load_model(gguf_file("Q4_1"), torch.float32, keep_quantized=True)
     w = lm.weights["tok_embeddings"]
-    rows = ggml.EmbeddingRows(w, max_bytes=4 * w.shape[1] * 5)     # room for 5 rows
+    rows = ggml.EmbeddingRows(w, max_bytes=4 * w.shape[1] * 5)  # room for 5 rows
     ids = torch.tensor([3, 9, 3, 40, 9])
     assert torch.equal(rows(ids), ggml.dequantize(w, ids))
     assert len(rows._rows) == 3
     more = torch.tensor([1, 2, 4])
-    assert torch.equal(rows(more), ggml.dequantize(w, more))          # 6 > 5 rows: dropped, started over
+    assert torch.equal(rows(more), ggml.dequantize(w, more))  # 6 > 5 rows: dropped, started over
     assert sorted(rows._rows) == [1, 2, 4]

@@ -2,6 +2,7 @@
 (AVX2's one-pass loop), 1088 bytes per 32 channels x 32-block record plus the header, and every
 row count's bits the same with it as without it (the packed stream), rows with all int8 +-127 and
 weights of 63 included (the largest int16 pair sums)."""
+
 import numpy as np
 import pytest
 import torch
@@ -22,16 +23,18 @@ def _weight(n: int, k: int) -> ggml.GGUFWeight:
 
 
 @pytest.mark.parametrize("residual", [False, True])
-@pytest.mark.parametrize("kernel", [k for k in cpu_kernels.runnable() if k.module is not None], ids=lambda k: k.label)
+@pytest.mark.parametrize(
+    "kernel", [k for k in cpu_kernels.runnable() if k.module is not None], ids=lambda k: k.label
+)
 def test_copy_where_read_and_bits_unchanged(kernel, residual):
     n, k = 70, 512
     lin = ggml.GGUFLinear(_weight(n, k), kernels=kernel, residual=residual)
     assert (lin.copy is not None) == kernel.module.gguf_copy_used(lin.passes, kernel.w8a8_variant)
     if lin.copy is None:
         return
-    assert lin.copy.numel() == 3 * (k // 256) * (64 + 8 * 1088)           # 3 panels of 32 channels
+    assert lin.copy.numel() == 3 * (k // 256) * (64 + 8 * 1088)  # 3 panels of 32 channels
     x = inputs(20, k)
-    x[5] = torch.where(torch.arange(k) % 64 < 32, 1.0, -1.0)               # int8 +-127 in every block
+    x[5] = torch.where(torch.arange(k) % 64 < 32, 1.0, -1.0)  # int8 +-127 in every block
     x[6] = 1.0
     copy = lin.copy
     for m in range(1, 21):

@@ -2,6 +2,7 @@
 its instructions, PARASPEC_KERNELS forces a path, a path that cannot run falls back with one log
 line, and greedy parallel decoding equals AR with the compiled kernels off, in a fresh process,
 and on an emulated AVX2-only CPU (qemu-user, where installed)."""
+
 import json
 import logging
 import os
@@ -40,7 +41,11 @@ def test_runnable_ends_with_torch_and_is_best_first():
     order = [kernels.PATHS.index(k.name) for k in paths]
     assert order == sorted(order)
     for k in paths[:-1]:
-        assert k.module.ISA == k.name and k.module.cpu_supported() and k.w8a8_variant in k.module.w8a8_variants()
+        assert (
+            k.module.ISA == k.name
+            and k.module.cpu_supported()
+            and k.w8a8_variant in k.module.w8a8_variants()
+        )
 
 
 def test_choose_names_and_errors(fresh):
@@ -62,13 +67,17 @@ def test_a_cpu_without_the_isa_never_imports_its_module(fresh, caplog):
     fresh.setattr(kernels, "cpu_features", lambda: frozenset({"avx2", "fma", "f16c"}))
     imported = []
     real_import = kernels.importlib.import_module
-    fresh.setattr(kernels.importlib, "import_module", lambda name: imported.append(name) or real_import(name))
+    fresh.setattr(
+        kernels.importlib, "import_module", lambda name: imported.append(name) or real_import(name)
+    )
     with caplog.at_level(logging.WARNING, logger="paraspec.kernels"):
         picked = kernels.choose("avx512")
     assert "paraspec.model._kernels_avx512" not in imported
     assert kernels.why_not("avx512") == "this CPU lacks avx512_vnni avx512bw avx512f avx512vl"
     assert picked.name in ("avx2", "torch")
-    assert len(caplog.records) == 1 and "cannot run here" in caplog.text and "using the" in caplog.text
+    assert (
+        len(caplog.records) == 1 and "cannot run here" in caplog.text and "using the" in caplog.text
+    )
 
 
 def test_no_x86_kernels_on_other_architectures(fresh):
@@ -79,7 +88,7 @@ def test_no_x86_kernels_on_other_architectures(fresh):
 
 def test_default_numerics_follow_the_kernels(fresh):
     fake = kernels.Kernels("avx2", module=object(), w8a8_variant="avx2")
-    assert _pair(kernels.default_numerics(fake)) == ("bfloat16", "w8a8")       # compiled: int8 weights
+    assert _pair(kernels.default_numerics(fake)) == ("bfloat16", "w8a8")  # compiled: int8 weights
     assert _pair(kernels.default_numerics(kernels.TORCH)) == ("bfloat16", None)
     # an explicit choice keeps its meaning
     assert _pair(kernels.resolve_numerics("float32", "auto", fake)) == ("float32", None)
@@ -141,7 +150,9 @@ def test_emulated_cpu_without_avx512(tiny_model_dir, cpu, want):
     # the emulated CPU decides alone: no forced path, no ISA caps (an AVX2 cap would SIGILL on Westmere)
     caps = {kernels.ENV, "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"}
     env = {k: v for k, v in os.environ.items() if k not in caps}
-    r = _run([QEMU, "-cpu", cpu, sys.executable, "-c", _script(str(tiny_model_dir("llama")))], env, 600)
+    r = _run(
+        [QEMU, "-cpu", cpu, sys.executable, "-c", _script(str(tiny_model_dir("llama")))], env, 600
+    )
     assert r["kernels"] == r["default"] == (want if want == "torch" else r["kernels"])
     assert r["kernels"].split(":")[0] == want
     assert "paraspec.model._kernels_avx512" not in r["modules"]

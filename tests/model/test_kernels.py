@@ -6,6 +6,7 @@ other, and import safety on a CPU without AVX-512 (under qemu).
 Every module that is built and that this CPU runs is tested, with every W8A8 inner loop it offers;
 the others show as skips saying why.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -51,14 +52,23 @@ RUNNABLE = {isa: m for isa, (m, _) in MODULES.items() if m is not None}
 
 
 def per_isa() -> list:
-    return [pytest.param(isa, id=isa, marks=() if m else pytest.mark.skip(reason=why))
-            for isa, (m, why) in MODULES.items()]
+    return [
+        pytest.param(isa, id=isa, marks=() if m else pytest.mark.skip(reason=why))
+        for isa, (m, why) in MODULES.items()
+    ]
 
 
 def per_variant() -> list:
-    out = [pytest.param(isa, v, id=f"{isa}:{v}") for isa, m in RUNNABLE.items() for v in m.w8a8_variants()]
-    return out + [pytest.param(isa, "", id=isa, marks=pytest.mark.skip(reason=why))
-                  for isa, (m, why) in MODULES.items() if m is None]
+    out = [
+        pytest.param(isa, v, id=f"{isa}:{v}")
+        for isa, m in RUNNABLE.items()
+        for v in m.w8a8_variants()
+    ]
+    return out + [
+        pytest.param(isa, "", id=isa, marks=pytest.mark.skip(reason=why))
+        for isa, (m, why) in MODULES.items()
+        if m is None
+    ]
 
 
 @contextmanager
@@ -73,14 +83,31 @@ def threads(n: int) -> Iterator[None]:
 
 # ---------------------------------------------------------------------------------- attention
 
-KV_DTYPES = pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float16], ids=["kv32", "kv16"])
+KV_DTYPES = pytest.mark.parametrize(
+    "kv_dtype", [torch.float32, torch.float16], ids=["kv32", "kv16"]
+)
 
 
-def _cache(hd: int, kv: int, group: int, start: int, n_new: int, seed: int,
-           kv_dtype: torch.dtype = torch.float32) -> KVCache:
+def _cache(
+    hd: int,
+    kv: int,
+    group: int,
+    start: int,
+    n_new: int,
+    seed: int,
+    kv_dtype: torch.dtype = torch.float32,
+) -> KVCache:
     """A one-layer cache with random K/V in slots [0, start + n_new) and `start` committed."""
-    args = ModelArgs(arch="llama", vocab_size=16, dim=hd * kv * group, n_layers=1, n_heads=kv * group,
-                     n_kv_heads=kv, head_dim=hd, hidden_dim=16)
+    args = ModelArgs(
+        arch="llama",
+        vocab_size=16,
+        dim=hd * kv * group,
+        n_layers=1,
+        n_heads=kv * group,
+        n_kv_heads=kv,
+        head_dim=hd,
+        hidden_dim=16,
+    )
     cache = KVCache(args, start + n_new, kv_dtype)
     g = torch.Generator().manual_seed(seed)
     n = start + n_new
@@ -100,9 +127,13 @@ def _tree(n: int, seed: int) -> torch.Tensor:
     return vis
 
 
-def _run(mod: ModuleType, q: torch.Tensor, cache: KVCache, mask: torch.Tensor | None) -> torch.Tensor:
+def _run(
+    mod: ModuleType, q: torch.Tensor, cache: KVCache, mask: torch.Tensor | None
+) -> torch.Tensor:
     visible = torch.empty(0, dtype=torch.bool) if mask is None else mask
-    return mod.attention(q.contiguous(), cache.k[0], cache.v[0], cache.length, visible, q.shape[-1] ** -0.5)
+    return mod.attention(
+        q.contiguous(), cache.k[0], cache.v[0], cache.length, visible, q.shape[-1] ** -0.5
+    )
 
 
 @pytest.mark.parametrize("isa", per_isa())
@@ -114,14 +145,26 @@ def test_attention_matches_torch_reference(isa, hd, group, kv_dtype):
     cache = _cache(hd, kv, group, start, n, seed=hd + group, kv_dtype=kv_dtype)
     q = torch.randn(n, kv * group, hd, generator=torch.Generator().manual_seed(3))
     for mask in (None, _tree(n, seed=group)):
-        want = torch_attention(q, cache, 0, attention_bias(cache, n, mask, group), hd ** -0.5)
+        want = torch_attention(q, cache, 0, attention_bias(cache, n, mask, group), hd**-0.5)
         torch.testing.assert_close(_run(mod, q, cache, mask), want, rtol=2e-5, atol=2e-6)
 
 
 @pytest.mark.parametrize("isa", per_isa())
-@pytest.mark.parametrize("hd,group,start,n", [(64, 1, 37, 16), (64, 2, 37, 16), (64, 3, 37, 16), (64, 4, 37, 16),
-                                              (32, 3, 37, 16), (36, 2, 37, 16), (64, 3, 301, 20), (36, 2, 333, 17),
-                                              (64, 3, 50, 7), (128, 1, 40, 9)])
+@pytest.mark.parametrize(
+    "hd,group,start,n",
+    [
+        (64, 1, 37, 16),
+        (64, 2, 37, 16),
+        (64, 3, 37, 16),
+        (64, 4, 37, 16),
+        (32, 3, 37, 16),
+        (36, 2, 37, 16),
+        (64, 3, 301, 20),
+        (36, 2, 333, 17),
+        (64, 3, 50, 7),
+        (128, 1, 40, 9),
+    ],
+)
 @KV_DTYPES
 def test_attention_row_invariance(isa, hd, group, start, n, kv_dtype):
     """A row's output bits do not depend on the other rows, its place among them, the gaps a
@@ -135,18 +178,25 @@ def test_attention_row_invariance(isa, hd, group, start, n, kv_dtype):
     cache = _cache(hd, kv, group, start, n, seed=7 * group + hd, kv_dtype=kv_dtype)
     q = torch.randn(n, kv * group, hd, generator=torch.Generator().manual_seed(11))
     mask = _tree(n, seed=5)
-    assert any(not mask[i, :i + 1].all() for i in range(n)), "the tree should leave gaps"
+    assert any(not mask[i, : i + 1].all() for i in range(n)), "the tree should leave gaps"
     with threads(2):
         chain, tree = _run(mod, q, cache, None), _run(mod, q, cache, mask)
     with threads(1):
-        assert torch.equal(_run(mod, q, cache, None), chain) and torch.equal(_run(mod, q, cache, mask), tree)
+        assert torch.equal(_run(mod, q, cache, None), chain) and torch.equal(
+            _run(mod, q, cache, mask), tree
+        )
     for i in range(n):
-        for out, seen in ((chain, list(range(i + 1))), (tree, mask[i].nonzero().flatten().tolist())):
-            twin = _cache(hd, kv, group, start + len(seen) - 1, 1, seed=0, kv_dtype=kv_dtype)  # [0, start), seen
+        for out, seen in (
+            (chain, list(range(i + 1))),
+            (tree, mask[i].nonzero().flatten().tolist()),
+        ):
+            twin = _cache(
+                hd, kv, group, start + len(seen) - 1, 1, seed=0, kv_dtype=kv_dtype
+            )  # [0, start), seen
             slots = list(range(start)) + [start + j for j in seen]
-            twin.k[0, :, :len(slots)] = cache.k[0, :, slots]
-            twin.v[0, :, :len(slots)] = cache.v[0, :, slots]
-            alone = _run(mod, q[i:i + 1], twin, None)
+            twin.k[0, :, : len(slots)] = cache.k[0, :, slots]
+            twin.v[0, :, : len(slots)] = cache.v[0, :, slots]
+            alone = _run(mod, q[i : i + 1], twin, None)
             assert torch.equal(alone[0], out[i]), f"row {i} of {n} differs from its one-row twin"
 
 
@@ -168,10 +218,12 @@ def test_rope_attention_is_rope_write_attention(isa, hd, kv_dtype):
     pos = torch.arange(start, start + n)
     cos, sin = cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)
     for mask in (torch.empty(0, dtype=torch.bool), _tree(n, seed=3)):
-        got = mod.rope_attention(qkv, cos, sin, fused.k[0], fused.v[0], start, start, mask, hd ** -0.5)
-        qk = apply_rope(qkv[:, :heads + kv], cos, sin)
-        steps.write(0, qk[:, heads:], qkv[:, heads + kv:])
-        want = mod.attention(qk[:, :heads], steps.k[0], steps.v[0], start, mask, hd ** -0.5)
+        got = mod.rope_attention(
+            qkv, cos, sin, fused.k[0], fused.v[0], start, start, mask, hd**-0.5
+        )
+        qk = apply_rope(qkv[:, : heads + kv], cos, sin)
+        steps.write(0, qk[:, heads:], qkv[:, heads + kv :])
+        want = mod.attention(qk[:, :heads], steps.k[0], steps.v[0], start, mask, hd**-0.5)
         assert torch.equal(got, want)
         assert torch.equal(fused.k, steps.k) and torch.equal(fused.v, steps.v)
 
@@ -182,16 +234,25 @@ def test_attention_isas_agree():
     AVX2 not.)"""
     if len(RUNNABLE) < 2:
         pytest.skip("needs both modules runnable here")
-    for hd, group, start, n in ((64, 3, 50, 8), (32, 2, 50, 8), (48, 1, 50, 8), (64, 3, 301, 17), (36, 2, 33, 18),
-                                (128, 3, 50, 3)):
+    for hd, group, start, n in (
+        (64, 3, 50, 8),
+        (32, 2, 50, 8),
+        (48, 1, 50, 8),
+        (64, 3, 301, 17),
+        (36, 2, 33, 18),
+        (128, 3, 50, 3),
+    ):
         for kv_dtype in (torch.float32, torch.float16):
             cache = _cache(hd, 2, group, start, n, seed=hd, kv_dtype=kv_dtype)
             q = torch.randn(n, 2 * group, hd, generator=torch.Generator().manual_seed(hd)) * 4
             for mask in (None, _tree(n, seed=1)):
-                assert torch.equal(_run(RUNNABLE["avx512"], q, cache, mask), _run(RUNNABLE["avx2"], q, cache, mask))
+                assert torch.equal(
+                    _run(RUNNABLE["avx512"], q, cache, mask), _run(RUNNABLE["avx2"], q, cache, mask)
+                )
 
 
 # ------------------------------------------------------------------------------------- W8A8
+
 
 def pack(qweight: torch.Tensor, scale: torch.Tensor, mod: ModuleType) -> tuple[torch.Tensor, ...]:
     """quant.py's packing for a compiled module (one layout for every ISA): (packed, comp, scale)."""
@@ -199,8 +260,9 @@ def pack(qweight: torch.Tensor, scale: torch.Tensor, mod: ModuleType) -> tuple[t
     return lin.packed, lin.comp, lin.scale
 
 
-def torch_linear(qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
-                  residual: bool) -> quant.Int8Linear:
+def torch_linear(
+    qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, residual: bool
+) -> quant.Int8Linear:
     """quant.py's torch path (int_dot)."""
     return quant.Int8Linear(qweight, scale, bias, kernels=TORCH, residual=residual)
 
@@ -214,9 +276,9 @@ def _weights(n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, tor
 def _x(m: int, k: int, seed: int, dtype: torch.dtype) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(m, k, generator=g) * 2
-    x[:, 3] *= 20                                     # an outlier channel, as real activations have
+    x[:, 3] *= 20  # an outlier channel, as real activations have
     if m > 2:
-        x[1] = 0                                      # an all-zero row: scale 0
+        x[1] = 0  # an all-zero row: scale 0
     return x.to(dtype)
 
 
@@ -232,8 +294,12 @@ def test_w8a8_bits_equal_torch_path(isa, variant, n, k):
             for dtype in (torch.float32, torch.bfloat16):
                 for m in (1, 5, 16):
                     x = _x(m, k, seed=m, dtype=dtype)
-                    got = mod.w8a8_linear(x, packed, comp, sc, b, n, 2 if residual else 1, variant=variant)
-                    assert torch.equal(got, ref(x)), f"{dtype} M={m} residual={residual} bias={b is not None}"
+                    got = mod.w8a8_linear(
+                        x, packed, comp, sc, b, n, 2 if residual else 1, variant=variant
+                    )
+                    assert torch.equal(got, ref(x)), (
+                        f"{dtype} M={m} residual={residual} bias={b is not None}"
+                    )
 
 
 @pytest.mark.parametrize("isa,variant", per_variant())
@@ -247,7 +313,9 @@ def test_w8a8_fused_norm_and_row_invariance(isa, variant):
     gamma = torch.rand(k, generator=torch.Generator().manual_seed(2)) + 0.5
     ref = torch_linear(qweight, scale, bias, True)
     x = _x(16, k, seed=3, dtype=torch.float32)
-    run = lambda x, norm: mod.w8a8_linear(x, packed, comp, sc, bias, n, 2, norm, 1e-5, variant=variant)  # noqa: E731
+    run = lambda x, norm: mod.w8a8_linear(
+        x, packed, comp, sc, bias, n, 2, norm, 1e-5, variant=variant
+    )  # noqa: E731
     torch.testing.assert_close(run(x, gamma), ref.norm_linear(x, gamma, 1e-5), rtol=1e-5, atol=1e-5)
     for norm in (None, gamma):
         with threads(2):
@@ -255,7 +323,7 @@ def test_w8a8_fused_norm_and_row_invariance(isa, variant):
         with threads(1):
             assert torch.equal(run(x, norm), full)
         for i in (0, 6, 15):
-            assert torch.equal(run(x[i:i + 1], norm)[0], full[i])
+            assert torch.equal(run(x[i : i + 1], norm)[0], full[i])
 
 
 def test_w8a8_variants_agree_bit_for_bit():
@@ -268,9 +336,12 @@ def test_w8a8_variants_agree_bit_for_bit():
     packed, comp, sc = pack(qweight, scale, runs[0][0])
     gamma = torch.rand(300, generator=torch.Generator().manual_seed(5)) + 0.5
     for dtype in (torch.float32, torch.bfloat16):
-        x = _x(37, 300, seed=6, dtype=dtype)        # 37 rows: several tiles of every height
+        x = _x(37, 300, seed=6, dtype=dtype)  # 37 rows: several tiles of every height
         for norm in (None, gamma):
-            outs = [m.w8a8_linear(x, packed, comp, sc, bias, 131, 2, norm, 1e-5, variant=v) for m, v in runs]
+            outs = [
+                m.w8a8_linear(x, packed, comp, sc, bias, 131, 2, norm, 1e-5, variant=v)
+                for m, v in runs
+            ]
             assert all(torch.equal(o, outs[0]) for o in outs[1:]), (dtype, norm is not None)
 
 
@@ -279,7 +350,11 @@ def test_module_api(isa):
     mod = RUNNABLE[isa]
     assert mod.ISA == isa and mod.VERSION == VERSION and mod.cpu_supported() is True
     variants = mod.w8a8_variants()
-    assert variants and set(variants) <= {"amx", "vnni512", "avxvnni", "avx2"} and (isa == "avx2") == ("avx2" in variants)
+    assert (
+        variants
+        and set(variants) <= {"amx", "vnni512", "avxvnni", "avx2"}
+        and (isa == "avx2") == ("avx2" in variants)
+    )
     # AMX tiles (the GGUF loop's extra variant) only in the AVX-512 module and where CPUID has them
     assert "amx" not in variants or (isa == "avx512" and "amx_tile" in cpu_features())
     qweight, scale, _ = _weights(40, 16, seed=0)
@@ -315,10 +390,10 @@ def _linear_reference(x, w, bias, norm, eps):
     if norm is not None:
         x64 = x64 * torch.rsqrt((x64 * x64).mean(1, keepdim=True) + eps) * norm.double()
     y = x64 @ w64.T
-    bound = (x.shape[1] / 16 + 12) * 2.0 ** -24 * (x64.abs() @ w64.abs().T)
+    bound = (x.shape[1] / 16 + 12) * 2.0**-24 * (x64.abs() @ w64.abs().T)
     if bias is not None:
         y = y + bias.double()
-        bound = bound + 2.0 ** -24 * bias.double().abs()
+        bound = bound + 2.0**-24 * bias.double().abs()
     return y, bound
 
 
@@ -335,8 +410,10 @@ def test_linear_matches_float64_reference(isa, dtype, n, k):
                 assert got.dtype == torch.float32 and got.shape == (m, n)
                 want, bound = _linear_reference(x, w, b, g, 1e-5)
                 err = (got.double() - want).abs()
-                assert (err <= bound).all(), (f"M={m} bias={b is not None} norm={g is not None}: "
-                                              f"max error {err.max():.3g}, bound there {bound.flatten()[err.argmax()]:.3g}")
+                assert (err <= bound).all(), (
+                    f"M={m} bias={b is not None} norm={g is not None}: "
+                    f"max error {err.max():.3g}, bound there {bound.flatten()[err.argmax()]:.3g}"
+                )
 
 
 @pytest.mark.parametrize("isa", per_isa())
@@ -356,14 +433,14 @@ def test_linear_row_invariance(isa, dtype, n, k):
             assert torch.equal(run(x), full), "1 thread vs 2"
         assert torch.equal(run(x[perm])[perm.argsort()], full), "rows at other places among 37"
         for i in (0, 1, 6, 15, 36):
-            assert torch.equal(run(x[i:i + 1])[0], full[i]), f"row {i} alone"
+            assert torch.equal(run(x[i : i + 1])[0], full[i]), f"row {i} alone"
             others = [j for j in perm.tolist() if j != i][:15]
             place = (3 * i + 5) % 16
             among = x[others[:place] + [i] + others[place:]]
             assert torch.equal(run(among)[place], full[i]), f"row {i} at place {place} of 16"
         wide = torch.zeros(37, k + 5)
-        wide[:, 2:k + 2] = x
-        assert torch.equal(run(wide[:, 2:k + 2]), full), "a strided view of x"
+        wide[:, 2 : k + 2] = x
+        assert torch.equal(run(wide[:, 2 : k + 2]), full), "a strided view of x"
 
 
 def test_linear_isas_agree():
@@ -377,7 +454,12 @@ def test_linear_isas_agree():
             for b, g in ((bias, norm), (None, None)):
                 for m in (1, 3, 16, 37):
                     a = RUNNABLE["avx512"].linear(x[:m], w, b, g, 1e-5)
-                    assert torch.equal(a, RUNNABLE["avx2"].linear(x[:m], w, b, g, 1e-5)), (n, k, dtype, m)
+                    assert torch.equal(a, RUNNABLE["avx2"].linear(x[:m], w, b, g, 1e-5)), (
+                        n,
+                        k,
+                        dtype,
+                        m,
+                    )
 
 
 @pytest.mark.parametrize("isa", per_isa())
@@ -385,15 +467,21 @@ def test_linear_api(isa):
     mod = RUNNABLE[isa]
     x, w = torch.ones(3, 16), torch.ones(5, 16)
     assert mod.linear(x[:0], w).shape == (0, 5)
-    for bad, match in (((x.double(), w), "x must be"), ((x.t(), torch.ones(5, 3)), "x must be"),
-                       ((x, w.half()), "w must be"), ((x, torch.ones(16, 5).t()), "w must be"),
-                       ((x, torch.ones(5, 15)), "features"), ((x, w, torch.ones(4)), "bias"),
-                       ((x, w, None, torch.ones(15)), "norm")):
+    for bad, match in (
+        ((x.double(), w), "x must be"),
+        ((x.t(), torch.ones(5, 3)), "x must be"),
+        ((x, w.half()), "w must be"),
+        ((x, torch.ones(16, 5).t()), "w must be"),
+        ((x, torch.ones(5, 15)), "features"),
+        ((x, w, torch.ones(4)), "bias"),
+        ((x, w, None, torch.ones(15)), "norm"),
+    ):
         with pytest.raises(RuntimeError, match=match):
             mod.linear(*bad)
 
 
 # ----------------------------------------------------------------------------- import safety
+
 
 def test_only_kernels_use_vector_extensions():
     """Static check of how import safety is built: in each module, every function containing an
@@ -406,13 +494,19 @@ def test_only_kernels_use_vector_extensions():
     if not paths:
         pytest.skip("no kernel module is built")
     for path in paths:
-        asm = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", path], capture_output=True,
-                             text=True, check=True).stdout
+        asm = subprocess.run(
+            ["objdump", "-d", "-C", "--no-show-raw-insn", path],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         func, vector_funcs = "", set()
         for line in asm.splitlines():
             if m := re.match(r"^[0-9a-f]+ <(.*)>:$", line):
                 func = m.group(1)
-            elif "\t" in line and re.search(r"\t(v[a-z0-9]+|\{vex\} v[a-z0-9]+)\s|%[yz]mm|%k[0-7]\b", line):
+            elif "\t" in line and re.search(
+                r"\t(v[a-z0-9]+|\{vex\} v[a-z0-9]+)\s|%[yz]mm|%k[0-7]\b", line
+            ):
                 vector_funcs.add(func)
         outside = sorted(f for f in vector_funcs if not re.match(r"^([\w:<>, ]+ )?isa::", f))
         assert not outside, f"{os.path.basename(path)}: AVX code outside the kernels: {outside[:5]}"
@@ -464,25 +558,54 @@ def test_avx2_cpu_under_qemu(tmp_path):
     x, w, b, g = _linear_inputs(67, 45, 5, torch.bfloat16, seed=9)
     dense = (x, w, b, g, 1e-5)
     dense32 = (x, w.float(), None, None, 0.0)
-    gguf = {}   # the GGUF formats whose unpacking differs (K-quants, Q5_0's bit plane), 2 passes
+    gguf = {}  # the GGUF formats whose unpacking differs (K-quants, Q5_0's bit plane), 2 passes
     for kind, scales in (("Q5_0", [0]), ("Q4_K", [0, 2]), ("Q6_K", [208])):
         values, nbytes = ggml.BLOCK_SIZE[kind]
-        raw = np.random.default_rng(len(scales)).integers(0, 256, (40, 256 // values, nbytes), dtype=np.uint8)
-        for at in scales:                                          # random bytes, finite fp16 scales
-            raw[..., at:at + 2] = np.float16(0.01).reshape(1).view(np.uint8)
+        raw = np.random.default_rng(len(scales)).integers(
+            0, 256, (40, 256 // values, nbytes), dtype=np.uint8
+        )
+        for at in scales:  # random bytes, finite fp16 scales
+            raw[..., at : at + 2] = np.float16(0.01).reshape(1).view(np.uint8)
         wq = ggml.GGUFWeight(kind, raw.reshape(40, -1))
-        gguf[kind] = (_x(3, 256, seed=9, dtype=torch.float32), ggml.pack(wq), ggml.FORMATS[kind], 40, 2, bias, None, 0.0)
-    torch.save({"attention": att, "w8a8": lin, "linear": dense, "linear_fp32": dense32, "gguf": gguf},
-               tmp_path / "in.pt")
+        gguf[kind] = (
+            _x(3, 256, seed=9, dtype=torch.float32),
+            ggml.pack(wq),
+            ggml.FORMATS[kind],
+            40,
+            2,
+            bias,
+            None,
+            0.0,
+        )
+    torch.save(
+        {"attention": att, "w8a8": lin, "linear": dense, "linear_fp32": dense32, "gguf": gguf},
+        tmp_path / "in.pt",
+    )
     script = tmp_path / "child.py"
     script.write_text(QEMU_CHILD)
-    proc = subprocess.run([qemu, "-cpu", "EPYC-Rome", sys.executable, str(script), str(tmp_path / "in.pt"),
-                           str(tmp_path / "out.pt")], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [
+            qemu,
+            "-cpu",
+            "EPYC-Rome",
+            sys.executable,
+            str(script),
+            str(tmp_path / "in.pt"),
+            str(tmp_path / "out.pt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, f"rc {proc.returncode} (-4 / 132: SIGILL): {proc.stderr[-2000:]}"
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     assert info["capability"] == "AVX2", info
-    assert info["avx512_supported"] is False and info["avx512_variants"] == [] and "lacks" in info["avx512_refused"]
+    assert (
+        info["avx512_supported"] is False
+        and info["avx512_variants"] == []
+        and "lacks" in info["avx512_refused"]
+    )
     assert info["avx2_supported"] is True and info["avx2_variants"] == ["avx2"]
     got = torch.load(tmp_path / "out.pt")
     mod = RUNNABLE["avx2"]

@@ -1,4 +1,5 @@
 """Tree-mask forward + KV compaction == recomputing the accepted path from scratch."""
+
 import random
 
 import pytest
@@ -46,14 +47,20 @@ def test_tree_verify_then_compaction_equals_recompute(tiny_model_dir, arch, atte
         tree = _random_tree(rng, 12, V)
         root = rng.randrange(V)
         q = build_query(root, P, Proposal(tree))
-        logits = model.forward(torch.tensor(q.tokens), torch.tensor(q.positions), [SeqInput(cache, len(q.tokens), q.mask)])
+        logits = model.forward(
+            torch.tensor(q.tokens),
+            torch.tensor(q.positions),
+            [SeqInput(cache, len(q.tokens), q.mask)],
+        )
         node = rng.randrange(len(tree))
         path = tree.path_to(node)
         cache.commit([0] + [n + 1 for n in path])
         accepted = prompt + [root] + [tree.tokens[n] for n in path]
         # reference: a fresh prefill of the committed tokens
         fresh = model.new_cache(128)
-        want = model.forward(torch.tensor(accepted), torch.arange(len(accepted)), [SeqInput(fresh, len(accepted))])
+        want = model.forward(
+            torch.tensor(accepted), torch.arange(len(accepted)), [SeqInput(fresh, len(accepted))]
+        )
         fresh.commit(range(len(accepted)))
         L = len(accepted)
         assert cache.length == fresh.length == L
@@ -70,16 +77,28 @@ def test_tree_verify_then_compaction_equals_recompute(tiny_model_dir, arch, atte
         assert torch.allclose(a, b, atol=1e-4)
 
 
-@pytest.mark.parametrize("dtype,kv_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
-                                            (torch.float32, torch.float16)], ids=["fp32", "bf16", "fp32-kv16"])
-@pytest.mark.parametrize("hidden", [128, 256])      # head sizes 32 and 64 (the kernel's fast path)
-def test_row_invariance_tree_verify_equals_autoregressive_bit_for_bit(tiny_model_dir, dtype, kv_dtype, hidden,
-                                                                     attention_path):
+@pytest.mark.parametrize(
+    "dtype,kv_dtype",
+    [
+        (torch.float32, torch.float32),
+        (torch.bfloat16, torch.float32),
+        (torch.float32, torch.float16),
+    ],
+    ids=["fp32", "bf16", "fp32-kv16"],
+)
+@pytest.mark.parametrize("hidden", [128, 256])  # head sizes 32 and 64 (the kernel's fast path)
+def test_row_invariance_tree_verify_equals_autoregressive_bit_for_bit(
+    tiny_model_dir, dtype, kv_dtype, hidden, attention_path
+):
     """A draft node's logits from one tree-verify pass are bit-identical to the logits of
     one-token autoregressive steps along its path (the property behind exact greedy output),
     with an fp32 or an fp16 KV cache."""
-    model = _model(tiny_model_dir("llama", hidden=hidden, heads=4, kv_heads=2, n_layers=3), dtype, attention_path,
-                   kv_dtype)
+    model = _model(
+        tiny_model_dir("llama", hidden=hidden, heads=4, kv_heads=2, n_layers=3),
+        dtype,
+        attention_path,
+        kv_dtype,
+    )
     rng = random.Random(1)
     V = model.args.vocab_size
     for trial in range(6):
@@ -93,7 +112,11 @@ def test_row_invariance_tree_verify_equals_autoregressive_bit_for_bit(tiny_model
         # the engine never lets the root and drafts straddle a key-bucket boundary
         tree = _random_tree(rng, min(rng.choice([3, 8, 15, 30]), max_draft_rows(verify_cache)), V)
         q = build_query(root, P, Proposal(tree))
-        out = model.forward(torch.tensor(q.tokens), torch.tensor(q.positions), [SeqInput(verify_cache, len(q.tokens), q.mask)])
+        out = model.forward(
+            torch.tensor(q.tokens),
+            torch.tensor(q.positions),
+            [SeqInput(verify_cache, len(q.tokens), q.mask)],
+        )
         ar = _ar_steps_along(model, ar_cache, P, root, tree)
         assert sorted(ar) == list(range(len(tree)))
         for node in range(len(tree)):
@@ -115,8 +138,10 @@ def _ar_steps_along(model, cache, P: int, root: int, tree: DraftTree) -> dict[in
     while stack:
         node, depth = stack.pop()
         assert depth == len(tree.path_to(node))
-        cache.truncate(P + depth)           # root + the node's ancestors
-        step = model.forward(torch.tensor([tree.tokens[node]]), torch.tensor([P + depth]), [SeqInput(cache, 1)])
+        cache.truncate(P + depth)  # root + the node's ancestors
+        step = model.forward(
+            torch.tensor([tree.tokens[node]]), torch.tensor([P + depth]), [SeqInput(cache, 1)]
+        )
         cache.commit([0])
         out[node] = step[0]
         stack += [(c, depth + 1) for c in reversed(children.get(node, []))]
@@ -137,27 +162,35 @@ def test_batched_sequences_are_independent(tiny_model_dir, attention_path):
         caches.append(c)
     trees = [DraftTree.chain([1, 2, 3]), _random_tree(rng, 9, V), DraftTree()]
     queries = [build_query(5, len(p), Proposal(t)) for p, t in zip(prompts, trees)]
-    together = model.forward(torch.tensor(sum((q.tokens for q in queries), [])),
-                             torch.tensor(sum((q.positions for q in queries), [])),
-                             [SeqInput(c, len(q.tokens), q.mask) for c, q in zip(caches, queries)])
+    together = model.forward(
+        torch.tensor(sum((q.tokens for q in queries), [])),
+        torch.tensor(sum((q.positions for q in queries), [])),
+        [SeqInput(c, len(q.tokens), q.mask) for c, q in zip(caches, queries)],
+    )
     offset = 0
     for c, q in zip(caches, queries):
-        alone = model.forward(torch.tensor(q.tokens), torch.tensor(q.positions), [SeqInput(c, len(q.tokens), q.mask)])
-        assert torch.equal(alone, together[offset:offset + len(q.tokens)])
+        alone = model.forward(
+            torch.tensor(q.tokens), torch.tensor(q.positions), [SeqInput(c, len(q.tokens), q.mask)]
+        )
+        assert torch.equal(alone, together[offset : offset + len(q.tokens)])
         offset += len(q.tokens)
 
 
 def test_commit_keeps_only_the_chosen_slots(tiny_model_dir):
     model = _model(tiny_model_dir("llama"))
     cache = model.new_cache(8)
-    k = torch.arange(5 * cache.k.shape[1] * cache.k.shape[3], dtype=torch.float32).view(5, cache.k.shape[1], -1)
+    k = torch.arange(5 * cache.k.shape[1] * cache.k.shape[3], dtype=torch.float32).view(
+        5, cache.k.shape[1], -1
+    )
     for layer in range(model.args.n_layers):
         cache.write(layer, k, k)
     cache.commit([0, 2, 4])
     assert cache.length == 3
     assert torch.equal(cache.k[0, :, 1], k[2])
     assert torch.equal(cache.k[0, :, 2], k[4])
-    assert cache.v.dtype == torch.float32 and cache.v.shape == cache.k.shape   # V stored as computed, fp32
+    assert (
+        cache.v.dtype == torch.float32 and cache.v.shape == cache.k.shape
+    )  # V stored as computed, fp32
     assert torch.equal(cache.v[0, :, 1], k[2]) and torch.equal(cache.v[0, :, 2], k[4])
     with pytest.raises(ValueError):
         cache.truncate(4)
@@ -170,7 +203,9 @@ def test_fp16_cache_rounds_once_and_keeps_its_dtype(tiny_model_dir):
     cache = model.new_cache(8)
     assert cache.k.dtype == cache.v.dtype == torch.float16
     assert cache.nbytes() * 2 == _model(tiny_model_dir("llama")).new_cache(8).nbytes()
-    k = torch.randn(5, cache.k.shape[1], cache.k.shape[3], generator=torch.Generator().manual_seed(0))
+    k = torch.randn(
+        5, cache.k.shape[1], cache.k.shape[3], generator=torch.Generator().manual_seed(0)
+    )
     for layer in range(model.args.n_layers):
         cache.write(layer, k, -k)
     cache.commit([0, 2, 4])

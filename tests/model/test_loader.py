@@ -1,4 +1,5 @@
 """Loading: GGUF and HF folders give the same model; bad files give one-line errors."""
+
 import json
 import shutil
 

@@ -1,6 +1,7 @@
 """Bad model files made from the real 0.5B GGUF: a copy cut short and a copy of its metadata under
 an architecture paraspec does not run. Each is one line naming the file and the fix, from LLM(...)
 and from `paraspec generate` (exit 2, no traceback)."""
+
 import gguf
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from paraspec.errors import ModelLoadError
 from paraspec.model.gguf_file import read_gguf
 from real_model import REAL, real_model_path
 
-CUT = 10_000_000        # bytes kept: the header and vocabulary whole, the first tensors not
+CUT = 10_000_000  # bytes kept: the header and vocabulary whole, the first tensors not
 
 
 def _refused(path, needles: list[str], capsys) -> None:
@@ -33,14 +34,23 @@ def _cut_copy(out, src=None):
 
 def test_a_truncated_copy_is_one_line_saying_it_is_cut_short(tmp_path, capsys):
     path = _cut_copy(tmp_path / "model.gguf")
-    _refused(path, ["is cut short", f"it has {CUT:,} bytes", "tensor 'output.weight' ends at byte",
-                    "download or copy the whole file again"], capsys)
+    _refused(
+        path,
+        [
+            "is cut short",
+            f"it has {CUT:,} bytes",
+            "tensor 'output.weight' ends at byte",
+            "download or copy the whole file again",
+        ],
+        capsys,
+    )
 
 
 def test_a_truncated_fetched_model_names_the_fetch_command(tmp_path, monkeypatch, capsys):
     """The cut file under the cache's own name: the fix is fetching it again (fetch re-checks its
     size and sha256 and replaces it)."""
     from paraspec import catalog
+
     src = real_model_path()
     monkeypatch.setenv("PARASPEC_CACHE", str(tmp_path))
     cached = catalog.ARTIFACTS[REAL].path
@@ -65,5 +75,12 @@ def test_an_architecture_paraspec_does_not_run_is_one_line(tmp_path, capsys):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    _refused(path, ["unsupported architecture 'gemma3'", "paraspec runs llama, qwen2, qwen3 models",
-                    "use a model of one of those"], capsys)
+    _refused(
+        path,
+        [
+            "unsupported architecture 'gemma3'",
+            "paraspec runs llama, qwen2, qwen3 models",
+            "use a model of one of those",
+        ],
+        capsys,
+    )

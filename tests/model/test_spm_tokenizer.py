@@ -10,6 +10,7 @@ SentencePiece has no rule (special tokens inside text) the reference is llama.cp
 them, and the text after each one gets a space prefix of its own; where llama-cpp-python is
 installed (`make peers`) its tokenizer is compared directly.
 """
+
 import importlib.util
 import io
 import os
@@ -28,7 +29,18 @@ from tiny_models import write_one_layer_gguf
 SRC = Path(__file__).parents[2] / "src" / "paraspec"
 DATA = Path(__file__).parent / "data"
 USER_DEFINED = "<tool_call>"
-EXTRA_POOL = ["    ", "        ", "\n    ", "def ", "self.", "return ", "▁", "<0x41>", "<s>x", USER_DEFINED]
+EXTRA_POOL = [
+    "    ",
+    "        ",
+    "\n    ",
+    "def ",
+    "self.",
+    "return ",
+    "▁",
+    "<0x41>",
+    "<s>x",
+    USER_DEFINED,
+]
 
 
 def _require(module: str, why: str):
@@ -56,19 +68,41 @@ def spm(tmp_path_factory):
     (tmp / "corpus.txt").write_text("\n".join(_corpus()), encoding="utf-8")
     proto = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
-        input=str(tmp / "corpus.txt"), model_writer=proto, model_type="bpe", vocab_size=2000,
-        byte_fallback=True, split_digits=True, add_dummy_prefix=True, remove_extra_whitespaces=False,
-        normalization_rule_name="identity", allow_whitespace_only_pieces=True, character_coverage=0.999,
-        user_defined_symbols=[USER_DEFINED], num_threads=1, minloglevel=2)
+        input=str(tmp / "corpus.txt"),
+        model_writer=proto,
+        model_type="bpe",
+        vocab_size=2000,
+        byte_fallback=True,
+        split_digits=True,
+        add_dummy_prefix=True,
+        remove_extra_whitespaces=False,
+        normalization_rule_name="identity",
+        allow_whitespace_only_pieces=True,
+        character_coverage=0.999,
+        user_defined_symbols=[USER_DEFINED],
+        num_threads=1,
+        minloglevel=2,
+    )
     sp = sentencepiece.SentencePieceProcessor(model_proto=proto.getvalue())
 
     # convert_hf_to_gguf.py's _create_vocab_sentencepiece, then [PADn] rows up to the embedding's
     n = sp.get_piece_size()
     tokens = [sp.id_to_piece(i) for i in range(n)] + [f"[PAD{i}]" for i in range(3)]
     scores = [sp.get_score(i) for i in range(n)] + [-1000.0] * 3
-    types = [2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i)
-             else 4 if sp.id_to_piece(i) == USER_DEFINED else 5 if sp.is_unused(i) else 1
-             for i in range(n)] + [5] * 3
+    types = [
+        2
+        if sp.is_unknown(i)
+        else 3
+        if sp.is_control(i)
+        else 6
+        if sp.is_byte(i)
+        else 4
+        if sp.id_to_piece(i) == USER_DEFINED
+        else 5
+        if sp.is_unused(i)
+        else 1
+        for i in range(n)
+    ] + [5] * 3
     path = tmp / "spm.gguf"
 
     def fields(w):
@@ -80,8 +114,12 @@ def spm(tmp_path_factory):
         w.add_uint32("tokenizer.ggml.bos_token_id", sp.bos_id())
         w.add_uint32("tokenizer.ggml.eos_token_id", sp.eos_id())
         w.add_uint32("tokenizer.ggml.unknown_token_id", sp.unk_id())
-        w.add_string("tokenizer.chat_template", "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}"
-                     "[INST] {{ m['content'] }} [/INST]{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}")
+        w.add_string(
+            "tokenizer.chat_template",
+            "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}"
+            "[INST] {{ m['content'] }} [/INST]{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}",
+        )
+
     write_one_layer_gguf(path, len(tokens), fields)
     source = load_model(path, torch.float32).tokenizer_source
     return sp, path, source
@@ -90,7 +128,9 @@ def spm(tmp_path_factory):
 def _texts(n: int, seed: int) -> list[str]:
     rng, pool = random.Random(seed), POOL + EXTRA_POOL
     fuzz = ["".join(rng.choice(pool) for _ in range(rng.randint(1, 40))) for _ in range(n)]
-    code = [line for line in (SRC / "model" / "tokenizer.py").read_text().splitlines() if line][:200]
+    code = [line for line in (SRC / "model" / "tokenizer.py").read_text().splitlines() if line][
+        :200
+    ]
     runs = [" " * k for k in range(1, 40)] + [f"x{' ' * k}y\n{' ' * k}z" for k in range(1, 40)]
     return [t for t in TEXTS + fuzz + code + runs if USER_DEFINED not in t and "<s>" not in t]
 
@@ -107,7 +147,7 @@ def test_decode_equals_sentencepiece_and_streams(spm):
     tok = Tokenizer.from_source(source)
     for text in _texts(300, seed=2):
         ids = tok.encode(text, add_bos=False)
-        want = text.replace("\u2581", " ")    # SentencePiece's own space sign reads back as a space
+        want = text.replace("\u2581", " ")  # SentencePiece's own space sign reads back as a space
         assert tok.decode(ids) == sp.decode(ids) == want, text
         stream = IncrementalDetokenizer(tok)
         assert "".join(stream.push([i]) for i in ids) + stream.flush() == want, text
@@ -131,7 +171,9 @@ def test_bos_by_default_special_tokens_matched_with_llama_cpp_spacing(spm):
     # llama.cpp: the text after a special token is tokenized on its own, with its own space prefix
     ids = tok.encode("one</s>two <unk>", add_bos=False)
     assert ids == sp.encode("one") + [sp.eos_id()] + sp.encode("two ") + [sp.unk_id()]
-    assert tok.decode(ids) == "one two " and tok.decode(ids, skip_special=False) == "one</s> two <unk>"
+    assert (
+        tok.decode(ids) == "one two " and tok.decode(ids, skip_special=False) == "one</s> two <unk>"
+    )
     off = Tokenizer.from_source({**source, "add_bos_token": False})
     assert off.encode("hi") == sp.encode("hi")
 
@@ -168,7 +210,9 @@ def test_bad_spm_vocabularies_are_one_line_errors(spm):
     _, _, source = spm
     with pytest.raises(ModelLoadError, match=r"tokenizer.ggml.scores has 0 entries"):
         Tokenizer.from_source({**source, "scores": []})
-    with pytest.raises(ModelLoadError, match=r"tokenizer.ggml.model 'bert' is not supported.*'llama'"):
+    with pytest.raises(
+        ModelLoadError, match=r"tokenizer.ggml.model 'bert' is not supported.*'llama'"
+    ):
         Tokenizer.from_source({**source, "model": "bert"})
 
 
@@ -179,13 +223,17 @@ def test_the_llama_cpp_vocab_cases_script_reads_a_models_folder(spm, tmp_path):
     import shutil
 
     sp, path, _ = spm
-    spec = iu.spec_from_file_location("vocab_cases", Path(__file__).parents[2] / "benchmarks" / "llama_cpp_vocab_cases.py")
+    spec = iu.spec_from_file_location(
+        "vocab_cases", Path(__file__).parents[2] / "benchmarks" / "llama_cpp_vocab_cases.py"
+    )
     script = iu.module_from_spec(spec)
     spec.loader.exec_module(script)
     vocab = tmp_path / "ggml-vocab-trained.gguf"
     shutil.copy(path, vocab)
     texts = ["hello world", "    def f(x):\n        return x", "Héllo 日本語"]
-    (tmp_path / (vocab.name + ".inp")).write_text("".join(t + script.SEPARATOR for t in texts), encoding="utf-8")
+    (tmp_path / (vocab.name + ".inp")).write_text(
+        "".join(t + script.SEPARATOR for t in texts), encoding="utf-8"
+    )
     ids = [" ".join(map(str, sp.encode(t))) for t in texts]
     (tmp_path / (vocab.name + ".out")).write_text("\n".join(ids) + "\n")
     assert script.check(vocab)[:3] == ("ok", 3, 0)

@@ -2,6 +2,7 @@
 of a tiny model (1 torch thread each, the 2 CPUs Ray is given), the ingress and the TrieHub at 0
 CPUs. Usage stats off; loopback only (make test-ray runs pytest in a network namespace with only
 `lo` when it can, so Ray's node address is 127.0.0.1 too)."""
+
 from __future__ import annotations
 
 import os
@@ -28,11 +29,19 @@ def start_ray():
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     # the replicas import this tree's paraspec, not the one installed in the venv
-    os.environ["PYTHONPATH"] = os.pathsep.join([SRC, TESTS, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [SRC, TESTS, os.environ.get("PYTHONPATH", "")]
+    ).rstrip(os.pathsep)
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
-             _node_ip_address="127.0.0.1", log_to_driver=False, namespace="paraspec-tests")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=100 * 1024 * 1024,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        namespace="paraspec-tests",
+    )
     return ray
 
 
@@ -42,14 +51,15 @@ class Cluster:
     def __init__(self, config, opts):
         from ray import serve
 
-
         self.port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": self.port})
         self.config = config
         self.deploy(opts)
         self.url = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(base_url=self.url, timeout=60)
-        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        self.client = openai.OpenAI(
+            base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=60
+        )
         self.engine = serve.get_deployment_handle("ParaspecEngine", APP)
 
     def deploy(self, opts) -> None:
@@ -59,7 +69,9 @@ class Cluster:
         from paraspec.ray_serve import build_app
 
         self.opts = opts
-        serve.run(build_app({"service_config": self.config, "options": opts}), name=APP, route_prefix="/")
+        serve.run(
+            build_app({"service_config": self.config, "options": opts}), name=APP, route_prefix="/"
+        )
 
     def broadcast(self, method: str, *args, timeout_s: float = 30) -> list:
         return self.engine.broadcast(method, *args).results(timeout_s=timeout_s)
@@ -77,7 +89,9 @@ class Cluster:
             except Exception:
                 if time.monotonic() - start > timeout_s:
                     raise
-            assert time.monotonic() - start < timeout_s, f"the handle still lists the replica {gone}"
+            assert time.monotonic() - start < timeout_s, (
+                f"the handle still lists the replica {gone}"
+            )
             time.sleep(0.25)
 
     def replica_ids(self) -> list[str]:
@@ -92,7 +106,11 @@ class Cluster:
             status = serve.status().applications.get(APP)
             if status is not None:
                 dep = status.deployments.get("ParaspecEngine")
-                if dep is not None and dep.replica_states.get("RUNNING", 0) == n and dep.status == "HEALTHY":
+                if (
+                    dep is not None
+                    and dep.replica_states.get("RUNNING", 0) == n
+                    and dep.status == "HEALTHY"
+                ):
                     return time.monotonic() - start
             time.sleep(0.25)
         raise AssertionError(f"{n} replicas not RUNNING within {timeout_s} s: {serve.status()}")
@@ -110,7 +128,9 @@ class Cluster:
 
 def descendants(pid: int | None = None) -> list[str]:
     """Processes below `pid` (default: this one), as "pid args": what Ray started from here."""
-    rows = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout.splitlines()
+    rows = subprocess.run(
+        ["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True
+    ).stdout.splitlines()
     kids: dict[int, list[tuple[int, str]]] = {}
     for row in rows:
         p, pp, *args = row.split(None, 2)

@@ -3,6 +3,7 @@ replicas of a tiny random model behind paraspec's own FastAPI app, the official 
 
 Every load loop is bounded in count and time. Marked `ray`: skipped without the extra
 (`make test-ray` installs it and runs these)."""
+
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -13,7 +14,9 @@ import time
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="the paraspec[ray] extra is not installed (make test-ray installs it)")
+ray = pytest.importorskip(
+    "ray", reason="the paraspec[ray] extra is not installed (make test-ray installs it)"
+)
 
 import openai  # noqa: E402
 from cluster import APP, Cluster, descendants, start_ray  # noqa: E402
@@ -31,7 +34,7 @@ K = 8
 
 
 def _config(model_dir):
-    config = load_config(None, model=str(model_dir))      # memory_decoding: the default drafter
+    config = load_config(None, model=str(model_dir))  # memory_decoding: the default drafter
     config.model_deploy.model.model_name = MODEL
     config.model_deploy.max_seq_len, config.model_deploy.max_input_token_len = 400, 256
     config.schedule.max_iter_times = 200
@@ -41,17 +44,26 @@ def _config(model_dir):
 
 @pytest.fixture(scope="module")
 def cluster(tiny_model_dir, tmp_path_factory):
-    model = tiny_model_dir("llama", init_std=0.3)       # varied greedy outputs (the default repeats a token)
+    model = tiny_model_dir(
+        "llama", init_std=0.3
+    )  # varied greedy outputs (the default repeats a token)
     start_ray()
-    opts = RayServeOptions(replicas=2, threads=1, queue=2, affinity_tokens=K, sync_interval_s=SYNC_S,
-                           snapshot_path=str(tmp_path_factory.mktemp("hub") / "hub.npz"), snapshot_interval_s=0.5,
-                           app_name="paraspec-test")
+    opts = RayServeOptions(
+        replicas=2,
+        threads=1,
+        queue=2,
+        affinity_tokens=K,
+        sync_interval_s=SYNC_S,
+        snapshot_path=str(tmp_path_factory.mktemp("hub") / "hub.npz"),
+        snapshot_interval_s=0.5,
+        app_name="paraspec-test",
+    )
     c = Cluster(_config(model), opts)
     c.model = model
     try:
         yield c
     finally:
-        if ray.is_initialized():       # test_shutdown_leaves_no_process shut it down already
+        if ray.is_initialized():  # test_shutdown_leaves_no_process shut it down already
             c.close()
             ray.shutdown()
 
@@ -72,13 +84,21 @@ def test_openai_client_through_serve(cluster):
     assert [m.id for m in c.models.list().data] == [MODEL]
     r = c.completions.create(model=MODEL, prompt="hello world", max_tokens=12, temperature=0)
     assert r.choices[0].finish_reason in ("length", "stop") and r.usage.completion_tokens >= 1
-    chat = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8,
-                                     temperature=0)
+    chat = c.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8, temperature=0
+    )
     assert chat.choices[0].message.role == "assistant"
-    parts = list(c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8,
-                                           temperature=0, stream=True))
+    parts = list(
+        c.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=8,
+            temperature=0,
+            stream=True,
+        )
+    )
     text = "".join(p.choices[0].delta.content or "" for p in parts if p.choices)
-    assert text == chat.choices[0].message.content            # streamed == whole, greedy
+    assert text == chat.choices[0].message.content  # streamed == whole, greedy
     # an error keeps paraspec's own JSON (one code path): the field and the fix
     bad = cluster.http.post("/v1/completions", json={"model": "nope", "prompt": "x"})
     assert bad.status_code == 404 or bad.status_code == 400
@@ -91,17 +111,22 @@ GREEDY = dict(temperature=0, max_tokens=24)
 
 
 def _complete(cluster, prompt: str, max_tokens: int = 24, plain: bool = False) -> dict:
-    extra = {"paraspec": {"plugin_params": "none"}} if plain else None      # plain: one token a step
-    r = cluster.client.completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0,
-                                          extra_body=extra)
+    extra = {"paraspec": {"plugin_params": "none"}} if plain else None  # plain: one token a step
+    r = cluster.client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0, extra_body=extra
+    )
     ext = r.to_dict()["paraspec"]
-    return {"text": r.choices[0].text, "replica": ext["choices"][0]["replica"],
-            "accepted": ext["mean_accepted_tokens_per_step"]}
+    return {
+        "text": r.choices[0].text,
+        "replica": ext["choices"][0]["replica"],
+        "accepted": ext["mean_accepted_tokens_per_step"],
+    }
 
 
 def _complete_ext(cluster, extra: dict | None = None) -> dict:
-    r = cluster.client.completions.create(model=MODEL, prompt="light update", max_tokens=2, temperature=0,
-                                          extra_body=extra)
+    r = cluster.client.completions.create(
+        model=MODEL, prompt="light update", max_tokens=2, temperature=0, extra_body=extra
+    )
     return r.to_dict()["paraspec"]
 
 
@@ -137,7 +162,7 @@ def _timed(fn, item):
     start = time.monotonic()
     try:
         return start, time.monotonic(), fn(item)
-    except Exception as e:                         # a failed request is a result here
+    except Exception as e:  # a failed request is a result here
         return start, time.monotonic(), e
 
 
@@ -155,6 +180,7 @@ def _owned_prompts(cluster, tokenizer, owner: str, n: int, tag: str) -> list[str
 
 # ------------------------------------------------------------------------------------ tests
 
+
 def test_sync_shares_memory_across_replicas(cluster, offline):
     """Family A served on replica 1 reaches replica 2's trie within 2 sync intervals (plus the
     calls' latency), and a request forced to replica 2 then accepts more tokens per step."""
@@ -164,7 +190,9 @@ def test_sync_shares_memory_across_replicas(cluster, offline):
     params = SamplingParams(temperature=0, max_tokens=48)
     out = offline.generate(a[0], params)[0]
     path = [t for t in out.token_ids][:6]
-    assert all(n == 0 for _, n in cluster.broadcast("trie_count", path)), "path already known: pick another"
+    assert all(n == 0 for _, n in cluster.broadcast("trie_count", path)), (
+        "path already known: pick another"
+    )
     # before: replica 2 on a fresh prompt of its own (what it accepts without A's memory)
     before = [r for r in cluster.broadcast("generate_here", r2, tok.encode(q[0]), params) if r]
     served = _complete(cluster, a[0], 48)
@@ -176,12 +204,16 @@ def test_sync_shares_memory_across_replicas(cluster, offline):
             waited = time.monotonic() - done
             break
         time.sleep(0.05)
-    assert waited is not None and waited <= 2 * SYNC_S + 0.5, f"replica 2 saw family A after {waited} s"
+    assert waited is not None and waited <= 2 * SYNC_S + 0.5, (
+        f"replica 2 saw family A after {waited} s"
+    )
     after = [r for r in cluster.broadcast("generate_here", r2, tok.encode(a[0]), params) if r]
-    assert after[0]["token_ids"] == out.token_ids                      # lossless on the other replica
+    assert after[0]["token_ids"] == out.token_ids  # lossless on the other replica
     acc0 = before[0]["stats"]["mean_accepted_tokens_per_step"]
     acc1 = after[0]["stats"]["mean_accepted_tokens_per_step"]
-    print(f"sync: replica 2 had family A after {waited:.2f} s; accepted/step {acc0:.2f} -> {acc1:.2f}")
+    print(
+        f"sync: replica 2 had family A after {waited:.2f} s; accepted/step {acc0:.2f} -> {acc1:.2f}"
+    )
     assert acc1 > acc0 + 0.5
 
 
@@ -205,9 +237,11 @@ def test_affinity_then_spill(cluster):
         got = _load(lambda p: _complete(cluster, p, 8), prompts, concurrency=2, budget_s=60)
         seen[f] = {r["replica"] for _, _, r in got}
     assert all(len(s) == 1 for s in seen.values()), seen
-    assert len(set().union(*seen.values())) == 2          # 6 families: both replicas own some (p = 31/32)
-    crowd = [f"F0-prefix/crowd {i}" for i in range(28)]    # > 2 x max_ongoing_requests (6) at once
-    got = _load(lambda p: _complete(cluster, p, 160, plain=True), crowd, concurrency=14, budget_s=120)
+    assert len(set().union(*seen.values())) == 2  # 6 families: both replicas own some (p = 31/32)
+    crowd = [f"F0-prefix/crowd {i}" for i in range(28)]  # > 2 x max_ongoing_requests (6) at once
+    got = _load(
+        lambda p: _complete(cluster, p, 160, plain=True), crowd, concurrency=14, budget_s=120
+    )
     fails = [r for _, _, r in got if isinstance(r, Exception)]
     assert not fails, fails[:3]
     assert len({r["replica"] for _, _, r in got}) == 2
@@ -216,8 +250,13 @@ def test_affinity_then_spill(cluster):
 def test_metrics_cover_every_replica(cluster):
     _complete(cluster, "metrics please", 4)
     text = cluster.http.get("/metrics").text
-    samples = [s for f in text_string_to_metric_families(text) if f.name == "paraspec_generation_tokens"
-               for s in f.samples if s.name == "paraspec_generation_tokens_total"]
+    samples = [
+        s
+        for f in text_string_to_metric_families(text)
+        if f.name == "paraspec_generation_tokens"
+        for s in f.samples
+        if s.name == "paraspec_generation_tokens_total"
+    ]
     assert {s.labels["replica"] for s in samples} == set(cluster.replica_ids())
     assert sum(s.value for s in samples) > 0
 
@@ -230,15 +269,19 @@ def test_reconfigure_hot_reloads_the_drafter(cluster):
     cluster.broadcast("reconfigure", {"plugin_params": "none"})
     assert {s["plugin"] for s in cluster.broadcast("stats")} == {None}
     plain = _complete(cluster, "reconfigured 1", 8)
-    assert plain["accepted"] == 1.0                      # no drafter: one token a step
+    assert plain["accepted"] == 1.0  # no drafter: one token a step
     memory = {"plugin_type": "memory_decoding", "decoding_length": 8}
     cluster.broadcast("reconfigure", {"plugin_params": memory, "speculationGamma": 8})
-    assert {(s["plugin"], s["gamma"]) for s in cluster.broadcast("stats")} == {("memory_decoding", 8)}
+    assert {(s["plugin"], s["gamma"]) for s in cluster.broadcast("stats")} == {
+        ("memory_decoding", 8)
+    }
     with pytest.raises(Exception, match="speculation_gamma"):
         cluster.broadcast("reconfigure", {"plugin_params": memory, "speculationGamma": 2})
-    with pytest.raises(Exception, match="speculation_gamma"):     # the reloaded gamma (8) holds
+    with pytest.raises(Exception, match="speculation_gamma"):  # the reloaded gamma (8) holds
         cluster.broadcast("reconfigure", {"plugin_params": {**memory, "decoding_length": 12}})
-    assert {(s["plugin"], s["gamma"]) for s in cluster.broadcast("stats")} == {("memory_decoding", 8)}
+    assert {(s["plugin"], s["gamma"]) for s in cluster.broadcast("stats")} == {
+        ("memory_decoding", 8)
+    }
     assert cluster.replica_ids() == ids
 
 
@@ -260,12 +303,18 @@ def test_replica_sigkill_mid_load(cluster, offline):
     got = _load(request, prompts, concurrency=4, budget_s=180)
     failed = [(s, r) for s, _, r in got if isinstance(r, Exception)]
     late = [r for s, _, r in got if isinstance(r, Exception) and s > killed_at[0] + 2]
-    print(f"replica kill: {len(failed)}/{len(prompts)} failed (concurrency 4), {len(late)} after the kill + 2 s")
-    assert len(failed) <= 6 and not late, failed[:3]          # max_ongoing_requests of the victim
+    print(
+        f"replica kill: {len(failed)}/{len(prompts)} failed (concurrency 4), {len(late)} after the kill + 2 s"
+    )
+    assert len(failed) <= 6 and not late, failed[:3]  # max_ongoing_requests of the victim
     waited = cluster.wait_running(2, 30)
-    fresh = [s for s in cluster.live_stats(victim["replica"], 2) if s["replica"] != stats[1]["replica"]][0]
-    print(f"replica kill: 2 RUNNING again after {waited:.1f} s; new replica bootstrapped "
-          f"{fresh['sync']['bootstrapped']} trie nodes")
+    fresh = [
+        s for s in cluster.live_stats(victim["replica"], 2) if s["replica"] != stats[1]["replica"]
+    ][0]
+    print(
+        f"replica kill: 2 RUNNING again after {waited:.1f} s; new replica bootstrapped "
+        f"{fresh['sync']['bootstrapped']} trie nodes"
+    )
     assert fresh["replica"] != victim["replica"] and fresh["sync"]["bootstrapped"] > 0
 
 
@@ -323,15 +372,37 @@ def test_user_config_update_reconfigures_running_replicas(cluster, tmp_path):
 
     name = "paraspec-declarative"
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"BackendConfig": {
-        "ModelDeployConfig": {"maxSeqLen": 400, "maxInputTokenLen": 256, "ModelConfig": [
-            {"modelName": MODEL, "modelWeightPath": str(cluster.model)}]},
-        "ScheduleConfig": {"maxBatchSize": 4, "maxIterTimes": 200}}}))
+    config.write_text(
+        json.dumps(
+            {
+                "BackendConfig": {
+                    "ModelDeployConfig": {
+                        "maxSeqLen": 400,
+                        "maxInputTokenLen": 256,
+                        "ModelConfig": [
+                            {"modelName": MODEL, "modelWeightPath": str(cluster.model)}
+                        ],
+                    },
+                    "ScheduleConfig": {"maxBatchSize": 4, "maxIterTimes": 200},
+                }
+            }
+        )
+    )
 
     def apply(user_config: dict) -> None:
-        app = {"name": name, "route_prefix": "/", "import_path": "paraspec.ray_serve:build_app",
-               "args": {"config": str(config), "replicas": 2, "threads": 1, "sync_interval_s": 0, "app_name": name},
-               "deployments": [{"name": "ParaspecEngine", "user_config": user_config}]}
+        app = {
+            "name": name,
+            "route_prefix": "/",
+            "import_path": "paraspec.ray_serve:build_app",
+            "args": {
+                "config": str(config),
+                "replicas": 2,
+                "threads": 1,
+                "sync_interval_s": 0,
+                "app_name": name,
+            },
+            "deployments": [{"name": "ParaspecEngine", "user_config": user_config}],
+        }
         _get_global_client().deploy_apps(ServeDeploySchema(applications=[app]), _blocking=True)
 
     def wait_for(want: set, timeout_s: float = 60) -> dict:
@@ -343,7 +414,9 @@ def test_user_config_update_reconfigures_running_replicas(cluster, tmp_path):
                     return {s["pid"]: s["replica"] for s in stats}
             except Exception:
                 pass
-            assert time.monotonic() - start < timeout_s, f"replicas not at {want} after {timeout_s} s"
+            assert time.monotonic() - start < timeout_s, (
+                f"replicas not at {want} after {timeout_s} s"
+            )
             time.sleep(0.25)
 
     serve.delete(APP)
@@ -353,7 +426,7 @@ def test_user_config_update_reconfigures_running_replicas(cluster, tmp_path):
         handle = serve.get_deployment_handle("ParaspecEngine", name)
         before = wait_for({("memory_decoding", 8)})
         apply({"plugin_params": "none", "speculationGamma": 8})
-        assert wait_for({(None, 8)}) == before                      # same processes, same replicas
+        assert wait_for({(None, 8)}) == before  # same processes, same replicas
         assert _complete(cluster, "light update", 8)["accepted"] == 1.0
         # the ingress follows: responses name the new default drafter (none)
         assert _until(lambda: _complete_ext(cluster)["plugin"] is None)
@@ -364,7 +437,10 @@ def test_user_config_update_reconfigures_running_replicas(cluster, tmp_path):
         # and checks a request's plugin_params against the reloaded gamma (4): decoding_length 8 is a 400
         too_long = {"paraspec": {"plugin_params": {**memory, "decoding_length": 8}}}
         assert _until(lambda: _status(cluster, too_long) == 400)
-        assert _status(cluster, {"paraspec": {"plugin_params": {**memory, "decoding_length": 4}}}) == 200
+        assert (
+            _status(cluster, {"paraspec": {"plugin_params": {**memory, "decoding_length": 4}}})
+            == 200
+        )
     finally:
         serve.delete(name)
 

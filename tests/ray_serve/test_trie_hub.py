@@ -2,6 +2,7 @@
 a delta is exactly the counts the replica's own trie added, merging is idempotent by
 (replica, seq), replicas converge whatever the order, a lagging replica gets a snapshot, and the
 snapshot file survives a restart of the hub."""
+
 from __future__ import annotations
 
 import random
@@ -22,7 +23,7 @@ def _serve(trie: TokenTrie, outputs: list[list[int]], tag: str) -> None:
     """What memory_decoding does with committed tokens: append in runs, then close."""
     for i, toks in enumerate(outputs):
         for j in range(0, len(toks), 3):
-            trie.append((tag, i), toks[j:j + 3])
+            trie.append((tag, i), toks[j : j + 3])
         trie.close((tag, i))
 
 
@@ -69,22 +70,25 @@ def test_push_is_idempotent_and_replicas_converge():
     a, b = TokenTrie(100_000, 6), TokenTrie(100_000, 6)
     da, db = _recorded(a, _outputs(2), "a"), _recorded(b, _outputs(3), "b")
     v = hub.push("A", 0, da)
-    assert hub.push("A", 0, da) == v                   # a retried push adds nothing
+    assert hub.push("A", 0, da) == v  # a retried push adds nothing
     hub.push("B", 0, db)
-    for trie, me, got in ((a, "A", hub.pull("A", hub.epoch, 0)), (b, "B", hub.pull("B", hub.epoch, 0))):
-        assert len(got["deltas"]) == 1                  # only the other's
+    for trie, me, got in (
+        (a, "A", hub.pull("A", hub.epoch, 0)),
+        (b, "B", hub.pull("B", hub.epoch, 0)),
+    ):
+        assert len(got["deltas"]) == 1  # only the other's
         for d in got["deltas"]:
             add_output_arrays(trie, *d)
     assert _counts(a) == _counts(b) == _counts(hub.trie)
 
 
 def test_lagging_and_new_replicas_get_a_snapshot():
-    hub = TrieHub(200, 6)                               # a log bounded by 200 nodes
+    hub = TrieHub(200, 6)  # a log bounded by 200 nodes
     for seq in range(20):
         hub.push("A", seq, _recorded(TokenTrie(10_000, 6), _outputs(seq, 2), "a"))
-    assert "snapshot" in hub.pull("B", None, -1)        # new: bootstrap
-    assert "snapshot" in hub.pull("B", hub.epoch, 1)    # fell out of the log
-    assert hub.pull("B", "another epoch", 5)["deltas"] == []    # the hub restarted: keep what it has
+    assert "snapshot" in hub.pull("B", None, -1)  # new: bootstrap
+    assert "snapshot" in hub.pull("B", hub.epoch, 1)  # fell out of the log
+    assert hub.pull("B", "another epoch", 5)["deltas"] == []  # the hub restarted: keep what it has
 
 
 def test_snapshot_survives_a_restart(tmp_path):

@@ -1,4 +1,5 @@
 """Sampling: parameter validation, penalties exactly as specified, seeded reproducibility."""
+
 import math
 
 import pytest
@@ -10,11 +11,26 @@ from paraspec.sampling.processors import apply_penalties, filtered_probs
 from paraspec.sampling.sampler import RequestSampler, uniform
 
 
-@pytest.mark.parametrize("field,value", [
-    ("temperature", -0.5), ("temperature", float("nan")), ("top_p", 0.0), ("top_p", 1.5), ("top_k", -3),
-    ("repetition_penalty", 0.0), ("presence_penalty", 3.0), ("frequency_penalty", -2.5), ("max_tokens", 0),
-    ("n", 0), ("min_p", 1.5), ("stop", [""]), ("logprobs", 50), ("temperature", "hot"), ("seed", 1.5),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("temperature", -0.5),
+        ("temperature", float("nan")),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("top_k", -3),
+        ("repetition_penalty", 0.0),
+        ("presence_penalty", 3.0),
+        ("frequency_penalty", -2.5),
+        ("max_tokens", 0),
+        ("n", 0),
+        ("min_p", 1.5),
+        ("stop", [""]),
+        ("logprobs", 50),
+        ("temperature", "hot"),
+        ("seed", 1.5),
+    ],
+)
 def test_invalid_values_raise_one_line_errors_naming_the_field(field, value):
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(**{field: value})
@@ -33,7 +49,9 @@ def test_repetition_penalty_divides_positive_and_multiplies_negative_logits():
 def test_presence_and_frequency_penalties_subtract_over_output_counts():
     logits = torch.tensor([1.0, 1.0, 1.0])
     counts = torch.tensor([0.0, 1.0, 3.0])
-    out = apply_penalties(logits, torch.zeros(3, dtype=torch.bool), counts, 1.0, presence=0.5, frequency=0.25)
+    out = apply_penalties(
+        logits, torch.zeros(3, dtype=torch.bool), counts, 1.0, presence=0.5, frequency=0.25
+    )
     assert torch.allclose(out, torch.tensor([1.0, 1.0 - 0.25 - 0.5, 1.0 - 0.75 - 0.5]))
 
 
@@ -42,7 +60,7 @@ def test_top_k_top_p_min_p_keep_the_right_tokens():
     probs, ids = filtered_probs(logits, 1.0, top_k=3, top_p=1.0, min_p=0.0)
     assert ids.tolist() == [0, 1, 2] and math.isclose(probs.sum().item(), 1.0, rel_tol=1e-6)
     probs, ids = filtered_probs(logits, 1.0, top_k=0, top_p=0.7, min_p=0.0)
-    assert ids.tolist() == [0, 1]          # 0.5 < 0.7, 0.5 + 0.2 reaches it
+    assert ids.tolist() == [0, 1]  # 0.5 < 0.7, 0.5 + 0.2 reaches it
     probs, ids = filtered_probs(logits, 1.0, top_k=0, top_p=1.0, min_p=0.25)  # keeps p >= 0.125
     assert (probs > 0).tolist() == [True, True, True, False, False]
     assert torch.allclose(probs[:3] / probs[:3].sum(), torch.tensor([0.5, 0.2, 0.15]) / 0.85)
@@ -60,6 +78,7 @@ def test_seeded_sampling_is_reproducible_and_seeds_differ():
             s.append(t)
             out.append(t)
         return out
+
     assert run(7) == run(7)
     assert run(7) != run(8)
 
@@ -83,11 +102,13 @@ def test_uniform_is_a_pure_function_in_unit_interval():
 
 
 def test_greedy_with_penalty_uses_context():
-    s = RequestSampler(SamplingParams(temperature=0, repetition_penalty=3.0), prompt=[0], vocab_size=3)
+    s = RequestSampler(
+        SamplingParams(temperature=0, repetition_penalty=3.0), prompt=[0], vocab_size=3
+    )
     logits = torch.tensor([3.0, 2.0, 0.0])
-    assert s.draw(logits) == 1          # token 0 was in the prompt: 3/3 = 1 < 2
+    assert s.draw(logits) == 1  # token 0 was in the prompt: 3/3 = 1 < 2
     s.append(1)
-    assert s.draw(logits) == 0          # now both seen: 1.0 vs 0.667
+    assert s.draw(logits) == 0  # now both seen: 1.0 vs 0.667
 
 
 def test_top_p_below_fp32s_range_keeps_the_top_token():

@@ -1,5 +1,6 @@
 """Fixtures the server tests share: the tiny model they serve, and an offline engine on it to
 compare the server's answers with."""
+
 import pytest
 
 from paraspec import LLM

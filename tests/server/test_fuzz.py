@@ -4,6 +4,7 @@ every decode step verifies a random draft tree: no 5xx, no hang, every 4xx one l
 field, no traceback logged; afterwards the server is idle and healthy, its engine holds nothing,
 and a greedy canary gives the same tokens as before. Fixed seeds: the same cases on every run
 (`python benchmarks/fuzz_server.py --replay SEED:CASE` replays one against `paraspec serve`)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,11 +22,12 @@ from paraspec.server import create_app, load_config
 
 # by its path: benchmarks/ on sys.path would shadow the kernels package (benchmarks/kernels.py)
 _spec = importlib.util.spec_from_file_location(
-    "fuzz_server", Path(__file__).resolve().parents[2] / "benchmarks" / "fuzz_server.py")
+    "fuzz_server", Path(__file__).resolve().parents[2] / "benchmarks" / "fuzz_server.py"
+)
 sys.modules["fuzz_server"] = fuzz_server = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fuzz_server)
 
-SEEDS = [(101, 50), (202, 50)]          # (seed, cases)
+SEEDS = [(101, 50), (202, 50)]  # (seed, cases)
 BODY_TIMEOUT_S = 1.0
 
 
@@ -46,12 +48,23 @@ def server(model_dir):
 def test_fuzzed_requests_keep_the_rule_and_the_server_stays_exact(server, seed, cases, caplog):
     before = fuzz_server.canary(server.url)
     with caplog.at_level(logging.INFO, logger="paraspec"):
-        report = fuzz_server.run(server.url, seed, cases, concurrency=4, timeout=60,
-                                 body_timeout=BODY_TIMEOUT_S, log=lambda line: None)
-    failures = [f"--replay {case.replay}: {why}\n    {case.describe()}" for case, why in report.failures]
+        report = fuzz_server.run(
+            server.url,
+            seed,
+            cases,
+            concurrency=4,
+            timeout=60,
+            body_timeout=BODY_TIMEOUT_S,
+            log=lambda line: None,
+        )
+    failures = [
+        f"--replay {case.replay}: {why}\n    {case.describe()}" for case, why in report.failures
+    ]
     assert failures == [], "\n".join(failures)
-    assert report.statuses[200] >= cases // 5 and report.statuses[400] >= cases // 5, report.statuses
-    assert [r.getMessage() for r in caplog.records if r.exc_info] == []        # no traceback logged
+    assert report.statuses[200] >= cases // 5 and report.statuses[400] >= cases // 5, (
+        report.statuses
+    )
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []  # no traceback logged
     assert fuzz_server.after_the_fuzz(server.url, before) == []
     server.wait_idle(30)
     assert idle_problems(server.engine.engine, server.engine) == []
@@ -62,19 +75,37 @@ def test_fuzzed_requests_keep_the_rule_and_the_server_stays_exact(server, seed, 
 # its tools' definitions blamed on the messages alone, a plugin's key named outside plugin_params)
 USER = {"role": "user", "content": "x"}
 CHAT, RESPONSES = "/v1/chat/completions", "/v1/responses"
-LONG_TOOL = {"type": "function", "function": {"name": "f", "description": "d" * 5000, "parameters": {}}}
+LONG_TOOL = {
+    "type": "function",
+    "function": {"name": "f", "description": "d" * 5000, "parameters": {}},
+}
 MAX = "max_completion_tokens"
 LOOKAHEAD_1 = {"plugin_params": {"plugin_type": "lookahead", "level": 1}}
-FOUND = [(RESPONSES, {"input": [{"role": [[[]]], "content": "x"}]}, "input[0].role", "input"),
-         (RESPONSES, {"input": [USER, {"role": {"a": 1}, "content": "x"}]}, "input[1].role", "input"),
-         (CHAT, {"messages": [USER], "logprobs": True, "top_logprobs": 2 ** 31}, "top_logprobs",
-          "top_logprobs="),
-         (CHAT, {"messages": [USER], MAX: 0}, MAX, f"{MAX}="),
-         (CHAT, {"messages": [USER], MAX: 10 ** 6}, MAX, f"{MAX}="),
-         (RESPONSES, {"input": "x", "max_output_tokens": 10 ** 6}, "max_output_tokens", "max_output_tokens="),
-         (CHAT, {"messages": [USER], "tools": [LONG_TOOL]}, "messages", "the tools' definitions"),
-         ("/v1/completions", {"prompt": "x", "paraspec": LOOKAHEAD_1}, "paraspec.plugin_params",
-          "paraspec.plugin_params: lookahead.level")]
+FOUND = [
+    (RESPONSES, {"input": [{"role": [[[]]], "content": "x"}]}, "input[0].role", "input"),
+    (RESPONSES, {"input": [USER, {"role": {"a": 1}, "content": "x"}]}, "input[1].role", "input"),
+    (
+        CHAT,
+        {"messages": [USER], "logprobs": True, "top_logprobs": 2**31},
+        "top_logprobs",
+        "top_logprobs=",
+    ),
+    (CHAT, {"messages": [USER], MAX: 0}, MAX, f"{MAX}="),
+    (CHAT, {"messages": [USER], MAX: 10**6}, MAX, f"{MAX}="),
+    (
+        RESPONSES,
+        {"input": "x", "max_output_tokens": 10**6},
+        "max_output_tokens",
+        "max_output_tokens=",
+    ),
+    (CHAT, {"messages": [USER], "tools": [LONG_TOOL]}, "messages", "the tools' definitions"),
+    (
+        "/v1/completions",
+        {"prompt": "x", "paraspec": LOOKAHEAD_1},
+        "paraspec.plugin_params",
+        "paraspec.plugin_params: lookahead.level",
+    ),
+]
 
 
 @pytest.mark.parametrize("path, body, param, says", FOUND)

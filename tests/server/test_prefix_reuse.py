@@ -2,6 +2,7 @@
 was reused (usage.prompt_tokens_details.cached_tokens, as OpenAI reports them), /metrics counts the
 hits, and the answers are the offline engine's without any cache; config.json's prefixCacheMB is
 validated like every other key."""
+
 from __future__ import annotations
 
 import pytest
@@ -34,12 +35,21 @@ def test_later_turns_report_cached_tokens_and_match_the_uncached_engine(server, 
         messages.append({"role": "user", "content": question})
         want = offline.chat(messages, SamplingParams(temperature=0, max_tokens=12))[0]
         if turn < 2:
-            r = server.client.chat.completions.create(model="tiny", messages=messages, max_tokens=12, temperature=0)
+            r = server.client.chat.completions.create(
+                model="tiny", messages=messages, max_tokens=12, temperature=0
+            )
             text, usage = r.choices[0].message.content, r.usage
-        else:                                      # streamed: the usage chunk carries it too
-            chunks = list(server.client.chat.completions.create(
-                model="tiny", messages=messages, max_tokens=12, temperature=0, stream=True,
-                stream_options={"include_usage": True}))
+        else:  # streamed: the usage chunk carries it too
+            chunks = list(
+                server.client.chat.completions.create(
+                    model="tiny",
+                    messages=messages,
+                    max_tokens=12,
+                    temperature=0,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+            )
             text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
             usage = chunks[-1].usage
         assert text == want.text
@@ -51,17 +61,25 @@ def test_later_turns_report_cached_tokens_and_match_the_uncached_engine(server, 
 
     def value(name: str) -> float:
         return sum(s.value for s in families[name].samples)
+
     assert value("paraspec_prefix_cache_hits") >= 2
     assert value("paraspec_prefix_cache_reused_tokens") == sum(cached)
-    assert value("paraspec_prefix_cache_blocks") >= 1 and value("paraspec_prefix_cache_budget_bytes") > 0
+    assert (
+        value("paraspec_prefix_cache_blocks") >= 1
+        and value("paraspec_prefix_cache_budget_bytes") > 0
+    )
 
 
 def test_prefix_cache_mb_in_config_json():
-    raw = {"BackendConfig": {"ModelDeployConfig": {"ModelConfig": [{"modelWeightPath": "default"}]},
-                             "ScheduleConfig": {"prefixCacheMB": 64}}}
+    raw = {
+        "BackendConfig": {
+            "ModelDeployConfig": {"ModelConfig": [{"modelWeightPath": "default"}]},
+            "ScheduleConfig": {"prefixCacheMB": 64},
+        }
+    }
     assert parse_config(raw).schedule.prefix_cache_mb == 64
     for bad, why in ((-1, "out of range"), ("64", "JSON number")):
         raw["BackendConfig"]["ScheduleConfig"]["prefixCacheMB"] = bad
         with pytest.raises(ServiceConfigError, match=f"ScheduleConfig.prefixCacheMB.*{why}"):
             parse_config(raw)
-    assert load_config(None, prefix_cache_mb=0).schedule.prefix_cache_mb == 0      # --prefix-cache-mb 0
+    assert load_config(None, prefix_cache_mb=0).schedule.prefix_cache_mb == 0  # --prefix-cache-mb 0

@@ -6,6 +6,7 @@ an engine step that raises fails the requests in flight with a 500 while the ser
 
 Faults and slow steps come from tests/serve_with_faults.py (the real command with Engine.step
 patched for requests that ask by their seed), so each case is deterministic on any CPU."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,8 @@ from paraspec import SamplingParams
 from serve_with_faults import FAULT_SEED, SLOW_SEED
 
 FAULTS = Path(__file__).parent.parent / "serve_with_faults.py"
-START_S = 120             # a hang guard for the start (imports and load), not a measurement
-EXIT_S = 60               # likewise for the exit after a signal
+START_S = 120  # a hang guard for the start (imports and load), not a measurement
+EXIT_S = 60  # likewise for the exit after a signal
 MODEL = "tiny"
 
 
@@ -38,24 +39,47 @@ def _free_port() -> int:
 class Serve:
     """`paraspec serve` on a free port; its log (stderr) goes to a file the test reads."""
 
-    def __init__(self, model_dir: Path, tmp_path: Path, faults: bool = False, plugin: str | None = None,
-                 **server_config):
+    def __init__(
+        self,
+        model_dir: Path,
+        tmp_path: Path,
+        faults: bool = False,
+        plugin: str | None = None,
+        **server_config,
+    ):
         self.port = _free_port()
         config = tmp_path / "config.json"
         model = {"modelName": MODEL, "modelWeightPath": str(model_dir)}
         if plugin:
             model["plugin_params"] = plugin
-        config.write_text(json.dumps({"ServerConfig": {"port": self.port, **server_config}, "BackendConfig": {
-            "ModelDeployConfig": {"maxSeqLen": 1000, "maxInputTokenLen": 200, "ModelConfig": [model]},
-            "ScheduleConfig": {"maxIterTimes": 900}}}))
+        config.write_text(
+            json.dumps(
+                {
+                    "ServerConfig": {"port": self.port, **server_config},
+                    "BackendConfig": {
+                        "ModelDeployConfig": {
+                            "maxSeqLen": 1000,
+                            "maxInputTokenLen": 200,
+                            "ModelConfig": [model],
+                        },
+                        "ScheduleConfig": {"maxIterTimes": 900},
+                    },
+                }
+            )
+        )
         entry = [str(FAULTS)] if faults else ["-m", "paraspec.cli"]
         self.log_path = tmp_path / "serve.log"
         self.log_file = open(self.log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, *entry, "serve", "--config", str(config),
-                                      "--dtype", "float32"], stdout=self.log_file, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, *entry, "serve", "--config", str(config), "--dtype", "float32"],
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+        )
         self.url = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(base_url=self.url, timeout=60)
-        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        self.client = openai.OpenAI(
+            base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=60
+        )
         deadline = time.monotonic() + START_S
         while not self._healthy():
             assert self.proc.poll() is None and time.monotonic() < deadline, self.log()
@@ -95,6 +119,7 @@ def serve(model_dir, tmp_path):
     def start(faults: bool = False, plugin: str | None = None, **server_config) -> Serve:
         started.append(Serve(model_dir, tmp_path, faults, plugin, **server_config))
         return started[-1]
+
     yield start
     for s in started:
         s.close()
@@ -104,14 +129,21 @@ class SSE:
     """A streamed completion read event by event with httpx (the raw framing: error events, [DONE])."""
 
     def __init__(self, s: Serve, max_tokens: int, prompt: str = "Once upon a time"):
-        body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                "ignore_eos": True, "stream": True, "seed": SLOW_SEED}
+        body = {
+            "model": MODEL,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+            "seed": SLOW_SEED,
+        }
         self.cm = s.http.stream("POST", "/v1/completions", json=body)
         self.response = self.cm.__enter__()
         assert self.response.status_code == 200
         self.lines = self.response.iter_lines()
         self.events: list[str] = []
-        first = self.next()                   # the request is in the engine now
+        first = self.next()  # the request is in the engine now
         self.id = json.loads(first)["id"]
 
     def next(self) -> str:
@@ -146,25 +178,44 @@ def _assert_clean_log(log: str) -> None:
 
 # ------------------------------------------------------------------------------------ answers
 
+
 def test_whole_and_streamed_answers_equal_offline_generate(serve, offline):
-    s = serve(plugin='{"plugin_type": "memory_decoding"}')       # drafted, so the check is of lossless serving
+    s = serve(
+        plugin='{"plugin_type": "memory_decoding"}'
+    )  # drafted, so the check is of lossless serving
     prompt, messages = "def f(x):\n    return", [{"role": "user", "content": "Name a colour."}]
     ref = offline.generate(prompt, _greedy(24, ignore_eos=True))[0]
-    r = s.client.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0,
-                                    extra_body={"ignore_eos": True})
+    r = s.client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=24, temperature=0, extra_body={"ignore_eos": True}
+    )
     assert r.choices[0].text == ref.text and r.usage.completion_tokens == len(ref.token_ids) == 24
     assert r.usage.prompt_tokens == len(ref.prompt_token_ids)
-    chunks = list(s.client.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0,
-                                              stream=True, extra_body={"ignore_eos": True},
-                                              stream_options={"include_usage": True}))
+    chunks = list(
+        s.client.completions.create(
+            model=MODEL,
+            prompt=prompt,
+            max_tokens=24,
+            temperature=0,
+            stream=True,
+            extra_body={"ignore_eos": True},
+            stream_options={"include_usage": True},
+        )
+    )
     assert "".join(c.choices[0].text for c in chunks if c.choices) == ref.text
     assert chunks[-1].usage.completion_tokens == 24
     ref = offline.chat(messages, _greedy(20))[0]
-    r = s.client.chat.completions.create(model=MODEL, messages=messages, max_tokens=20, temperature=0)
-    assert r.choices[0].message.content == ref.text and r.choices[0].finish_reason == ref.finish_reason
+    r = s.client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=20, temperature=0
+    )
+    assert (
+        r.choices[0].message.content == ref.text and r.choices[0].finish_reason == ref.finish_reason
+    )
     assert r.usage.completion_tokens == len(ref.token_ids)
-    chunks = list(s.client.chat.completions.create(model=MODEL, messages=messages, max_tokens=20, temperature=0,
-                                                   stream=True))
+    chunks = list(
+        s.client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=20, temperature=0, stream=True
+        )
+    )
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ref.text
     assert r.model_extra["paraspec"]["plugin"] == "memory_decoding"
     s.signal()
@@ -172,27 +223,35 @@ def test_whole_and_streamed_answers_equal_offline_generate(serve, offline):
     _assert_clean_log(s.log())
 
 
-def test_an_engine_step_that_raises_fails_the_requests_in_flight_and_the_server_serves_on(serve, offline):
+def test_an_engine_step_that_raises_fails_the_requests_in_flight_and_the_server_serves_on(
+    serve, offline
+):
     s = serve(faults=True)
-    stream = SSE(s, max_tokens=200)                 # in flight when the step raises
+    stream = SSE(s, max_tokens=200)  # in flight when the step raises
     with pytest.raises(openai.InternalServerError) as e:
         s.client.completions.create(model=MODEL, prompt="x", max_tokens=8, seed=FAULT_SEED)
     err = e.value.body
     assert e.value.status_code == 500 and err["type"] == "internal_server_error", err
     assert "engine step failed" in err["message"] and "RuntimeError" in err["message"], err
-    assert "injected" not in err["message"]          # the class names the cause; internals stay in the log
+    assert "injected" not in err["message"]  # the class names the cause; internals stay in the log
     events = stream.rest()
     assert events[-1] == "[DONE]", events[-3:]
     assert json.loads(events[-2])["error"]["type"] == "internal_server_error", events[-3:]
     assert len(stream.text) < 200
     ref = offline.generate("Once upon a time", _greedy(16, ignore_eos=True))[0]
-    r = s.client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=16, temperature=0,
-                                    extra_body={"ignore_eos": True})
+    r = s.client.completions.create(
+        model=MODEL,
+        prompt="Once upon a time",
+        max_tokens=16,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
     assert r.choices[0].text == ref.text and s.http.get("/health").status_code == 200
     assert s.log().count("engine step failed") == 1
 
 
 # ------------------------------------------------------------------------------------ shutdown
+
 
 def _until_draining(s: Serve) -> httpx.Response:
     """/ready after SIGTERM, once the signal has been seen (a refused connection fails the test)."""
@@ -206,7 +265,7 @@ def _until_draining(s: Serve) -> httpx.Response:
 
 def test_sigterm_drains_open_streams_and_exits_0(serve, offline):
     s = serve(faults=True)
-    stream = SSE(s, max_tokens=60)                  # >= 3 s of slow steps
+    stream = SSE(s, max_tokens=60)  # >= 3 s of slow steps
     s.signal()
     ready = _until_draining(s)
     assert ready.status_code == 503 and ready.json()["requests_in_flight"] == 1, ready.text
@@ -214,7 +273,9 @@ def test_sigterm_drains_open_streams_and_exits_0(serve, offline):
     busy = s.http.post("/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2})
     assert busy.status_code == 503 and "shutting down" in busy.json()["error"]["message"], busy.text
     with pytest.raises(openai.APIStatusError) as e:
-        s.client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=2)
+        s.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=2
+        )
     assert e.value.status_code == 503
     events = stream.rest()
     assert events[-1] == "[DONE]" and not any('"error"' in e for e in events), events[-3:]
@@ -237,7 +298,7 @@ def _assert_cut(stream: SSE, log: str, max_tokens: int) -> None:
 
 def test_a_stream_still_running_when_the_grace_period_ends_gets_an_error_event_and_exit_1(serve):
     s = serve(faults=True, shutdownGrace=1)
-    stream = SSE(s, max_tokens=400)                 # >= 20 s of slow steps
+    stream = SSE(s, max_tokens=400)  # >= 20 s of slow steps
     s.signal()
     assert s.wait() == 1
     log = s.log()
@@ -246,7 +307,7 @@ def test_a_stream_still_running_when_the_grace_period_ends_gets_an_error_event_a
 
 
 def test_a_second_sigterm_cuts_every_stream_at_once_and_exits_1(serve):
-    s = serve(faults=True)                          # the default grace: 30 s
+    s = serve(faults=True)  # the default grace: 30 s
     streams = [SSE(s, max_tokens=400), SSE(s, max_tokens=400, prompt="The quick brown fox")]
     s.signal()
     assert _until_draining(s).status_code == 503

@@ -25,6 +25,7 @@ best-first prefix of its tree). Greedy only: a sampled branch keeps one token a 
 sampler's counter order would differ from the no-draft run, so outputs would not be the same
 draws).
 """
+
 from __future__ import annotations
 
 from typing import Hashable, Sequence
@@ -40,11 +41,11 @@ from .block import Block
 from .context_match import ContextIndex, anchored_drafts
 from .markup import MarkupIds
 
-MAX_ROWS = 32                # rows of one block step, branch roots and drafts together
-CANDIDATES = 8               # nodes offered per branch and source
-MAX_DEPTH = 8                # deepest branch draft node
+MAX_ROWS = 32  # rows of one block step, branch roots and drafts together
+CANDIDATES = 8  # nodes offered per branch and source
+MAX_DEPTH = 8  # deepest branch draft node
 SOURCES = ("trie", "context", "title")
-LIVE_BLOCKS = 64             # blocks whose branch streams the policy keeps (an aborted request's go)
+LIVE_BLOCKS = 64  # blocks whose branch streams the policy keeps (an aborted request's go)
 
 
 class BranchDrafter:
@@ -53,7 +54,7 @@ class BranchDrafter:
     def __init__(self, trie):
         self.trie = trie
         self.policy = DraftPolicy(len(SOURCES), PolicyStats(len(SOURCES)))
-        self._blocks: dict[Hashable, list[Hashable]] = {}     # block -> its branches' policy keys
+        self._blocks: dict[Hashable, list[Hashable]] = {}  # block -> its branches' policy keys
 
     # ----------------------------------------------------------------- a block's streams
     def open_block(self, block: Hashable, n_branches: int) -> list[Hashable]:
@@ -81,59 +82,100 @@ class BranchDrafter:
         self._blocks[block].append(key)
 
     # ----------------------------------------------------------------------- one step
-    def block_drafts(self, b: Block, seq: SequenceState, cost: CostModel, base: int,
-                     ids: MarkupIds) -> dict[int, DraftTree]:
+    def block_drafts(
+        self, b: Block, seq: SequenceState, cost: CostModel, base: int, ids: MarkupIds
+    ) -> dict[int, DraftTree]:
         """Per open branch of block b, its draft worth verifying; none where the rows would not
         fit (the token budget, the cache, one key bucket: the torch attention's exactness needs
         the step's rows in one). `base`: the step's rows before the branches' pending tokens."""
         base += sum(len(br.pending) for br in b.branches)
         have = sum(len(br.fed) + len(br.pending) for br in b.branches)
         cache = seq.cache
-        room = min(MAX_ROWS - base, max_draft_rows(cache) + 1 - base, cache.capacity - cache.length - base,
-                   seq.max_tokens - len(seq.output) - have)
+        room = min(
+            MAX_ROWS - base,
+            max_draft_rows(cache) + 1 - base,
+            cache.capacity - cache.length - base,
+            seq.max_tokens - len(seq.output) - have,
+        )
         if room <= 0:
             return {}
-        open_ = [(k, br) for k, br in enumerate(b.branches)
-                 if br.pending and br.pending[-1] != ids.end_branch]
+        open_ = [
+            (k, br)
+            for k, br in enumerate(b.branches)
+            if br.pending and br.pending[-1] != ids.end_branch
+        ]
         own = [br.fed + br.pending for _, br in open_]
-        cands = [self.candidates(seq.key, o, o[br.prefix:], b.index, b.anchors[k], ids)
-                 for (k, br), o in zip(open_, own)]
+        cands = [
+            self.candidates(seq.key, o, o[br.prefix :], b.index, b.anchors[k], ids)
+            for (k, br), o in zip(open_, own)
+        ]
         if not any(t for c in cands for t in c):
             return {}
-        chosen = self.select([b.keys[k] for k, _ in open_], [seq.tokens + o for o in own], cands, base, cost, room)
-        if len(open_) == 1 and room > len(chosen[0]) and all(br.closed for br in b.branches if br is not open_[0][1]):
+        chosen = self.select(
+            [b.keys[k] for k, _ in open_], [seq.tokens + o for o in own], cands, base, cost, room
+        )
+        if (
+            len(open_) == 1
+            and room > len(chosen[0])
+            and all(br.closed for br in b.branches if br is not open_[0][1])
+        ):
             # the last open branch, every other closed: below a drafted <|/branch|> the block's
             # <|/para|> can be drafted too (its row gives the first serial token, as the closing
             # step's row would)
             chosen[0] = with_close(chosen[0], ids.end_branch, ids.end_para, room)
         return {k: t for (k, _), t in zip(open_, chosen) if t}
 
-    def candidates(self, key: Hashable, own: Sequence[int], content: Sequence[int], index: ContextIndex,
-                   anchors: Sequence[Sequence[int]], ids: MarkupIds) -> list[DraftTree]:
+    def candidates(
+        self,
+        key: Hashable,
+        own: Sequence[int],
+        content: Sequence[int],
+        index: ContextIndex,
+        anchors: Sequence[Sequence[int]],
+        ids: MarkupIds,
+    ) -> list[DraftTree]:
         """Per source, its continuations of the branch's context (the block's prefix + `own`,
         the branch's tokens so far; `content`: those after its forced prefix), without the nodes
         no walk can reach: markup a branch never draws, anything below `<|/branch|>`."""
         context = (index.prefix[-2:] + list(own))[-2:]
-        trees = [self.trie.match(context, key, CANDIDATES, True, PROMPT_WEIGHT, max_depth=MAX_DEPTH),
-                 index.drafts(own, CANDIDATES, MAX_DEPTH),
-                 anchored_drafts(anchors, content)]
+        trees = [
+            self.trie.match(context, key, CANDIDATES, True, PROMPT_WEIGHT, max_depth=MAX_DEPTH),
+            index.drafts(own, CANDIDATES, MAX_DEPTH),
+            anchored_drafts(anchors, content),
+        ]
         banned = {ids.title, ids.end_title, ids.para, ids.end_para, ids.branch}
-        return [m.pruned(lambda i, m=m: m.tokens[i] not in banned
-                         and (m.parents[i] == ROOT or m.tokens[m.parents[i]] != ids.end_branch))
-                for m in trees]
+        return [
+            m.pruned(
+                lambda i, m=m: (
+                    m.tokens[i] not in banned
+                    and (m.parents[i] == ROOT or m.tokens[m.parents[i]] != ids.end_branch)
+                )
+            )
+            for m in trees
+        ]
 
-    def select(self, keys: list[Hashable], contexts: list[Sequence[int]], candidates: list[list[DraftTree]],
-               base_rows: int, cost: CostModel, max_nodes: int) -> list[DraftTree]:
+    def select(
+        self,
+        keys: list[Hashable],
+        contexts: list[Sequence[int]],
+        candidates: list[list[DraftTree]],
+        base_rows: int,
+        cost: CostModel,
+        max_nodes: int,
+    ) -> list[DraftTree]:
         """Per branch (policy stream keys[k], its full context), its merged calibrated draft cut to
         the nodes worth verifying: best first over all branches, the prefix with the most expected
         tokens (base_rows count one each) per unit of cost."""
         for key in keys:
             self._stream(key)
-        merged = [self.policy.merged(key, ctx, cands) for key, ctx, cands in zip(keys, contexts, candidates)]
+        merged = [
+            self.policy.merged(key, ctx, cands)
+            for key, ctx, cands in zip(keys, contexts, candidates)
+        ]
         ranked = [(p, k, i) for k, (tree, _) in enumerate(merged) for i, p in enumerate(tree.probs)]
         # stable: within a tree the order is best first, parents first, so each tree keeps a prefix
         ranked.sort(key=lambda e: -e[0])
-        ranked = ranked[:max(0, max_nodes)]
+        ranked = ranked[: max(0, max_nodes)]
         best_n, best, gain = 0, base_rows / cost(base_rows), 0.0
         for n, (p, _, _) in enumerate(ranked, 1):
             gain += p
@@ -161,8 +203,9 @@ def prefix_texts(tokenizer, prompt: Sequence[int]) -> list[str]:
     return [tokenizer.decode([t]) for t in prompt]
 
 
-def budget_cut(tokens: list[list[int]], prefix: list[int], done: list[bool], room: int,
-               checked: int) -> tuple[list[int] | None, int]:
+def budget_cut(
+    tokens: list[list[int]], prefix: list[int], done: list[bool], room: int, checked: int
+) -> tuple[list[int] | None, int]:
     """Where the token budget ends inside a block, exactly where decoding without branch drafts
     ends it: after the first step j with sum_k n_k(j) >= room (the tokens left), n_k(j) =
     min(prefix_k + j, length_k) being branch k's tokens (fed and pending) after j steps. Drafting

@@ -20,6 +20,7 @@ A branch also often starts by restating the part of the prompt its title labels 
 "A: 76-20 = ..."): `anchored` finds the title's text in the prompt and drafts what follows it
 there (its delimiter skipped), while the branch's content is still a prefix of that.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -29,10 +30,10 @@ import numpy as np
 from ..decoding.drafters.suffix_match import continuations, suffix_matches
 from ..decoding.contract.tree import ROOT, DraftTree
 
-MAX_MATCH = 8        # suffix tokens compared: a longer match says no more
-OCCURRENCES = 4      # best earlier occurrences whose continuations are drafted
-RECENT = 64          # occurrences of the last token looked at, the most recent first
-FOLLOW = 0.9         # estimate of a copied token after the first, given its parent
+MAX_MATCH = 8  # suffix tokens compared: a longer match says no more
+OCCURRENCES = 4  # best earlier occurrences whose continuations are drafted
+RECENT = 64  # occurrences of the last token looked at, the most recent first
+FOLLOW = 0.9  # estimate of a copied token after the first, given its parent
 
 
 class ContextIndex:
@@ -50,9 +51,9 @@ class ContextIndex:
         if len(mine) >= RECENT:
             return mine[:RECENT]
         pos = np.flatnonzero(self._arr == last) if n else np.empty(0, dtype=np.int64)
-        if not own:          # the last token is the prefix's own last: not an occurrence of itself
+        if not own:  # the last token is the prefix's own last: not an occurrence of itself
             pos = pos[:-1]
-        return mine + [int(p) for p in pos[::-1][:RECENT - len(mine)]]
+        return mine + [int(p) for p in pos[::-1][: RECENT - len(mine)]]
 
     def drafts(self, own: Sequence[int], max_nodes: int, max_depth: int) -> DraftTree:
         """Continuations of the context prefix + own, best first, at most max_nodes nodes."""
@@ -65,7 +66,7 @@ class ContextIndex:
         if not c.used:
             return DraftTree()
         tree = c.tree
-        total = sum(2.0 ** m for m, _ in c.used)
+        total = sum(2.0**m for m, _ in c.used)
         # a node's estimate: its occurrences' weight over all occurrences' (never above its parent)
         probs = []
         for s, d, par in zip(c.score, tree.depths(), tree.parents):
@@ -80,11 +81,12 @@ class ContextIndex:
 def _weight(m: int) -> float:
     """An occurrence's weight in its nodes' estimates: 2^m, times m / (m + 1), the chance that a
     continuation of a match of length m goes on into its first token."""
-    return 2.0 ** m * m / (m + 1)
+    return 2.0**m * m / (m + 1)
 
 
-def anchored(prompt: Sequence[int], texts: Sequence[str], title: str, max_depth: int,
-             occurrences: int = 2) -> list[list[int]]:
+def anchored(
+    prompt: Sequence[int], texts: Sequence[str], title: str, max_depth: int, occurrences: int = 2
+) -> list[list[int]]:
     """What follows the title's text in the prompt (texts: each prompt token's text), at its
     first `occurrences` places: the tokens after the title's, leading delimiter tokens (text
     without letters, digits or spaces, such as ")" or ":") skipped, at most max_depth of them."""
@@ -98,11 +100,15 @@ def anchored(prompt: Sequence[int], texts: Sequence[str], title: str, max_depth:
             text += texts[j]
             if text.strip() == want and texts[i].strip():
                 k = j + 1
-                while k < len(prompt) and k <= j + 2 and texts[k] and not any(
-                        c.isalnum() or c.isspace() for c in texts[k]):
+                while (
+                    k < len(prompt)
+                    and k <= j + 2
+                    and texts[k]
+                    and not any(c.isalnum() or c.isspace() for c in texts[k])
+                ):
                     k += 1
                 if k < len(prompt):
-                    out.append(list(prompt[k:k + max_depth]))
+                    out.append(list(prompt[k : k + max_depth]))
                 break
             if len(text.strip()) >= len(want):
                 break

@@ -9,6 +9,7 @@ the two runs differ only in the markup, the mask and the positions.
 
 Records are JSONL, one `Example` per line (`write_jsonl` / `read_jsonl`).
 """
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,9 @@ def aspd_text(segments: Iterable[Segment]) -> str:
 
 
 def plain_text(segments: Iterable[Segment]) -> str:
-    return "".join(s if isinstance(s, str) else "\n".join(b.content for b in s.branches) for s in segments)
+    return "".join(
+        s if isinstance(s, str) else "\n".join(b.content for b in s.branches) for s in segments
+    )
 
 
 def labelled_text(segments: Iterable[Segment]) -> str:
@@ -55,8 +58,12 @@ def labelled_text(segments: Iterable[Segment]) -> str:
     control trains on this, so that ASPD and the control see the same words (the part labels a
     branch is forced to start with help a small model keep its parts apart) and differ only in the
     markup, the mask and the positions."""
-    return "".join(s if isinstance(s, str) else "\n".join(f"{b.title}{TITLE_SEP}{b.content}" for b in s.branches)
-                   for s in segments)
+    return "".join(
+        s
+        if isinstance(s, str)
+        else "\n".join(f"{b.title}{TITLE_SEP}{b.content}" for b in s.branches)
+        for s in segments
+    )
 
 
 @dataclass
@@ -70,7 +77,9 @@ class Example:
     segments: list[Segment]
     checks: list[dict] = field(default_factory=list)
     source: str = "synth"
-    history: list[dict] = field(default_factory=list)   # earlier turns ({"role", "content"}) before `prompt`
+    history: list[dict] = field(
+        default_factory=list
+    )  # earlier turns ({"role", "content"}) before `prompt`
 
     @property
     def messages(self) -> list[dict]:
@@ -94,19 +103,41 @@ class Example:
         return [s for s in self.segments if isinstance(s, Block)]
 
     def to_json(self) -> dict:
-        segs = [s if isinstance(s, str) else {"branches": [asdict(b) for b in s.branches]} for s in self.segments]
-        out = {"id": self.id, "family": self.family, "source": self.source, "prompt": self.prompt,
-               "aspd": self.aspd, "plain": self.plain, "segments": segs, "checks": self.checks}
-        if self.history:   # only when there is one: records without it (and their digests) stay as they were
+        segs = [
+            s if isinstance(s, str) else {"branches": [asdict(b) for b in s.branches]}
+            for s in self.segments
+        ]
+        out = {
+            "id": self.id,
+            "family": self.family,
+            "source": self.source,
+            "prompt": self.prompt,
+            "aspd": self.aspd,
+            "plain": self.plain,
+            "segments": segs,
+            "checks": self.checks,
+        }
+        if (
+            self.history
+        ):  # only when there is one: records without it (and their digests) stay as they were
             out["history"] = self.history
         return out
 
     @classmethod
     def from_json(cls, d: dict) -> "Example":
-        segs: list[Segment] = [s if isinstance(s, str) else Block(tuple(Branch(**b) for b in s["branches"]))
-                               for s in d["segments"]]
-        return cls(d["id"], d["family"], d["prompt"], segs, d.get("checks", []), d.get("source", "synth"),
-                   list(d.get("history", [])))
+        segs: list[Segment] = [
+            s if isinstance(s, str) else Block(tuple(Branch(**b) for b in s["branches"]))
+            for s in d["segments"]
+        ]
+        return cls(
+            d["id"],
+            d["family"],
+            d["prompt"],
+            segs,
+            d.get("checks", []),
+            d.get("source", "synth"),
+            list(d.get("history", [])),
+        )
 
 
 def write_jsonl(path: str | Path, examples: Iterable[Example]) -> int:
@@ -124,8 +155,15 @@ def read_jsonl(path: str | Path) -> list[Example]:
     path = Path(path)
     if not path.is_file():
         from ..errors import ConfigError
-        raise ConfigError(f"data file {str(path)!r} does not exist; run `paraspec aspd build-data` first")
-    return [Example.from_json(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+        raise ConfigError(
+            f"data file {str(path)!r} does not exist; run `paraspec aspd build-data` first"
+        )
+    return [
+        Example.from_json(json.loads(line))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line
+    ]
 
 
 def parallel_metrics(segments: list[Segment], count=len) -> dict:
@@ -137,5 +175,8 @@ def parallel_metrics(segments: list[Segment], count=len) -> dict:
     branch = sum(count(b.title + TITLE_SEP + b.content) for blk in blocks for b in blk.branches)
     titles = sum(count(b.title + TITLE_SEP) for blk in blocks for b in blk.branches)
     content = sum(count(b.content) for blk in blocks for b in blk.branches)
-    return {"dp": content / total, "abn": (sum(len(b.branches) for b in blocks) / len(blocks)) if blocks else 0.0,
-            "ape": (branch - titles) / branch if branch else 0.0}
+    return {
+        "dp": content / total,
+        "abn": (sum(len(b.branches) for b in blocks) / len(blocks)) if blocks else 0.0,
+        "ape": (branch - titles) / branch if branch else 0.0,
+    }

@@ -31,6 +31,7 @@ the cache holds. Branch k alone sees
 what a plain decode of prefix + branch k sees (same keys, same positions): with the compiled
 kernels its logits have the same bits (tests/aspd/test_exactness.py).
 """
+
 from __future__ import annotations
 
 import time
@@ -78,14 +79,22 @@ class AspdDecoder(ModePlugin):
     @drafter.setter
     def drafter(self, drafter) -> None:
         self._drafter = None if drafter is None else SerialDrafts(drafter)
-        self.trie = getattr(drafter, "trie", None)    # lookahead keeps none
-        self.output_memory = getattr(drafter, "output_memory", None)     # a hybrid's (saved with the trie)
+        self.trie = getattr(drafter, "trie", None)  # lookahead keeps none
+        self.output_memory = getattr(
+            drafter, "output_memory", None
+        )  # a hybrid's (saved with the trie)
         # the branches' drafts: from the same trie, greedy only (branch_drafts.py)
-        self.branch_drafter = BranchDrafter(self.trie) if self.trie is not None and self.params.branch_drafts else None
+        self.branch_drafter = (
+            BranchDrafter(self.trie)
+            if self.trie is not None and self.params.branch_drafts
+            else None
+        )
 
     def new_sequence(self, tokenizer, params) -> "AspdState":
         if params.logprobs is not None:
-            raise RequestError("logprobs are not available with plugin aspd; drop logprobs or the plugin")
+            raise RequestError(
+                "logprobs are not available with plugin aspd; drop logprobs or the plugin"
+            )
         ids = MarkupIds.from_tokenizer(tokenizer)
         if self._drafter is not None:
             self._drafter.ids = ids
@@ -99,12 +108,16 @@ class AspdState:
         p = decoder.params
         self.decoder, self.ids, self.tokenizer = decoder, ids, tokenizer
         self.eos = eos = frozenset(tokenizer.eos_token_ids)
-        self.grammar = SerialGrammar(ids, eos, p.max_branches, p.max_title_tokens, open_threshold=p.open_threshold)
+        self.grammar = SerialGrammar(
+            ids, eos, p.max_branches, p.max_title_tokens, open_threshold=p.open_threshold
+        )
         self.titles: list[list[int]] = []
         self.block: Block | None = None
         self.blocks = self.branches = self.parallel_steps = 0
         self.branch_draft_tokens = self.branch_accepted = self.drafted_closes = 0
-        self.last_slots: list[int] = []   # KV slot of each token of the last closed block, flattened order
+        self.last_slots: list[
+            int
+        ] = []  # KV slot of each token of the last closed block, flattened order
         self._prompt_texts: list[str] | None = None
 
     @property
@@ -134,9 +147,13 @@ class AspdState:
             if t not in unique and len(unique) < self.decoder.params.max_branches:
                 unique.append(t)
         self.titles = []
-        colon = self.ids.colon_space[:1]    # ":"; the space goes with the next word (BPE)
-        self.block = Block([Branch(t, pending=[self.ids.branch, *t, *colon], prefix=len(t) + 1 + len(colon))
-                            for t in unique])
+        colon = self.ids.colon_space[:1]  # ":"; the space goes with the next word (BPE)
+        self.block = Block(
+            [
+                Branch(t, pending=[self.ids.branch, *t, *colon], prefix=len(t) + 1 + len(colon))
+                for t in unique
+            ]
+        )
         self.blocks += 1
         self.branches += len(unique)
 
@@ -149,13 +166,18 @@ class AspdState:
         return self._draw_serial(seq, logits, lambda: [*seq.tokens, *pending])
 
     def ends_run(self, token: int) -> bool:
-        return token == self.ids.para      # a draft never runs past <|para|>: the block starts there
+        return token == self.ids.para  # a draft never runs past <|para|>: the block starts there
 
-    def _draw_serial(self, seq: SequenceState, logits: torch.Tensor, context: Callable[[], Sequence[int]]) -> int:
+    def _draw_serial(
+        self, seq: SequenceState, logits: torch.Tensor, context: Callable[[], Sequence[int]]
+    ) -> int:
         t = self._forced(context)
-        if t is None:    # greedy: the grammar's argmax without a masked copy of the row where it can
-            t = self.grammar.greedy(logits) if seq.sampler.argmax_suffices \
+        if t is None:  # greedy: the grammar's argmax without a masked copy of the row where it can
+            t = (
+                self.grammar.greedy(logits)
+                if seq.sampler.argmax_suffices
                 else seq.sampler.draw(self.grammar.apply(logits))
+            )
         self.advance(t)
         return t
 
@@ -167,27 +189,33 @@ class AspdState:
         if b is None:
             return None
         closing = all(br.closed or br.pending == [self.ids.end_branch] for br in b.branches)
-        first_rows = 1 if b.para_slot < 0 else 0      # <|para|>, fed by the block's first step
+        first_rows = 1 if b.para_slot < 0 else 0  # <|para|>, fed by the block's first step
         trees = {} if closing else self._branch_drafts(seq, ctx, first_rows)
         return block_query(b, self.ids, seq.cache.length, trees, closing)
 
-    def _branch_drafts(self, seq: SequenceState, ctx: StepContext | None, base: int) -> dict[int, DraftTree]:
+    def _branch_drafts(
+        self, seq: SequenceState, ctx: StepContext | None, base: int
+    ) -> dict[int, DraftTree]:
         """Per open branch, its trie draft worth verifying (BranchDrafter.block_drafts); none for
         sampled branches or without a trie."""
         d, b = self.decoder.branch_drafter, self.block
         if d is None or ctx is None or not seq.sampler.argmax_suffices:
             return {}
-        if b.keys is None:     # the block's first step (seq.tokens ends with <|para|>)
+        if b.keys is None:  # the block's first step (seq.tokens ends with <|para|>)
             b.stream = (seq.key, self.blocks)
             b.keys = d.open_block(b.stream, len(b.branches))
             b.index = ContextIndex(seq.tokens)
             if self._prompt_texts is None:
                 self._prompt_texts = prefix_texts(self.tokenizer, seq.prompt)
-            b.anchors = [anchored(seq.prompt, self._prompt_texts, self.tokenizer.decode(br.title), MAX_DEPTH)
-                         for br in b.branches]
+            b.anchors = [
+                anchored(seq.prompt, self._prompt_texts, self.tokenizer.decode(br.title), MAX_DEPTH)
+                for br in b.branches
+            ]
         return d.block_drafts(b, seq, ctx.cost, base, self.ids)
 
-    def accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, forward_s: float) -> list[int]:
+    def accept(
+        self, seq: SequenceState, q: Query, logits: torch.Tensor, forward_s: float
+    ) -> list[int]:
         """Verify each branch's draft (its accepted rows stay in the cache, the rest are dropped)
         and draw each open branch's next token; the tokens to emit (the flattened block and the
         next serial token) once the block closes, else []."""
@@ -206,20 +234,24 @@ class AspdState:
         drawn = drafted = 0
         dropped: set[int] = set()
         accepted: list[list[int]] = []
-        close = q.rows[-1] if q.rows and b.owner[q.rows[-1]] < 0 else None    # the <|/para|> row
+        close = q.rows[-1] if q.rows and b.owner[q.rows[-1]] < 0 else None  # the <|/para|> row
         for s in b.spans:
             br = b.branches[s.k]
-            br.fed += q.tokens[s.r0:s.d0]
+            br.fed += q.tokens[s.r0 : s.d0]
             br.closed = br.fed[-1] == ids.end_branch
             br.pending = []
             n0 = len(br.fed)
             nodes, end = ([], None) if br.closed else self._walk(seq, br, s, logits, greedy, at)
             drawn += 0 if br.closed else len(nodes) + len(br.pending)
-            if b.keys is not None and n0 < len(br.fed) + len(br.pending):   # the branch's tokens this step
+            if b.keys is not None and n0 < len(br.fed) + len(
+                br.pending
+            ):  # the branch's tokens this step
                 self.decoder.branch_drafter.observe(b.keys[s.k], br.fed[n0:] + br.pending)
             if s.tree:
                 drafted += len(s.tree)
-                dropped |= set(range(s.d0, s.end)) - {s.d0 + i for i in nodes + ([end] if end is not None else [])}
+                dropped |= set(range(s.d0, s.end)) - {
+                    s.d0 + i for i in nodes + ([end] if end is not None else [])
+                }
             if end is not None:
                 close = s.d0 + end
                 self.drafted_closes += 1
@@ -228,14 +260,18 @@ class AspdState:
         cache.commit(keep)
         slot = {r: start + i for i, r in enumerate(keep)}
         for s, nodes in zip(b.spans, accepted):
-            b.branches[s.k].slots += [slot[r] for r in range(s.r0, s.d0)] + [slot[s.d0 + i] for i in nodes]
+            b.branches[s.k].slots += [slot[r] for r in range(s.r0, s.d0)] + [
+                slot[s.d0 + i] for i in nodes
+            ]
         self.branch_draft_tokens += drafted
         self.branch_accepted += sum(len(n) for n in accepted)
         out: list[int] = []
-        if close is not None:              # <|/para|>: back to serial mode
+        if close is not None:  # <|/para|>: back to serial mode
             r = close
             self.grammar.block_done()
-            self.last_slots = flatten_slots(b, cache, [s for br in b.branches for s in br.slots] + [slot[r]])
+            self.last_slots = flatten_slots(
+                b, cache, [s for br in b.branches for s in br.slots] + [slot[r]]
+            )
             out = self.flattened() + [ids.end_para]
             self._close_block()
             t = self._draw_serial(seq, logits[at[r]], lambda: seq.tokens + out)
@@ -244,8 +280,15 @@ class AspdState:
         seq.stats.observe_step(drafted, max(drawn, 1), 0.0, forward_s + time.perf_counter() - t0)
         return out or self._budget_cut(seq)
 
-    def _walk(self, seq: SequenceState, br: Branch, s: Span, logits: torch.Tensor,
-              greedy: list[int] | None, at: dict[int, int]) -> tuple[list[int], int | None]:
+    def _walk(
+        self,
+        seq: SequenceState,
+        br: Branch,
+        s: Span,
+        logits: torch.Tensor,
+        greedy: list[int] | None,
+        at: dict[int, int],
+    ) -> tuple[list[int], int | None]:
         """The acceptance walk down branch br's draft (tree row 0: its last fed token), with the
         branch grammar on every draw: the draft nodes accepted (br.fed gets their tokens, br.pending
         the last draw, none when an accepted node closed the branch), and the node of a drafted
@@ -256,24 +299,31 @@ class AspdState:
             r = at[s.d0 - 1 + tree_row]
             t = self._forced(lambda: seq.tokens + self._context(br))
             if t is None:
-                t = greedy[r] if greedy is not None else seq.sampler.draw(branch_logits(logits[r], ids))
+                t = (
+                    greedy[r]
+                    if greedy is not None
+                    else seq.sampler.draw(branch_logits(logits[r], ids))
+                )
                 t = branch_token(t, ids, self.eos)
                 br.content += 1
             if br.content >= cap:
                 t = ids.end_branch
             seq.sampler.append(t)
-            br.fed.append(t)               # for now: the hook sees the path so far
+            br.fed.append(t)  # for now: the hook sees the path so far
             return t
 
         children = s.tree.children()
         acc = walk(children, draw, len(s.tree) + 1, lambda t: t == ids.end_branch)
         nodes = acc.nodes
         last = br.fed.pop()
-        if last == ids.end_branch and (child := children[nodes[-1] + 1 if nodes else 0].get(last)) is not None:
-            nodes.append(child)            # a drafted <|/branch|>: fed, the branch is closed
+        if (
+            last == ids.end_branch
+            and (child := children[nodes[-1] + 1 if nodes else 0].get(last)) is not None
+        ):
+            nodes.append(child)  # a drafted <|/branch|>: fed, the branch is closed
             br.fed.append(last)
             br.closed = True
-            end = children[child + 1].get(ids.end_para)    # drafted only below the last open branch
+            end = children[child + 1].get(ids.end_para)  # drafted only below the last open branch
             if end is not None:
                 return nodes, end
         else:
@@ -286,8 +336,13 @@ class AspdState:
         if b is None:
             return []
         done = [br.closed or br.pending == [self.ids.end_branch] for br in b.branches]
-        cut, b.checked = budget_cut([br.fed + br.pending for br in b.branches], [br.prefix for br in b.branches],
-                                    done, seq.max_tokens - len(seq.output), b.checked)
+        cut, b.checked = budget_cut(
+            [br.fed + br.pending for br in b.branches],
+            [br.prefix for br in b.branches],
+            done,
+            seq.max_tokens - len(seq.output),
+            b.checked,
+        )
         if cut is not None:
             self._close_block()
         return cut or []
@@ -302,13 +357,18 @@ class AspdState:
         return br.fed
 
     def flattened(self, with_pending: bool = False) -> list[int]:
-        return [t for br in self.block.branches for t in br.fed + (br.pending if with_pending else [])]
+        return [
+            t for br in self.block.branches for t in br.fed + (br.pending if with_pending else [])
+        ]
 
     def stats(self, seq: SequenceState) -> dict:
         """Blocks, branches and parallel steps, and the raw answer with its markup (`.text` is plain)."""
-        return {"aspd_blocks": self.blocks, "aspd_branches": self.branches,
-                "aspd_parallel_steps": self.parallel_steps,
-                "aspd_branch_draft_tokens": self.branch_draft_tokens,
-                "aspd_branch_accepted_tokens": self.branch_accepted,
-                "aspd_drafted_closes": self.drafted_closes,
-                "aspd_raw_text": marked_text(self.tokenizer, seq.output, self.ids)}
+        return {
+            "aspd_blocks": self.blocks,
+            "aspd_branches": self.branches,
+            "aspd_parallel_steps": self.parallel_steps,
+            "aspd_branch_draft_tokens": self.branch_draft_tokens,
+            "aspd_branch_accepted_tokens": self.branch_accepted,
+            "aspd_drafted_closes": self.drafted_closes,
+            "aspd_raw_text": marked_text(self.tokenizer, seq.output, self.ids),
+        }

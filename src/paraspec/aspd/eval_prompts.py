@@ -9,6 +9,7 @@ them appears in the ASPD training data (tests/aspd/test_eval_sets.py checks it).
 Check kinds: "items" (at least `min` list lines: "- ", "1. ", "A: "...), "contains_any" (one of
 `values`, case-insensitive).
 """
+
 from __future__ import annotations
 
 import re
@@ -16,7 +17,9 @@ import re
 from .data import Example
 
 # a list line: "- x", "1. x", "a) x", "**Name**: x", "Name: x" (the labels the control writes)
-_ITEM = re.compile(r"^(?:[-*+•]|\d{1,2}[.)]|[A-Za-z][.):]|\*\*[^*]{1,40}\*\*:?|[A-Z][\w ]{0,30}:)\s*\S")
+_ITEM = re.compile(
+    r"^(?:[-*+•]|\d{1,2}[.)]|[A-Za-z][.):]|\*\*[^*]{1,40}\*\*:?|[A-Z][\w ]{0,30}:)\s*\S"
+)
 
 _LIST, _HOWTO, _COMPARE, _EXPLAIN, _SHORT = "list", "howto", "compare", "explain", "short"
 
@@ -59,7 +62,11 @@ INSTRUCTIONS: list[tuple[str, str, list[dict]]] = [
     (_COMPARE, "What are the pros and cons of working from home?", []),
     (_COMPARE, "How is a lake different from a river?", _any("lake", "river")),
     (_COMPARE, "Compare tea and coffee.", _any("tea", "coffee")),
-    (_COMPARE, "What is the difference between a list and a tuple in Python?", _any("mutable", "immutable", "change")),
+    (
+        _COMPARE,
+        "What is the difference between a list and a tuple in Python?",
+        _any("mutable", "immutable", "change"),
+    ),
     (_COMPARE, "Compare reading a book with watching its film.", []),
     (_COMPARE, "What are the advantages and disadvantages of electric cars?", []),
     (_COMPARE, "How do summer and winter differ?", _any("cold", "warm", "hot")),
@@ -72,7 +79,11 @@ INSTRUCTIONS: list[tuple[str, str, list[dict]]] = [
     (_EXPLAIN, "What does a doctor do?", _any("patient", "health", "sick")),
     (_EXPLAIN, "Why is exercise good for you?", _any("health", "heart", "body")),
     (_EXPLAIN, "What is the internet?", _any("network", "computer")),
-    (_EXPLAIN, "Explain what recycling is and why it matters.", _any("waste", "reuse", "environment")),
+    (
+        _EXPLAIN,
+        "Explain what recycling is and why it matters.",
+        _any("waste", "reuse", "environment"),
+    ),
     (_EXPLAIN, "What is a recipe?", _any("ingredient", "instruction", "cook")),
     (_EXPLAIN, "Describe how a bicycle works.", _any("pedal", "wheel", "chain")),
     (_SHORT, "What is the capital of France? Answer in one sentence.", _any("Paris")),
@@ -90,18 +101,23 @@ INSTRUCTIONS: list[tuple[str, str, list[dict]]] = [
 
 
 def instructions() -> list[Example]:
-    return [Example(f"instr/{i:03d}", fam, prompt, [], checks, source="instructions")
-            for i, (fam, prompt, checks) in enumerate(INSTRUCTIONS)]
+    return [
+        Example(f"instr/{i:03d}", fam, prompt, [], checks, source="instructions")
+        for i, (fam, prompt, checks) in enumerate(INSTRUCTIONS)
+    ]
 
 
 def chat_prompts(n: int = 20) -> list[Example]:
     """n of the bench's chat prompts, evenly spaced over its list (so across its topic files)."""
     from ..bench.chat_tasks import chat
+
     tasks = chat()
     step = max(1, len(tasks) // max(1, n))
     picked = tasks[::step][:n]
-    return [Example(f"chat/{t.task_id}", "chat", t.messages[-1]["content"], [], [], source=t.source)
-            for t in picked]
+    return [
+        Example(f"chat/{t.task_id}", "chat", t.messages[-1]["content"], [], [], source=t.source)
+        for t in picked
+    ]
 
 
 def real_prompts(n_chat: int = 20) -> list[Example]:
@@ -113,6 +129,7 @@ def sharegpt_heldout(path, n: int) -> list[Example]:
     of each chat no part of paraspec trains on), each with its history and its own answer, which
     is the reference (`reference` below)."""
     from .data import read_jsonl
+
     return read_jsonl(path)[:n]
 
 
@@ -120,10 +137,13 @@ def mtbench_first_turns(n: int) -> list[Example]:
     """The first turns of n MT-Bench questions, evenly spread over its 8 categories (file order is
     by category); never in training (build-data drops every chat that holds one: sharegpt.py)."""
     from ..datasets import mtbench_questions
+
     qs = mtbench_questions()
     step = max(1, len(qs) // max(1, n))
-    return [Example(f"mtbench/{q.question_id}", q.category, q.turns[0], [], [], source="mtbench")
-            for q in qs[::step][:n]]
+    return [
+        Example(f"mtbench/{q.question_id}", q.category, q.turns[0], [], [], source="mtbench")
+        for q in qs[::step][:n]
+    ]
 
 
 def reference(example: Example) -> str | None:
@@ -155,4 +175,3 @@ def check(example: Example, answer: str, branches: int = 0) -> bool | None:
         else:
             raise ValueError(f"unknown check kind {c['kind']!r}")
     return True
-

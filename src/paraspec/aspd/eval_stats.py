@@ -5,6 +5,7 @@ The intervals resample prompts (not tokens): a prompt's answers are what varies 
 evaluations, and its tokens are not independent of one another. Ratios are of sums over the
 resampled prompts (total time over total tokens), as the point figure is.
 """
+
 from __future__ import annotations
 
 import random
@@ -17,8 +18,13 @@ ITERS = 1000
 _WORD = re.compile(r"\w+")
 
 
-def bootstrap(stat: Callable[[Sequence[int]], float], n: int, iters: int = ITERS, level: float = LEVEL,
-              seed: int = 0) -> list[float]:
+def bootstrap(
+    stat: Callable[[Sequence[int]], float],
+    n: int,
+    iters: int = ITERS,
+    level: float = LEVEL,
+    seed: int = 0,
+) -> list[float]:
     """[low, high] of `stat` over `iters` resamplings (with replacement) of the n prompt indices."""
     if n == 0:
         return [float("nan"), float("nan")]
@@ -43,12 +49,19 @@ def ratio_ci(num: Sequence[float], den: Sequence[float], **kw) -> dict:
     num, den = list(num), list(den)
     if not num or sum(den) <= 0:
         return {"ratio": None, "ci90": None, "n": len(num)}
-    ci = bootstrap(lambda idx: sum(num[i] for i in idx) / max(1e-12, sum(den[i] for i in idx)), len(num), **kw)
+    ci = bootstrap(
+        lambda idx: sum(num[i] for i in idx) / max(1e-12, sum(den[i] for i in idx)), len(num), **kw
+    )
     return {"ratio": round(sum(num) / sum(den), 4), "ci90": ci, "n": len(num)}
 
 
-def speedup_ci(base_s: Sequence[float], base_tokens: Sequence[int], new_s: Sequence[float],
-               new_tokens: Sequence[int], **kw) -> dict:
+def speedup_ci(
+    base_s: Sequence[float],
+    base_tokens: Sequence[int],
+    new_s: Sequence[float],
+    new_tokens: Sequence[int],
+    **kw,
+) -> dict:
     """(base seconds per token) / (new seconds per token), over paired prompts: a throughput ratio,
     fair where the two write answers of different length."""
     b_s, b_t, n_s, n_t = list(base_s), list(base_tokens), list(new_s), list(new_tokens)
@@ -60,7 +73,11 @@ def speedup_ci(base_s: Sequence[float], base_tokens: Sequence[int], new_s: Seque
         per_new = sum(n_s[i] for i in idx) / max(1, sum(n_t[i] for i in idx))
         return per_base / max(1e-12, per_new)
 
-    return {"ratio": round(stat(range(len(b_s))), 4), "ci90": bootstrap(stat, len(b_s), **kw), "n": len(b_s)}
+    return {
+        "ratio": round(stat(range(len(b_s))), 4),
+        "ci90": bootstrap(stat, len(b_s), **kw),
+        "n": len(b_s),
+    }
 
 
 def words(text: str) -> list[str]:
@@ -90,7 +107,7 @@ def degenerate(text: str, n: int = 6, times: int = 3) -> bool:
     w = words(text)
     seen: dict[tuple, int] = {}
     for i in range(len(w) - n + 1):
-        k = tuple(w[i:i + n])
+        k = tuple(w[i : i + n])
         seen[k] = seen.get(k, 0) + 1
         if seen[k] >= times:
             return True

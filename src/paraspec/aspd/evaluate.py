@@ -32,6 +32,7 @@ a 90 % bootstrap interval over prompts (eval_stats). text_mismatches counts ASPD
 Models are the committed adapters merged into cached Hugging Face folders (export), rebuilt when
 an adapter changes. The report's figures are computed in eval_summary.py.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,28 +49,72 @@ REAL_MODES = ("base",) + MODES
 DRAFTS = {"plugin_type": "memory_decoding"}
 ASPD = {"plugin_type": "aspd"}
 ASPD_DRAFTS = {"plugin_type": "aspd", "drafter": DRAFTS}
-PLUGINS = {"base": None, "control": None, "control+drafts": DRAFTS, "aspd": None, "aspd+drafts": ASPD_DRAFTS}
+PLUGINS = {
+    "base": None,
+    "control": None,
+    "control+drafts": DRAFTS,
+    "aspd": None,
+    "aspd+drafts": ASPD_DRAFTS,
+}
 
 
 def add_parser(s) -> None:
-    e = s.add_parser("eval", help="ASPD vs the matched control: accuracy, quality, forward passes, speed")
-    e.add_argument("--quick", action="store_true", help="24 held-out tasks and 19 real prompts; print one JSON line")
-    e.add_argument("--n", type=int, default=-1, help="held-out tasks (default: all, or 24 with --quick; 0: none)")
-    e.add_argument("--real-n", type=int, default=-1, help="real prompts (default: all 76, or 19 with --quick; 0: none)")
-    e.add_argument("--sharegpt-n", type=int, default=0,
-                   help="held-out ShareGPT turns, scored against their own answers (default 0; "
-                        "build-data writes them)")
+    e = s.add_parser(
+        "eval", help="ASPD vs the matched control: accuracy, quality, forward passes, speed"
+    )
+    e.add_argument(
+        "--quick",
+        action="store_true",
+        help="24 held-out tasks and 19 real prompts; print one JSON line",
+    )
+    e.add_argument(
+        "--n",
+        type=int,
+        default=-1,
+        help="held-out tasks (default: all, or 24 with --quick; 0: none)",
+    )
+    e.add_argument(
+        "--real-n",
+        type=int,
+        default=-1,
+        help="real prompts (default: all 76, or 19 with --quick; 0: none)",
+    )
+    e.add_argument(
+        "--sharegpt-n",
+        type=int,
+        default=0,
+        help="held-out ShareGPT turns, scored against their own answers (default 0; "
+        "build-data writes them)",
+    )
     e.add_argument("--sharegpt-data", default=str(DATA_DIR / "heldout_sharegpt.jsonl"))
-    e.add_argument("--mtbench-n", type=int, default=0,
-                   help="MT-Bench first turns, spread over its categories (default 0; `paraspec fetch mtbench`)")
-    e.add_argument("--open-threshold", type=float, default=0.0,
-                   help="ASPD's plugin_params.open_threshold (default 0: the model opens blocks as it draws)")
+    e.add_argument(
+        "--mtbench-n",
+        type=int,
+        default=0,
+        help="MT-Bench first turns, spread over its categories (default 0; `paraspec fetch mtbench`)",
+    )
+    e.add_argument(
+        "--open-threshold",
+        type=float,
+        default=0.0,
+        help="ASPD's plugin_params.open_threshold (default 0: the model opens blocks as it draws)",
+    )
     e.add_argument("--data", default=str(DATA_DIR / "heldout.jsonl"))
     e.add_argument("--adapters", default=str(ADAPTER_DIR))
-    e.add_argument("--cache", default=str(EXPORT_DIR), help="where the merged model folders are cached")
-    e.add_argument("--aspd-model", default=None, help="an exported ASPD folder (instead of the adapters)")
-    e.add_argument("--control-model", default=None, help="an exported control folder (instead of the adapters)")
-    e.add_argument("--base-model", default="default", help="the reference for real prompts (default: the bundled model)")
+    e.add_argument(
+        "--cache", default=str(EXPORT_DIR), help="where the merged model folders are cached"
+    )
+    e.add_argument(
+        "--aspd-model", default=None, help="an exported ASPD folder (instead of the adapters)"
+    )
+    e.add_argument(
+        "--control-model", default=None, help="an exported control folder (instead of the adapters)"
+    )
+    e.add_argument(
+        "--base-model",
+        default="default",
+        help="the reference for real prompts (default: the bundled model)",
+    )
     e.add_argument("--max-tokens", type=int, default=256)
     e.add_argument("--threads", type=int, default=1)
     e.add_argument("--out", default=None, help="also write the full report (JSON) here")
@@ -86,6 +131,7 @@ def model_folder(variant: str, adapters: Path, cache: Path) -> Path:
     import fcntl
 
     from .train_command import export
+
     adapter = adapters / f"{variant}.safetensors"
     folder = cache / variant
     stamp = folder / "adapter.sha256"
@@ -103,26 +149,49 @@ def heldout() -> list:
     """build-data's held-out split, regenerated (deterministic: seed 1000, the held-out tables and
     parts, no prompt of seed 0's 1200 training items)."""
     from . import synth
-    return synth.generate(120, 1000, exclude={e.prompt for e in synth.generate(1200, 0)}, split="heldout")
+
+    return synth.generate(
+        120, 1000, exclude={e.prompt for e in synth.generate(1200, 0)}, split="heldout"
+    )
 
 
 def _decode(llms: dict, plugins: dict, mode: str, ex, params, count) -> dict:
     from .markup import parse, to_plain
-    llm = llms["aspd" if mode.startswith("aspd") else "control" if mode.startswith("control") else "base"]
+
+    llm = llms[
+        "aspd" if mode.startswith("aspd") else "control" if mode.startswith("control") else "base"
+    ]
     t0, c0 = time.perf_counter(), time.process_time()
     out = llm.chat(ex.messages, params, plugins[mode])[0]
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     raw, text = out.stats.get("aspd_raw_text"), out.outputs[0].text
     blocks = [seg for seg in parse(raw) if seg.parallel] if raw else []
-    return {"id": ex.id, "family": ex.family, "wall_s": wall, "cpu_s": cpu,
-            "forward_passes": out.stats.get("forward_passes", 0), "answer_tokens": len(count(text)),
-            "blocks": len(blocks), "branches": sum(len(b.branches) for b in blocks), "text": text, "raw": raw,
-            "text_mismatch": raw is not None and to_plain(raw) != text}
+    return {
+        "id": ex.id,
+        "family": ex.family,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "forward_passes": out.stats.get("forward_passes", 0),
+        "answer_tokens": len(count(text)),
+        "blocks": len(blocks),
+        "branches": sum(len(b.branches) for b in blocks),
+        "text": text,
+        "raw": raw,
+        "text_mismatch": raw is not None and to_plain(raw) != text,
+    }
 
 
-def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: int = 256,
-             threads: int = 1, log=None, real: dict | None = None, base_model: str = "default",
-             open_threshold: float = 0.0) -> dict:
+def run_eval(
+    aspd_model: str,
+    control_model: str,
+    examples: list,
+    max_tokens: int = 256,
+    threads: int = 1,
+    log=None,
+    real: dict | None = None,
+    base_model: str = "default",
+    open_threshold: float = 0.0,
+) -> dict:
     """Every decoder on every held-out task (`examples`), then on every prompt of each real set
     (`real`: set name -> examples; report[name] for each)."""
     import torch
@@ -130,6 +199,7 @@ def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: in
     from ..api import LLM
     from ..sampling.params import SamplingParams
     from . import eval_prompts, synth
+
     torch.set_num_threads(threads)
     aspd = {**ASPD, "open_threshold": open_threshold} if open_threshold else ASPD
     plugins = {**PLUGINS, "aspd+drafts": {**ASPD_DRAFTS, **aspd}}
@@ -140,8 +210,10 @@ def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: in
     params = SamplingParams(temperature=0, max_tokens=max_tokens)
     count = llms["control"].tokenizer.encode
     first = (examples or [ex for exs in real.values() for ex in exs])[0]
-    for llm in llms.values():      # the first call pays one-time costs (kernel packing, caches)
-        llm.chat([{"role": "user", "content": first.prompt}], SamplingParams(temperature=0, max_tokens=4))
+    for llm in llms.values():  # the first call pays one-time costs (kernel packing, caches)
+        llm.chat(
+            [{"role": "user", "content": first.prompt}], SamplingParams(temperature=0, max_tokens=4)
+        )
     rows = {m: [] for m in MODES}
     for i, ex in enumerate(examples):
         for mode in MODES:
@@ -149,8 +221,13 @@ def run_eval(aspd_model: str, control_model: str, examples: list, max_tokens: in
             r["ok"] = synth.check(ex, r["text"])
             rows[mode].append(r)
         if log:
-            log(f"heldout {i + 1}/{len(examples)} " + " ".join(
-                f"{m}:{'ok' if rows[m][-1]['ok'] else 'x'} {rows[m][-1]['wall_s']:.2f}s" for m in MODES))
+            log(
+                f"heldout {i + 1}/{len(examples)} "
+                + " ".join(
+                    f"{m}:{'ok' if rows[m][-1]['ok'] else 'x'} {rows[m][-1]['wall_s']:.2f}s"
+                    for m in MODES
+                )
+            )
     report = summarize(rows, threads) if examples else {"n": 0, "threads": threads}
     for name, exs in (real or {}).items():
         if exs:
@@ -166,6 +243,7 @@ def _real_rows(llms: dict, plugins: dict, name: str, exs: list, params, count, l
     own answer where it has one (ShareGPT), else the base model's answer (which is then decoded)."""
     from . import eval_prompts
     from .eval_stats import degenerate, rouge_l
+
     modes = MODES if all(eval_prompts.reference(ex) is not None for ex in exs) else REAL_MODES
     rows = {m: [] for m in modes}
     for i, ex in enumerate(exs):
@@ -180,9 +258,13 @@ def _real_rows(llms: dict, plugins: dict, name: str, exs: list, params, count, l
             rows[mode][-1]["overlap"] = rouge_l(rows[mode][-1]["text"], ref)
             rows[mode][-1]["reference_list"] = eval_prompts.has_list(ref)
         if log:
-            log(f"{name} {i + 1}/{len(exs)} " + " ".join(
-                f"{m}:{rows[m][-1]['overlap']:.2f} {rows[m][-1]['wall_s']:.2f}s" for m in modes)
-                + f" blocks {rows['aspd'][-1]['blocks']}")
+            log(
+                f"{name} {i + 1}/{len(exs)} "
+                + " ".join(
+                    f"{m}:{rows[m][-1]['overlap']:.2f} {rows[m][-1]['wall_s']:.2f}s" for m in modes
+                )
+                + f" blocks {rows['aspd'][-1]['blocks']}"
+            )
     return rows
 
 
@@ -190,26 +272,53 @@ def eval_main(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from . import eval_prompts
     from .data import read_jsonl
-    if min(args.sharegpt_n, args.mtbench_n) < 0 or args.max_tokens < 1 or args.threads < 1 \
-            or min(args.n, args.real_n) < -1:
-        raise ConfigError("--n, --real-n, --sharegpt-n and --mtbench-n must be >= 0, "
-                          "--max-tokens and --threads >= 1")
+
+    if (
+        min(args.sharegpt_n, args.mtbench_n) < 0
+        or args.max_tokens < 1
+        or args.threads < 1
+        or min(args.n, args.real_n) < -1
+    ):
+        raise ConfigError(
+            "--n, --real-n, --sharegpt-n and --mtbench-n must be >= 0, "
+            "--max-tokens and --threads >= 1"
+        )
     examples = read_jsonl(args.data) if Path(args.data).is_file() else heldout()
-    examples = examples[:args.n if args.n >= 0 else 24 if args.quick else len(examples)]
+    examples = examples[: args.n if args.n >= 0 else 24 if args.quick else len(examples)]
     real = eval_prompts.real_prompts()
-    real = real[::4] if args.quick and args.real_n < 0 else real[:args.real_n] if args.real_n >= 0 else real
-    sets = {"real": real,
-            "sharegpt": eval_prompts.sharegpt_heldout(args.sharegpt_data, args.sharegpt_n) if args.sharegpt_n else [],
-            "mtbench": eval_prompts.mtbench_first_turns(args.mtbench_n) if args.mtbench_n else []}
+    real = (
+        real[::4]
+        if args.quick and args.real_n < 0
+        else real[: args.real_n]
+        if args.real_n >= 0
+        else real
+    )
+    sets = {
+        "real": real,
+        "sharegpt": eval_prompts.sharegpt_heldout(args.sharegpt_data, args.sharegpt_n)
+        if args.sharegpt_n
+        else [],
+        "mtbench": eval_prompts.mtbench_first_turns(args.mtbench_n) if args.mtbench_n else [],
+    }
     if not examples and not any(sets.values()):
-        raise ConfigError(f"{args.data} has no examples and every real set is empty (--real-n 0); "
-                          "run `paraspec aspd build-data`")
+        raise ConfigError(
+            f"{args.data} has no examples and every real set is empty (--real-n 0); "
+            "run `paraspec aspd build-data`"
+        )
     adapters, cache = Path(args.adapters), Path(args.cache)
     aspd = args.aspd_model or str(model_folder("aspd", adapters, cache))
     control = args.control_model or str(model_folder("control", adapters, cache))
-    report = run_eval(aspd, control, examples, args.max_tokens, args.threads,
-                      log=None if args.quick else print, real=sets, base_model=args.base_model,
-                      open_threshold=args.open_threshold)
+    report = run_eval(
+        aspd,
+        control,
+        examples,
+        args.max_tokens,
+        args.threads,
+        log=None if args.quick else print,
+        real=sets,
+        base_model=args.base_model,
+        open_threshold=args.open_threshold,
+    )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")

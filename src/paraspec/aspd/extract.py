@@ -18,6 +18,7 @@ candidate per answer by DP, then ABN, then APE). The two checks read only the or
 the candidate, so a splitter (`Pipeline.splitter`) or a stage that changes text fails them.
 The judge (judge.py) reads these checks; the pipeline (pipeline.py) runs both.
 """
+
 from __future__ import annotations
 
 import re
@@ -31,9 +32,18 @@ HEADING = re.compile(r"^#{1,6}\s+(\S.*)$")
 BOLD_LEAD = re.compile(r"^(?:[-*+]|\d{1,2}[.)])\s+\*\*([^*\n]{1,40})\*\*")
 MAX_TITLE_WORDS = 4
 MIN_BRANCH_CHARS = 10
-STAGES = ("input", "parsed", "min_length", "format", "integrity", "independence", "consistency", "selected")
+STAGES = (
+    "input",
+    "parsed",
+    "min_length",
+    "format",
+    "integrity",
+    "independence",
+    "consistency",
+    "selected",
+)
 
-Run = tuple[int, int, list[int]]   # (first line, end line, item start lines)
+Run = tuple[int, int, list[int]]  # (first line, end line, item start lines)
 
 
 def _title(piece: str, heading: bool) -> str:
@@ -48,8 +58,12 @@ def _title(piece: str, heading: bool) -> str:
     return " ".join(words[:MAX_TITLE_WORDS])
 
 
-def _runs(lines: list[str], starts: Callable[[str], bool], heading: bool,
-          stops: Callable[[str], bool] = lambda s: False) -> list[Run]:
+def _runs(
+    lines: list[str],
+    starts: Callable[[str], bool],
+    heading: bool,
+    stops: Callable[[str], bool] = lambda s: False,
+) -> list[Run]:
     """(first line, end line, item start lines) of each run of 2+ items. A list run continues
     over indented or blank lines; a heading run takes every line up to the next heading of its
     level and ends at a shallower one (`stops`)."""
@@ -69,7 +83,9 @@ def _runs(lines: list[str], starts: Callable[[str], bool], heading: bool,
                 break
             j += 1
         end = j
-        while end > items[-1] + 1 and not lines[end - 1].strip():   # trailing blank lines stay serial
+        while (
+            end > items[-1] + 1 and not lines[end - 1].strip()
+        ):  # trailing blank lines stay serial
             end -= 1
         if len(items) >= 2:
             runs.append((begin, end, items))
@@ -91,7 +107,7 @@ def _unfenced(lines: list[str]) -> list[str]:
     out, fenced = [], False
     for ln in lines:
         marker = bool(FENCE.match(ln))
-        out.append(ln[:len(ln) - len(ln.lstrip())] + "x" if fenced or marker else ln)
+        out.append(ln[: len(ln) - len(ln.lstrip())] + "x" if fenced or marker else ln)
         fenced ^= marker
     return out
 
@@ -102,7 +118,12 @@ def all_runs(lines: list[str]) -> list[tuple[bool, Run]]:
     lines = _unfenced(lines)
     out = [(False, r) for r in _runs(lines, lambda s: bool(ITEM.match(s)), False)]
     for level in range(1, 7):
-        out += [(True, r) for r in _runs(lines, lambda s: _level(s) == level, True, lambda s: 0 < _level(s) < level)]
+        out += [
+            (True, r)
+            for r in _runs(
+                lines, lambda s: _level(s) == level, True, lambda s: 0 < _level(s) < level
+            )
+        ]
     return out
 
 
@@ -127,10 +148,16 @@ def format_ok(segments: list[Segment]) -> bool:
             titles = [b.title for b in s.branches]
             if len(set(t.casefold() for t in titles)) != len(titles) or any(not t for t in titles):
                 return False
-            if any(len(b.content) < MIN_BRANCH_CHARS or len(b.content) <= len(b.title) for b in s.branches):
+            if any(
+                len(b.content) < MIN_BRANCH_CHARS or len(b.content) <= len(b.title)
+                for b in s.branches
+            ):
                 return False
-            if any(HEADING.match(b.content) and not b.content.partition("\n")[2].strip() for b in s.branches):
-                return False   # a heading with no section under it says nothing
+            if any(
+                HEADING.match(b.content) and not b.content.partition("\n")[2].strip()
+                for b in s.branches
+            ):
+                return False  # a heading with no section under it says nothing
     return True
 
 
@@ -141,10 +168,13 @@ def _first_diff(a: str, b: str) -> int:
 def integrity_problem(original: str, segments: list[Segment]) -> str | None:
     """None when the candidate's plain text and to_plain of its ASPD markup are both the original
     answer, character for character; else where they first differ."""
-    for name, text in (("plain text", plain_text(segments)), ("to_plain(markup)", to_plain(aspd_text(segments)))):
+    for name, text in (
+        ("plain text", plain_text(segments)),
+        ("to_plain(markup)", to_plain(aspd_text(segments))),
+    ):
         if text != original:
             i = _first_diff(text, original)
-            return f"{name} differs from the original at char {i}: {text[i:i + 24]!r} != {original[i:i + 24]!r}"
+            return f"{name} differs from the original at char {i}: {text[i : i + 24]!r} != {original[i : i + 24]!r}"
     return None
 
 
@@ -175,7 +205,7 @@ def consistency_problem(original: str, segments: list[Segment]) -> str | None:
         if len(seg.branches) < 2:
             return f"block {blocks} has {len(seg.branches)} branch (a block has 2 or more)"
         after = pos + len(plain_text([seg]))
-        if (pos and original[pos - 1] != "\n") or original[after:after + 1] not in ("", "\n"):
+        if (pos and original[pos - 1] != "\n") or original[after : after + 1] not in ("", "\n"):
             return f"block {blocks} does not stand on whole lines of the original"
         starts, p = [], pos
         for b in seg.branches:
@@ -186,9 +216,11 @@ def consistency_problem(original: str, segments: list[Segment]) -> str | None:
         if run is None:
             return f"block {blocks} starts at line {starts[0] + 1}, where the original has no list or heading run"
         if run[2] != starts or run[1] != end:
-            return (f"block {blocks} has branches at lines {[s + 1 for s in starts]} (to line {end}); the original's "
-                    f"{'sections' if heading else 'list'} there has items at lines {[s + 1 for s in run[2]]} "
-                    f"(to line {run[1]})")
+            return (
+                f"block {blocks} has branches at lines {[s + 1 for s in starts]} (to line {end}); the original's "
+                f"{'sections' if heading else 'list'} there has items at lines {[s + 1 for s in run[2]]} "
+                f"(to line {run[1]})"
+            )
         titles = [b.title for b in seg.branches]
         if any(not t.strip() or "\n" in t or any(m in t for m in TOKENS) for t in titles):
             return f"block {blocks} has an empty title or one with a newline or markup: {titles}"
@@ -196,7 +228,9 @@ def consistency_problem(original: str, segments: list[Segment]) -> str | None:
             return f"block {blocks} repeats a title: {titles}"
         for b in seg.branches:
             if _words(b.title) not in _words(b.content.split("\n", 1)[0]):
-                return f"block {blocks}: title {b.title!r} is not restated by its branch's first line"
+                return (
+                    f"block {blocks}: title {b.title!r} is not restated by its branch's first line"
+                )
         pos = after
     if not blocks:
         return "no block"

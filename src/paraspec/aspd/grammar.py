@@ -13,6 +13,7 @@ Serial mode (SerialGrammar, one state per sequence, advanced by every emitted to
 Branches (branch_logits): every markup token but `<|/branch|>` is banned; EOS is mapped to
 `<|/branch|>` after the draw (branch_token).
 """
+
 from __future__ import annotations
 
 import math
@@ -32,9 +33,9 @@ class SerialGrammar:
     eos: frozenset[int]
     max_titles: int = 8
     max_title_tokens: int = 16
-    state: str = "text"          # text | open (just after <|title|>) | title | closed (after <|/title|>) | after_block
-    titles: int = 0              # titles in the current list
-    title_tokens: int = 0        # tokens of the title being written
+    state: str = "text"  # text | open (just after <|title|>) | title | closed (after <|/title|>) | after_block
+    titles: int = 0  # titles in the current list
+    title_tokens: int = 0  # tokens of the title being written
     open_threshold: float = 0.0  # P(<|title|>) a list (a block) needs to open; 0: the model's draw
     _banned_text: list[int] = field(default_factory=list)
 
@@ -44,8 +45,16 @@ class SerialGrammar:
         self._banned_text = self._always + [i.end_title, i.para]
 
     def copy(self) -> "SerialGrammar":
-        g = SerialGrammar(self.ids, self.eos, self.max_titles, self.max_title_tokens, self.state, self.titles,
-                          self.title_tokens, self.open_threshold)
+        g = SerialGrammar(
+            self.ids,
+            self.eos,
+            self.max_titles,
+            self.max_title_tokens,
+            self.state,
+            self.titles,
+            self.title_tokens,
+            self.open_threshold,
+        )
         return g
 
     def rule(self, logits: torch.Tensor | None = None) -> tuple[bool, list[int]]:
@@ -82,7 +91,7 @@ class SerialGrammar:
         ids and the plain argmax is not one of them (most steps): that index is then also the first
         maximum of the masked row, so the token is the same, ties included."""
         only, ids = self.rule()
-        if only:       # rare (after a title): the plain path
+        if only:  # rare (after a title): the plain path
             return int(self.apply(logits).argmax())
         t = first_max(logits)
         held = t == self.ids.title and self.holds(logits)

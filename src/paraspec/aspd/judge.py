@@ -15,6 +15,7 @@ paper's rule (released defaults: unanimous, n = 3; majority is the paper text's 
   it reads the original and the candidate with each block shown as "[title] content" lines
   (the plain texts are equal by integrity; what it can judge is whether the titles fit).
 """
+
 from __future__ import annotations
 
 import re
@@ -24,12 +25,17 @@ from .data import Block, Segment
 
 CROSS_REF = re.compile(
     r"\b(above|below|previous(ly)?|preceding|aforementioned|earlier|the following|as mentioned|as noted|"
-    r"same as|(step|item|point|part|section) \d+|former|latter|this result|that result)\b", re.I)
-CROSS_REF_EXTRA = re.compile(r"\b(as a result|because of (this|that)|for this reason|due to (this|that))\b", re.I)
+    r"same as|(step|item|point|part|section) \d+|former|latter|this result|that result)\b",
+    re.I,
+)
+CROSS_REF_EXTRA = re.compile(
+    r"\b(as a result|because of (this|that)|for this reason|due to (this|that))\b", re.I
+)
 # a branch after the first opening with one of these continues its sibling rather than standing alone
 SEQUENCE_OPENER = re.compile(
     r"^(then|next|after that|afterwards?|finally|lastly|once|so|therefore|thus|hence|subsequently|that|those)\b",
-    re.I)
+    re.I,
+)
 LEAD = re.compile(r"^\s*(?:[-*+]|\d{1,2}[.)]|[A-Za-z][.)])?\s*(?:\*\*[^*\n]{1,40}\*\*\s*:?\s*)?")
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w|\.\d)")
 
@@ -39,7 +45,9 @@ class Judge(Protocol):
 
     def independent(self, question: str, precondition: str, block: Block, n: int) -> list[bool]: ...
 
-    def consistent(self, question: str, original: str, candidate: list[Segment], n: int) -> list[bool]: ...
+    def consistent(
+        self, question: str, original: str, candidate: list[Segment], n: int
+    ) -> list[bool]: ...
 
 
 def accept(votes: list[bool], unanimous: bool = True) -> bool:
@@ -58,13 +66,15 @@ class RuleJudge:
     def _opening(branch) -> str:
         """The branch's own words: without its list marker, bold lead or "Title:" lead."""
         text = LEAD.sub("", branch.content, count=1)
-        if text[:len(branch.title) + 1].casefold() == branch.title.casefold() + ":":
-            text = text[len(branch.title) + 1:]
+        if text[: len(branch.title) + 1].casefold() == branch.title.casefold() + ":":
+            text = text[len(branch.title) + 1 :]
         return text.lstrip(" ,:")
 
     @classmethod
     def _independent(cls, question: str, precondition: str, block: Block) -> bool:
-        if any(CROSS_REF.search(b.content) or CROSS_REF_EXTRA.search(b.content) for b in block.branches):
+        if any(
+            CROSS_REF.search(b.content) or CROSS_REF_EXTRA.search(b.content) for b in block.branches
+        ):
             return False
         if any(SEQUENCE_OPENER.match(cls._opening(b)) for b in block.branches[1:]):
             return False
@@ -77,20 +87,28 @@ class RuleJudge:
                     return False
         return True
 
-    def consistent(self, question: str, original: str, candidate: list[Segment], n: int) -> list[bool]:
-        from .extract import consistency_problem, integrity_problem   # extract imports this module
-        ok = integrity_problem(original, candidate) is None and consistency_problem(original, candidate) is None
+    def consistent(
+        self, question: str, original: str, candidate: list[Segment], n: int
+    ) -> list[bool]:
+        from .extract import consistency_problem, integrity_problem  # extract imports this module
+
+        ok = (
+            integrity_problem(original, candidate) is None
+            and consistency_problem(original, candidate) is None
+        )
         return [ok] * n
 
 
 INDEP_PROMPT = (
     "Question: {question}\n\nAn answer to it has these parts:\n{parts}\n\n"
     "Can each part be written without reading any of the other parts (no part uses another part's "
-    "result or refers to it)? Reply with yes or no.")
+    "result or refers to it)? Reply with yes or no."
+)
 CONSIST_PROMPT = (
     "Question: {question}\n\nAnswer 1:\n{original}\n\nAnswer 2:\n{candidate}\n\n"
     "Answer 2 is Answer 1 with a [title] before some parts. Does each title fit its part, and do the two "
-    "answers give the same information? Reply with yes or no.")
+    "answers give the same information? Reply with yes or no."
+)
 
 
 class LLMJudge:
@@ -101,6 +119,7 @@ class LLMJudge:
     def __init__(self, llm=None, temperature: float = 0.7, seed: int = 0):
         if llm is None:
             from ..api import LLM
+
             llm = LLM("default")
         self.llm = llm
         self.temperature = temperature
@@ -117,10 +136,16 @@ class LLMJudge:
         parts = "\n".join(f"[{b.title}] {b.content}" for b in block.branches)
         return self._votes(INDEP_PROMPT.format(question=question, parts=parts), n)
 
-    def consistent(self, question: str, original: str, candidate: list[Segment], n: int) -> list[bool]:
-        shown = "".join(s if isinstance(s, str) else "\n".join(f"[{b.title}] {b.content}" for b in s.branches)
-                        for s in candidate)
-        return self._votes(CONSIST_PROMPT.format(question=question, original=original, candidate=shown), n)
+    def consistent(
+        self, question: str, original: str, candidate: list[Segment], n: int
+    ) -> list[bool]:
+        shown = "".join(
+            s if isinstance(s, str) else "\n".join(f"[{b.title}] {b.content}" for b in s.branches)
+            for s in candidate
+        )
+        return self._votes(
+            CONSIST_PROMPT.format(question=question, original=original, candidate=shown), n
+        )
 
 
 class BothJudges:
@@ -135,6 +160,8 @@ class BothJudges:
         votes = self.rule.independent(question, precondition, block, n)
         return votes if not all(votes) else self.llm.independent(question, precondition, block, n)
 
-    def consistent(self, question: str, original: str, candidate: list[Segment], n: int) -> list[bool]:
+    def consistent(
+        self, question: str, original: str, candidate: list[Segment], n: int
+    ) -> list[bool]:
         votes = self.rule.consistent(question, original, candidate, n)
         return votes if not all(votes) else self.llm.consistent(question, original, candidate, n)

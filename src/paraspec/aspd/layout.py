@@ -11,6 +11,7 @@ The flattened order is branch 1's tokens, then branch 2's, ...; at inference the
 interleaved by step instead (keys carry their own positions); the rows that see several branches
 take them in the flattened order, and a closed block's KV is moved into it (aspd/decode.py).
 """
+
 from __future__ import annotations
 
 import torch
@@ -18,15 +19,17 @@ import torch
 from .markup import MarkupIds
 
 
-def layout(token_ids: list[int], ids: MarkupIds, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def layout(
+    token_ids: list[int], ids: MarkupIds, start: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(positions [n] long, visible [n, n] bool: visible[i, j] = row i attends to token j) of a
     flattened sequence whose first token sits at position `start`. A sequence cut inside a block
     (a truncated answer) gets the rules as far as it goes."""
     n = len(token_ids)
     positions = torch.arange(start, start + n)
     visible = torch.ones(n, n, dtype=torch.bool).tril_()
-    para = -1           # index of the open block's <|para|>, -1 outside blocks
-    branch_start = -1   # index of the open branch's <|branch|>, -1 outside branches
+    para = -1  # index of the open block's <|para|>, -1 outside blocks
+    branch_start = -1  # index of the open branch's <|branch|>, -1 outside branches
     for i, t in enumerate(token_ids):
         if para >= 0 and t == ids.end_para:
             para = branch_start = -1
@@ -36,10 +39,12 @@ def layout(token_ids: list[int], ids: MarkupIds, start: int = 0) -> tuple[torch.
             if t == ids.branch:
                 branch_start = i
             if branch_start < 0:
-                raise ValueError(f"token {i} ({t}) of the sequence lies inside a parallel block but "
-                                 "in no branch; a block holds only <|branch|>...<|/branch|> runs")
+                raise ValueError(
+                    f"token {i} ({t}) of the sequence lies inside a parallel block but "
+                    "in no branch; a block holds only <|branch|>...<|/branch|> runs"
+                )
             positions[i] = start + para + 1 + (i - branch_start)
-            visible[i, para + 1:branch_start] = False       # earlier siblings
+            visible[i, para + 1 : branch_start] = False  # earlier siblings
             if t == ids.end_branch:
                 branch_start = -1
     return positions, visible

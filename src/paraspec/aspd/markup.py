@@ -7,6 +7,7 @@ An answer alternates serial text and parallel blocks (no newlines added around m
 Each branch restates its title and ": " (a forced prefix at inference). The plain text a user sees
 drops the titles list and the markup and joins the branch contents (without "T: ") with "\n".
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +36,7 @@ class MarkupIds:
     branch: int
     end_branch: int
     end_para: int
-    colon_space: list[int]     # ids of ": ", the end of every branch's forced prefix
+    colon_space: list[int]  # ids of ": ", the end of every branch's forced prefix
 
     @property
     def all(self) -> tuple[int, ...]:
@@ -46,8 +47,10 @@ class MarkupIds:
         ids = [tok.backend.token_to_id(s) for s in TOKENS]
         missing = [s for s, i in zip(TOKENS, ids) if i is None]
         if missing:
-            raise ModelLoadError(f"the model's tokenizer lacks the ASPD tokens {' '.join(missing)}; use a "
-                                 "model trained for ASPD (`paraspec aspd train`), or drop plugin 'aspd'")
+            raise ModelLoadError(
+                f"the model's tokenizer lacks the ASPD tokens {' '.join(missing)}; use a "
+                "model trained for ASPD (`paraspec aspd train`), or drop plugin 'aspd'"
+            )
         return cls(*ids, colon_space=tok.encode(TITLE_SEP, add_bos=False))
 
 
@@ -59,9 +62,11 @@ def add_markup_tokens(tokenizer, weights: dict, loaded=None) -> MarkupIds:
     from tokenizers import AddedToken
 
     if any(tokenizer.backend.token_to_id(s) is None for s in TOKENS):
-        tokenizer.backend.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in TOKENS])
+        tokenizer.backend.add_special_tokens(
+            [AddedToken(s, special=True, normalized=False) for s in TOKENS]
+        )
         tokenizer.vocab_size = tokenizer.backend.get_vocab_size()
-        tokenizer.__dict__.pop("max_token_chars", None)     # a cached_property over the vocabulary
+        tokenizer.__dict__.pop("max_token_chars", None)  # a cached_property over the vocabulary
     ids = MarkupIds.from_tokenizer(tokenizer)
     rows = max(ids.all) + 1
     for name in ("tok_embeddings", "lm_head"):
@@ -78,7 +83,7 @@ def _grown(w, rows: int):
 
     if w.shape[0] >= rows:
         return w
-    if isinstance(w, GGUFWeight):   # stored blocks: the grown matrix goes back to float
+    if isinstance(w, GGUFWeight):  # stored blocks: the grown matrix goes back to float
         logger.info("paraspec: %s embeddings dequantised to add the ASPD tokens", w.kind)
         w = dequantize(w)
     if isinstance(w, np.ndarray):
@@ -89,10 +94,11 @@ def _grown(w, rows: int):
 
 # ---------------------------------------------------------------------------------------- text
 
+
 @dataclass(frozen=True)
 class Branch:
     title: str
-    content: str        # without the restated "title: "
+    content: str  # without the restated "title: "
 
 
 @dataclass(frozen=True)
@@ -123,7 +129,7 @@ def parse(text: str) -> list[Segment]:
     serial = pieces[0]
     titles: list[str] = []
     branches: list[str] = []
-    state = "serial"        # serial | title | titles (between titles) | block | branch
+    state = "serial"  # serial | title | titles (between titles) | block | branch
     for mark, piece in zip(marks, pieces[1:]):
         if mark == TITLE:
             if state == "serial" and serial:
@@ -138,10 +144,10 @@ def parse(text: str) -> list[Segment]:
             out.append(_block(titles, branches))
             titles, branches = [], []
             serial, state = piece, "serial"
-        elif mark == PARA and state == "serial" and serial:     # a block without titles
+        elif mark == PARA and state == "serial" and serial:  # a block without titles
             out.append(Segment(text=serial))
             serial, state = "", "block"
-        else:     # END_TITLE, PARA, END_BRANCH: text between them is not part of the answer
+        else:  # END_TITLE, PARA, END_BRANCH: text between them is not part of the answer
             state = {END_TITLE: "titles", PARA: "block", END_BRANCH: "block"}[mark]
     if state == "serial":
         if serial:
@@ -157,13 +163,13 @@ def _block(titles: list[str], raw: list[str]) -> Segment:
         # "T: C" as trained; "T:C" too (the engine forces "T:", the model writes what follows)
         title = max((t for t in titles if text.startswith(t + ":")), key=len, default=None)
         if title is None and any((t + ":").startswith(text) for t in titles):
-            title, content = text, ""      # cut inside its forced "T:": no content written yet
+            title, content = text, ""  # cut inside its forced "T:": no content written yet
         elif title is None:
             title, sep, content = text.partition(TITLE_SEP)
             if not sep:
                 title, content = "", text
         else:
-            content = text[len(title) + 1:]
+            content = text[len(title) + 1 :]
             content = content[1:] if content.startswith(" ") else content
         branches.append(Branch(title, content))
     return Segment(titles=tuple(titles), branches=tuple(branches))

@@ -7,6 +7,7 @@ node can be accepted (the engine's walk stops after `<|para|>`: AspdState.ends_r
 bans `<|/para|>`, `<|branch|>` and `<|/branch|>` in serial mode), so they only cost rows: they
 are dropped before the step's query is built. Everything else is the inner drafter's.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -26,22 +27,40 @@ class SerialDrafts:
         self.trie = getattr(inner, "trie", None)
         self.ids: MarkupIds | None = None
 
-    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None,
-              ctx: StepContext = DEFAULT_CONTEXT) -> None:
+    def begin(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        seed: int | None = None,
+        ctx: StepContext = DEFAULT_CONTEXT,
+    ) -> None:
         self.inner.begin(request_id, prompt, seed, ctx)
 
-    def propose(self, request_id: str, context: Sequence[int], max_nodes: int,
-                ctx: StepContext = DEFAULT_CONTEXT) -> Proposal:
+    def propose(
+        self,
+        request_id: str,
+        context: Sequence[int],
+        max_nodes: int,
+        ctx: StepContext = DEFAULT_CONTEXT,
+    ) -> Proposal:
         proposal = self.inner.propose(request_id, context, max_nodes, ctx)
         d, ids = proposal.draft, self.ids
         if d and ids is not None:
             never = {ids.end_para, ids.branch, ids.end_branch}
-            proposal.draft = d.pruned(lambda i: d.tokens[i] not in never
-                                      and (d.parents[i] == ROOT or d.tokens[d.parents[i]] != ids.para))
+            proposal.draft = d.pruned(
+                lambda i: (
+                    d.tokens[i] not in never
+                    and (d.parents[i] == ROOT or d.tokens[d.parents[i]] != ids.para)
+                )
+            )
         return proposal
 
-    def observe(self, request_id: str, committed: Sequence[int],
-                lookahead_argmax: Sequence[int] | None = None) -> None:
+    def observe(
+        self,
+        request_id: str,
+        committed: Sequence[int],
+        lookahead_argmax: Sequence[int] | None = None,
+    ) -> None:
         self.inner.observe(request_id, committed, lookahead_argmax)
 
     def end(self, request_id: str) -> None:

@@ -17,6 +17,7 @@ titles included) must fit, else the turn is skipped, never cut: a cut answer wou
 model to stop mid-answer. Earlier turns are then added newest first, whole, while they fit; the
 first that does not fit ends the history.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,16 +32,18 @@ from typing import Callable, Iterator, Sequence
 from .data import Example
 
 SKIPS = ("no_question", "empty", "non_ascii", "mtbench", "in_train", "too_long", "markup_too_long")
-KEY_WORDS = 8          # an MT-Bench question is looked for by its first words, then compared whole
-MIN_ASCII = 0.9        # share of ASCII letters below which a turn counts as another language
-PREFIX_CHARS = 6       # characters a token, more than text averages: a prefix this long settles most turns
+KEY_WORDS = 8  # an MT-Bench question is looked for by its first words, then compared whole
+MIN_ASCII = 0.9  # share of ASCII letters below which a turn counts as another language
+PREFIX_CHARS = (
+    6  # characters a token, more than text averages: a prefix this long settles most turns
+)
 
 
 @dataclass(frozen=True)
 class Turn:
-    id: str                        # "sharegpt/<conversation id>#<message index>"
+    id: str  # "sharegpt/<conversation id>#<message index>"
     chat_id: str
-    history: tuple[dict, ...]      # the messages before the question
+    history: tuple[dict, ...]  # the messages before the question
     question: str
     answer: str
 
@@ -66,6 +69,7 @@ class MTBench:
     @classmethod
     def load(cls, path: Path | None = None) -> "MTBench":
         from ..datasets import mtbench_questions
+
         return cls([t for q in mtbench_questions(path) for t in q.turns])
 
     def holds(self, text: str) -> bool:
@@ -74,7 +78,7 @@ class MTBench:
             return True
         words = norm.split()
         for i in range(len(words)):
-            for t in self.keys.get(" ".join(words[i:i + KEY_WORDS]), ()):
+            for t in self.keys.get(" ".join(words[i : i + KEY_WORDS]), ()):
                 if t in norm:
                     return True
         return False
@@ -85,14 +89,19 @@ def conversations(path: Path | None = None) -> list:
     file is one DataFileError naming it and the fetch command."""
     from .. import catalog
     from ..datasets import DataFileError, sharegpt_conversations
+
     path = Path(path) if path else catalog.ARTIFACTS["sharegpt"].path
     if not path.is_file():
-        raise DataFileError(f"ShareGPT file {path} does not exist; fetch it with `paraspec fetch sharegpt`")
+        raise DataFileError(
+            f"ShareGPT file {path} does not exist; fetch it with `paraspec fetch sharegpt`"
+        )
     try:
         return list(sharegpt_conversations(path))
     except (UnicodeDecodeError, OSError) as e:
-        raise DataFileError(f"ShareGPT file {path} cannot be read ({type(e).__name__}); "
-                            "fetch it again with `paraspec fetch sharegpt`") from None
+        raise DataFileError(
+            f"ShareGPT file {path} cannot be read ({type(e).__name__}); "
+            "fetch it again with `paraspec fetch sharegpt`"
+        ) from None
 
 
 LETTER = re.compile(r"[^\W\d_]")
@@ -112,17 +121,30 @@ def _rank(chat_id: str, seed: int) -> bytes:
 def user_texts(convs: Sequence, split: str) -> set[str]:
     """Every user turn of the split's chats, normalised."""
     from ..datasets import split_of
-    return {normalise(m["content"]) for c in convs if split_of(c.chat_id) == split
-            for m in c.messages if m["role"] == "user"}
+
+    return {
+        normalise(m["content"])
+        for c in convs
+        if split_of(c.chat_id) == split
+        for m in c.messages
+        if m["role"] == "user"
+    }
 
 
-def turns(convs: Sequence, split: str, seed: int, mtbench: MTBench, skipped: Counter,
-          exclude: set[str] | frozenset = frozenset()) -> Iterator[Turn]:
+def turns(
+    convs: Sequence,
+    split: str,
+    seed: int,
+    mtbench: MTBench,
+    skipped: Counter,
+    exclude: set[str] | frozenset = frozenset(),
+) -> Iterator[Turn]:
     """The assistant turns of the split's chats, chats in a seeded order (so that a cap takes a random
     set of whole chats), each chat's pieces and turns in file order. Skips are counted by reason;
     a question in `exclude` (normalised) is skipped as "in_train": ShareGPT holds the same chat
     under other ids, and a held-out question must not be one training has seen."""
     from ..datasets import split_of
+
     chosen = [(i, c) for i, c in enumerate(convs) if split_of(c.chat_id) == split]
     chosen.sort(key=lambda ic: (_rank(ic[1].chat_id, seed), ic[0]))
     for _, conv in chosen:
@@ -145,7 +167,7 @@ def turns(convs: Sequence, split: str, seed: int, mtbench: MTBench, skipped: Cou
             elif exclude and normalise(question) in exclude:
                 skipped["in_train"] += 1
             else:
-                yield Turn(f"sharegpt/{conv.id}#{k}", conv.chat_id, msgs[:k - 1], question, answer)
+                yield Turn(f"sharegpt/{conv.id}#{k}", conv.chat_id, msgs[: k - 1], question, answer)
 
 
 @dataclass
@@ -167,14 +189,20 @@ class Budget:
     def fits_plain(self, t: Turn) -> bool:
         if self._over(t.question) or self._over(t.answer):
             return False
-        return self.chat([{"role": "user", "content": t.question}]) + self.count(t.answer) + 1 <= self.max_len
+        return (
+            self.chat([{"role": "user", "content": t.question}]) + self.count(t.answer) + 1
+            <= self.max_len
+        )
 
     def answer_cost(self, ex: Example) -> int:
         """Tokens of the answer as ASPD writes it, and its EOS: the labelled text (each branch restates
         "T: "), each title again in the titles list, and the six markup tokens, with one token more per
         branch for BPE merges the segments lose (at least train.encode's count)."""
-        return self.count(ex.labelled) + 1 + sum(2 + sum(self.count(b.title) + 4 for b in blk.branches)
-                                                 for blk in ex.blocks)
+        return (
+            self.count(ex.labelled)
+            + 1
+            + sum(2 + sum(self.count(b.title) + 4 for b in blk.branches) for blk in ex.blocks)
+        )
 
     def history(self, t: Turn, answer_cost: int) -> list[dict] | None:
         """The most recent whole turns that fit beside the question and the answer; None if even the
@@ -184,12 +212,12 @@ class Budget:
         if self.chat(last) > room:
             return None
         hist = t.history
-        cap = 0   # a turn far over the room ends the history before it is ever encoded whole
+        cap = 0  # a turn far over the room ends the history before it is ever encoded whole
         while cap < len(hist) and not self._over(hist[-1 - cap]["content"], room):
             cap += 1
 
         def fits(n: int) -> bool:
-            return self.chat([*hist[len(hist) - n:], *last]) <= room
+            return self.chat([*hist[len(hist) - n :], *last]) <= room
 
         # the longest run of newest turns that fits, by galloping then bisecting: a long chat costs a
         # few encodings of about the room's length, not one per turn
@@ -200,7 +228,7 @@ class Budget:
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        return [dict(m) for m in hist[len(hist) - lo:]]
+        return [dict(m) for m in hist[len(hist) - lo :]]
 
 
 def budget(max_len: int, tokenizer=None) -> Budget:
@@ -209,9 +237,14 @@ def budget(max_len: int, tokenizer=None) -> Budget:
     if tokenizer is None:
         tokenizer = bundled_tokenizer()
     if tokenizer is None:
-        return Budget(max_len, lambda s: len(s) // 4, lambda ms: sum(len(m["content"]) // 4 + 8 for m in ms))
-    return Budget(max_len, lambda s: len(tokenizer.encode(s, add_bos=False)),
-                  lambda ms: len(tokenizer.encode_chat(ms)))
+        return Budget(
+            max_len, lambda s: len(s) // 4, lambda ms: sum(len(m["content"]) // 4 + 8 for m in ms)
+        )
+    return Budget(
+        max_len,
+        lambda s: len(tokenizer.encode(s, add_bos=False)),
+        lambda ms: len(tokenizer.encode_chat(ms)),
+    )
 
 
 def bundled_tokenizer():
@@ -220,6 +253,7 @@ def bundled_tokenizer():
     from ..errors import ModelLoadError
     from ..model.loader import load_model
     from ..model.tokenizer import Tokenizer
+
     try:
         loaded = load_model("default", torch.float32, keep_quantized=True)
         return Tokenizer.from_source(loaded.tokenizer_source)
@@ -227,7 +261,9 @@ def bundled_tokenizer():
         return None
 
 
-def examples(pipe, items: list[Turn], budget: Budget, source: str, skipped: Counter) -> list[Example]:
+def examples(
+    pipe, items: list[Turn], budget: Budget, source: str, skipped: Counter
+) -> list[Example]:
     """The turns that fit, through the pipeline's stages (serial where no block is accepted), each
     with its prompt, history and the pipeline's judgement; blocks whose markup does not fit skipped."""
     fit = []
@@ -249,8 +285,9 @@ def examples(pipe, items: list[Turn], budget: Budget, source: str, skipped: Coun
     return out
 
 
-def down_sample(examples: list[Example], share: float, others: tuple[int, int], seed: int
-                ) -> tuple[list[Example], dict]:
+def down_sample(
+    examples: list[Example], share: float, others: tuple[int, int], seed: int
+) -> tuple[list[Example], dict]:
     """Keep every example with a block and a seeded sample of the serial ones, so that the whole
     training set (these and `others` = (with a block, serial) from the other sources) has `share`
     of its examples with a block; all serial ones when there are too few. Order is kept."""
@@ -265,4 +302,9 @@ def down_sample(examples: list[Example], share: float, others: tuple[int, int], 
 def mix(examples: Sequence[Example]) -> dict:
     n = len(examples)
     b = sum(bool(e.blocks) for e in examples)
-    return {"examples": n, "block": b, "serial": n - b, "block_share": round(b / n, 4) if n else 0.0}
+    return {
+        "examples": n,
+        "block": b,
+        "serial": n - b,
+        "block_share": round(b / n, 4) if n else 0.0,
+    }

@@ -7,6 +7,7 @@ block closes: parsed earlier, a titles list would read as plain text, and what i
 be taken back. Branch contents appear when their block closes (the engine emits a block at once),
 joined by "\n"; text is held back while it ends in an incomplete UTF-8 character.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -38,10 +39,10 @@ class PlainDetokenizer:
     def __init__(self, tokenizer, markup: MarkupIds):
         self.tokenizer, self.markup = tokenizer, markup
         self._marks = frozenset(markup.all)
-        self._piece: list[int] = []         # ids since the last <|/para|>
-        self._serial = IncrementalDetokenizer(tokenizer)    # the piece's serial text, streaming
-        self._serial_sent = 0                # characters of the piece's serial text sent
-        self._held = False                   # the piece has markup: the rest is held back
+        self._piece: list[int] = []  # ids since the last <|/para|>
+        self._serial = IncrementalDetokenizer(tokenizer)  # the piece's serial text, streaming
+        self._serial_sent = 0  # characters of the piece's serial text sent
+        self._held = False  # the piece has markup: the rest is held back
 
     def push(self, new_ids: Sequence[int]) -> str:
         out: list[str] = []
@@ -49,10 +50,10 @@ class PlainDetokenizer:
             self._piece.append(t)
             if not self._held and t not in self._marks:
                 out.append(self._sent(self._serial.push([t])))
-            elif not self._held:            # the first markup token: the serial text is complete
+            elif not self._held:  # the first markup token: the serial text is complete
                 self._held = True
                 out.append(self._sent(self._serial.flush()))
-            if t == self.markup.end_para:   # the block closed: the piece is final
+            if t == self.markup.end_para:  # the block closed: the piece is final
                 out.append(self._close())
         return "".join(out)
 
@@ -66,7 +67,7 @@ class PlainDetokenizer:
 
     def _close(self) -> str:
         plain = to_plain(marked_text(self.tokenizer, self._piece, self.markup))
-        delta = plain[self._serial_sent:]
+        delta = plain[self._serial_sent :]
         self._piece, self._serial_sent, self._held = [], 0, False
         self._serial = IncrementalDetokenizer(self.tokenizer)
         return delta

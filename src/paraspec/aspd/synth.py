@@ -13,6 +13,7 @@ arithmetic parts from the expressions whose hash falls in the held-out fifth (sa
 ranges, same decompositions, so the held-out set measures generalisation and not recall). It
 also uses another seed, and `generate` drops any item whose prompt is in `exclude`.
 """
+
 from __future__ import annotations
 
 import random
@@ -23,25 +24,39 @@ from .data import Block, Branch, Example
 
 # country: capital, language, currency, continent
 COUNTRIES = {
-    "France": ("Paris", "French", "the euro", "Europe"), "Japan": ("Tokyo", "Japanese", "the yen", "Asia"),
-    "Italy": ("Rome", "Italian", "the euro", "Europe"), "Spain": ("Madrid", "Spanish", "the euro", "Europe"),
-    "Germany": ("Berlin", "German", "the euro", "Europe"), "Egypt": ("Cairo", "Arabic", "the Egyptian pound", "Africa"),
+    "France": ("Paris", "French", "the euro", "Europe"),
+    "Japan": ("Tokyo", "Japanese", "the yen", "Asia"),
+    "Italy": ("Rome", "Italian", "the euro", "Europe"),
+    "Spain": ("Madrid", "Spanish", "the euro", "Europe"),
+    "Germany": ("Berlin", "German", "the euro", "Europe"),
+    "Egypt": ("Cairo", "Arabic", "the Egyptian pound", "Africa"),
     "Brazil": ("Brasilia", "Portuguese", "the real", "South America"),
     "Mexico": ("Mexico City", "Spanish", "the peso", "North America"),
     "Canada": ("Ottawa", "English and French", "the Canadian dollar", "North America"),
-    "India": ("New Delhi", "Hindi", "the rupee", "Asia"), "China": ("Beijing", "Chinese", "the yuan", "Asia"),
-    "Russia": ("Moscow", "Russian", "the ruble", "Europe"), "Kenya": ("Nairobi", "Swahili", "the shilling", "Africa"),
+    "India": ("New Delhi", "Hindi", "the rupee", "Asia"),
+    "China": ("Beijing", "Chinese", "the yuan", "Asia"),
+    "Russia": ("Moscow", "Russian", "the ruble", "Europe"),
+    "Kenya": ("Nairobi", "Swahili", "the shilling", "Africa"),
     "Peru": ("Lima", "Spanish", "the sol", "South America"),
     "Australia": ("Canberra", "English", "the Australian dollar", "Oceania"),
-    "Greece": ("Athens", "Greek", "the euro", "Europe"), "Poland": ("Warsaw", "Polish", "the zloty", "Europe"),
-    "Sweden": ("Stockholm", "Swedish", "the krona", "Europe"), "Turkey": ("Ankara", "Turkish", "the lira", "Asia"),
+    "Greece": ("Athens", "Greek", "the euro", "Europe"),
+    "Poland": ("Warsaw", "Polish", "the zloty", "Europe"),
+    "Sweden": ("Stockholm", "Swedish", "the krona", "Europe"),
+    "Turkey": ("Ankara", "Turkish", "the lira", "Asia"),
     "Argentina": ("Buenos Aires", "Spanish", "the peso", "South America"),
-    "Portugal": ("Lisbon", "Portuguese", "the euro", "Europe"), "Norway": ("Oslo", "Norwegian", "the krone", "Europe"),
-    "Thailand": ("Bangkok", "Thai", "the baht", "Asia"), "Nigeria": ("Abuja", "English", "the naira", "Africa"),
+    "Portugal": ("Lisbon", "Portuguese", "the euro", "Europe"),
+    "Norway": ("Oslo", "Norwegian", "the krone", "Europe"),
+    "Thailand": ("Bangkok", "Thai", "the baht", "Asia"),
+    "Nigeria": ("Abuja", "English", "the naira", "Africa"),
 }
 HELDOUT_COUNTRIES = ("Egypt", "Peru", "Sweden", "Thailand", "Canada", "Greece")
 FACTS = ("capital", "language", "currency", "continent")
-FACT_TITLES = {"capital": "Capital", "language": "Language", "currency": "Currency", "continent": "Continent"}
+FACT_TITLES = {
+    "capital": "Capital",
+    "language": "Language",
+    "currency": "Currency",
+    "continent": "Continent",
+}
 
 # question, answer sentence, key word the checker looks for
 QUESTIONS = [
@@ -63,8 +78,16 @@ QUESTIONS = [
     ("How many sides does a hexagon have?", "A hexagon has six sides.", "six"),
     ("What is the past tense of go?", "The past tense of go is went.", "went"),
     ("What is the past tense of eat?", "The past tense of eat is ate.", "ate"),
-    ("What animal is known as the king of the jungle?", "The lion is known as the king of the jungle.", "lion"),
-    ("What is the boiling point of water in Celsius?", "Water boils at 100 degrees Celsius.", "100"),
+    (
+        "What animal is known as the king of the jungle?",
+        "The lion is known as the king of the jungle.",
+        "lion",
+    ),
+    (
+        "What is the boiling point of water in Celsius?",
+        "Water boils at 100 degrees Celsius.",
+        "100",
+    ),
     ("How many hours are in a day?", "There are 24 hours in a day.", "24"),
     ("What is the first letter of the alphabet?", "The first letter of the alphabet is A.", "A."),
     ("Which season comes after winter?", "Spring comes after winter.", "Spring"),
@@ -75,7 +98,7 @@ QUESTIONS = [
     ("What is the plural of foot?", "The plural of foot is feet.", "feet"),
 ]
 
-HELDOUT_QUESTIONS = frozenset(q for q, _, _ in QUESTIONS[1::4])     # 7 of 28, spread over the kinds
+HELDOUT_QUESTIONS = frozenset(q for q, _, _ in QUESTIONS[1::4])  # 7 of 28, spread over the kinds
 SPLITS = ("train", "heldout")
 
 LABELS = "ABCD"
@@ -93,9 +116,17 @@ def _arith_part(rng: random.Random) -> tuple[str, str, int]:
         return f"{a}*{b}", f"{a}*{b} = {t}*{b} + {u}*{b} = {t * b} + {u * b} = {a * b}.", a * b
     a, b = rng.randint(21, 89), rng.randint(12, 59)
     if op == "+":
-        return f"{a}+{b}", f"{a}+{b} = {a}+{b - b % 10} + {b % 10} = {a + b - b % 10} + {b % 10} = {a + b}.", a + b
+        return (
+            f"{a}+{b}",
+            f"{a}+{b} = {a}+{b - b % 10} + {b % 10} = {a + b - b % 10} + {b % 10} = {a + b}.",
+            a + b,
+        )
     a, b = max(a, b + 10), b
-    return f"{a}-{b}", f"{a}-{b} = {a}-{b - b % 10} - {b % 10} = {a - b + b % 10} - {b % 10} = {a - b}.", a - b
+    return (
+        f"{a}-{b}",
+        f"{a}-{b} = {a}-{b - b % 10} - {b % 10} = {a - b + b % 10} - {b % 10} = {a - b}.",
+        a - b,
+    )
 
 
 def _countries(split: str) -> list[str]:
@@ -113,7 +144,9 @@ def arith(rng: random.Random, idx: str, split: str = "train") -> Example:
         part = _arith_part(rng)
         if _in_split(part[0], split):
             parts.append(part)
-    prompt = "Solve each part: " + " ".join(f"{LABELS[i]}) {e}" for i, (e, _, _) in enumerate(parts))
+    prompt = "Solve each part: " + " ".join(
+        f"{LABELS[i]}) {e}" for i, (e, _, _) in enumerate(parts)
+    )
     block = Block(tuple(Branch(LABELS[i], c) for i, (_, c, _) in enumerate(parts)))
     checks = [{"kind": "result", "expr": e, "value": v} for e, _, v in parts]
     return Example(idx, "arith", prompt, ["Here is each part.\n", block], checks)
@@ -121,10 +154,12 @@ def arith(rng: random.Random, idx: str, split: str = "train") -> Example:
 
 def _fact_sentence(country: str, fact: str) -> tuple[str, str]:
     capital, language, currency, continent = COUNTRIES[country]
-    return {"capital": (f"The capital of {country} is {capital}.", capital),
-            "language": (f"People in {country} mainly speak {language}.", language),
-            "currency": (f"The currency of {country} is {currency}.", currency),
-            "continent": (f"{country} is a country in {continent}.", continent)}[fact]
+    return {
+        "capital": (f"The capital of {country} is {capital}.", capital),
+        "language": (f"People in {country} mainly speak {language}.", language),
+        "currency": (f"The currency of {country} is {currency}.", currency),
+        "continent": (f"{country} is a country in {continent}.", continent),
+    }[fact]
 
 
 def facts(rng: random.Random, idx: str, split: str = "train") -> Example:
@@ -140,7 +175,9 @@ def facts(rng: random.Random, idx: str, split: str = "train") -> Example:
 
 def questions(rng: random.Random, idx: str, split: str = "train") -> Example:
     chosen = rng.sample(_questions(split), rng.randint(2, 4))
-    prompt = "Answer these questions: " + " ".join(f"{i + 1}. {q}" for i, (q, _, _) in enumerate(chosen))
+    prompt = "Answer these questions: " + " ".join(
+        f"{i + 1}. {q}" for i, (q, _, _) in enumerate(chosen)
+    )
     block = Block(tuple(Branch(f"Q{i + 1}", a) for i, (_, a, _) in enumerate(chosen)))
     checks = [{"kind": "contains", "value": key} for _, _, key in chosen]
     return Example(idx, "questions", prompt, ["Here are the answers.\n", block], checks)
@@ -150,8 +187,13 @@ FAMILIES = {"arith": arith, "facts": facts, "questions": questions}
 WEIGHTS = {"arith": 0.5, "facts": 0.25, "questions": 0.25}
 
 
-def generate(n: int, seed: int, exclude: set[str] = frozenset(), families: dict[str, float] | None = None,
-             split: str = "train") -> list[Example]:
+def generate(
+    n: int,
+    seed: int,
+    exclude: set[str] = frozenset(),
+    families: dict[str, float] | None = None,
+    split: str = "train",
+) -> list[Example]:
     """n examples of `split`'s tables and parts drawn with `seed`, none whose prompt is in
     `exclude`, no prompt twice."""
     if split not in SPLITS:
@@ -170,7 +212,9 @@ def generate(n: int, seed: int, exclude: set[str] = frozenset(), families: dict[
     return out
 
 
-_LABEL = re.compile(r"^(?:[%s]|Q\d|%s)(?::|\))\s+" % (LABELS, "|".join(FACT_TITLES.values())))   # the parts' titles
+_LABEL = re.compile(
+    r"^(?:[%s]|Q\d|%s)(?::|\))\s+" % (LABELS, "|".join(FACT_TITLES.values()))
+)  # the parts' titles
 
 
 def check(example: Example, answer: str) -> bool:
@@ -181,7 +225,7 @@ def check(example: Example, answer: str) -> bool:
     if not example.checks:
         raise ValueError(f"example {example.id} has no checks to score an answer by")
     lines = [_LABEL.sub("", ln.strip()) for ln in answer.strip().splitlines() if ln.strip()]
-    lines = lines[-len(example.checks):] if len(lines) >= len(example.checks) else []
+    lines = lines[-len(example.checks) :] if len(lines) >= len(example.checks) else []
     if not lines:
         return False
     for line, c in zip(lines, example.checks):

@@ -19,6 +19,7 @@ Loss: next-token cross entropy on answer tokens, leaving out targets the engine 
 inserts (each branch's "<|branch|>T:" prefix, `<|/para|>`) and the rows of `<|/branch|>`, whose
 flattened successor (the next branch's start) is not a prediction the model ever makes.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,9 +42,9 @@ from .trainable import check_weights
 @dataclass
 class Encoded:
     ids: list[int]
-    positions: torch.Tensor     # [n] long
-    visible: torch.Tensor       # [n, n] bool
-    loss_rows: list[int]        # rows whose next token is a training target
+    positions: torch.Tensor  # [n] long
+    visible: torch.Tensor  # [n, n] bool
+    loss_rows: list[int]  # rows whose next token is a training target
 
 
 def encode(ex: Example, tok, ids: MarkupIds | None) -> Encoded:
@@ -52,7 +53,7 @@ def encode(ex: Example, tok, ids: MarkupIds | None) -> Encoded:
     prompt = tok.encode_chat(ex.messages)
     eos = min(tok.eos_token_ids)
     answer: list[int] = []
-    skip_targets: set[int] = set()      # absolute indices whose token is not a target
+    skip_targets: set[int] = set()  # absolute indices whose token is not a target
     skip_rows: set[int] = set()
     if ids is None:
         answer = tok.encode(ex.labelled, add_bos=False)
@@ -74,9 +75,16 @@ def encode(ex: Example, tok, ids: MarkupIds | None) -> Encoded:
             skip_targets.add(len(prompt) + len(answer))
             answer.append(ids.end_para)
     seq = prompt + answer + [eos]
-    rows = [i for i in range(len(prompt) - 1, len(seq) - 1) if i not in skip_rows and i + 1 not in skip_targets]
+    rows = [
+        i
+        for i in range(len(prompt) - 1, len(seq) - 1)
+        if i not in skip_rows and i + 1 not in skip_targets
+    ]
     if ids is None:
-        positions, visible = torch.arange(len(seq)), torch.ones(len(seq), len(seq), dtype=torch.bool).tril_()
+        positions, visible = (
+            torch.arange(len(seq)),
+            torch.ones(len(seq), len(seq), dtype=torch.bool).tril_(),
+        )
     else:
         positions, visible = layout(seq, ids)
     return Encoded(seq, positions, visible, rows)
@@ -92,19 +100,30 @@ def _after_colon(tok, ids: MarkupIds, content: str) -> list[int]:
 
 
 class TrainModel(nn.Module):
-    def __init__(self, args: ModelArgs, weights: dict[str, torch.Tensor], n_base_vocab: int,
-                 rank: int = 8, alpha: float = 16.0, targets: tuple[str, ...] = TARGETS):
+    def __init__(
+        self,
+        args: ModelArgs,
+        weights: dict[str, torch.Tensor],
+        n_base_vocab: int,
+        rank: int = 8,
+        alpha: float = 16.0,
+        targets: tuple[str, ...] = TARGETS,
+    ):
         super().__init__()
-        check_weights(weights, args.n_layers)   # a name this forward does not use would be another network
+        check_weights(
+            weights, args.n_layers
+        )  # a name this forward does not use would be another network
         self.args = args
         emb = weights["tok_embeddings"].float()
         self.register_buffer("base_embed", emb[:n_base_vocab].contiguous(), persistent=False)
-        self.new_embed = nn.Parameter(emb[n_base_vocab:].clone())   # the markup rows (may be empty)
+        self.new_embed = nn.Parameter(emb[n_base_vocab:].clone())  # the markup rows (may be empty)
         self.untied = "lm_head" in weights
-        if self.untied:   # the head's own rows for the same new tokens, trained too
+        if self.untied:  # the head's own rows for the same new tokens, trained too
             head = weights["lm_head"].float()
             if head.shape[0] != emb.shape[0]:
-                raise ValueError(f"lm_head has {head.shape[0]} rows but tok_embeddings {emb.shape[0]}")
+                raise ValueError(
+                    f"lm_head has {head.shape[0]} rows but tok_embeddings {emb.shape[0]}"
+                )
             self.register_buffer("base_head", head[:n_base_vocab].contiguous(), persistent=False)
             self.new_head = nn.Parameter(head[n_base_vocab:].clone())
         self.norm = weights["norm"].float()
@@ -115,42 +134,71 @@ class TrainModel(nn.Module):
                 w = weights[f"layers.{i}.{name}"].float()
                 mod = LoRALinear(w, rank, alpha) if name in targets else _Frozen(w)
                 setattr(layer, name, mod)
-            for name in ("attn_norm", "ffn_norm", "bqkv", "bo", "q_norm", "k_norm"):   # the last four: None if absent
+            for name in (
+                "attn_norm",
+                "ffn_norm",
+                "bqkv",
+                "bo",
+                "q_norm",
+                "k_norm",
+            ):  # the last four: None if absent
                 w = weights.get(f"layers.{i}.{name}")
                 setattr(layer, name, None if w is None else w.float())
             self.layers.append(layer)
         self.cos, self.sin = rope_tables(args, args.max_seq_len)
 
     def embedding(self) -> torch.Tensor:
-        return torch.cat([self.base_embed, self.new_embed]) if self.new_embed.numel() else self.base_embed
+        return (
+            torch.cat([self.base_embed, self.new_embed])
+            if self.new_embed.numel()
+            else self.base_embed
+        )
 
     def head(self) -> torch.Tensor:
         if not self.untied:
             return self.embedding()
-        return torch.cat([self.base_head, self.new_head]) if self.new_head.numel() else self.base_head
+        return (
+            torch.cat([self.base_head, self.new_head]) if self.new_head.numel() else self.base_head
+        )
 
-    def hidden(self, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    def hidden(
+        self, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor
+    ) -> torch.Tensor:
         """tokens, positions [B, T]; visible [B, T, T] bool -> final-norm hidden states [B, T, dim]."""
         a = self.args
         B, T = tokens.shape
         nh, nkv, hd = a.n_heads, a.n_kv_heads, a.head_dim
         x = F.embedding(tokens, self.embedding())
-        cos, sin = self.cos[positions].unsqueeze(2), self.sin[positions].unsqueeze(2)   # [B, T, 1, hd]
+        cos, sin = (
+            self.cos[positions].unsqueeze(2),
+            self.sin[positions].unsqueeze(2),
+        )  # [B, T, 1, hd]
         mask = visible.unsqueeze(1)
         for layer in self.layers:
             # attention block: q/k/v (+ bias), Qwen3's per-head q/k norms, RoPE on q and k, SDPA under the mask
-            qkv = _plus(layer.wqkv(F.rms_norm(x, (a.dim,), layer.attn_norm, a.norm_eps)), layer.bqkv)
+            qkv = _plus(
+                layer.wqkv(F.rms_norm(x, (a.dim,), layer.attn_norm, a.norm_eps)), layer.bqkv
+            )
             qkv = qkv.view(B, T, nh + 2 * nkv, hd)
             if layer.q_norm is not None:
-                qkv = torch.cat([F.rms_norm(qkv[:, :, :nh], (hd,), layer.q_norm, a.norm_eps),
-                                 F.rms_norm(qkv[:, :, nh:nh + nkv], (hd,), layer.k_norm, a.norm_eps),
-                                 qkv[:, :, nh + nkv:]], dim=2)
-            qk = _rope(qkv[:, :, :nh + nkv], cos, sin)
-            q, k, v = (t.transpose(1, 2) for t in (qk[:, :, :nh], qk[:, :, nh:], qkv[:, :, nh + nkv:]))
+                qkv = torch.cat(
+                    [
+                        F.rms_norm(qkv[:, :, :nh], (hd,), layer.q_norm, a.norm_eps),
+                        F.rms_norm(qkv[:, :, nh : nh + nkv], (hd,), layer.k_norm, a.norm_eps),
+                        qkv[:, :, nh + nkv :],
+                    ],
+                    dim=2,
+                )
+            qk = _rope(qkv[:, :, : nh + nkv], cos, sin)
+            q, k, v = (
+                t.transpose(1, 2) for t in (qk[:, :, :nh], qk[:, :, nh:], qkv[:, :, nh + nkv :])
+            )
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=nh != nkv)
             x = x + _plus(layer.wo(o.transpose(1, 2).reshape(B, T, nh * hd)), layer.bo)
             # feed-forward block (SwiGLU)
-            gate, up = layer.w_gate_up(F.rms_norm(x, (a.dim,), layer.ffn_norm, a.norm_eps)).chunk(2, dim=-1)
+            gate, up = layer.w_gate_up(F.rms_norm(x, (a.dim,), layer.ffn_norm, a.norm_eps)).chunk(
+                2, dim=-1
+            )
             x = x + layer.w_down(F.silu(gate) * up)
         return F.rms_norm(x, (a.dim,), self.norm, a.norm_eps)
 
@@ -176,7 +224,9 @@ class TrainModel(nn.Module):
             raise ValueError(f"adapter lacks {missing[0]} (saved with another rank or model?)")
         for k, p in own.items():
             if p.shape != tensors[k].shape:
-                raise ValueError(f"adapter tensor {k} has shape {tuple(tensors[k].shape)}, expected {tuple(p.shape)}")
+                raise ValueError(
+                    f"adapter tensor {k} has shape {tuple(tensors[k].shape)}, expected {tuple(p.shape)}"
+                )
             p.copy_(tensors[k])
 
 
@@ -226,13 +276,14 @@ def loss_on(model: TrainModel, batch: list[Encoded]) -> torch.Tensor:
 class TrainConfig:
     """A run is fixed by its steps (or epochs), never by the clock: two variants trained side by
     side, or on machines of different speed, see the same batches in the same order (the seed)."""
+
     epochs: float = 1.0
-    steps: int = 0              # optimizer steps; 0: epochs * examples / batch
+    steps: int = 0  # optimizer steps; 0: epochs * examples / batch
     batch: int = 8
     lr: float = 1e-3
     warmup: float = 0.1
     max_len: int = 384
-    max_minutes: float = 0.0    # 0: no cap; a cap makes the run depend on the machine's speed
+    max_minutes: float = 0.0  # 0: no cap; a cap makes the run depend on the machine's speed
     seed: int = 0
     log_every: int = 10
 
@@ -241,7 +292,7 @@ def fit(model: TrainModel, data: list[Encoded], cfg: TrainConfig, log=print) -> 
     """AdamW with linear warmup and cosine decay over cfg.steps (or the epochs' steps); stops early
     only at a cfg.max_minutes cap when one is set. Returns stats."""
     g = torch.Generator().manual_seed(cfg.seed)
-    max_len = min(cfg.max_len, model.args.max_seq_len)      # the RoPE tables end at max_seq_len
+    max_len = min(cfg.max_len, model.args.max_seq_len)  # the RoPE tables end at max_seq_len
     data = [e for e in data if len(e.ids) <= max_len]
     if not data:
         raise ValueError(f"no training example fits --max-len {max_len}")
@@ -251,12 +302,17 @@ def fit(model: TrainModel, data: list[Encoded], cfg: TrainConfig, log=print) -> 
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     warm = max(1, int(steps * cfg.warmup))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, 0.5 * (1 + math.cos(
-        math.pi * min(1.0, max(0, s - warm) / max(1, steps - warm))))))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: min(
+            (s + 1) / warm,
+            0.5 * (1 + math.cos(math.pi * min(1.0, max(0, s - warm) / max(1, steps - warm)))),
+        ),
+    )
     t0, tokens, losses = time.perf_counter(), 0, []
     step = 0
     for step in range(steps):
-        batch = [data[i] for i in order[step * cfg.batch:(step + 1) * cfg.batch]]
+        batch = [data[i] for i in order[step * cfg.batch : (step + 1) * cfg.batch]]
         if not batch:
             break
         loss = loss_on(model, batch)
@@ -269,12 +325,22 @@ def fit(model: TrainModel, data: list[Encoded], cfg: TrainConfig, log=print) -> 
         losses.append(loss.item())
         elapsed = time.perf_counter() - t0
         if step % cfg.log_every == 0 or step == steps - 1:
-            log(f"step {step + 1}/{steps} loss {loss.item():.4f} lr {sched.get_last_lr()[0]:.2e} "
-                f"{tokens / elapsed:.0f} tok/s {elapsed / 60:.1f} min")
+            log(
+                f"step {step + 1}/{steps} loss {loss.item():.4f} lr {sched.get_last_lr()[0]:.2e} "
+                f"{tokens / elapsed:.0f} tok/s {elapsed / 60:.1f} min"
+            )
         if cfg.max_minutes and elapsed > cfg.max_minutes * 60:
             log(f"stopping at the {cfg.max_minutes} min budget (step {step + 1}/{steps})")
             break
     elapsed = time.perf_counter() - t0
-    return {"steps": step + 1, "planned_steps": steps, "examples": len(data), "tokens": tokens,
-            "seed": cfg.seed, "seconds": round(elapsed, 1), "tokens_per_s": round(tokens / elapsed, 1),
-            "first_loss": losses[0] if losses else None, "last_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))}
+    return {
+        "steps": step + 1,
+        "planned_steps": steps,
+        "examples": len(data),
+        "tokens": tokens,
+        "seed": cfg.seed,
+        "seconds": round(elapsed, 1),
+        "tokens_per_s": round(tokens / elapsed, 1),
+        "first_loss": losses[0] if losses else None,
+        "last_loss": sum(losses[-10:]) / max(1, len(losses[-10:])),
+    }

@@ -7,6 +7,7 @@ read, partial RoPE, sliding-window attention, experts, another activation, soft-
 RoPE scaling paraspec does not apply) the loader already refuses (model/architecture.py), for
 generation too; check_trainable re-checks that and adds that the weights are ones TrainModel takes.
 """
+
 from __future__ import annotations
 
 import torch
@@ -15,13 +16,26 @@ from ..errors import ModelLoadError
 from ..model.architecture import check_loaded
 
 TOP_WEIGHTS = ("tok_embeddings", "norm", "lm_head")
-LAYER_WEIGHTS = ("attn_norm", "ffn_norm", "wqkv", "bqkv", "wo", "bo", "w_gate_up", "w_down", "q_norm", "k_norm")
+LAYER_WEIGHTS = (
+    "attn_norm",
+    "ffn_norm",
+    "wqkv",
+    "bqkv",
+    "wo",
+    "bo",
+    "w_gate_up",
+    "w_down",
+    "q_norm",
+    "k_norm",
+)
 _FIX = "`paraspec aspd train` fine-tunes Llama / Qwen2 / Qwen3 decoders that paraspec's forward computes exactly"
 
 
 def refuse(where: str, what: str) -> ModelLoadError:
-    return ModelLoadError(f"{where}: {what}, which the ASPD training forward cannot represent; {_FIX} "
-                          "(docs/aspd.md, Training): pick a model without it")
+    return ModelLoadError(
+        f"{where}: {what}, which the ASPD training forward cannot represent; {_FIX} "
+        "(docs/aspd.md, Training): pick a model without it"
+    )
 
 
 def check_weights(weights: dict, n_layers: int) -> None:
@@ -31,7 +45,9 @@ def check_weights(weights: dict, n_layers: int) -> None:
         if name not in known:
             raise refuse("the loaded weights", f"tensor {name!r}")
         if not isinstance(w, torch.Tensor):
-            raise refuse("the loaded weights", f"{name!r} as {type(w).__name__} (load it dequantised, fp32)")
+            raise refuse(
+                "the loaded weights", f"{name!r} as {type(w).__name__} (load it dequantised, fp32)"
+            )
 
 
 def check_trainable(loaded) -> None:

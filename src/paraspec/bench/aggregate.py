@@ -15,6 +15,7 @@ What each number is:
     Spec-Bench reports: the median speedup over the kind's tasks beside the pooled tokens per step,
     then the geometric mean of both over the kinds.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,12 +24,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 MB = 1 << 20
-GEOMEAN = "geomean"     # KindRow.kind of the geometric mean over a set's kinds
+GEOMEAN = "geomean"  # KindRow.kind of the geometric mean over a set's kinds
 
 
 @dataclass
 class TaskResult:
     """One task by one system, over its repeats."""
+
     system: str
     task_id: str
     tps: float
@@ -40,6 +42,7 @@ class TaskResult:
 @dataclass
 class Row:
     """One system on one task set (one suite and mode)."""
+
     suite: str
     mode: str
     task_set: str
@@ -55,25 +58,27 @@ class Row:
     wall_s: float
     peak_rss_mb: float | None
     kv_mb: float | None
-    identical: tuple[int, int] | None      # paraspec, greedy: tasks equal to AR / tasks
-    agreement: float | None                # peers, greedy: mean prefix agreement with AR
+    identical: tuple[int, int] | None  # paraspec, greedy: tasks equal to AR / tasks
+    agreement: float | None  # peers, greedy: mean prefix agreement with AR
 
 
 @dataclass
 class KindRow:
     """One system on the tasks of one kind of a set (main suite), at one turn (None: single-turn)."""
+
     mode: str
     task_set: str
-    kind: str                  # or GEOMEAN: over the set's kinds at this turn
+    kind: str  # or GEOMEAN: over the set's kinds at this turn
     turn: int | None
     system: str
     tasks: int
-    tps: float | None          # median decode tok/s (None on the geometric-mean row)
+    tps: float | None  # median decode tok/s (None on the geometric-mean row)
     speedup: float | None
     accepted_per_step: float | None
 
 
 # ------------------------------------------------------------------------------------ aggregation
+
 
 def _task_results(ms: list[dict]) -> dict[tuple, dict[str, TaskResult]]:
     """(suite, mode, task_set, task_id) -> system -> TaskResult."""
@@ -83,8 +88,9 @@ def _task_results(ms: list[dict]) -> dict[tuple, dict[str, TaskResult]]:
     out: dict[tuple, dict[str, TaskResult]] = defaultdict(dict)
     for (suite, mode, ts, tid, system), runs in groups.items():
         med = lambda k: statistics.median(r[k] for r in runs)  # noqa: E731
-        out[(suite, mode, ts, tid)][system] = TaskResult(system, tid, med("decode_tokens_per_s"), med("ttft_s"),
-                                                         med("wall_s"), runs)
+        out[(suite, mode, ts, tid)][system] = TaskResult(
+            system, tid, med("decode_tokens_per_s"), med("ttft_s"), med("wall_s"), runs
+        )
     return out
 
 
@@ -111,22 +117,36 @@ def summarize(results: dict) -> list[Row]:
                 if kinds.get(name, "paraspec") == "paraspec":
                     same += all(r["token_ids"] == ref for r in tr.runs)
                 else:
-                    agree.append(statistics.mean(_prefix_agreement(r["token_ids"], ref) for r in tr.runs))
+                    agree.append(
+                        statistics.mean(_prefix_agreement(r["token_ids"], ref) for r in tr.runs)
+                    )
         runs = [r for _, tr in items for r in tr.runs]
         counted = [r for r in runs if r["forward_passes"] is not None]
         gen = sum(r["generated_tokens"] for r in counted)
         peaks = [r["peak_rss_delta_bytes"] for r in runs if r["peak_rss_delta_bytes"] is not None]
         kvs = [r["kv_cache_bytes"] for r in runs if r["kv_cache_bytes"] is not None]
         paraspec = kinds.get(name, "paraspec") == "paraspec"
-        rows.append(Row(
-            suite, mode, ts, name, len(items), statistics.median(tr.tps for _, tr in items),
-            statistics.median(ratios) if ratios else None, min(ratios) if ratios else None,
-            max(ratios) if ratios else None, _accepted_per_step(runs),
-            sum(r["forward_passes"] for r in counted) / gen if gen else None,
-            statistics.median(tr.ttft_s for _, tr in items), statistics.median(tr.wall_s for _, tr in items),
-            max(peaks) / MB if peaks else None, max(kvs) / MB if kvs else None,
-            (same, len(items)) if mode == "greedy" and paraspec and name != "ar" else None,
-            statistics.mean(agree) if agree else None))
+        rows.append(
+            Row(
+                suite,
+                mode,
+                ts,
+                name,
+                len(items),
+                statistics.median(tr.tps for _, tr in items),
+                statistics.median(ratios) if ratios else None,
+                min(ratios) if ratios else None,
+                max(ratios) if ratios else None,
+                _accepted_per_step(runs),
+                sum(r["forward_passes"] for r in counted) / gen if gen else None,
+                statistics.median(tr.ttft_s for _, tr in items),
+                statistics.median(tr.wall_s for _, tr in items),
+                max(peaks) / MB if peaks else None,
+                max(kvs) / MB if kvs else None,
+                (same, len(items)) if mode == "greedy" and paraspec and name != "ar" else None,
+                statistics.mean(agree) if agree else None,
+            )
+        )
     order = {name: i for i, name in enumerate(results["systems"])}
     rows.sort(key=lambda r: (r.suite, r.mode, r.task_set, order.get(r.system, 1 << 30), r.system))
     return rows
@@ -134,8 +154,11 @@ def summarize(results: dict) -> list[Row]:
 
 def _accepted_per_step(runs: list[dict]) -> float | None:
     """Tokens per decode step pooled over runs (sum of tokens / sum of steps); None: not counted."""
-    known = [(r["mean_accepted_tokens_per_step"], r["forward_passes"] - 1) for r in runs
-             if r["mean_accepted_tokens_per_step"] is not None and r["forward_passes"] is not None]
+    known = [
+        (r["mean_accepted_tokens_per_step"], r["forward_passes"] - 1)
+        for r in runs
+        if r["mean_accepted_tokens_per_step"] is not None and r["forward_passes"] is not None
+    ]
     steps = sum(n for _, n in known)
     return sum(a * n for a, n in known) / steps if steps else None
 
@@ -145,7 +168,10 @@ def task_kinds(results: dict) -> dict[tuple[str, str], tuple[str, int | None]]:
     kinds were recorded: the kind is the id up to its first "/", and every task has one turn."""
     out = {}
     for t in results.get("tasks", []):
-        out[(t["task_set"], t["task_id"])] = (t.get("kind") or t["task_id"].split("/", 1)[0], t.get("turn"))
+        out[(t["task_set"], t["task_id"])] = (
+            t.get("kind") or t["task_id"].split("/", 1)[0],
+            t.get("turn"),
+        )
     for m in results["measurements"]:
         out.setdefault((m["task_set"], m["task_id"]), (m["task_id"].split("/", 1)[0], None))
     return out
@@ -169,19 +195,49 @@ def kind_rows(results: dict) -> list[KindRow]:
             continue
         ratios = [tr.tps / s["ar"].tps for s, tr in items if "ar" in s and s["ar"].tps > 0]
         speedup = statistics.median(ratios) if ratios else None
-        rows.append(KindRow(mode, ts, kind, turn, name, len(items), statistics.median(tr.tps for _, tr in items),
-                            speedup, _accepted_per_step([r for _, tr in items for r in tr.runs])))
+        rows.append(
+            KindRow(
+                mode,
+                ts,
+                kind,
+                turn,
+                name,
+                len(items),
+                statistics.median(tr.tps for _, tr in items),
+                speedup,
+                _accepted_per_step([r for _, tr in items for r in tr.runs]),
+            )
+        )
     means: dict[tuple, list[KindRow]] = defaultdict(list)
     for r in rows:
         means[(r.mode, r.task_set, r.turn, r.system)].append(r)
     for (mode, ts, turn, name), rs in means.items():
-        rows.append(KindRow(mode, ts, GEOMEAN, turn, name, sum(r.tasks for r in rs), None,
-                            _geomean([r.speedup for r in rs]), _geomean([r.accepted_per_step for r in rs])))
+        rows.append(
+            KindRow(
+                mode,
+                ts,
+                GEOMEAN,
+                turn,
+                name,
+                sum(r.tasks for r in rs),
+                None,
+                _geomean([r.speedup for r in rs]),
+                _geomean([r.accepted_per_step for r in rs]),
+            )
+        )
     kind_order = {k: i for i, k in enumerate(dict.fromkeys(k for k, _ in kinds.values()))}
     kind_order[GEOMEAN] = len(kind_order)
     order = {name: i for i, name in enumerate(results["systems"])}
-    rows.sort(key=lambda r: (r.mode, r.task_set, kind_order[r.kind], r.turn or 0, order.get(r.system, 1 << 30),
-                             r.system))
+    rows.sort(
+        key=lambda r: (
+            r.mode,
+            r.task_set,
+            kind_order[r.kind],
+            r.turn or 0,
+            order.get(r.system, 1 << 30),
+            r.system,
+        )
+    )
     return rows
 
 
@@ -199,7 +255,9 @@ def identity_failures(results: dict) -> list[str]:
         if mode != "greedy" or ar is None:
             continue
         for name, tr in systems.items():
-            if kinds.get(name) == "paraspec" and any(r["token_ids"] != ar.runs[0]["token_ids"] for r in tr.runs):
+            if kinds.get(name) == "paraspec" and any(
+                r["token_ids"] != ar.runs[0]["token_ids"] for r in tr.runs
+            ):
                 bad.append(f"{name} differs from AR on {suite}/{ts}/{tid}")
     return bad
 
@@ -214,6 +272,7 @@ def _speedups_by_system(rows: list[Row], suite: str) -> dict[str, list[float]]:
 
 
 # ----------------------------------------------------------------------------------------- claims
+
 
 def claims(results: dict, rows: list[Row]) -> list[tuple[str, str, str, str]]:
     """(claim, system, measured, verdict) for the targets the issues set."""
@@ -231,7 +290,11 @@ def claims(results: dict, rows: list[Row]) -> list[tuple[str, str, str, str]]:
     for s in [s for s in systems if s.startswith("md-")]:
         check("memory_decoding >= 2.5x on grounded (median)", s, median("grounded", s), 2.5)
         check("memory_decoding >= 1.3x on HumanEval (median)", s, median("humaneval", s), 1.3)
-        mins = [r.speedup_min for (_, name), r in main.items() if name == s and r.speedup_min is not None]
+        mins = [
+            r.speedup_min
+            for (_, name), r in main.items()
+            if name == s and r.speedup_min is not None
+        ]
         check("memory_decoding >= 0.95x on every task", s, min(mins) if mins else None, 0.95)
     if "la" in systems:
         check("lookahead >= 1.5x on HumanEval (median)", "la", median("humaneval", "la"), 1.5)
@@ -239,32 +302,56 @@ def claims(results: dict, rows: list[Row]) -> list[tuple[str, str, str, str]]:
     if "hybrid" in systems:
         per_task = _task_results(results["measurements"])
         for ts in sorted({t for t, _ in main}):
-            singles = [s for s in systems if (s.startswith("md-") or s == "la")
-                       and getattr(main.get((ts, s)), "speedup", None) is not None]
+            singles = [
+                s
+                for s in systems
+                if (s.startswith("md-") or s == "la")
+                and getattr(main.get((ts, s)), "speedup", None) is not None
+            ]
             if (ts, "hybrid") not in main or not singles:
                 continue
             best = max(singles, key=lambda s: main[(ts, s)].speedup)
-            ratios = [r["hybrid"].tps / r[best].tps for (suite, mode, t, _), r in per_task.items()
-                      if (suite, mode, t) == ("main", "greedy", ts) and "hybrid" in r and best in r
-                      and r[best].tps > 0]
+            ratios = [
+                r["hybrid"].tps / r[best].tps
+                for (suite, mode, t, _), r in per_task.items()
+                if (suite, mode, t) == ("main", "greedy", ts)
+                and "hybrid" in r
+                and best in r
+                and r[best].tps > 0
+            ]
             if not ratios:
                 continue
             point = statistics.median(ratios)
             lo, hi = bootstrap_median(ratios)
             verdict = "pass" if point >= 1.0 else "level, within noise" if hi >= 1.0 else "FAIL"
-            out.append((f"hybrid >= the best single drafter on {ts} (here {best}; per-task ratio, median "
-                        "and 90 % bootstrap interval)", "hybrid", f"{point:.3f}x ({lo:.3f}-{hi:.3f})", verdict))
+            out.append(
+                (
+                    f"hybrid >= the best single drafter on {ts} (here {best}; per-task ratio, median "
+                    "and 90 % bootstrap interval)",
+                    "hybrid",
+                    f"{point:.3f}x ({lo:.3f}-{hi:.3f})",
+                    verdict,
+                )
+            )
     for s, ratio in ttft_ratios(results).items():
-        out.append(("trie insertion adds <= 5 % to TTFT (2k-token prompt)", s, f"{(ratio - 1) * 100:+.1f} %",
-                    "pass" if ratio <= 1.05 else "FAIL"))
+        out.append(
+            (
+                "trie insertion adds <= 5 % to TTFT (2k-token prompt)",
+                s,
+                f"{(ratio - 1) * 100:+.1f} %",
+                "pass" if ratio <= 1.05 else "FAIL",
+            )
+        )
     return out
 
 
-def bootstrap_median(values: list[float], level: float = 0.9, resamples: int = 2000,
-                     seed: int = 0) -> tuple[float, float]:
+def bootstrap_median(
+    values: list[float], level: float = 0.9, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the median of `values` (over tasks): a deficit every task
     shows is real however small, one within the tasks' scatter around 1 is not shown."""
     import random
+
     rng = random.Random(seed)
     meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
     tail = (1.0 - level) / 2
@@ -284,5 +371,9 @@ def ttft_ratios(results: dict) -> dict[str, float]:
 
 
 def best_sweep(rows: list[Row], prefix: str) -> tuple[str, float] | None:
-    sp = {s: statistics.median(v) for s, v in _speedups_by_system(rows, "sweep").items() if s.startswith(prefix)}
+    sp = {
+        s: statistics.median(v)
+        for s, v in _speedups_by_system(rows, "sweep").items()
+        if s.startswith(prefix)
+    }
     return max(sp.items(), key=lambda kv: kv[1]) if sp else None

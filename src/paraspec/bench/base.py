@@ -10,6 +10,7 @@ it takes and the Measurement it returns.
 A system that cannot run here (a peer not installed, a model it cannot read) raises SkipSystem
 from its constructor or prepare(); the run lists it as skipped with the reason.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -23,6 +24,7 @@ SAMPLED_TOP_P = 0.95
 @dataclass
 class BenchTask:
     """A task as every system sees it: the same prompt token ids (paraspec's tokenizer)."""
+
     task_set: str
     task_id: str
     prompt_ids: list[int]
@@ -33,16 +35,17 @@ class BenchTask:
 
 @dataclass
 class RunParams:
-    mode: str = GREEDY            # GREEDY | SAMPLED
+    mode: str = GREEDY  # GREEDY | SAMPLED
     seed: int = 0
     repeat: int = 0
-    target_tokens: int | None = None   # peers: paraspec AR's generated token count for this run
+    target_tokens: int | None = None  # peers: paraspec AR's generated token count for this run
 
 
 @dataclass
 class Measurement:
     """One generation of one task by one system. Times in seconds, memory in bytes."""
-    suite: str                    # "main" | "sweep" | "ttft"
+
+    suite: str  # "main" | "sweep" | "ttft"
     system: str
     task_set: str
     task_id: str
@@ -50,16 +53,18 @@ class Measurement:
     repeat: int
     prompt_tokens: int
     generated_tokens: int
-    wall_s: float                 # the whole generate call
-    ttft_s: float                 # prefill (+ drafter.begin) until the first token
-    decode_s: float               # after the first token
-    decode_tokens_per_s: float    # (generated - 1) / decode_s
-    forward_passes: int | None    # prefill (counted once) + decode/verify forwards
-    mean_accepted_tokens_per_step: float | None   # tokens a decode step emits, bonus included
+    wall_s: float  # the whole generate call
+    ttft_s: float  # prefill (+ drafter.begin) until the first token
+    decode_s: float  # after the first token
+    decode_tokens_per_s: float  # (generated - 1) / decode_s
+    forward_passes: int | None  # prefill (counted once) + decode/verify forwards
+    mean_accepted_tokens_per_step: float | None  # tokens a decode step emits, bonus included
     acceptance_rate: float | None
-    accepted_hist: dict[str, int] | None          # tokens emitted per step -> steps
+    accepted_hist: dict[str, int] | None  # tokens emitted per step -> steps
     draft_s: float | None
-    peak_rss_delta_bytes: int | None   # VmHWM above the RSS at the start of this run (None: unmeasured)
+    peak_rss_delta_bytes: (
+        int | None
+    )  # VmHWM above the RSS at the start of this run (None: unmeasured)
     kv_cache_bytes: int | None
     finish_reason: str | None
     token_ids: list[int] = field(default_factory=list)
@@ -71,12 +76,12 @@ class Measurement:
 @dataclass
 class SystemInfo:
     name: str
-    kind: str                     # "paraspec" | "peer"
+    kind: str  # "paraspec" | "peer"
     description: str
     plugin_params: dict | None = None
-    status: str = "ok"            # "ok" | "skipped"
+    status: str = "ok"  # "ok" | "skipped"
     note: str = ""
-    memory: str = ""              # what a peer's draft state starts from (markdown's memory column)
+    memory: str = ""  # what a peer's draft state starts from (markdown's memory column)
 
 
 class System(Protocol):

@@ -10,6 +10,7 @@ conversation. Greedy paraspec systems write AR's exact tokens, so their turn-2 p
 Each turn is measured as a task of its own, "<task id>#<turn>" ("writing/81#2"); a single-turn
 task keeps its id.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,22 +20,30 @@ from typing import Any
 from .base import BenchTask
 from .task import Task
 
-RunKey = tuple[str, str, int]    # (system, mode, repeat)
+RunKey = tuple[str, str, int]  # (system, mode, repeat)
 
 
 @dataclass
 class Dialogue:
-    first: BenchTask               # turn 1, the task's own id
+    first: BenchTask  # turn 1, the task's own id
     kind: str
-    messages: list[dict] | None    # turn 1's chat (None: a raw completion prompt)
+    messages: list[dict] | None  # turn 1's chat (None: a raw completion prompt)
     followups: tuple[str, ...]
     tokenizer: Any
-    _chats: dict[RunKey, list[dict]] = field(default_factory=dict, repr=False)   # each run's conversation
+    _chats: dict[RunKey, list[dict]] = field(
+        default_factory=dict, repr=False
+    )  # each run's conversation
 
     @classmethod
     def of(cls, t: Task, tokenizer, cap: int | None) -> "Dialogue":
-        first = BenchTask(t.task_set, t.task_id, t.prompt_ids(tokenizer),
-                          min(t.max_new_tokens, cap or t.max_new_tokens), tuple(t.stop), t.source)
+        first = BenchTask(
+            t.task_set,
+            t.task_id,
+            t.prompt_ids(tokenizer),
+            min(t.max_new_tokens, cap or t.max_new_tokens),
+            tuple(t.stop),
+            t.source,
+        )
         messages = None if t.messages is None else [dict(m) for m in t.messages]
         return cls(first, t.kind, messages, tuple(t.followups), tokenizer)
 
@@ -57,8 +66,9 @@ class Dialogue:
         if chat is None or chat[-1]["role"] != "assistant":
             return None
         chat.append({"role": "user", "content": self.followups[turn - 1]})
-        return dataclasses.replace(self.first, task_id=self.turn_id(turn),
-                                   prompt_ids=self.tokenizer.encode_chat(chat))
+        return dataclasses.replace(
+            self.first, task_id=self.turn_id(turn), prompt_ids=self.tokenizer.encode_chat(chat)
+        )
 
     def answered(self, run: RunKey, token_ids: list[int]) -> None:
         """`run`'s answer to the turn it was last asked: the next turn follows it."""

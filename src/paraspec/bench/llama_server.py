@@ -33,6 +33,7 @@ A speculative server is therefore restarted before every run after its first (un
 request drafts from its prompt and its own output only: cold, and never a replay of an earlier
 repeat's answer. paraspec's memory systems also carry the set's earlier tasks.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -50,8 +51,16 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .base import (GREEDY, SAMPLED_TEMPERATURE, SAMPLED_TOP_P, BenchTask, Measurement, RunParams, SkipSystem,
-                   SystemInfo)
+from .base import (
+    GREEDY,
+    SAMPLED_TEMPERATURE,
+    SAMPLED_TOP_P,
+    BenchTask,
+    Measurement,
+    RunParams,
+    SkipSystem,
+    SystemInfo,
+)
 
 ENV_BINARY = "PARASPEC_LLAMA_SERVER"
 HOW_TO_BUILD = "`make peers` builds it into .venv/bin"
@@ -64,13 +73,19 @@ REQUEST_TIMEOUT_S = 3600.0
 LLAMA_SERVER_SYSTEMS: dict[str, tuple[str, ...]] = {
     "llamaserver": (),
     "llamaserver-ngram-mod": ("--spec-type", "ngram-mod"),
-    "llamaserver-ngram-mod-long": ("--spec-type", "ngram-mod", "--spec-ngram-mod-n-min", "4",
-                                   "--spec-ngram-mod-n-max", "16"),
+    "llamaserver-ngram-mod-long": (
+        "--spec-type",
+        "ngram-mod",
+        "--spec-ngram-mod-n-min",
+        "4",
+        "--spec-ngram-mod-n-max",
+        "16",
+    ),
     "llamaserver-ngram-map-k": ("--spec-type", "ngram-map-k", "--spec-draft-n-max", "64"),
     "llamaserver-ngram-cache": ("--spec-type", "ngram-cache"),
 }
 
-_LIVE: set[subprocess.Popen] = set()   # servers to stop when the bench exits, however it ends
+_LIVE: set[subprocess.Popen] = set()  # servers to stop when the bench exits, however it ends
 
 
 def find_binary() -> tuple[Path | None, str]:
@@ -81,8 +96,10 @@ def find_binary() -> tuple[Path | None, str]:
         p = Path(named)
         if p.is_file() and os.access(p, os.X_OK):
             return p, ""
-        return None, (f"${ENV_BINARY}={named} is not an executable file; point it at a llama-server "
-                      f"or unset it ({HOW_TO_BUILD})")
+        return None, (
+            f"${ENV_BINARY}={named} is not an executable file; point it at a llama-server "
+            f"or unset it ({HOW_TO_BUILD})"
+        )
     beside = Path(sys.executable).parent / "llama-server"
     if beside.is_file() and os.access(beside, os.X_OK):
         return beside, ""
@@ -92,30 +109,62 @@ def find_binary() -> tuple[Path | None, str]:
     return None, f"llama-server not found (${ENV_BINARY}, {beside.parent} or PATH); {HOW_TO_BUILD}"
 
 
-def server_command(binary: Path, model: Path, port: int, threads: int, n_ctx: int,
-                   spec_flags: tuple[str, ...]) -> list[str]:
+def server_command(
+    binary: Path, model: Path, port: int, threads: int, n_ctx: int, spec_flags: tuple[str, ...]
+) -> list[str]:
     # -np 1: one request at a time, as the bench runs them; --cache-ram 0: no saved prompt states
-    return [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), "-np", "1", "--cache-ram", "0",
-            *spec_flags]
+    return [
+        str(binary),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        str(threads),
+        "-tb",
+        str(threads),
+        "-c",
+        str(n_ctx),
+        "-np",
+        "1",
+        "--cache-ram",
+        "0",
+        *spec_flags,
+    ]
 
 
 def request_body(task: BenchTask, params: RunParams) -> dict:
     """The /completion request: paraspec's prompt ids, AR's token count, the bench's sampling and
     nothing else (an explicit sampler chain: none of llama.cpp's default filters or penalties)."""
-    body = {"prompt": list(task.prompt_ids), "n_predict": params.target_tokens or task.max_new_tokens,
-            "cache_prompt": False, "return_tokens": True, "ignore_eos": False, "stream": False,
-            "seed": params.seed, "repeat_penalty": 1.0, "min_p": 0.0, "n_probs": 0}
+    body = {
+        "prompt": list(task.prompt_ids),
+        "n_predict": params.target_tokens or task.max_new_tokens,
+        "cache_prompt": False,
+        "return_tokens": True,
+        "ignore_eos": False,
+        "stream": False,
+        "seed": params.seed,
+        "repeat_penalty": 1.0,
+        "min_p": 0.0,
+        "n_probs": 0,
+    }
     if params.mode == GREEDY:
         body.update(temperature=0.0, top_k=1, top_p=1.0, samplers=["top_k", "temperature"])
-    else:   # paraspec's order: temperature, then top-p over the tempered distribution
-        body.update(temperature=SAMPLED_TEMPERATURE, top_p=SAMPLED_TOP_P, top_k=0,
-                    samplers=["temperature", "top_p"])
+    else:  # paraspec's order: temperature, then top-p over the tempered distribution
+        body.update(
+            temperature=SAMPLED_TEMPERATURE,
+            top_p=SAMPLED_TOP_P,
+            top_k=0,
+            samplers=["temperature", "top_p"],
+        )
     return body
 
 
-def measurement(name: str, task: BenchTask, params: RunParams, answer: dict, wall: float,
-                speculative: bool) -> Measurement:
+def measurement(
+    name: str, task: BenchTask, params: RunParams, answer: dict, wall: float, speculative: bool
+) -> Measurement:
     """A Measurement from a /completion answer (see the module docstring for each figure)."""
     t = answer["timings"]
     tokens = [int(x) for x in answer.get("tokens") or []]
@@ -125,15 +174,28 @@ def measurement(name: str, task: BenchTask, params: RunParams, answer: dict, wal
     steps = max(n - 1 - accepted, 0)
     stop = answer.get("stop_type")
     return Measurement(
-        suite="main", system=name, task_set=task.task_set, task_id=task.task_id, mode=params.mode,
-        repeat=params.repeat, prompt_tokens=len(task.prompt_ids), generated_tokens=len(tokens),
-        wall_s=round(wall, 6), ttft_s=round(float(t["prompt_ms"]) / 1000.0, 6), decode_s=round(decode, 6),
+        suite="main",
+        system=name,
+        task_set=task.task_set,
+        task_id=task.task_id,
+        mode=params.mode,
+        repeat=params.repeat,
+        prompt_tokens=len(task.prompt_ids),
+        generated_tokens=len(tokens),
+        wall_s=round(wall, 6),
+        ttft_s=round(float(t["prompt_ms"]) / 1000.0, 6),
+        decode_s=round(decode, 6),
         decode_tokens_per_s=round((n - 1) / decode, 3) if n > 1 and decode > 0 else 0.0,
         forward_passes=steps + 1 if n else None,
         mean_accepted_tokens_per_step=round((n - 1) / steps, 4) if steps else None,
         acceptance_rate=(round(accepted / drafted, 4) if drafted else 0.0) if speculative else None,
-        accepted_hist=None, draft_s=None, peak_rss_delta_bytes=None, kv_cache_bytes=None,
-        finish_reason={"eos": "stop", "word": "stop", "limit": "length"}.get(stop, stop), token_ids=tokens)
+        accepted_hist=None,
+        draft_s=None,
+        peak_rss_delta_bytes=None,
+        kv_cache_bytes=None,
+        finish_reason={"eos": "stop", "word": "stop", "limit": "length"}.get(stop, stop),
+        token_ids=tokens,
+    )
 
 
 def _free_port() -> int:
@@ -142,9 +204,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-try:   # looked up before any fork: the child between fork and exec runs only the call
+try:  # looked up before any fork: the child between fork and exec runs only the call
     _PRCTL = ctypes.CDLL(None).prctl
-except (OSError, AttributeError):   # not Linux: atexit still stops the servers
+except (OSError, AttributeError):  # not Linux: atexit still stops the servers
     _PRCTL = None
 
 
@@ -180,6 +242,7 @@ class LlamaServerSystem:
 
     def __init__(self, name: str, model: str, threads: int, max_context: int = DEFAULT_CONTEXT):
         from ..model.loader import resolve_model_path
+
         binary, why = find_binary()
         if binary is None:
             raise SkipSystem(why)
@@ -190,12 +253,16 @@ class LlamaServerSystem:
         self.max_context, self.n_ctx = max_context, min(DEFAULT_CONTEXT, max_context)
         self.spec_flags = LLAMA_SERVER_SYSTEMS[name]
         what = " ".join(self.spec_flags) or "plain"
-        self.info = SystemInfo(name, "peer", f"llama.cpp llama-server ({binary}), {what}",
-                               memory="cold (restarted per run)" if self.spec_flags else "")
+        self.info = SystemInfo(
+            name,
+            "peer",
+            f"llama.cpp llama-server ({binary}), {what}",
+            memory="cold (restarted per run)" if self.spec_flags else "",
+        )
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self._log = None
-        self._served = 0   # requests this server process has answered
+        self._served = 0  # requests this server process has answered
 
     # the bench's hooks: state is per server process, handled in run()
     def begin_set(self, task_set: str) -> None: ...
@@ -207,14 +274,18 @@ class LlamaServerSystem:
             self._start()
         except ServerDown as e:
             self._shutdown()
-            raise SkipSystem(f"llama-server did not start: {e}; rebuild it with `make peers`") from None
+            raise SkipSystem(
+                f"llama-server did not start: {e}; rebuild it with `make peers`"
+            ) from None
         version = self._version()
         if version:
             what = " ".join(self.spec_flags) or "plain"
             self.info.description = f"llama.cpp llama-server {version}, {what}"
 
     def _version(self) -> str:
-        r = subprocess.run([str(self.binary), "--version"], capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [str(self.binary), "--version"], capture_output=True, text=True, timeout=60
+        )
         lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("version:")]
         return lines[0].split(":", 1)[1].strip() if lines else ""
 
@@ -223,27 +294,45 @@ class LlamaServerSystem:
             return ""
         self._log.flush()
         self._log.seek(0)
-        lines = [ln.strip() for ln in self._log.read().decode(errors="replace").splitlines() if ln.strip()]
+        lines = [
+            ln.strip()
+            for ln in self._log.read().decode(errors="replace").splitlines()
+            if ln.strip()
+        ]
         return lines[-1] if lines else ""
 
     def _exit_reason(self) -> str:
         code = self.proc.poll() if self.proc else None
-        how = f"exit status {code}" if code is not None and code >= 0 else \
-            f"killed by {signal.Signals(-code).name}" if code is not None else "not started"
+        how = (
+            f"exit status {code}"
+            if code is not None and code >= 0
+            else f"killed by {signal.Signals(-code).name}"
+            if code is not None
+            else "not started"
+        )
         last = self._last_log_line()
         return f"{how}: {last}" if last else how
 
     def _start(self) -> None:
         port = _free_port()
         self._log = tempfile.TemporaryFile()
-        cmd = server_command(self.binary, self.path, port, self.threads, self.n_ctx, self.spec_flags)
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=_die_with_parent)
+        cmd = server_command(
+            self.binary, self.path, port, self.threads, self.n_ctx, self.spec_flags
+        )
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         _LIVE.add(self.proc)
         self.url, self._served = f"http://127.0.0.1:{port}", 0
         deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:   # /health answers 503 while the model loads, 200 when ready
+        while (
+            time.monotonic() < deadline
+        ):  # /health answers 503 while the model loads, 200 when ready
             if self.proc.poll() is not None:
                 raise ServerDown(self._exit_reason())
             try:
@@ -264,12 +353,17 @@ class LlamaServerSystem:
         self.proc, self._log = None, None
 
     def _post(self, body: dict) -> dict:
-        req = urllib.request.Request(self.url + "/completion", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + "/completion",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as r:
                 return json.loads(r.read())
-        except urllib.error.HTTPError as e:   # the server's own error message, e.g. a prompt over its context
+        except (
+            urllib.error.HTTPError
+        ) as e:  # the server's own error message, e.g. a prompt over its context
             detail = e.read().decode(errors="replace")
             try:
                 detail = json.loads(detail)["error"]["message"]
@@ -283,7 +377,9 @@ class LlamaServerSystem:
 
     def run(self, task: BenchTask, params: RunParams) -> Measurement:
         need = len(task.prompt_ids) + (params.target_tokens or task.max_new_tokens) + 1
-        restart = bool(self.spec_flags and self._served)   # a fresh n-gram state per run (module docstring)
+        restart = bool(
+            self.spec_flags and self._served
+        )  # a fresh n-gram state per run (module docstring)
         if need > self.n_ctx and self.n_ctx < self.max_context:
             self.n_ctx, restart = min(self.max_context, 1 << (need - 1).bit_length()), True
         if restart:

@@ -15,6 +15,7 @@ ShareGPT sample); --memory FILE pre-fills every memory system, cold and warm ali
 its own previous answer in memory; end_task keeps the state after the task's first run (the greedy
 one when greedy is measured: the orchestrator runs greedy first).
 """
+
 from __future__ import annotations
 
 import copy
@@ -23,19 +24,47 @@ import re
 import time
 
 from ..decoding.memory.memory_file import merge_memory_file
-from .base import GREEDY, SAMPLED_TEMPERATURE, SAMPLED_TOP_P, BenchTask, Measurement, RunParams, SystemInfo
+from .base import (
+    GREEDY,
+    SAMPLED_TEMPERATURE,
+    SAMPLED_TOP_P,
+    BenchTask,
+    Measurement,
+    RunParams,
+    SystemInfo,
+)
 from .peak_rss import PeakRSS
 
 WARM_SUFFIX = "+warm"
-MEMORY_PLUGINS = ("memory_decoding", "hybrid")   # the plugin types that keep a memory (a trie)
+MEMORY_PLUGINS = ("memory_decoding", "hybrid")  # the plugin types that keep a memory (a trie)
 
 # name -> plugin_params (None = plain autoregressive decoding)
 PARASPEC_SYSTEMS: dict[str, dict | None] = {
     "ar": None,
-    "md-chain": {"plugin_type": "memory_decoding", "decoding_length": 16, "dynamic_algo": False, "mode": "chain"},
-    "md-tree": {"plugin_type": "memory_decoding", "decoding_length": 16, "dynamic_algo": False, "mode": "tree"},
-    "md-chain-dyn": {"plugin_type": "memory_decoding", "decoding_length": 16, "dynamic_algo": True, "mode": "chain"},
-    "md-tree-dyn": {"plugin_type": "memory_decoding", "decoding_length": 16, "dynamic_algo": True, "mode": "tree"},
+    "md-chain": {
+        "plugin_type": "memory_decoding",
+        "decoding_length": 16,
+        "dynamic_algo": False,
+        "mode": "chain",
+    },
+    "md-tree": {
+        "plugin_type": "memory_decoding",
+        "decoding_length": 16,
+        "dynamic_algo": False,
+        "mode": "tree",
+    },
+    "md-chain-dyn": {
+        "plugin_type": "memory_decoding",
+        "decoding_length": 16,
+        "dynamic_algo": True,
+        "mode": "chain",
+    },
+    "md-tree-dyn": {
+        "plugin_type": "memory_decoding",
+        "decoding_length": 16,
+        "dynamic_algo": True,
+        "mode": "tree",
+    },
     "la": {"plugin_type": "la", "level": 4, "window": 5, "guess_set_size": 5},
     "hybrid": {"plugin_type": "hybrid"},
 }
@@ -44,15 +73,25 @@ PARASPEC_SYSTEMS: dict[str, dict | None] = {
 def sweep_plugin(name: str) -> dict | None:
     """Plugin params of a sweep system: "md-tree-L<decoding_length>" or "la-N<n>W<w>G<g>"."""
     if m := re.fullmatch(r"md-(tree|chain)-L(\d+)", name):
-        return {"plugin_type": "memory_decoding", "decoding_length": int(m[2]), "dynamic_algo": False, "mode": m[1]}
+        return {
+            "plugin_type": "memory_decoding",
+            "decoding_length": int(m[2]),
+            "dynamic_algo": False,
+            "mode": m[1],
+        }
     if m := re.fullmatch(r"la-N(\d+)W(\d+)G(\d+)", name):
-        return {"plugin_type": "la", "level": int(m[1]), "window": int(m[2]), "guess_set_size": int(m[3])}
+        return {
+            "plugin_type": "la",
+            "level": int(m[1]),
+            "window": int(m[2]),
+            "guess_set_size": int(m[3]),
+        }
     return None
 
 
 def warm_base(name: str) -> str | None:
-    """"hybrid+warm" -> "hybrid"; None for a name without the suffix."""
-    return name[:-len(WARM_SUFFIX)] if name.endswith(WARM_SUFFIX) else None
+    """ "hybrid+warm" -> "hybrid"; None for a name without the suffix."""
+    return name[: -len(WARM_SUFFIX)] if name.endswith(WARM_SUFFIX) else None
 
 
 def plugin_of(name: str) -> dict | None:
@@ -65,20 +104,32 @@ def keeps_memory(plugin_params: dict | None) -> bool:
 
 
 class ParaspecSystem:
-    def __init__(self, name: str, llm, plugin_params: dict | None, memory_file: str | None = None,
-                 warm_file: str | None = None):
+    def __init__(
+        self,
+        name: str,
+        llm,
+        plugin_params: dict | None,
+        memory_file: str | None = None,
+        warm_file: str | None = None,
+    ):
         from ..config import parse_plugin_params
 
         self.llm = llm
-        self.memory_file = memory_file   # saved by LLM.save_memory: pre-fills every set's memory
-        self.warm_file = warm_file       # a "+warm" system's: merged after memory_file
-        self.plugin = parse_plugin_params(plugin_params, llm.config.speculation_gamma)  # validates; may raise
-        desc = "paraspec, plain autoregressive" if plugin_params is None else f"paraspec, `{json.dumps(plugin_params)}`"
+        self.memory_file = memory_file  # saved by LLM.save_memory: pre-fills every set's memory
+        self.warm_file = warm_file  # a "+warm" system's: merged after memory_file
+        self.plugin = parse_plugin_params(
+            plugin_params, llm.config.speculation_gamma
+        )  # validates; may raise
+        desc = (
+            "paraspec, plain autoregressive"
+            if plugin_params is None
+            else f"paraspec, `{json.dumps(plugin_params)}`"
+        )
         if warm_file:
             desc += f"; memory starts warm from {warm_file}"
         self.info = SystemInfo(name, "paraspec", desc, plugin_params)
-        self._drafter = None      # the drafter carried across the tasks of a set
-        self._snapshot = None     # its state at begin_task: every run of the task starts from it
+        self._drafter = None  # the drafter carried across the tasks of a set
+        self._snapshot = None  # its state at begin_task: every run of the task starts from it
         self._after_first = None  # its state after the task's first run
 
     def _new_drafter(self):
@@ -95,7 +146,9 @@ class ParaspecSystem:
         self.begin_set("")
 
     def begin_set(self, task_set: str) -> None:
-        self._drafter = self._new_drafter()   # an empty trie, unless --memory or a warm file pre-fills it
+        self._drafter = (
+            self._new_drafter()
+        )  # an empty trie, unless --memory or a warm file pre-fills it
 
     def begin_task(self) -> None:
         self._snapshot, self._after_first = self._drafter, None
@@ -110,16 +163,26 @@ class ParaspecSystem:
 
         # A copy per run, outside the timed region (None for AR). The memo keeps a drafter that holds
         # the engine or model from copying them.
-        keep = {id(o): o for o in (self.llm.engine, self.llm.runner, self.llm.model, self.llm.tokenizer)}
-        drafter = copy.deepcopy(self._snapshot if self._snapshot is not None else self._drafter, keep)
+        keep = {
+            id(o): o for o in (self.llm.engine, self.llm.runner, self.llm.model, self.llm.tokenizer)
+        }
+        drafter = copy.deepcopy(
+            self._snapshot if self._snapshot is not None else self._drafter, keep
+        )
         greedy = params.mode == GREEDY
-        sp = SamplingParams(max_tokens=task.max_new_tokens, stop=list(task.stop), seed=params.seed,
-                            temperature=0.0 if greedy else SAMPLED_TEMPERATURE,
-                            top_p=1.0 if greedy else SAMPLED_TOP_P)
+        sp = SamplingParams(
+            max_tokens=task.max_new_tokens,
+            stop=list(task.stop),
+            seed=params.seed,
+            temperature=0.0 if greedy else SAMPLED_TEMPERATURE,
+            top_p=1.0 if greedy else SAMPLED_TOP_P,
+        )
         engine = self.llm.engine
         kv = 0
 
-        def on_update(u) -> None:   # the cache is released when the sequence finishes: read it before
+        def on_update(
+            u,
+        ) -> None:  # the cache is released when the sequence finishes: read it before
             nonlocal kv
             if u.seq.cache is not None:
                 kv = max(kv, u.seq.cache.nbytes())
@@ -133,13 +196,28 @@ class ParaspecSystem:
             self._after_first = drafter
         s = sequence_stats(seq)
         return Measurement(
-            suite="main", system=self.info.name, task_set=task.task_set, task_id=task.task_id, mode=params.mode,
-            repeat=params.repeat, prompt_tokens=s["prompt_tokens"], generated_tokens=s["generated_tokens"],
-            wall_s=round(wall, 6), ttft_s=s["ttft_s"], decode_s=s["decode_s"], decode_tokens_per_s=s["tokens_per_s"],
-            forward_passes=s["decode_steps"] + 1, mean_accepted_tokens_per_step=s["mean_accepted_tokens_per_step"],
-            acceptance_rate=s["acceptance_rate"], accepted_hist=s["accepted_tokens_per_step_histogram"],
-            draft_s=s["draft_s"], peak_rss_delta_bytes=mem.delta, kv_cache_bytes=kv or None,
-            finish_reason=seq.finish_reason, token_ids=list(seq.output))
+            suite="main",
+            system=self.info.name,
+            task_set=task.task_set,
+            task_id=task.task_id,
+            mode=params.mode,
+            repeat=params.repeat,
+            prompt_tokens=s["prompt_tokens"],
+            generated_tokens=s["generated_tokens"],
+            wall_s=round(wall, 6),
+            ttft_s=s["ttft_s"],
+            decode_s=s["decode_s"],
+            decode_tokens_per_s=s["tokens_per_s"],
+            forward_passes=s["decode_steps"] + 1,
+            mean_accepted_tokens_per_step=s["mean_accepted_tokens_per_step"],
+            acceptance_rate=s["acceptance_rate"],
+            accepted_hist=s["accepted_tokens_per_step_histogram"],
+            draft_s=s["draft_s"],
+            peak_rss_delta_bytes=mem.delta,
+            kv_cache_bytes=kv or None,
+            finish_reason=seq.finish_reason,
+            token_ids=list(seq.output),
+        )
 
     def close(self) -> None:
         self._drafter = self._snapshot = self._after_first = None

@@ -1,4 +1,5 @@
 """Peak resident memory of one bench run, in a process every system shares."""
+
 from __future__ import annotations
 
 import re

@@ -11,6 +11,7 @@ window's rows are priced here (replay() prices the draft tree only) and harvest 
 drafter that runs the window pays for it and learns to stop (its window arm). Lookahead and
 hybrid replay as their n-gram pools of the prompt and outputs: a lower bound for lookahead.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,11 +24,13 @@ from ..tools.replay import ReplayReport, replay
 from .paraspec_systems import PARASPEC_SYSTEMS
 
 # the drafters the README's table names: memory_decoding as its best bench system (dynamic tree)
-DRAFTERS: dict[str, dict] = {"memory_decoding": PARASPEC_SYSTEMS["md-tree-dyn"],
-                             "hybrid": PARASPEC_SYSTEMS["hybrid"],
-                             "lookahead": PARASPEC_SYSTEMS["la"]}
+DRAFTERS: dict[str, dict] = {
+    "memory_decoding": PARASPEC_SYSTEMS["md-tree-dyn"],
+    "hybrid": PARASPEC_SYSTEMS["hybrid"],
+    "lookahead": PARASPEC_SYSTEMS["la"],
+}
 TASK_SETS = ("humaneval", "grounded", "chat", "repeated")
-SMOLLM2_EOS = (0, 2)        # the bundled model's stop tokens (replay's CLI default)
+SMOLLM2_EOS = (0, 2)  # the bundled model's stop tokens (replay's CLI default)
 
 
 class PricedWindow:
@@ -38,16 +41,26 @@ class PricedWindow:
         self.inner = inner
         self.name, self.trie = getattr(inner, "name", "?"), getattr(inner, "trie", None)
         self._open: dict[str, float] = {}
-        self.window_cost: list[float] = []      # per finished request, in order
+        self.window_cost: list[float] = []  # per finished request, in order
         self.window_rows = 0
 
-    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None,
-              ctx: StepContext = DEFAULT_CONTEXT) -> None:
+    def begin(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        seed: int | None = None,
+        ctx: StepContext = DEFAULT_CONTEXT,
+    ) -> None:
         self._open[request_id] = 0.0
         self.inner.begin(request_id, prompt, seed, ctx)
 
-    def propose(self, request_id: str, context: Sequence[int], max_nodes: int,
-                ctx: StepContext = DEFAULT_CONTEXT) -> Proposal:
+    def propose(
+        self,
+        request_id: str,
+        context: Sequence[int],
+        max_nodes: int,
+        ctx: StepContext = DEFAULT_CONTEXT,
+    ) -> Proposal:
         p = self.inner.propose(request_id, context, max_nodes, ctx)
         if p.lookahead is not None and p.lookahead.tokens:
             rows = 1 + len(p.draft)
@@ -55,7 +68,12 @@ class PricedWindow:
             self.window_rows += len(p.lookahead.tokens)
         return p
 
-    def observe(self, request_id: str, committed: Sequence[int], lookahead_argmax: Sequence[int] | None = None) -> None:
+    def observe(
+        self,
+        request_id: str,
+        committed: Sequence[int],
+        lookahead_argmax: Sequence[int] | None = None,
+    ) -> None:
         self.inner.observe(request_id, committed, lookahead_argmax)
 
     def end(self, request_id: str) -> None:
@@ -70,8 +88,13 @@ class PricedWindow:
         return rep
 
 
-def replay_priced(plugin: dict, records: Sequence[Record], cost: CostModel,
-                  eos: Sequence[int] = SMOLLM2_EOS, max_nodes: int = 64) -> tuple[ReplayReport, int]:
+def replay_priced(
+    plugin: dict,
+    records: Sequence[Record],
+    cost: CostModel,
+    eos: Sequence[int] = SMOLLM2_EOS,
+    max_nodes: int = 64,
+) -> tuple[ReplayReport, int]:
     """One new drafter for `plugin` over the records (one group), windows priced: (report, window rows)."""
     from ..config import parse_plugin_params
     from ..decoding.drafters.registry import DrafterRegistry
@@ -81,8 +104,12 @@ def replay_priced(plugin: dict, records: Sequence[Record], cost: CostModel,
     return drafter.charge(rep), drafter.window_rows
 
 
-def replayed_speedups(records: Sequence[Record], curve: dict[int, float], t1_s: float,
-                      drafters: dict[str, dict] | None = None) -> dict[str, dict[str, dict]]:
+def replayed_speedups(
+    records: Sequence[Record],
+    curve: dict[int, float],
+    t1_s: float,
+    drafters: dict[str, dict] | None = None,
+) -> dict[str, dict[str, dict]]:
     """{drafter: {task set: summary}}: replay()'s summary (tokens_per_step, modelled_speedup over
     all tokens, median_request_speedup as the bench reports per set), at the curve and a one-row
     step of t1_s seconds (the drafters' Python time is weighed against it)."""
@@ -96,7 +123,9 @@ def replayed_speedups(records: Sequence[Record], curve: dict[int, float], t1_s: 
     return out
 
 
-def load_or_record(path: str | Path, task_sets: Sequence[str] = TASK_SETS, n: int = 10) -> list[Record]:
+def load_or_record(
+    path: str | Path, task_sets: Sequence[str] = TASK_SETS, n: int = 10
+) -> list[Record]:
     """The records at path; recorded first with the bundled model (greedy, minutes) if missing."""
     path = Path(path)
     if not path.exists():

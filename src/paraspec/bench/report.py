@@ -3,6 +3,7 @@ it on any results.json,
 
     python -m paraspec.bench.report bench-out/results.json
 """
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,13 @@ def write_report(results: dict, out: Path) -> list[Path]:
     """report.md and the PNGs that have data, in `out`; returns the files written."""
     out = Path(out)
     rows = summarize(results)
-    makers = {"speedup": lambda p: plot_speedup(rows, p), "accept_hist": lambda p: plot_accept_hist(results, p),
-              "sweep_md": lambda p: plot_sweep_md(rows, p), "sweep_la": lambda p: plot_sweep_la(rows, p),
-              "serving": lambda p: plot_serving(results, p)}
+    makers = {
+        "speedup": lambda p: plot_speedup(rows, p),
+        "accept_hist": lambda p: plot_accept_hist(results, p),
+        "sweep_md": lambda p: plot_sweep_md(rows, p),
+        "sweep_la": lambda p: plot_sweep_la(rows, p),
+        "serving": lambda p: plot_serving(results, p),
+    }
     figures = {k: p for k, make in makers.items() if (p := make(out / f"{k}.png")) is not None}
     (out / "report.md").write_text(markdown(results, rows, figures) + "\n")
     return [out / "report.md", *figures.values()]

@@ -24,6 +24,7 @@ Suites: "main" (task sets x systems x modes), "sweep" (--sweep: decoding_length 
 serving benchmark (--serving: benchmarks/serving.py's load generator against `paraspec serve`,
 serving_suite.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,6 +61,7 @@ def add_parser(sub) -> None:
 
 # --------------------------------------------------------------------------------------------- main
 
+
 def bench_main(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -67,36 +69,70 @@ def bench_main(args: argparse.Namespace) -> int:
     if plan.build_warm_memory is not None:
         return build_main(plan)
     run = Run(plan)
-    picked = {s: _pick(s, plan) for s in plan.task_sets}   # a data file not fetched fails before the load
+    picked = {
+        s: _pick(s, plan) for s in plan.task_sets
+    }  # a data file not fetched fails before the load
     run.warm_memory = _check_warm(plan, picked)
-    from .. import LLM   # (torch is imported here, not when cli.py imports this module)
+    from .. import LLM  # (torch is imported here, not when cli.py imports this module)
 
     # no prefix cache: every system runs the same prompts, and each must prefill them for its TTFT
     llm = LLM.from_engine_args(dataclasses.replace(plan.engine, prefix_cache_mb=0))
-    plan.engine = dataclasses.replace(plan.engine, dtype=llm.config.dtype,   # "auto" as resolved here
-                                      quantization=llm.config.quantization,
-                                      activation_passes=llm.model.activation_passes)
+    plan.engine = dataclasses.replace(
+        plan.engine,
+        dtype=llm.config.dtype,  # "auto" as resolved here
+        quantization=llm.config.quantization,
+        activation_passes=llm.model.activation_passes,
+    )
     import torch
-    ctx = SystemContext(llm, plan.engine.model, plan.engine.dtype, torch.get_num_threads(),
-                        memory_file=plan.memory_file)
-    tasks = {s: [Dialogue.of(t, llm.tokenizer, plan.max_new_tokens) for t in ts] for s, ts in picked.items()}
+
+    ctx = SystemContext(
+        llm,
+        plan.engine.model,
+        plan.engine.dtype,
+        torch.get_num_threads(),
+        memory_file=plan.memory_file,
+    )
+    tasks = {
+        s: [Dialogue.of(t, llm.tokenizer, plan.max_new_tokens) for t in ts]
+        for s, ts in picked.items()
+    }
     # one entry per measured turn; a later turn's prompt is each system's own (its Measurement has the length)
-    run.tasks = [dict(task_set=d.first.task_set, task_id=d.turn_id(k), kind=d.kind,
-                      turn=k + 1 if d.turns > 1 else None, prompt_tokens=None if k else len(d.first.prompt_ids),
-                      max_new_tokens=d.first.max_new_tokens, source=d.first.source)
-                 for ts in tasks.values() for d in ts for k in range(d.turns)]
+    run.tasks = [
+        dict(
+            task_set=d.first.task_set,
+            task_id=d.turn_id(k),
+            kind=d.kind,
+            turn=k + 1 if d.turns > 1 else None,
+            prompt_tokens=None if k else len(d.first.prompt_ids),
+            max_new_tokens=d.first.max_new_tokens,
+            source=d.first.source,
+        )
+        for ts in tasks.values()
+        for d in ts
+        for k in range(d.turns)
+    ]
 
     systems = _prepare(plan.systems, ctx, run)
     run.forward_cost = _forward_cost(llm, systems)
     _warm_up(systems, tasks)
     _suite("main", systems, tasks, plan.modes, plan.repeats, run)
     if plan.sweep:
-        names = ["ar"] + [f"md-tree-L{n}" for n in SWEEP_DECODING_LENGTHS] + \
-                [f"la-N{n}W{w}G{g}" for n, w, g in SWEEP_LOOKAHEAD]
-        sweep_tasks = {s: [Dialogue.of(t, llm.tokenizer, min(plan.max_new_tokens or SWEEP_MAX_NEW_TOKENS,
-                                                             SWEEP_MAX_NEW_TOKENS))
-                           for t in (quick_tasks(s, 1) if plan.quick else load_task_set(s, k, seed=plan.seed))]
-                       for s, k in SWEEP_SETS.items()}
+        names = (
+            ["ar"]
+            + [f"md-tree-L{n}" for n in SWEEP_DECODING_LENGTHS]
+            + [f"la-N{n}W{w}G{g}" for n, w, g in SWEEP_LOOKAHEAD]
+        )
+        sweep_tasks = {
+            s: [
+                Dialogue.of(
+                    t,
+                    llm.tokenizer,
+                    min(plan.max_new_tokens or SWEEP_MAX_NEW_TOKENS, SWEEP_MAX_NEW_TOKENS),
+                )
+                for t in (quick_tasks(s, 1) if plan.quick else load_task_set(s, k, seed=plan.seed))
+            ]
+            for s, k in SWEEP_SETS.items()
+        }
         sweep_systems = [systems[0]] + _prepare(names[1:], ctx, run)
         _suite("sweep", sweep_systems, sweep_tasks, [GREEDY], plan.repeats, run)
     if plan.ttft_probe:
@@ -118,17 +154,23 @@ def _check_warm(plan: Plan, picked: dict[str, list[Task]]) -> dict | None:
     """The warm file's provenance; an error where it was built from this run's ShareGPT chats (it
     cannot be, by the splits, unless the file was built from other data)."""
     info = provenance(plan.warm_memory_file) if plan.warm_memory_file else None
-    if info and (shared := set(info.get("chats", ())) &
-                 {t.task_id.split("/")[1].rsplit("_", 1)[0] for t in picked.get("sharegpt", ())}):
-        raise ConfigError(f"the warm memory {plan.warm_memory_file} was built from {len(shared)} chat(s) of "
-                          f"the sharegpt set (e.g. {min(shared)}); rebuild it with --build-warm-memory",
-                          param="warm_memory")
+    if info and (
+        shared := set(info.get("chats", ()))
+        & {t.task_id.split("/")[1].rsplit("_", 1)[0] for t in picked.get("sharegpt", ())}
+    ):
+        raise ConfigError(
+            f"the warm memory {plan.warm_memory_file} was built from {len(shared)} chat(s) of "
+            f"the sharegpt set (e.g. {min(shared)}); rebuild it with --build-warm-memory",
+            param="warm_memory",
+        )
     return info
 
 
 def _make(name: str, ctx: SystemContext, plan: Plan) -> System:
-    if (base := warm_base(name)) is not None:   # a memory system starting from the warm file
-        return ParaspecSystem(name, ctx.llm, plugin_of(base), ctx.memory_file, warm_file=plan.warm_memory_file)
+    if (base := warm_base(name)) is not None:  # a memory system starting from the warm file
+        return ParaspecSystem(
+            name, ctx.llm, plugin_of(base), ctx.memory_file, warm_file=plan.warm_memory_file
+        )
     return make_system(name, ctx)
 
 
@@ -153,34 +195,57 @@ def _warm_up(systems: list[System], tasks: dict[str, list[Dialogue]]) -> None:
     first = next((ts[0].first for ts in tasks.values() if ts), None)
     if first is None:
         return
-    probe = dataclasses.replace(first, prompt_ids=first.prompt_ids[:64], max_new_tokens=8, task_id="warm-up")
+    probe = dataclasses.replace(
+        first, prompt_ids=first.prompt_ids[:64], max_new_tokens=8, task_id="warm-up"
+    )
     for s in systems:
         s.begin_set("warm-up")
         s.run(probe, RunParams(target_tokens=8))
 
 
-def _suite(suite: str, systems: list[System], tasks: dict[str, list[Dialogue]], modes: list[str], repeats: int,
-           run: Run) -> None:
+def _suite(
+    suite: str,
+    systems: list[System],
+    tasks: dict[str, list[Dialogue]],
+    modes: list[str],
+    repeats: int,
+    run: Run,
+) -> None:
     """Each task by every system (interleaved), for each mode and repeat; a task of several turns
     turn by turn, each run answering its own conversation."""
     from tqdm import tqdm
 
     total = sum(d.turns for ts in tasks.values() for d in ts) * len(modes) * repeats * len(systems)
-    with tqdm(total=total, desc=f"bench {suite}", unit="run", file=sys.stderr, dynamic_ncols=True) as bar:
+    with tqdm(
+        total=total, desc=f"bench {suite}", unit="run", file=sys.stderr, dynamic_ncols=True
+    ) as bar:
         for task_set, ts in tasks.items():
             for s in systems:
-                s.begin_set(task_set)   # memory starts empty for every set
+                s.begin_set(task_set)  # memory starts empty for every set
             for i, dia in enumerate(ts):
-                if run.over_budget() and any(m.suite == suite for m in run.measurements):  # (never empty)
-                    run.notes.append(f"{suite}: stopped at the --quick time budget ({run.plan.budget_s:.0f} s): "
-                                     f"{task_set} ran {i} of {len(ts)} tasks")
+                if run.over_budget() and any(
+                    m.suite == suite for m in run.measurements
+                ):  # (never empty)
+                    run.notes.append(
+                        f"{suite}: stopped at the --quick time budget ({run.plan.budget_s:.0f} s): "
+                        f"{task_set} ran {i} of {len(ts)} tasks"
+                    )
                     break
                 for turn in range(dia.turns):
                     _turn(suite, systems, dia, i, turn, modes, repeats, run, bar)
 
 
-def _turn(suite: str, systems: list[System], dia: Dialogue, i: int, turn: int, modes: list[str], repeats: int,
-          run: Run, bar) -> None:
+def _turn(
+    suite: str,
+    systems: list[System],
+    dia: Dialogue,
+    i: int,
+    turn: int,
+    modes: list[str],
+    repeats: int,
+    run: Run,
+    bar,
+) -> None:
     """One turn of task i by every system, each mode and repeat, AR first (peers copy its count).
     A turn is a task to the memory systems (begin_task/end_task): every run of turn 2 starts from
     the memory after turn 1's first run, and finds its own turn 1 in its prompt."""
@@ -193,8 +258,12 @@ def _turn(suite: str, systems: list[System], dia: Dialogue, i: int, turn: int, m
                 key = (s.info.name, mode, rep)
                 task = dia.task(turn, key)
                 bar.set_postfix_str(f"{dia.turn_id(turn)[:32]} {s.info.name} {mode}", refresh=False)
-                params = RunParams(mode, seed=run.plan.seed + 1000 * i + 100 * turn + rep, repeat=rep,
-                                   target_tokens=ar_tokens)
+                params = RunParams(
+                    mode,
+                    seed=run.plan.seed + 1000 * i + 100 * turn + rep,
+                    repeat=rep,
+                    target_tokens=ar_tokens,
+                )
                 m = None if task is None else _run_one(s, task, params, systems, run)
                 bar.update(1)
                 if m is None:
@@ -215,7 +284,9 @@ def _run_order(systems: list[System], turn: int) -> list[System]:
     return first + rest[k:] + rest[:k]
 
 
-def _run_one(s: System, task: BenchTask, params: RunParams, systems: list[System], run: Run) -> Measurement | None:
+def _run_one(
+    s: System, task: BenchTask, params: RunParams, systems: list[System], run: Run
+) -> Measurement | None:
     """A paraspec failure is a bug and propagates; a peer that fails is dropped with a note."""
     if s.info.kind == "paraspec":
         return s.run(task, params)
@@ -232,8 +303,12 @@ def _run_one(s: System, task: BenchTask, params: RunParams, systems: list[System
 def _ttft_probe(systems: list[System], llm, run: Run, repeats: int = 3) -> None:
     """TTFT of AR vs the memory systems on one ~2k-token prompt (the trie indexes the prompt at
     prefill): a 1-token generation, interleaved, medians in the report."""
-    probe = [s for s in systems if s.info.name == "ar" or
-             (s.info.plugin_params or {}).get("plugin_type") in ("memory_decoding", "hybrid")]
+    probe = [
+        s
+        for s in systems
+        if s.info.name == "ar"
+        or (s.info.plugin_params or {}).get("plugin_type") in ("memory_decoding", "hybrid")
+    ]
     if len(probe) < 2:
         return
     n = min(TTFT_PROMPT_TOKENS, llm.runner.max_seq_len - 8)
@@ -248,7 +323,9 @@ def _ttft_probe(systems: list[System], llm, run: Run, repeats: int = 3) -> None:
         s.begin_set("ttft")
     for rep in range(repeats):
         for s in probe:
-            run.measurements.append(dataclasses.replace(s.run(task, RunParams(repeat=rep)), suite="ttft"))
+            run.measurements.append(
+                dataclasses.replace(s.run(task, RunParams(repeat=rep)), suite="ttft")
+            )
 
 
 def _forward_cost(llm, systems: list[System]) -> dict | None:
@@ -257,13 +334,16 @@ def _forward_cost(llm, systems: list[System]) -> dict | None:
     if all(s.info.plugin_params is None for s in systems):
         return None
     # the few-row sizes most drafts are, then every 4th (padded forwards: a staircase of 4s)
-    return {str(k): round(v, 3) for k, v in llm.runner.forward_cost().items() if k <= 4 or k % 4 == 0}
+    return {
+        str(k): round(v, 3) for k, v in llm.runner.forward_cost().items() if k <= 4 or k % 4 == 0
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m paraspec.bench.run [flags]`: the same as `paraspec bench [flags]`."""
-    parser = argparse.ArgumentParser(prog="python -m paraspec.bench.run",
-                                     description="benchmark paraspec against its peers")
+    parser = argparse.ArgumentParser(
+        prog="python -m paraspec.bench.run", description="benchmark paraspec against its peers"
+    )
     add_bench_flags(parser)
     return bench_main(parser.parse_args(sys.argv[1:] if argv is None else argv))
 

@@ -1,5 +1,6 @@
 """The serving benchmark of `paraspec bench --serving`: speedup against batch size through the
 server, `paraspec serve` processes (AR and memory_decoding) under benchmarks/serving.py's load."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,17 +30,31 @@ def serving_suite(plan: Plan, run: Run) -> dict | None:
     spec = importlib.util.spec_from_file_location("paraspec_bench_serving", path)
     serving = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(serving)
-    ns = argparse.Namespace(tiny=False, tasks="grounded", requests=plan.n or SERVING_REQUESTS,
-                            max_tokens=min(plan.max_new_tokens or SERVING_MAX_NEW_TOKENS, SERVING_MAX_NEW_TOKENS),
-                            dtype=plan.engine.dtype, threads=plan.engine.num_threads,
-                            max_batch=max(SERVING_CONCURRENCY))
+    ns = argparse.Namespace(
+        tiny=False,
+        tasks="grounded",
+        requests=plan.n or SERVING_REQUESTS,
+        max_tokens=min(plan.max_new_tokens or SERVING_MAX_NEW_TOKENS, SERVING_MAX_NEW_TOKENS),
+        dtype=plan.engine.dtype,
+        threads=plan.engine.num_threads,
+        max_batch=max(SERVING_CONCURRENCY),
+    )
     requests = serving.load_requests(ns)
     work = Path(tempfile.mkdtemp(prefix="paraspec-bench-serving-"))
-    out: dict = {"requests": len(requests), "max_tokens": ns.max_tokens, "plugin_params": SERVING_PLUGIN,
-                 "task_set": ns.tasks, "runs": []}
+    out: dict = {
+        "requests": len(requests),
+        "max_tokens": ns.max_tokens,
+        "plugin_params": SERVING_PLUGIN,
+        "task_set": ns.tasks,
+        "runs": [],
+    }
     from tqdm import tqdm
-    for c in tqdm(SERVING_CONCURRENCY[:2] if plan.quick else SERVING_CONCURRENCY, desc="bench serving",
-                  file=sys.stderr):
+
+    for c in tqdm(
+        SERVING_CONCURRENCY[:2] if plan.quick else SERVING_CONCURRENCY,
+        desc="bench serving",
+        file=sys.stderr,
+    ):
         for system, plugin in (("paraspec-ar", None), ("paraspec-md", json.dumps(SERVING_PLUGIN))):
             port = serving.free_port()
             config = serving.write_config(work, plan.engine.model, port, plugin, ns.max_batch)

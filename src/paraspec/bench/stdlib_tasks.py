@@ -8,6 +8,7 @@ reference (`pydoc_data.topics`), read as text, never imported:
 
 The stdlib files are parsed once, lazily, with the cyclic GC paused.
 """
+
 from __future__ import annotations
 
 import ast
@@ -32,16 +33,54 @@ _DEF = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 # Disjoint module lists, so no two sets (and no two grounded kinds) quote the same code: otherwise an
 # engine that remembers earlier requests would be helped by a neighbour task's text.
-_EDIT_MODULES = ("textwrap", "shlex", "fnmatch", "colorsys", "statistics", "base64", "csv", "gettext",
-                 "pprint", "mimetypes", "tokenize", "urllib.parse", "email.utils", "string")
-_CHUNK_MODULES = ("genericpath", "ntpath", "heapq", "bisect", "html", "json.encoder", "json.decoder",
-                  "functools", "copy", "glob", "quopri", "netrc", "reprlib", "locale", "random",
-                  "email.quoprimime", "email.base64mime", "operator", "linecache", "traceback", "tempfile",
-                  "contextlib", "weakref", "warnings")
+_EDIT_MODULES = (
+    "textwrap",
+    "shlex",
+    "fnmatch",
+    "colorsys",
+    "statistics",
+    "base64",
+    "csv",
+    "gettext",
+    "pprint",
+    "mimetypes",
+    "tokenize",
+    "urllib.parse",
+    "email.utils",
+    "string",
+)
+_CHUNK_MODULES = (
+    "genericpath",
+    "ntpath",
+    "heapq",
+    "bisect",
+    "html",
+    "json.encoder",
+    "json.decoder",
+    "functools",
+    "copy",
+    "glob",
+    "quopri",
+    "netrc",
+    "reprlib",
+    "locale",
+    "random",
+    "email.quoprimime",
+    "email.base64mime",
+    "operator",
+    "linecache",
+    "traceback",
+    "tempfile",
+    "contextlib",
+    "weakref",
+    "warnings",
+)
 _REPEATED_MODULES = ("difflib", "fractions", "pathlib", "zipfile", "calendar", "argparse")
 
 
-@lru_cache(maxsize=None)  # cleared by _gc_paused once a builder is done: the tasks are kept, not the trees
+@lru_cache(
+    maxsize=None
+)  # cleared by _gc_paused once a builder is done: the tasks are kept, not the trees
 def _module(name: str) -> tuple[tuple[str, ...], ast.Module] | None:
     """The lines and syntax tree of a stdlib module, read as text (never imported); None if absent."""
     rel = name.replace(".", "/")
@@ -68,7 +107,7 @@ def _first_line(node: ast.AST) -> int:
 
 
 def _span(lines: tuple[str, ...], first: ast.AST, last: ast.AST) -> str:
-    return textwrap.dedent("\n".join(lines[_first_line(first) - 1:last.end_lineno]))
+    return textwrap.dedent("\n".join(lines[_first_line(first) - 1 : last.end_lineno]))
 
 
 def _stdlib_source(mod: str) -> str:
@@ -77,8 +116,11 @@ def _stdlib_source(mod: str) -> str:
 
 def _params(fn: ast.FunctionDef) -> list[ast.arg]:
     a = fn.args
-    return [p for p in (*a.posonlyargs, *a.args, a.vararg, *a.kwonlyargs, a.kwarg)
-            if p is not None and p.arg not in ("self", "cls")]
+    return [
+        p
+        for p in (*a.posonlyargs, *a.args, a.vararg, *a.kwonlyargs, a.kwarg)
+        if p is not None and p.arg not in ("self", "cls")
+    ]
 
 
 def _editable(mod: str) -> list[tuple[str, ast.FunctionDef, str]]:
@@ -89,15 +131,24 @@ def _editable(mod: str) -> list[tuple[str, ast.FunctionDef, str]]:
     lines, tree = parsed
     found, seen = [], set()
     for node in tree.body:
-        members = [(node.name, node)] if isinstance(node, _DEF) else \
-            [(f"{node.name}.{m.name}", m) for m in node.body if isinstance(m, _DEF)] \
-            if isinstance(node, ast.ClassDef) else []
+        members = (
+            [(node.name, node)]
+            if isinstance(node, _DEF)
+            else [(f"{node.name}.{m.name}", m) for m in node.body if isinstance(m, _DEF)]
+            if isinstance(node, ast.ClassDef)
+            else []
+        )
         for qual, fn in members:
             src = _span(lines, fn, fn)
             ps = _params(fn)
             # (A name defined twice, e.g. a property's getter and setter, keeps its first definition.)
-            if qual not in seen and 200 <= len(src) <= 750 and ps and fn.returns is None \
-                    and all(p.annotation is None for p in ps):
+            if (
+                qual not in seen
+                and 200 <= len(src) <= 750
+                and ps
+                and fn.returns is None
+                and all(p.annotation is None for p in ps)
+            ):
                 found.append((qual, fn, src))
             seen.add(qual)
     return found
@@ -114,23 +165,37 @@ def _rename(fn: ast.FunctionDef, src: str) -> tuple[str, str] | None:
     return None if re.search(rf"\b{re.escape(new)}\b", src) else (old, new)
 
 
-_RENAME = ("Rename the parameter `{old}` to `{new}` in this function from Python's `{mod}` module and update "
-           "every use of it. Reply with the whole updated function in one ```python block and nothing else."
-           "\n\n```python\n{code}\n```")
-_HINTS = ("Add type hints to every parameter and to the return value of this function from Python's `{mod}` "
-          "module, changing nothing else. Reply with the whole updated function in one ```python block and "
-          "nothing else.\n\n```python\n{code}\n```")
-_EXTRACT = ("List every top-level function and class defined in this code from Python's `{mod}` module, in "
-            "order, one per line as `name: first line of its docstring` (`name: -` if it has none). Reply "
-            "with the list only.\n\n```python\n{code}\n```")
-_FIND = ("Find the function `{name}` in this code from Python's `{mod}` module. Quote its complete "
-         "definition exactly, then say in one sentence what it returns.\n\n```python\n{code}\n```")
+_RENAME = (
+    "Rename the parameter `{old}` to `{new}` in this function from Python's `{mod}` module and update "
+    "every use of it. Reply with the whole updated function in one ```python block and nothing else."
+    "\n\n```python\n{code}\n```"
+)
+_HINTS = (
+    "Add type hints to every parameter and to the return value of this function from Python's `{mod}` "
+    "module, changing nothing else. Reply with the whole updated function in one ```python block and "
+    "nothing else.\n\n```python\n{code}\n```"
+)
+_EXTRACT = (
+    "List every top-level function and class defined in this code from Python's `{mod}` module, in "
+    "order, one per line as `name: first line of its docstring` (`name: -` if it has none). Reply "
+    "with the list only.\n\n```python\n{code}\n```"
+)
+_FIND = (
+    "Find the function `{name}` in this code from Python's `{mod}` module. Quote its complete "
+    "definition exactly, then say in one sentence what it returns.\n\n```python\n{code}\n```"
+)
 
 
 def _hints_task(task_set: str, task_id: str, mod: str, src: str) -> Task:
     # Hints add ~15 % to the function's text.
-    return Task(task_set, task_id, None, user_turn(_HINTS.format(mod=mod, code=src)),
-                answer_cap(int(len(src) * 1.15)), _stdlib_source(mod))
+    return Task(
+        task_set,
+        task_id,
+        None,
+        user_turn(_HINTS.format(mod=mod, code=src)),
+        answer_cap(int(len(src) * 1.15)),
+        _stdlib_source(mod),
+    )
 
 
 def _edits() -> Iterator[Task]:
@@ -140,9 +205,14 @@ def _edits() -> Iterator[Task]:
             # Alternate the two edit kinds over the functions; fall back to hints with nothing to rename.
             if i % 2 == 0 and (target := _rename(fn, src)):
                 old, new = target
-                yield Task("grounded", f"edit-rename/{mod}.{qual}", None,
-                           user_turn(_RENAME.format(old=old, new=new, mod=mod, code=src)),
-                           answer_cap(len(src)), _stdlib_source(mod))
+                yield Task(
+                    "grounded",
+                    f"edit-rename/{mod}.{qual}",
+                    None,
+                    user_turn(_RENAME.format(old=old, new=new, mod=mod, code=src)),
+                    answer_cap(len(src)),
+                    _stdlib_source(mod),
+                )
             else:
                 yield _hints_task("grounded", f"edit-hints/{mod}.{qual}", mod, src)
             i += 1
@@ -156,7 +226,9 @@ def _windows(mod: str, max_defs: int = 10) -> Iterator[list[ast.stmt]]:
     lines, tree = parsed
     size = lambda w: len(_span(lines, w[0], w[-1]))  # noqa: E731
     window: list[ast.stmt] = []
-    for node in [n for n in tree.body if isinstance(n, (*_DEF, ast.ClassDef))] + [None]:  # None: flush
+    for node in [n for n in tree.body if isinstance(n, (*_DEF, ast.ClassDef))] + [
+        None
+    ]:  # None: flush
         if node is not None and len(window) < max_defs and size(window + [node]) <= MATERIAL_CHARS:
             window.append(node)
             continue
@@ -173,19 +245,38 @@ def _code_reading() -> Iterator[Task]:
             code = _span(lines, window[0], window[-1])
             first = window[0].name
             names = Counter(n.name for n in window)
-            funcs = [(n.name, src) for n in window if isinstance(n, _DEF) and names[n.name] == 1
-                     and 150 <= len(src := _span(lines, n, n)) <= 750]
-            listing = sum(len(n.name) + 3 + len((ast.get_docstring(n) or "-").partition("\n")[0])
-                          for n in window)
-            if i % 2 and funcs:  # odd windows: retrieve and quote one function (picked by a stable hash)
+            funcs = [
+                (n.name, src)
+                for n in window
+                if isinstance(n, _DEF)
+                and names[n.name] == 1
+                and 150 <= len(src := _span(lines, n, n)) <= 750
+            ]
+            listing = sum(
+                len(n.name) + 3 + len((ast.get_docstring(n) or "-").partition("\n")[0])
+                for n in window
+            )
+            if (
+                i % 2 and funcs
+            ):  # odd windows: retrieve and quote one function (picked by a stable hash)
                 name, src = max(funcs, key=lambda f: zlib.crc32(f[0].encode()))
-                yield Task("grounded", f"find/{mod}.{name}", None,
-                           user_turn(_FIND.format(name=name, mod=mod, code=code)),
-                           answer_cap(len(src) + 160), _stdlib_source(mod))
+                yield Task(
+                    "grounded",
+                    f"find/{mod}.{name}",
+                    None,
+                    user_turn(_FIND.format(name=name, mod=mod, code=code)),
+                    answer_cap(len(src) + 160),
+                    _stdlib_source(mod),
+                )
             elif listing >= 200:  # even windows: list the defs and docstring lines (>= ~60 tokens)
-                yield Task("grounded", f"extract/{mod}.{first}", None,
-                           user_turn(_EXTRACT.format(mod=mod, code=code)),
-                           answer_cap(listing), _stdlib_source(mod))
+                yield Task(
+                    "grounded",
+                    f"extract/{mod}.{first}",
+                    None,
+                    user_turn(_EXTRACT.format(mod=mod, code=code)),
+                    answer_cap(listing),
+                    _stdlib_source(mod),
+                )
             else:
                 continue
             i += 1
@@ -215,7 +306,9 @@ def repeated(n: int | None, seed: int) -> list[Task]:
     mod, fns = pool
     rng.shuffle(fns)
     distinct = _REPEAT_DISTINCT if n is None else math.ceil(n / 2)
-    first = [_hints_task("repeated", f"hints/{mod}.{qual}#1", mod, src) for qual, src in fns[:distinct]]
+    first = [
+        _hints_task("repeated", f"hints/{mod}.{qual}#1", mod, src) for qual, src in fns[:distinct]
+    ]
     tasks = first + [repeat_of(t) for t in first]
     return tasks if n is None else tasks[:n]
 
@@ -227,5 +320,12 @@ def _repeat_pool(mod: str) -> tuple[tuple[str, str], ...]:
 
 
 def repeat_of(t: Task) -> Task:
-    return Task(t.task_set, t.task_id[:-2] + "#2", t.prompt, copy_task(t).messages, t.max_new_tokens, t.source,
-                t.stop)
+    return Task(
+        t.task_set,
+        t.task_id[:-2] + "#2",
+        t.prompt,
+        copy_task(t).messages,
+        t.max_new_tokens,
+        t.source,
+        t.stop,
+    )

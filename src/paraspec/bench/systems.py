@@ -7,6 +7,7 @@ peers (peers.py), all behind the interface in base.py.
     llamaserver, llamaserver-ngram-mod, llamaserver-ngram-mod-long,  llama.cpp's llama-server, plain and
     llamaserver-ngram-map-k, llamaserver-ngram-cache                 its n-gram drafts (llama_server.py)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ ALL_SYSTEMS = (*PARASPEC_SYSTEMS, *PEER_SYSTEMS, *LLAMA_SERVER_SYSTEMS)
 
 @dataclass
 class SystemContext:
-    llm: Any                      # paraspec.LLM shared by every paraspec system
+    llm: Any  # paraspec.LLM shared by every paraspec system
     model: str
     dtype: str
     threads: int
@@ -39,14 +40,22 @@ def make_system(name: str, ctx: SystemContext) -> System:
     if name in ("hf", "hf-pld"):
         if ctx.hf_models is None:
             ctx.hf_models = HFModelCache(ctx.model, ctx.dtype)
-        return TransformersSystem(name, ctx.hf_models, set(ctx.llm.tokenizer.eos_token_ids),
-                                  PLD_TOKENS if name == "hf-pld" else None)
+        return TransformersSystem(
+            name,
+            ctx.hf_models,
+            set(ctx.llm.tokenizer.eos_token_ids),
+            PLD_TOKENS if name == "hf-pld" else None,
+        )
     if name in ("llamacpp", "llamacpp-pld"):
-        return LlamaCppSystem(name, ctx.model, ctx.threads, PLD_TOKENS if name == "llamacpp-pld" else None)
-    if name in LLAMA_SERVER_SYSTEMS:   # a context up to paraspec's own: the prompts it runs fit
+        return LlamaCppSystem(
+            name, ctx.model, ctx.threads, PLD_TOKENS if name == "llamacpp-pld" else None
+        )
+    if name in LLAMA_SERVER_SYSTEMS:  # a context up to paraspec's own: the prompts it runs fit
         return LlamaServerSystem(name, ctx.model, ctx.threads, ctx.llm.runner.max_seq_len)
-    raise ConfigError(f"unknown bench system {name!r}; choose from {', '.join(ALL_SYSTEMS)}, "
-                      "md-tree-L<n>, md-chain-L<n> or la-N<n>W<w>G<g>")
+    raise ConfigError(
+        f"unknown bench system {name!r}; choose from {', '.join(ALL_SYSTEMS)}, "
+        "md-tree-L<n>, md-chain-L<n> or la-N<n>W<w>G<g>"
+    )
 
 
 def is_known(name: str) -> bool:

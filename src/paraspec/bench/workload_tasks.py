@@ -24,6 +24,7 @@
 The warm corpus (warm_memory.py) is cut by the same rules from the disjoint "warm" split, where a
 first user turn (no history) counts too.
 """
+
 from __future__ import annotations
 
 import functools
@@ -37,8 +38,8 @@ from .task import MAX_PROMPT_CHARS, Task, answer_cap, copy_task, user_turn
 # afford that over 80 questions x 2 turns x several systems; 256 keeps the opening of most answers
 # (all the drafts see) and a default run within minutes (docs/benchmarks.md has the arithmetic).
 MTBENCH_MAX_NEW_TOKENS = 256
-SHAREGPT_MAX_NEW_TOKENS = 256   # the same budget; shorter where the data's own answer is short
-QUESTION_CHARS = 2000           # a longer user turn is a pasted document, not a follow-up
+SHAREGPT_MAX_NEW_TOKENS = 256  # the same budget; shorter where the data's own answer is short
+QUESTION_CHARS = 2000  # a longer user turn is a pasted document, not a follow-up
 MIN_ASCII = 0.9
 
 
@@ -48,9 +49,18 @@ def _source(name: str, what: str) -> str:
 
 def mtbench() -> list[Task]:
     source = _source("mtbench", "MT-Bench question.jsonl (FastChat, Apache-2.0)")
-    return [Task("mtbench", f"{q.category}/{q.question_id}", None, user_turn(q.turns[0]), MTBENCH_MAX_NEW_TOKENS,
-                 source, followups=tuple(q.turns[1:]))
-            for q in datasets.mtbench_questions()]
+    return [
+        Task(
+            "mtbench",
+            f"{q.category}/{q.question_id}",
+            None,
+            user_turn(q.turns[0]),
+            MTBENCH_MAX_NEW_TOKENS,
+            source,
+            followups=tuple(q.turns[1:]),
+        )
+        for q in datasets.mtbench_questions()
+    ]
 
 
 def sharegpt() -> list[Task]:
@@ -71,7 +81,9 @@ def seeded_sample(tasks: list[Task], n: int | None, seed: int) -> list[Task]:
 
 @functools.lru_cache(maxsize=2)
 def _sharegpt_cuts(split: str, min_exchanges: int) -> tuple[Task, ...]:
-    source = _source("sharegpt", f"ShareGPT V3 ({split} split of datasets.py; Apache-2.0 as published)")
+    source = _source(
+        "sharegpt", f"ShareGPT V3 ({split} split of datasets.py; Apache-2.0 as published)"
+    )
     pieces: dict[str, list[Task]] = {}
     for c in datasets.sharegpt_split(split):
         if t := cut(c, split, min_exchanges, source):
@@ -86,9 +98,11 @@ def _pick(split: str, key: str, k: int) -> int:
 
 def _usable(conv: datasets.Conversation) -> list[dict] | None:
     msgs = list(conv.messages)
-    while msgs and msgs[0]["role"] == "assistant":   # a piece of a longer chat
+    while msgs and msgs[0]["role"] == "assistant":  # a piece of a longer chat
         msgs.pop(0)
-    if not msgs or any(m["role"] != ("user" if i % 2 == 0 else "assistant") for i, m in enumerate(msgs)):
+    if not msgs or any(
+        m["role"] != ("user" if i % 2 == 0 else "assistant") for i, m in enumerate(msgs)
+    ):
         return None
     if any(not m["content"].strip() for m in msgs):
         return None
@@ -102,22 +116,32 @@ def cut(conv: datasets.Conversation, split: str, min_exchanges: int, source: str
     if msgs is None:
         return None
     cuts = []
-    for q in range(2 * min_exchanges, len(msgs) - 1, 2):       # user turns answered in the data
+    for q in range(2 * min_exchanges, len(msgs) - 1, 2):  # user turns answered in the data
         question = msgs[q]["content"]
         if len(question) > QUESTION_CHARS:
             continue
         start, used = q, len(question)
         # (+ 2: Task.text joins the turns with newlines)
-        while start >= 2 and (more := len(msgs[start - 2]["content"]) + len(msgs[start - 1]["content"]) + 2) \
-                + used <= MAX_PROMPT_CHARS:
+        while (
+            start >= 2
+            and (more := len(msgs[start - 2]["content"]) + len(msgs[start - 1]["content"]) + 2)
+            + used
+            <= MAX_PROMPT_CHARS
+        ):
             start, used = start - 2, used + more
         if (q - start) // 2 >= min_exchanges:
             cuts.append((start, q))
     if not cuts:
         return None
     start, q = cuts[_pick(split, conv.id, len(cuts))]
-    prompt = [dict(m) for m in msgs[start:q + 1]]
+    prompt = [dict(m) for m in msgs[start : q + 1]]
     kind = "code" if any("```" in m["content"] for m in prompt) else "prose"
     cap = min(answer_cap(len(msgs[q + 1]["content"])), SHAREGPT_MAX_NEW_TOKENS)
-    return Task("sharegpt" if split == "eval" else f"sharegpt-{split}", f"{kind}/{conv.id}/u{q // 2 + 1}", None,
-                prompt, cap, source)
+    return Task(
+        "sharegpt" if split == "eval" else f"sharegpt-{split}",
+        f"{kind}/{conv.id}/u{q // 2 + 1}",
+        None,
+        prompt,
+        cap,
+        source,
+    )

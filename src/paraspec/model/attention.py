@@ -6,6 +6,7 @@ A verify row sees its sequence's committed slots [0, start) and what its mask al
 slots from start on (SeqInput); KEY_BUCKET chunks of keys keep the sum over keys the same
 however far the key axis reaches, which max_draft_rows makes hold for every draft.
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,8 +22,9 @@ def max_draft_rows(cache: KVCache) -> int:
     return KEY_BUCKET - 1 - cache.length % KEY_BUCKET
 
 
-def attention_bias(cache: KVCache, q: int, tree_mask: torch.Tensor | None, group: int,
-                   mask_from: int | None = None) -> torch.Tensor:
+def attention_bias(
+    cache: KVCache, q: int, tree_mask: torch.Tensor | None, group: int, mask_from: int | None = None
+) -> torch.Tensor:
     """Additive mask [group * q_rows, keys] (tiled for the query heads sharing a kv head): 0 where
     a row may attend, -inf elsewhere. Rows see slots [0, start) (start: mask_from, default the
     committed length) and what tree_mask allows of the slots from start to the new rows' end.
@@ -38,7 +40,9 @@ def attention_bias(cache: KVCache, q: int, tree_mask: torch.Tensor | None, group
     visible[:q, :start] = True
     if tree_mask is None:
         if start != cache.length:
-            raise ValueError("SeqInput.mask_from needs a tree_mask over the slots from mask_from on")
+            raise ValueError(
+                "SeqInput.mask_from needs a tree_mask over the slots from mask_from on"
+            )
         visible[:q, start:end] = torch.ones(q, q, dtype=torch.bool).tril_()
     else:
         visible[:q, start:end] = tree_mask
@@ -47,7 +51,9 @@ def attention_bias(cache: KVCache, q: int, tree_mask: torch.Tensor | None, group
     return bias.repeat(group, 1)
 
 
-def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, scale: float) -> torch.Tensor:
+def attention(
+    q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, scale: float
+) -> torch.Tensor:
     """Softmax attention of q [q, n_heads, head_dim] (fp32) over one sequence's cache.
 
     Written for row invariance rather than with F.scaled_dot_product_attention, whose kernels
@@ -76,19 +82,27 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
     rows = bias.shape[0] // group
     if rows > n_q:
         q = torch.cat([q, q.new_zeros(rows - n_q, n_heads, head_dim)])
-    k = cache.k[layer, :, :keys]                                   # [kv_heads, keys, head_dim]
-    v = cache.v_with_ones(layer, keys)                             # [kv_heads, keys, head_dim + 1] fp64
+    k = cache.k[layer, :, :keys]  # [kv_heads, keys, head_dim]
+    v = cache.v_with_ones(layer, keys)  # [kv_heads, keys, head_dim + 1] fp64
     # query heads sharing a kv head are consecutive, so they stack into one matmul per kv head
     qg = q.permute(1, 0, 2).reshape(n_kv, group * rows, head_dim)
-    scores = torch.baddbmm(bias.double(), qg.double(), k.double().transpose(1, 2), alpha=scale).float()  # [kv, g*rows, keys]
+    scores = torch.baddbmm(
+        bias.double(), qg.double(), k.double().transpose(1, 2), alpha=scale
+    ).float()  # [kv, g*rows, keys]
     scores = scores.sub_(scores.amax(-1, keepdim=True)).exp_()
     # P @ [V | 1] per KEY_BUCKET chunk of keys, then summed over chunks: a longer key axis only
     # adds chunks of exact zeros, so the sum does not depend on how far the keys were padded
     chunks = keys // KEY_BUCKET
-    e = scores.view(n_kv, group * rows, chunks, KEY_BUCKET).transpose(1, 2).double()  # [kv, chunks, g*rows, KB]
-    out = torch.matmul(e, v.view(n_kv, chunks, KEY_BUCKET, head_dim + 1)).sum(1)  # [kv, g*rows, d + 1]
+    e = (
+        scores.view(n_kv, group * rows, chunks, KEY_BUCKET).transpose(1, 2).double()
+    )  # [kv, chunks, g*rows, KB]
+    out = torch.matmul(e, v.view(n_kv, chunks, KEY_BUCKET, head_dim + 1)).sum(
+        1
+    )  # [kv, g*rows, d + 1]
     out = (out[..., :head_dim] / out[..., head_dim:]).float()
-    return out.view(n_heads, rows, head_dim)[:, :n_q].transpose(0, 1).reshape(n_q, n_heads * head_dim)
+    return (
+        out.view(n_heads, rows, head_dim)[:, :n_q].transpose(0, 1).reshape(n_q, n_heads * head_dim)
+    )
 
 
 # Prompt chunks of at most PROMPT_ATTENTION_ROWS[kernels] rows attend through the csrc kernel over
@@ -98,13 +112,15 @@ def attention(q: torch.Tensor, cache: KVCache, layer: int, bias: torch.Tensor, s
 # (docs/benchmarks.md, "The prompt road under one activation pass").
 PROMPT_ATTENTION_ROWS = {"avx512": 256, "avx2": 64}
 PROMPT_ATTENTION_KEYS = 1024
-PROMPT_BLOCK = 64   # query rows per block of prompt_attention: a block's scores stay in cache
+PROMPT_BLOCK = 64  # query rows per block of prompt_attention: a block's scores stay in cache
 
 
 def prompt_on_kernel(kernels_name: str, n_tokens: int, seqs: list[SeqInput]) -> bool:
     """Whether a prompt chunk of n_tokens rows attends through the csrc kernel (see above)."""
     return n_tokens <= PROMPT_ATTENTION_ROWS.get(kernels_name, 0) or (
-        kernels_name == "avx2" and all(s.cache.length + s.num_tokens <= PROMPT_ATTENTION_KEYS for s in seqs))
+        kernels_name == "avx2"
+        and all(s.cache.length + s.num_tokens <= PROMPT_ATTENTION_KEYS for s in seqs)
+    )
 
 
 def prompt_bias(cache: KVCache, n: int, group: int) -> list[torch.Tensor]:
@@ -115,12 +131,18 @@ def prompt_bias(cache: KVCache, n: int, group: int) -> list[torch.Tensor]:
     blocks = []
     for i0 in range(0, n, PROMPT_BLOCK):
         rows, keys = min(PROMPT_BLOCK, n - i0), start + min(n, i0 + PROMPT_BLOCK)
-        visible = torch.ones(rows, keys, dtype=torch.bool).tril_(start + i0)   # row i sees keys <= start + i0 + i
-        blocks.append(torch.zeros(rows, keys).masked_fill_(~visible, float("-inf")).repeat(group, 1))
+        visible = torch.ones(rows, keys, dtype=torch.bool).tril_(
+            start + i0
+        )  # row i sees keys <= start + i0 + i
+        blocks.append(
+            torch.zeros(rows, keys).masked_fill_(~visible, float("-inf")).repeat(group, 1)
+        )
     return blocks
 
 
-def prompt_attention(q: torch.Tensor, cache: KVCache, layer: int, bias: list[torch.Tensor], scale: float) -> torch.Tensor:
+def prompt_attention(
+    q: torch.Tensor, cache: KVCache, layer: int, bias: list[torch.Tensor], scale: float
+) -> torch.Tensor:
     """Causal attention of a prompt chunk q [n, n_heads, head_dim] (fp32) over the cache's
     committed keys and its own, in plain fp32 (softmax, then one matmul), a block of
     PROMPT_BLOCK query rows at a time: a block reads only the keys it can see (half the work of
@@ -138,9 +160,9 @@ def prompt_attention(q: torch.Tensor, cache: KVCache, layer: int, bias: list[tor
     for b, block_bias in enumerate(bias):
         i0 = b * PROMPT_BLOCK
         rows, keys = block_bias.shape[0] // group, block_bias.shape[1]
-        k = cache.k[layer, :, :keys].float()                       # [kv_heads, keys, head_dim]
-        v = cache.v[layer, :, :keys].float()                       # (a no-op on an fp32 cache)
-        qb = qg[:, :, i0:i0 + rows].reshape(n_kv, group * rows, head_dim)
+        k = cache.k[layer, :, :keys].float()  # [kv_heads, keys, head_dim]
+        v = cache.v[layer, :, :keys].float()  # (a no-op on an fp32 cache)
+        qb = qg[:, :, i0 : i0 + rows].reshape(n_kv, group * rows, head_dim)
         probs = torch.baddbmm(block_bias, qb, k.transpose(1, 2), alpha=scale).softmax(-1)
-        out[:, :, i0:i0 + rows] = torch.bmm(probs, v).view(n_kv, group, rows, head_dim)
+        out[:, :, i0 : i0 + rows] = torch.bmm(probs, v).view(n_kv, group, rows, head_dim)
     return out.view(n_heads, n, head_dim).transpose(0, 1).reshape(n, n_heads * head_dim)

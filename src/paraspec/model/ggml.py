@@ -43,6 +43,7 @@ the dense road won chunks from 128 rows on AMX and from ~256 elsewhere; with one
 lost at every chunk size off AMX, whose threshold stays as tuned under two passes (PROMPT_ROWS;
 benchmarks/prefill.py --roads times the two roads).
 """
+
 from __future__ import annotations
 
 import functools
@@ -57,11 +58,17 @@ from .ggml_reference import BLOCK, OFFSET, quantize_blocks, quantize_residual, r
 from .kernels import Kernels, cpu_features, default as default_kernels
 
 # (values per block, bytes per block) as GGUF stores them
-BLOCK_SIZE = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q8_0": (32, 34), "Q5_0": (32, 22),
-              "Q4_K": (256, 144), "Q6_K": (256, 210)}
-FORMATS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q4_K": 4, "Q6_K": 5}   # csrc/gguf_layout.h
-PANEL = 32                                           # output channels per packed panel
-DENSE_KINDS = tuple(FORMATS)             # the formats csrc/gguf_dequant.h writes back: all
+BLOCK_SIZE = {
+    "Q4_0": (32, 18),
+    "Q4_1": (32, 20),
+    "Q8_0": (32, 34),
+    "Q5_0": (32, 22),
+    "Q4_K": (256, 144),
+    "Q6_K": (256, 210),
+}
+FORMATS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q4_K": 4, "Q6_K": 5}  # csrc/gguf_layout.h
+PANEL = 32  # output channels per packed panel
+DENSE_KINDS = tuple(FORMATS)  # the formats csrc/gguf_dequant.h writes back: all
 # Rows from which a prompt chunk runs dequantised weights through torch's matmul (module doc), per
 # (kernel variant, int8 activation passes). That road pays a dequantisation of the whole weight per
 # chunk, the integer kernel a cost per row, so the dense road wins only where torch multiplies far
@@ -69,8 +76,16 @@ DENSE_KINDS = tuple(FORMATS)             # the formats csrc/gguf_dequant.h write
 # `benchmarks/prefill.py --roads` measures both roads; the figures behind each threshold are in
 # docs/benchmarks.md ("The prompt road under one activation pass").
 NEVER = 1 << 62
-PROMPT_ROWS = {("amx", 1): 128, ("amx", 2): 128, ("vnni512", 1): NEVER, ("vnni512", 2): 256,
-               ("avxvnni", 1): NEVER, ("avxvnni", 2): 256, ("avx2", 1): NEVER, ("avx2", 2): 256}
+PROMPT_ROWS = {
+    ("amx", 1): 128,
+    ("amx", 2): 128,
+    ("vnni512", 1): NEVER,
+    ("vnni512", 2): 256,
+    ("avxvnni", 1): NEVER,
+    ("avxvnni", 2): 256,
+    ("avx2", 1): NEVER,
+    ("avx2", 2): 256,
+}
 
 
 def prompt_rows(kernels: Kernels, passes: int = 2) -> int:
@@ -97,8 +112,8 @@ class Blocks:
 class GGUFWeight:
     """A [N, K] weight in a GGUF block format: raw holds its rows' bytes, as stored."""
 
-    kind: str              # a key of BLOCK_SIZE
-    raw: np.ndarray        # uint8 [N, K / values * bytes] (BLOCK_SIZE[kind])
+    kind: str  # a key of BLOCK_SIZE
+    raw: np.ndarray  # uint8 [N, K / values * bytes] (BLOCK_SIZE[kind])
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -122,18 +137,23 @@ def unpack(w: GGUFWeight) -> Blocks:
     """The weight's stored integers and scales (Blocks), exactly as stored."""
     if w.kind in ("Q4_K", "Q6_K"):
         from .ggml_kquants import unpack_k
+
         return Blocks(**unpack_k(w.kind, w.raw))
     n, k = w.shape
-    raw = torch.from_numpy(np.require(w.raw, requirements=["C", "W"])).view(n, k // BLOCK, BLOCK_SIZE[w.kind][1])
+    raw = torch.from_numpy(np.require(w.raw, requirements=["C", "W"])).view(
+        n, k // BLOCK, BLOCK_SIZE[w.kind][1]
+    )
     d16 = raw[..., :2].contiguous().view(torch.float16).squeeze(-1)
     parts = {"d": d16}
     if w.kind == "Q8_0":
-        return Blocks(raw[..., 2:].contiguous().view(torch.int8).reshape(n, k), d16.float(), parts=parts)
+        return Blocks(
+            raw[..., 2:].contiguous().view(torch.int8).reshape(n, k), d16.float(), parts=parts
+        )
     start = {"Q4_0": 2, "Q4_1": 4, "Q5_0": 6}[w.kind]
-    qs = raw[..., start:start + 16]
-    q = torch.cat([qs & 0x0F, qs >> 4], dim=-1)                           # element j, j + 16
-    if w.kind == "Q5_0":                                                   # bit j of qh: element j's 16
-        qh = raw[..., 2:6].contiguous().view(torch.int32)                  # [n, nb, 1], little-endian
+    qs = raw[..., start : start + 16]
+    q = torch.cat([qs & 0x0F, qs >> 4], dim=-1)  # element j, j + 16
+    if w.kind == "Q5_0":  # bit j of qh: element j's 16
+        qh = raw[..., 2:6].contiguous().view(torch.int32)  # [n, nb, 1], little-endian
         q = q | (((qh >> torch.arange(32, dtype=torch.int32)) & 1) << 4).to(torch.uint8)
     m = None
     if w.kind == "Q4_1":
@@ -148,7 +168,7 @@ def dequantize(w: GGUFWeight, rows: torch.Tensor | None = None) -> torch.Tensor:
         w = GGUFWeight(w.kind, w.raw[rows.numpy()].reshape(-1, w.raw.shape[1]))
     u = unpack(w)
     n, k = w.shape
-    if u.sub is not None:                                  # Q6_K: d * sc * q (exact in any order)
+    if u.sub is not None:  # Q6_K: d * sc * q (exact in any order)
         scale = (u.d.repeat_interleave(2, dim=1) * u.sub).repeat_interleave(16, dim=1)
         return scale * u.q.float()
     q = u.q.float().view(n, k // BLOCK, BLOCK) - OFFSET.get(w.kind, 0)
@@ -197,30 +217,47 @@ def pack(w: GGUFWeight, u: Blocks | None = None, verify_copy: bool = False) -> t
     nb, pad = k // BLOCK, -n % PANEL
     q = u.q.view(torch.uint8)
     if w.kind == "Q6_K":
-        q = (u.q + 32).view(torch.uint8)                   # 0..63 for the u8 x s8 products
+        q = (u.q + 32).view(torch.uint8)  # 0..63 for the u8 x s8 products
     # [P, 32 ch, B, 8 steps, 4 f] -> [P, B, 8, 32 ch, 4 f]: a step's 128 values channel-major
     steps = _panel_major(q.reshape(n, nb, 8, 4), pad).permute(0, 1, 3, 2, 4).reshape(-1, nb, 8, 128)
     if w.kind == "Q8_0" or verify_copy:
         data = steps.reshape(-1, nb, 1024)
     else:
         lo = steps & 0x0F
-        nib = lo[..., :64] | (lo[..., 64:] << 4)           # channels 0-15 low nibbles, 16-31 high
-        if w.kind == "Q5_0":                               # bit i of 16 bytes: bit 4 of U[i]
+        nib = lo[..., :64] | (lo[..., 64:] << 4)  # channels 0-15 low nibbles, 16-31 high
+        if w.kind == "Q5_0":  # bit i of 16 bytes: bit 4 of U[i]
             bits = ((steps >> 4) & 1).view(-1, nb, 8, 16, 8) << torch.arange(8, dtype=torch.uint8)
             data = torch.cat([nib, bits.sum(-1, dtype=torch.uint8)], -1).reshape(-1, nb, 640)
-        elif w.kind == "Q6_K":                             # byte i: bits 4-5 of U[i + 32 j] at 2j
-            hi = ((steps >> 4) & 3).view(-1, nb, 8, 4, 32) << (2 * torch.arange(4, dtype=torch.uint8)).view(4, 1)
-            data = torch.cat([nib.reshape(-1, nb, 512), hi.sum(-2, dtype=torch.uint8).reshape(-1, nb, 256)], -1)
+        elif w.kind == "Q6_K":  # byte i: bits 4-5 of U[i + 32 j] at 2j
+            hi = ((steps >> 4) & 3).view(-1, nb, 8, 4, 32) << (
+                2 * torch.arange(4, dtype=torch.uint8)
+            ).view(4, 1)
+            data = torch.cat(
+                [nib.reshape(-1, nb, 512), hi.sum(-2, dtype=torch.uint8).reshape(-1, nb, 256)], -1
+            )
         else:
             data = nib.reshape(-1, nb, 512)
-    per_block = [_panel_major(f, pad).contiguous().view(torch.uint8).reshape(-1, nb, PANEL * f.element_size())
-                 for f in u.parts["record"]] if "record" in u.parts else \
-        [_panel_major(u.parts[f], pad).contiguous().view(torch.uint8).reshape(-1, nb, 64)
-         for f in ("d", "m") if f in u.parts]
-    records = torch.cat([*per_block, data], -1)            # [P, nb, record]
-    if "header" in u.parts:                                # K-quants: [P, nb / 8, header | 8 records]
-        head = [_panel_major(f, pad).contiguous().view(torch.uint8).reshape(-1, nb // 8, 64)
-                for f in u.parts["header"]]
+    per_block = (
+        [
+            _panel_major(f, pad)
+            .contiguous()
+            .view(torch.uint8)
+            .reshape(-1, nb, PANEL * f.element_size())
+            for f in u.parts["record"]
+        ]
+        if "record" in u.parts
+        else [
+            _panel_major(u.parts[f], pad).contiguous().view(torch.uint8).reshape(-1, nb, 64)
+            for f in ("d", "m")
+            if f in u.parts
+        ]
+    )
+    records = torch.cat([*per_block, data], -1)  # [P, nb, record]
+    if "header" in u.parts:  # K-quants: [P, nb / 8, header | 8 records]
+        head = [
+            _panel_major(f, pad).contiguous().view(torch.uint8).reshape(-1, nb // 8, 64)
+            for f in u.parts["header"]
+        ]
         records = torch.cat([*head, records.reshape(-1, nb // 8, 8 * records.shape[-1])], -1)
     return records.contiguous().view(-1)
 
@@ -233,8 +270,13 @@ class GGUFLinear:
     residual: the second activation pass (module doc).
     """
 
-    def __init__(self, weight: GGUFWeight, bias: torch.Tensor | None = None, kernels: Kernels | None = None,
-                 residual: bool = True):
+    def __init__(
+        self,
+        weight: GGUFWeight,
+        bias: torch.Tensor | None = None,
+        kernels: Kernels | None = None,
+        residual: bool = True,
+    ):
         if weight.kind not in FORMATS:
             raise ValueError(f"no GGUF kernel for {weight.kind}; supported: {', '.join(FORMATS)}")
         self.kind = weight.kind
@@ -251,7 +293,9 @@ class GGUFLinear:
             self.packed = pack(weight, u)
             # Q6_K's verify copy, 1.07 bytes a weight beside the packed 0.82, where the kernels
             # read it (calls of a few rows: csrc/gguf.h)
-            if self.kind == "Q6_K" and self.kernels.module.gguf_copy_used(self.passes, self.kernels.w8a8_variant):
+            if self.kind == "Q6_K" and self.kernels.module.gguf_copy_used(
+                self.passes, self.kernels.w8a8_variant
+            ):
                 self.copy = pack(weight, u, verify_copy=True)
         else:
             w = BLOCK if u.sub is None else 16
@@ -267,7 +311,9 @@ class GGUFLinear:
             return self._dense(x)
         return self._run(x, None, 0.0)
 
-    def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, prompt: bool = False) -> torch.Tensor:
+    def norm_linear(
+        self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, prompt: bool = False
+    ) -> torch.Tensor:
         """self(rms_norm(x, norm_weight, eps)), the norm fused into the activation quantisation
         (block quantisation is invariant to a per-row factor: 1/rms scales each dx)."""
         if prompt and self.dense and x.shape[0] >= prompt_rows(self.kernels, self.passes):
@@ -282,15 +328,26 @@ class GGUFLinear:
         """A prompt chunk: the weight dequantised into the thread's scratch, then torch's matmul."""
         w = _scratch(self.out_features, self.in_features, dense_dtype())
         self.kernels.module.gguf_dequantize(self.packed, FORMATS[self.kind], self.out_features, w)
-        return F.linear(x.to(w.dtype), w, None if self.bias is None else self.bias.to(w.dtype)).float()
+        return F.linear(
+            x.to(w.dtype), w, None if self.bias is None else self.bias.to(w.dtype)
+        ).float()
 
     def _run(self, x: torch.Tensor, norm: torch.Tensor | None, eps: float) -> torch.Tensor:
         if self.kernels.module is not None:
             if x.stride(-1) != 1 or x.dtype not in (torch.float32, torch.bfloat16):
                 x = x.float().contiguous()
-            return self.kernels.module.gguf_linear(x, self.packed, FORMATS[self.kind], self.out_features, self.passes,
-                                                   self.bias, norm, eps, variant=self.kernels.w8a8_variant,
-                                                   copy=self.copy)
+            return self.kernels.module.gguf_linear(
+                x,
+                self.packed,
+                FORMATS[self.kind],
+                self.out_features,
+                self.passes,
+                self.bias,
+                norm,
+                eps,
+                variant=self.kernels.w8a8_variant,
+                copy=self.copy,
+            )
         x = x.float()
         r = None
         if norm is not None:
@@ -302,7 +359,9 @@ class GGUFLinear:
         else:
             q, dx, xs = quantize_blocks(x)
             second = None
-        y = reference_dot(q, dx if r is None else dx * r, xs, self.wq, self.d, self.m, self.kind, self.sub, second)
+        y = reference_dot(
+            q, dx if r is None else dx * r, xs, self.wq, self.d, self.m, self.kind, self.sub, second
+        )
         return y if self.bias is None else y + self.bias
 
 
@@ -312,16 +371,19 @@ def dense_dtype() -> torch.dtype:
     may use them (ATEN_CPU_CAPABILITY / an AVX2 cap leaves oneDNN's bf16 matmul emulated, several
     times slower than fp32 FMAs)."""
     usable = torch.backends.cpu.get_cpu_capability().upper().startswith("AVX512")
-    return torch.bfloat16 if usable and {"amx_bf16", "avx512_bf16"} & cpu_features() else torch.float32
+    return (
+        torch.bfloat16 if usable and {"amx_bf16", "avx512_bf16"} & cpu_features() else torch.float32
+    )
 
 
-_local = threading.local()   # one scratch per thread: forwards of two engines may overlap
+_local = threading.local()  # one scratch per thread: forwards of two engines may overlap
 
 
 def _scratch(n: int, k: int, dtype: torch.dtype) -> torch.Tensor:
     """A contiguous [n, k] view of this thread's buffer, grown to the largest weight seen."""
     buf = getattr(_local, "buf", None)
     if buf is None or buf.numel() < n * k or buf.dtype != dtype:
-        buf = _local.buf = torch.empty(max(n * k, 0 if buf is None or buf.dtype != dtype else buf.numel()),
-                                       dtype=dtype)
-    return buf[:n * k].view(n, k)
+        buf = _local.buf = torch.empty(
+            max(n * k, 0 if buf is None or buf.dtype != dtype else buf.numel()), dtype=dtype
+        )
+    return buf[: n * k].view(n, k)

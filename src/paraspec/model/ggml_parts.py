@@ -8,6 +8,7 @@ parts' order. A part's output is that of a GGUF linear on the same rows, and con
 bits, so row invariance and the kernel-vs-reference equality hold as for one GGUFLinear.
 Consecutive parts of one format are stacked into one (ggml.concat): fewer calls.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,11 +54,19 @@ class GGUFPartsLinear:
     """GGUFLinear's interface over GGUFParts: __call__(x [M, K], prompt) and norm_linear -> fp32
     [M, N], each part's GGUFLinear in turn. bias [N] is split along the parts' rows."""
 
-    def __init__(self, weight: GGUFParts, bias: torch.Tensor | None = None, kernels: Kernels | None = None,
-                 residual: bool = True):
+    def __init__(
+        self,
+        weight: GGUFParts,
+        bias: torch.Tensor | None = None,
+        kernels: Kernels | None = None,
+        residual: bool = True,
+    ):
         sizes = [p.shape[0] for p in weight.parts]
         biases = [None] * len(sizes) if bias is None else list(bias.float().split(sizes))
-        self.parts = [GGUFLinear(p, b, kernels=kernels, residual=residual) for p, b in zip(weight.parts, biases)]
+        self.parts = [
+            GGUFLinear(p, b, kernels=kernels, residual=residual)
+            for p, b in zip(weight.parts, biases)
+        ]
         first = self.parts[0]
         self.kind = weight.kind
         self.out_features, self.in_features = weight.shape
@@ -75,7 +84,9 @@ class GGUFPartsLinear:
             return self._dense(x)
         return torch.cat([p._run(x, None, 0.0) for p in self.parts], -1)
 
-    def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, prompt: bool = False) -> torch.Tensor:
+    def norm_linear(
+        self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, prompt: bool = False
+    ) -> torch.Tensor:
         """self(rms_norm(x)). On the kernels each part fuses the norm into its activation
         quantisation, as a GGUFLinear does (the norm is a per-row factor on each dx: one sum of
         squares per row and part, beside the weight's stream); the dense road norms once."""

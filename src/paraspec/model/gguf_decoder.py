@@ -2,6 +2,7 @@
 kernels (csrc/decoder.h). transformer.forward's layer loop stays the reference: the csrc
 decoder runs the same kernels and ATen ops in the same order, so its bits are the loop's
 (tests/model/test_gguf_decoder.py), without the ten-odd Python calls a layer between them."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from .kernels import Kernels
     from .seq_input import SeqInput
 
-EMPTY_MASK = torch.empty(0, dtype=torch.bool)   # "no tree mask: a causal chain", for the kernels
+EMPTY_MASK = torch.empty(0, dtype=torch.bool)  # "no tree mask: a causal chain", for the kernels
 EMPTY_COPY = torch.empty(0, dtype=torch.uint8)  # "no Q6_K verify copy"
 
 
@@ -26,13 +27,23 @@ class GgufDecoder:
     def __init__(self, compiled):
         self.compiled = compiled
 
-    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, seqs: list["SeqInput"]) -> torch.Tensor:
+    def __call__(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, seqs: list["SeqInput"]
+    ) -> torch.Tensor:
         """x [T, dim] fp32 residual stream after the embedding (updated in place); cos, sin
         [T, 1, head_dim] the rows' rotary tables; seqs as transformer.forward's."""
         return self.compiled.forward(
-            x, cos, sin, [s.cache.k for s in seqs], [s.cache.v for s in seqs], [s.num_tokens for s in seqs],
-            [s.cache.length for s in seqs], [s.start for s in seqs],
-            [EMPTY_MASK if s.tree_mask is None else s.tree_mask for s in seqs], [s.key_order for s in seqs])
+            x,
+            cos,
+            sin,
+            [s.cache.k for s in seqs],
+            [s.cache.v for s in seqs],
+            [s.num_tokens for s in seqs],
+            [s.cache.length for s in seqs],
+            [s.start for s in seqs],
+            [EMPTY_MASK if s.tree_mask is None else s.tree_mask for s in seqs],
+            [s.key_order for s in seqs],
+        )
 
 
 def gguf_decoder(kernels: Kernels, a: ModelArgs, layers: list, scale: float) -> GgufDecoder | None:
@@ -42,14 +53,17 @@ def gguf_decoder(kernels: Kernels, a: ModelArgs, layers: list, scale: float) -> 
     norms (Qwen3), which the csrc decoder does not apply."""
     if kernels.module is None:
         return None
-    linears = [lin for layer in layers for lin in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
+    linears = [
+        lin for layer in layers for lin in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)
+    ]
     # a fused weight of mixed formats runs its parts in turn, their outputs side by side (ggml_parts.py)
     per_linear = [lin.parts if isinstance(lin, GGUFPartsLinear) else [lin] for lin in linears]
     parts = [p for ps in per_linear for p in ps]
     if any(layer.q_norm is not None for layer in layers) or not all(
-            isinstance(p, GGUFLinear) and p.kernels is kernels for p in parts):
+        isinstance(p, GGUFLinear) and p.kernels is kernels for p in parts
+    ):
         return None
-    empty = torch.empty(0, dtype=torch.float32)     # "no bias"
+    empty = torch.empty(0, dtype=torch.float32)  # "no bias"
     c = kernels.module.GgufDecoderConfig()
     c.packed = [p.packed for p in parts]
     c.fmts = [FORMATS[p.kind] for p in parts]

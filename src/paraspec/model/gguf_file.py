@@ -8,6 +8,7 @@ and one decode per string), numeric arrays are one np.frombuffer, and tensor dat
 loader.py take either). `types` keeps each key's GGUF value type, so that a copy of the file can
 be written back through gguf.GGUFWriter.add_key_value with the same types.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -17,17 +18,40 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf.constants import (GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType,
-                            GGUFValueType)
+from gguf.constants import (
+    GGML_QUANT_SIZES,
+    GGUF_DEFAULT_ALIGNMENT,
+    GGUF_MAGIC,
+    GGMLQuantizationType,
+    GGUFValueType,
+)
 
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 # GGUF value types (gguf.GGUFValueType) -> numpy dtype; 8 is a string, 9 an array
-_SCALARS = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32,
-            7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}
+_SCALARS = {
+    0: np.uint8,
+    1: np.int8,
+    2: np.uint16,
+    3: np.int16,
+    4: np.uint32,
+    5: np.int32,
+    6: np.float32,
+    7: np.bool_,
+    10: np.uint64,
+    11: np.int64,
+    12: np.float64,
+}
 _STRING, _ARRAY = 8, 9
 # tensor types stored as plain numbers (GGUFReader's dtypes); every other type is blocks of uint8
-_PLAIN = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I8": np.int8, "I16": np.int16,
-          "I32": np.int32, "I64": np.int64}
+_PLAIN = {
+    "F32": np.float32,
+    "F16": np.float16,
+    "F64": np.float64,
+    "I8": np.int8,
+    "I16": np.int16,
+    "I32": np.int32,
+    "I64": np.int64,
+}
 
 
 class CutShort(ValueError):
@@ -38,7 +62,7 @@ class CutShort(ValueError):
 
 
 def _past_end(what: str, end: int, size: int) -> ValueError:
-    if end > 1 << 42:      # no model file is this large: a garbage length, not a file cut short
+    if end > 1 << 42:  # no model file is this large: a garbage length, not a file cut short
         return ValueError(f"{what} would end at byte {end:,}: the file is corrupt")
     return CutShort(what, end, size)
 
@@ -47,16 +71,18 @@ def _past_end(what: str, end: int, size: int) -> ValueError:
 class GGUFTensor:
     name: str
     tensor_type: GGMLQuantizationType
-    shape: tuple[int, ...]        # GGUF order: ne0 (a row's length) first
-    data: np.ndarray              # numbers in numpy order, or [..., row bytes] uint8 blocks
+    shape: tuple[int, ...]  # GGUF order: ne0 (a row's length) first
+    data: np.ndarray  # numbers in numpy order, or [..., row bytes] uint8 blocks
 
 
 @dataclass(frozen=True)
 class GGUFFile:
     path: Path
-    fields: dict[str, Any]        # key -> int / float / bool / str / list (GGUFReader's contents())
-    tensors: dict[str, GGUFTensor]   # in file order
-    types: dict[str, tuple[GGUFValueType, GGUFValueType | None]]   # key -> (vtype, an array's sub_type)
+    fields: dict[str, Any]  # key -> int / float / bool / str / list (GGUFReader's contents())
+    tensors: dict[str, GGUFTensor]  # in file order
+    types: dict[
+        str, tuple[GGUFValueType, GGUFValueType | None]
+    ]  # key -> (vtype, an array's sub_type)
 
     def get(self, key: str, default=None):
         return self.fields.get(key, default)
@@ -87,7 +113,7 @@ class _Cursor:
     def string(self) -> str:
         n = self.u64()
         self.need(n, "a metadata string")
-        s = str(self.buf[self.off:self.off + n], "utf-8")
+        s = str(self.buf[self.off : self.off + n], "utf-8")
         self.off += n
         return s
 
@@ -102,7 +128,7 @@ class _Cursor:
             off += 8
             if off + n > end:
                 raise _past_end("a metadata string array", off + n, end)
-            out[i] = str(buf[off:off + n], "utf-8")
+            out[i] = str(buf[off : off + n], "utf-8")
             off += n
         self.off = off
         return out
@@ -165,11 +191,15 @@ def read_gguf(path: str | Path) -> GGUFFile:
     for name, dims, kind, offset in infos:
         if name in tensors:
             raise ValueError(f"duplicate tensor {name!r}")
-        tensors[name] = GGUFTensor(name, kind, dims, _data(mapped, start + offset, dims, kind, name))
+        tensors[name] = GGUFTensor(
+            name, kind, dims, _data(mapped, start + offset, dims, kind, name)
+        )
     return GGUFFile(path, fields, tensors, types)
 
 
-def _data(buf, offset: int, dims: tuple[int, ...], kind: GGMLQuantizationType, name: str) -> np.ndarray:
+def _data(
+    buf, offset: int, dims: tuple[int, ...], kind: GGMLQuantizationType, name: str
+) -> np.ndarray:
     shape = tuple(reversed(dims))
     n = int(np.prod(dims, dtype=np.int64))
     if kind.name in _PLAIN:
@@ -178,9 +208,13 @@ def _data(buf, offset: int, dims: tuple[int, ...], kind: GGMLQuantizationType, n
         return np.frombuffer(buf, dtype, n, offset).reshape(shape)
     block, size = GGML_QUANT_SIZES[kind]
     if shape[-1] % block:
-        raise ValueError(f"tensor rows of {shape[-1]} values are not whole {kind.name} blocks of {block}")
+        raise ValueError(
+            f"tensor rows of {shape[-1]} values are not whole {kind.name} blocks of {block}"
+        )
     _within(buf, offset + n // block * size, name)
-    return np.frombuffer(buf, np.uint8, n // block * size, offset).reshape(*shape[:-1], shape[-1] // block * size)
+    return np.frombuffer(buf, np.uint8, n // block * size, offset).reshape(
+        *shape[:-1], shape[-1] // block * size
+    )
 
 
 def _within(buf, end: int, name: str) -> None:

@@ -8,6 +8,7 @@ so K-quant files for tests and benchmarks come from llama.cpp itself:
 
 Nothing here is used at inference time.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,18 @@ from pathlib import Path
 
 import numpy as np
 
-FTYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q4_K_S": 14, "Q4_K_M": 15,
-          "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18}   # llama.cpp's llama_ftype values
+FTYPES = {
+    "Q4_0": 2,
+    "Q4_1": 3,
+    "Q8_0": 7,
+    "Q5_0": 8,
+    "Q5_1": 9,
+    "Q4_K_S": 14,
+    "Q4_K_M": 15,
+    "Q5_K_S": 16,
+    "Q5_K_M": 17,
+    "Q6_K": 18,
+}  # llama.cpp's llama_ftype values
 
 
 def have_llamacpp() -> bool:
@@ -33,14 +44,18 @@ def to_f32(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     import gguf
 
     from .gguf_file import read_gguf
+
     reader = read_gguf(src)
     w = gguf.GGUFWriter(str(dst), reader.fields["general.architecture"])
     for key, value in reader.fields.items():
-        if key != "general.architecture":   # written by the writer itself
+        if key != "general.architecture":  # written by the writer itself
             w.add_key_value(key, value, *reader.types[key])
     for t in reader.tensors.values():
         a = gguf.quants.dequantize(t.data, t.tensor_type)
-        w.add_tensor(t.name, np.ascontiguousarray(a, dtype=np.float32).reshape([int(d) for d in reversed(t.shape)]))
+        w.add_tensor(
+            t.name,
+            np.ascontiguousarray(a, dtype=np.float32).reshape([int(d) for d in reversed(t.shape)]),
+        )
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -48,14 +63,16 @@ def to_f32(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     return Path(dst)
 
 
-def llamacpp_quantize(src: str | os.PathLike, dst: str | os.PathLike, ftype: str, pure: bool = False,
-                      threads: int = 2) -> Path:
+def llamacpp_quantize(
+    src: str | os.PathLike, dst: str | os.PathLike, ftype: str, pure: bool = False, threads: int = 2
+) -> Path:
     """llama.cpp's quantiser on an F32/F16 GGUF file: ftype one of FTYPES (e.g. "Q4_K_M");
     pure: every 2-D tensor in that type (no mixture; llama.cpp still falls back where a row is
     not a multiple of the type's block). Raises ImportError without llama-cpp-python."""
     if ftype not in FTYPES:
         raise ValueError(f"ftype {ftype!r} is not one of {', '.join(FTYPES)}")
     import llama_cpp
+
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype, p.nthread, p.pure = FTYPES[ftype], threads, pure
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), p)
@@ -68,6 +85,7 @@ def cached_kquant_model(ftype: str = "Q4_K_M", cache: str | os.PathLike | None =
     """The bundled SmolLM2 model requantised by llama.cpp to `ftype` (from its F32 dequantisation),
     made once into ~/.cache/paraspec (never committed: a model file)."""
     from .loader import default_model_path
+
     base = default_model_path()
     out_dir = Path(cache or Path.home() / ".cache" / "paraspec")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """A Hugging Face folder -> LoadedModel: config.json and the safetensors shards, read as
 transformer.py's names. A config that asks for math the forward does not compute
 (architecture.py: sliding windows, yarn RoPE, experts, ...) is refused in one line."""
+
 from __future__ import annotations
 
 import json
@@ -19,21 +20,26 @@ def load_hf(path: Path) -> LoadedModel:
     try:
         config = json.loads((path / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise ModelLoadError(f"cannot read {str(path / 'config.json')!r} ({e}); "
-                             "a Hugging Face model folder needs a valid config.json") from None
+        raise ModelLoadError(
+            f"cannot read {str(path / 'config.json')!r} ({e}); "
+            "a Hugging Face model folder needs a valid config.json"
+        ) from None
     arch = config.get("model_type", "?")
     check_arch(arch, str(path / "config.json"))
     architecture.check_hf_config(config, str(path / "config.json"))
     files = safetensors_files(path)
     from safetensors.torch import load_file
+
     raw: dict[str, torch.Tensor] = {}
     try:
         for f in files:
             for k, a in load_file(str(f)).items():
                 raw[k] = a
     except Exception as e:
-        raise ModelLoadError(f"cannot read {str(f)!r} ({type(e).__name__}: {e}); the weights file "
-                             "is corrupt or incomplete") from None
+        raise ModelLoadError(
+            f"cannot read {str(f)!r} ({type(e).__name__}: {e}); the weights file "
+            "is corrupt or incomplete"
+        ) from None
     architecture.check_tensors(raw, "hf", config.get("num_hidden_layers", 0), str(path))
 
     def get(name: str, required: bool = True):
@@ -41,13 +47,17 @@ def load_hf(path: Path) -> LoadedModel:
             if prefix + name in raw:
                 return raw[prefix + name].float().numpy()
         if required:
-            raise ModelLoadError(f"weights in {str(path)!r} lack tensor {name!r}; the checkpoint is "
-                                 f"incomplete or not a {arch} model")
+            raise ModelLoadError(
+                f"weights in {str(path)!r} lack tensor {name!r}; the checkpoint is "
+                f"incomplete or not a {arch} model"
+            )
         return None
 
     n_heads = config["num_attention_heads"]
     rope = config.get("rope_parameters") or {}
-    scaling = config.get("rope_scaling") or (rope if rope.get("rope_type") not in (None, "default") else None)
+    scaling = config.get("rope_scaling") or (
+        rope if rope.get("rope_type") not in (None, "default") else None
+    )
     args = ModelArgs(
         arch=arch,
         vocab_size=config["vocab_size"],
@@ -61,24 +71,39 @@ def load_hf(path: Path) -> LoadedModel:
         rope_theta=config.get("rope_theta") or rope.get("rope_theta") or 10000.0,
         rope_scaling=scaling,
         max_seq_len=config.get("max_position_embeddings", 4096),
-        tie_embeddings=bool(config.get("tie_word_embeddings", False)) or get("lm_head.weight", False) is None,
+        tie_embeddings=bool(config.get("tie_word_embeddings", False))
+        or get("lm_head.weight", False) is None,
         qkv_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),
         qk_norm=arch == "qwen3",
     )
-    w: dict[str, np.ndarray] = {"tok_embeddings": get("embed_tokens.weight"), "norm": get("norm.weight")}
+    w: dict[str, np.ndarray] = {
+        "tok_embeddings": get("embed_tokens.weight"),
+        "norm": get("norm.weight"),
+    }
     if not args.tie_embeddings:
         w["lm_head"] = get("lm_head.weight")
     for i in range(args.n_layers):
         b = f"layers.{i}."
         bias = args.qkv_bias
-        fuse_layer(w, i, get(b + "self_attn.q_proj.weight"), get(b + "self_attn.k_proj.weight"),
-                   get(b + "self_attn.v_proj.weight"), get(b + "self_attn.o_proj.weight"),
-                   get(b + "mlp.gate_proj.weight"), get(b + "mlp.up_proj.weight"), get(b + "mlp.down_proj.weight"),
-                   get(b + "input_layernorm.weight"), get(b + "post_attention_layernorm.weight"),
-                   get(b + "self_attn.q_proj.bias", bias), get(b + "self_attn.k_proj.bias", bias),
-                   get(b + "self_attn.v_proj.bias", bias),
-                   get(b + "self_attn.q_norm.weight", args.qk_norm), get(b + "self_attn.k_norm.weight", args.qk_norm),
-                   get(b + "self_attn.o_proj.bias", arch == "llama" and bias))
+        fuse_layer(
+            w,
+            i,
+            get(b + "self_attn.q_proj.weight"),
+            get(b + "self_attn.k_proj.weight"),
+            get(b + "self_attn.v_proj.weight"),
+            get(b + "self_attn.o_proj.weight"),
+            get(b + "mlp.gate_proj.weight"),
+            get(b + "mlp.up_proj.weight"),
+            get(b + "mlp.down_proj.weight"),
+            get(b + "input_layernorm.weight"),
+            get(b + "post_attention_layernorm.weight"),
+            get(b + "self_attn.q_proj.bias", bias),
+            get(b + "self_attn.k_proj.bias", bias),
+            get(b + "self_attn.v_proj.bias", bias),
+            get(b + "self_attn.q_norm.weight", args.qk_norm),
+            get(b + "self_attn.k_norm.weight", args.qk_norm),
+            get(b + "self_attn.o_proj.bias", arch == "llama" and bias),
+        )
     tok_source = {"kind": "hf", "path": str(path), "config": config}
     return LoadedModel(args, w, path, path.name, tok_source, config, tuple(raw))
 
@@ -91,15 +116,21 @@ def safetensors_files(path: Path) -> list[Path]:
         try:
             shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         except (OSError, json.JSONDecodeError, KeyError, AttributeError, TypeError) as e:
-            raise ModelLoadError(f"cannot read {str(index)!r} ({type(e).__name__}: {e}); a sharded "
-                                 "checkpoint needs its index with a weight_map") from None
+            raise ModelLoadError(
+                f"cannot read {str(index)!r} ({type(e).__name__}: {e}); a sharded "
+                "checkpoint needs its index with a weight_map"
+            ) from None
         missing = [s for s in shards if not (path / s).is_file()]
         if missing:
-            raise ModelLoadError(f"{str(path)!r} lacks shard {missing[0]!r} named in model.safetensors.index.json "
-                                 f"({len(missing)} of {len(shards)} missing); download the whole checkpoint")
+            raise ModelLoadError(
+                f"{str(path)!r} lacks shard {missing[0]!r} named in model.safetensors.index.json "
+                f"({len(missing)} of {len(shards)} missing); download the whole checkpoint"
+            )
         return [path / s for s in shards]
     files = sorted(path.glob("*.safetensors"))
     if not files:
-        raise ModelLoadError(f"no *.safetensors weights in {str(path)!r}; paraspec reads safetensors "
-                             "(convert .bin checkpoints with transformers' save_pretrained)")
+        raise ModelLoadError(
+            f"no *.safetensors weights in {str(path)!r}; paraspec reads safetensors "
+            "(convert .bin checkpoints with transformers' save_pretrained)"
+        )
     return files

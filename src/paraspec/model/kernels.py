@@ -17,6 +17,7 @@ PARASPEC_KERNELS names another: `auto`, `avx512`, `avx2`, `torch`, or `ISA:VARIA
 W8A8 inner loop (e.g. `avx2:avx2` skips AVX-VNNI). A path this machine cannot run is never an
 error: one log line says which path runs instead and why.
 """
+
 from __future__ import annotations
 
 import functools
@@ -35,19 +36,51 @@ from ..errors import ConfigError
 logger = logging.getLogger("paraspec.kernels")
 
 ENV = "PARASPEC_KERNELS"
-ISAS = ("avx512", "avx2")                       # best first
+ISAS = ("avx512", "avx2")  # best first
 PATHS = (*ISAS, "torch")
-VERSION = 22                                    # csrc modules' VERSION this code calls
-REQUIRES = {"avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "fma"}),   # as csrc's
-            "avx2": frozenset({"avx2", "fma", "f16c"})}                                                  # cpu_supported()
-SHOWN = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
-         "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "asimd", "asimddp", "sve", "bf16")
+VERSION = 22  # csrc modules' VERSION this code calls
+REQUIRES = {
+    "avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "fma"}),  # as csrc's
+    "avx2": frozenset({"avx2", "fma", "f16c"}),
+}  # cpu_supported()
+SHOWN = (
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512dq",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "asimddp",
+    "sve",
+    "bf16",
+)
 
 # numpy's runtime dispatcher reads CPUID (and XGETBV, so OS support is included); its names -> Linux's
-_NUMPY_NAMES = {"AVX2": "avx2", "FMA3": "fma", "F16C": "f16c", "AVX512F": "avx512f", "AVX512BW": "avx512bw",
-                "AVX512VL": "avx512vl", "AVX512DQ": "avx512dq", "AVX512VNNI": "avx512_vnni",
-                "AVX512BF16": "avx512_bf16", "AVX512FP16": "avx512_fp16", "ASIMD": "asimd",
-                "ASIMDDP": "asimddp", "ASIMDHP": "asimdhp", "SVE": "sve", "BF16": "bf16"}
+_NUMPY_NAMES = {
+    "AVX2": "avx2",
+    "FMA3": "fma",
+    "F16C": "f16c",
+    "AVX512F": "avx512f",
+    "AVX512BW": "avx512bw",
+    "AVX512VL": "avx512vl",
+    "AVX512DQ": "avx512dq",
+    "AVX512VNNI": "avx512_vnni",
+    "AVX512BF16": "avx512_bf16",
+    "AVX512FP16": "avx512_fp16",
+    "ASIMD": "asimd",
+    "ASIMDDP": "asimddp",
+    "ASIMDHP": "asimdhp",
+    "SVE": "sve",
+    "BF16": "bf16",
+}
 
 
 def is_x86() -> bool:
@@ -78,6 +111,7 @@ def cpu_features() -> frozenset[str]:
             return None if fn is None else bool(fn())
         except Exception:  # a private helper that changed: no opinion
             return None
+
     if is_x86():
         if not npf:  # no numpy opinion: torch's alone (it has no separate FMA bit; AVX2 CPUs all have FMA and F16C)
             if torch_says("_is_avx2_supported"):
@@ -101,9 +135,9 @@ def cpu_features() -> frozenset[str]:
 class Kernels:
     """The compiled kernels a model runs: one ISA's module, or none (the torch paths)."""
 
-    name: str                       # "avx512" | "avx2" | "torch"
+    name: str  # "avx512" | "avx2" | "torch"
     module: ModuleType | None = None
-    w8a8_variant: str = ""          # the module's W8A8 inner loop ("" for torch)
+    w8a8_variant: str = ""  # the module's W8A8 inner loop ("" for torch)
 
     @property
     def label(self) -> str:
@@ -124,7 +158,9 @@ class Kernels:
         return self.module.w8a8_linear(*args, variant=self.w8a8_variant, **kwargs)
 
 
-def resolve_activation_passes(passes: int | str | None, kernels: Kernels, quantization: str | None) -> int:
+def resolve_activation_passes(
+    passes: int | str | None, kernels: Kernels, quantization: str | None
+) -> int:
     """The int8 activation passes of the model's GGUF / W8A8 linears (ggml.py, quant.py).
 
     1: one Q8 step per 32-block, llama.cpp's numerics; 2: its rounding residual quantised again
@@ -136,7 +172,7 @@ def resolve_activation_passes(passes: int | str | None, kernels: Kernels, quanti
     32-block) keeps two on "auto" (its one pass costs 4 % perplexity)."""
     if passes in (None, "auto"):
         return 1 if quantization == "gguf" and kernels.module is not None else 2
-    return int(passes)           # 1 or 2: EngineArgs checks a user's value (engine_args.py)
+    return int(passes)  # 1 or 2: EngineArgs checks a user's value (engine_args.py)
 
 
 TORCH = Kernels("torch")
@@ -148,10 +184,12 @@ def _load(isa: str) -> tuple[ModuleType | None, str]:
     if not is_x86():
         return None, f"{platform.machine()} is not x86-64"
     missing = sorted(REQUIRES[isa] - cpu_features())
-    if missing:   # decided before the import: loading it would already execute its instructions
+    if missing:  # decided before the import: loading it would already execute its instructions
         return None, f"this CPU lacks {' '.join(missing)}"
     built_for = _built_for(isa)
-    if built_for and _minor(built_for) != _minor(torch.__version__):   # its C++ ABI is another torch's
+    if built_for and _minor(built_for) != _minor(
+        torch.__version__
+    ):  # its C++ ABI is another torch's
         return None, f"built against torch {built_for}, this is torch {torch.__version__}"
     try:
         module = importlib.import_module(f"paraspec.model._kernels_{isa}")
@@ -194,10 +232,13 @@ def choose(spec: str | None = None) -> Kernels:
     spec = (spec if spec is not None else os.environ.get(ENV, "")).strip().lower() or "auto"
     isa, _, variant = spec.partition(":")
     if isa not in ("auto", *PATHS) or (variant and isa in ("auto", "torch")):
-        raise ConfigError(f"{ENV}={spec!r} is not a kernel path; use auto, avx512, avx2 or torch "
-                          "(or avx512:VARIANT / avx2:VARIANT)" if source == ENV else
-                          f"kernels={spec!r} is not a kernel path; use auto, avx512, avx2 or torch")
-    if isa == "torch":          # nothing compiled is even imported
+        raise ConfigError(
+            f"{ENV}={spec!r} is not a kernel path; use auto, avx512, avx2 or torch "
+            "(or avx512:VARIANT / avx2:VARIANT)"
+            if source == ENV
+            else f"kernels={spec!r} is not a kernel path; use auto, avx512, avx2 or torch"
+        )
+    if isa == "torch":  # nothing compiled is even imported
         return TORCH
     paths = runnable() if isa == "auto" else _runnable_from(isa)
     if isa == "auto":
@@ -205,19 +246,21 @@ def choose(spec: str | None = None) -> Kernels:
     candidates = [k for k in paths if k.name == isa and (not variant or k.w8a8_variant == variant)]
     if candidates:
         return candidates[0]
-    same_isa = [k for k in paths if k.name == isa]     # a variant it lacks: the ISA's best one
+    same_isa = [k for k in paths if k.name == isa]  # a variant it lacks: the ISA's best one
     pick = same_isa[0] if same_isa else next(k for k in paths if k.name != isa)
     why = why_not(isa)
     if not why and variant:
         why = f"this CPU runs only W8A8 variants {', '.join(_load(isa)[0].w8a8_variants())}"
-    logger.warning("paraspec: %s=%s cannot run here (%s); using the %s kernels", ENV, spec, why, pick.label)
+    logger.warning(
+        "paraspec: %s=%s cannot run here (%s); using the %s kernels", ENV, spec, why, pick.label
+    )
     return pick
 
 
 def _runnable_from(isa: str) -> list[Kernels]:
     """runnable(), from `isa` down: a path above the one asked for is not imported."""
     out = []
-    for name in ISAS[ISAS.index(isa):]:
+    for name in ISAS[ISAS.index(isa) :]:
         module = _load(name)[0]
         if module is not None:
             out += [Kernels(name, module, v) for v in module.w8a8_variants()]
@@ -230,10 +273,19 @@ def default() -> Kernels:
     picked = choose()
     if picked is TORCH and is_x86() and os.environ.get(ENV, "auto").strip().lower() != "torch":
         reasons = "; ".join(f"{isa}: {why_not(isa)}" for isa in ISAS)
-        fix = " (build them: `make install` in a checkout, or reinstall paraspec, see docs/install.md)" \
-            if any(why_not(isa).startswith(("not built", "a stale", "built against")) for isa in ISAS) else ""
-        logger.warning("paraspec: no compiled CPU kernels run (%s); decoding takes the torch paths, exact "
-                       "but slower%s", reasons, fix)
+        fix = (
+            " (build them: `make install` in a checkout, or reinstall paraspec, see docs/install.md)"
+            if any(
+                why_not(isa).startswith(("not built", "a stale", "built against")) for isa in ISAS
+            )
+            else ""
+        )
+        logger.warning(
+            "paraspec: no compiled CPU kernels run (%s); decoding takes the torch paths, exact "
+            "but slower%s",
+            reasons,
+            fix,
+        )
     else:
         logger.info("paraspec: CPU kernels %s", picked.label)
     return picked
@@ -243,8 +295,8 @@ def default() -> Kernels:
 class Numerics:
     """What a model's matmuls run in: the weights' dtype and an optional quantisation."""
 
-    dtype: str                      # "bfloat16" | "float32"
-    quantization: str | None        # None | "w8a8" | "gguf"
+    dtype: str  # "bfloat16" | "float32"
+    quantization: str | None  # None | "w8a8" | "gguf"
     why: str = ""
 
 
@@ -260,19 +312,32 @@ def default_numerics(kernels: Kernels | None = None) -> Numerics:
     """
     kernels = kernels or default()
     if kernels.module is not None:
-        return Numerics("bfloat16", "w8a8", f"the {kernels.label} W8A8 kernel streams int8 weights, half "
-                                            "of bf16's bytes")
-    return Numerics("bfloat16", None, "no compiled kernels: bf16 through torch, half of fp32's bytes")
+        return Numerics(
+            "bfloat16",
+            "w8a8",
+            f"the {kernels.label} W8A8 kernel streams int8 weights, half of bf16's bytes",
+        )
+    return Numerics(
+        "bfloat16", None, "no compiled kernels: bf16 through torch, half of fp32's bytes"
+    )
 
 
 def gguf_numerics(kernels: Kernels) -> Numerics:
     """A GGUF file's own Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K blocks (ggml.py): fewer bytes a step than int8."""
-    return Numerics("bfloat16", "gguf", f"the GGUF file's own blocks through the {kernels.label} kernels: "
-                                        "the fewest bytes a decode step streams")
+    return Numerics(
+        "bfloat16",
+        "gguf",
+        f"the GGUF file's own blocks through the {kernels.label} kernels: "
+        "the fewest bytes a decode step streams",
+    )
 
 
-def resolve_numerics(dtype: str | None, quantization: str | None, kernels: Kernels | None = None,
-                     gguf_file: bool = False) -> Numerics:
+def resolve_numerics(
+    dtype: str | None,
+    quantization: str | None,
+    kernels: Kernels | None = None,
+    gguf_file: bool = False,
+) -> Numerics:
     """A user's dtype / quantization, "auto" (or None for dtype) filled in for this CPU.
 
     dtype "auto" with quantization "auto" or unset: a GGUF file runs its own blocks where a
@@ -281,11 +346,17 @@ def resolve_numerics(dtype: str | None, quantization: str | None, kernels: Kerne
     asked for too. quantization "none" disables it; "gguf" needs a .gguf model."""
     q = None if quantization in (None, "", "none") else quantization
     if q == "gguf" and not gguf_file:
-        raise ConfigError("quantization='gguf' runs a .gguf file's own blocks, and this model is not a "
-                          ".gguf file; use 'w8a8', 'none' or 'auto'")
+        raise ConfigError(
+            "quantization='gguf' runs a .gguf file's own blocks, and this model is not a "
+            ".gguf file; use 'w8a8', 'none' or 'auto'"
+        )
     kernels = kernels or default()
     if dtype in (None, "auto"):
         if quantization in ("auto", None):
-            return gguf_numerics(kernels) if gguf_file and kernels.module is not None else default_numerics(kernels)
+            return (
+                gguf_numerics(kernels)
+                if gguf_file and kernels.module is not None
+                else default_numerics(kernels)
+            )
         return Numerics("bfloat16", q, "quantization chosen by the caller")
     return Numerics(dtype, None if q == "auto" else q, "chosen by the caller")

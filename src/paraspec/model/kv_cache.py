@@ -21,6 +21,7 @@ the gaps a tree mask leaves between its keys (attention.attention, csrc/attentio
 order of sums per row), so parallel decoding stays token-identical to autoregressive decoding
 with either cache dtype; the two dtypes' outputs can differ from each other at near-ties.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -46,13 +47,17 @@ class KVCache:
         self.capacity = round_up(max(capacity, 1), KEY_BUCKET)
         shape = (args.n_layers, args.n_kv_heads, self.capacity)
         self.k, self.v = self._alloc(shape, args.head_dim, dtype)
-        self._v64: torch.Tensor | None = None   # v_with_ones's scratch
+        self._v64: torch.Tensor | None = None  # v_with_ones's scratch
         self.length = 0
 
     @staticmethod
-    def _alloc(shape: tuple[int, ...], head_dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def _alloc(
+        shape: tuple[int, ...], head_dim: int, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         # zeros, not empty: masked slots are multiplied by 0 in attention, and 0 * NaN would leak
-        return torch.zeros(*shape, head_dim, dtype=dtype), torch.zeros(*shape, head_dim, dtype=dtype)
+        return torch.zeros(*shape, head_dim, dtype=dtype), torch.zeros(
+            *shape, head_dim, dtype=dtype
+        )
 
     def reserve(self, needed: int) -> None:
         """Grow (copying) so that `needed` slots fit; rarely used, capacity is sized up front."""
@@ -68,8 +73,8 @@ class KVCache:
         """Write K/V of the q new tokens (k, v: [q, n_kv_heads, head_dim]) after the committed ones."""
         q = k.shape[0]
         end = self.length + q
-        self.k[layer, :, self.length:end] = k.transpose(0, 1)
-        self.v[layer, :, self.length:end] = v.transpose(0, 1)
+        self.k[layer, :, self.length : end] = k.transpose(0, 1)
+        self.v[layer, :, self.length : end] = v.transpose(0, 1)
 
     def commit(self, keep: Sequence[int]) -> None:
         """Keep new tokens `keep` (indices into the last forward's new tokens, ascending) as the
@@ -110,4 +115,8 @@ class KVCache:
 
     def nbytes(self) -> int:
         scratch = 0 if self._v64 is None else self._v64.numel() * self._v64.element_size()
-        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size() + scratch
+        return (
+            self.k.numel() * self.k.element_size()
+            + self.v.numel() * self.v.element_size()
+            + scratch
+        )

@@ -23,6 +23,7 @@ exact in any summation order (torch._int_mm is not an option: on CPUs without VN
 kernel saturates vpmaddubsw's int16 pairs). They all give the same bits (except with
 norm_linear's fused norm, whose sum of squares runs in another order).
 """
+
 from __future__ import annotations
 
 
@@ -33,7 +34,7 @@ from .kernels import Kernels, default as default_kernels
 
 PANEL = 32  # output channels per packed panel (csrc/w8a8.h)
 Q8_0_BLOCK = 32  # GGUF Q8_0: 32 int8 + one fp16 scale (34 bytes) per block
-K_CHUNK = 1024   # 127 * 127 * 1024 < 2^24: a chunk's int8 dot products are exact in fp32
+K_CHUNK = 1024  # 127 * 127 * 1024 < 2^24: a chunk's int8 dot products are exact in fp32
 
 
 def quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,10 +42,12 @@ def quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale 0 and q 0. Works through row chunks, so the fp32 transient stays small."""
     q, scale = torch.empty(w.shape, dtype=torch.int8), torch.empty(w.shape[0])
     for r in range(0, w.shape[0], 4096):
-        c = w[r:r + 4096].float()
+        c = w[r : r + 4096].float()
         amax = c.abs().amax(1, keepdim=True)
-        q[r:r + 4096] = torch.round(c * torch.where(amax > 0, 127.0 / amax, 0.0)).clamp_(-127, 127)
-        scale[r:r + 4096] = amax.squeeze(1) / 127.0
+        q[r : r + 4096] = torch.round(c * torch.where(amax > 0, 127.0 / amax, 0.0)).clamp_(
+            -127, 127
+        )
+        scale[r : r + 4096] = amax.squeeze(1) / 127.0
     return q, scale
 
 
@@ -58,7 +61,9 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.round(x * inv).to(torch.int8), amax * (1 / 127.0)
 
 
-def q8_0_to_int8(raw: np.ndarray | torch.Tensor, shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+def q8_0_to_int8(
+    raw: np.ndarray | torch.Tensor, shape: tuple[int, int]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """GGUF Q8_0 bytes of an [N, K] weight -> per-channel (q int8 [N, K], scale fp32 [N]).
 
     Requantises per channel rather than keeping the 32-wide block scales, so one kernel serves
@@ -71,13 +76,15 @@ def q8_0_to_int8(raw: np.ndarray | torch.Tensor, shape: tuple[int, int]) -> tupl
     n, k = shape
     if k % Q8_0_BLOCK:
         raise ValueError(f"Q8_0 needs K divisible by {Q8_0_BLOCK}, got {k}")
-    raw = torch.as_tensor(np.ascontiguousarray(raw)).view(torch.uint8).reshape(n, k // Q8_0_BLOCK, 34)
-    d = raw[..., :2].contiguous().view(torch.float16)                     # [N, blocks, 1]
-    qs = raw[..., 2:].contiguous().view(torch.int8)                       # [N, blocks, 32]
+    raw = (
+        torch.as_tensor(np.ascontiguousarray(raw)).view(torch.uint8).reshape(n, k // Q8_0_BLOCK, 34)
+    )
+    d = raw[..., :2].contiguous().view(torch.float16)  # [N, blocks, 1]
+    qs = raw[..., 2:].contiguous().view(torch.int8)  # [N, blocks, 32]
     q, scale = torch.empty(n, k, dtype=torch.int8), torch.empty(n)
     for r in range(0, n, 4096):
-        w = (qs[r:r + 4096].float() * d[r:r + 4096].float()).reshape(-1, k)
-        q[r:r + 4096], scale[r:r + 4096] = quantize_weight(w)
+        w = (qs[r : r + 4096].float() * d[r : r + 4096].float()).reshape(-1, k)
+        q[r : r + 4096], scale[r : r + 4096] = quantize_weight(w)
     return q, scale
 
 
@@ -90,8 +97,14 @@ class Int8Linear:
     exact fp32 matmuls (int_dot). residual: the second activation pass.
     """
 
-    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
-                 kernels: Kernels | None = None, residual: bool = True):
+    def __init__(
+        self,
+        qweight: torch.Tensor,
+        scale: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        kernels: Kernels | None = None,
+        residual: bool = True,
+    ):
         self.out_features, self.in_features = n, k = qweight.shape
         self.kernels = kernels or default_kernels()
         self.kernel = self.kernels.label if self.kernels.module is not None else "int_dot"
@@ -114,15 +127,22 @@ class Int8Linear:
         return cls(*quantize_weight(weight), bias, **kw)
 
     @classmethod
-    def from_q8_0(cls, raw: np.ndarray | torch.Tensor, shape: tuple[int, int],
-                  bias: torch.Tensor | None = None, **kw) -> Int8Linear:
+    def from_q8_0(
+        cls,
+        raw: np.ndarray | torch.Tensor,
+        shape: tuple[int, int],
+        bias: torch.Tensor | None = None,
+        **kw,
+    ) -> Int8Linear:
         """From GGUF Q8_0 bytes (rows of q/k/v or gate/up blocks can be concatenated as is)."""
         return cls(*q8_0_to_int8(raw, shape), bias, **kw)
 
     def __call__(self, x: torch.Tensor, prompt: bool = False) -> torch.Tensor:
         return self._run(x, None, 0.0)
 
-    def norm_linear(self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, prompt: bool = False) -> torch.Tensor:
+    def norm_linear(
+        self, x: torch.Tensor, norm_weight: torch.Tensor, eps: float, prompt: bool = False
+    ) -> torch.Tensor:
         """self(rms_norm(x, norm_weight, eps)) with the norm fused into the activation quantisation:
         per-row quantisation is invariant to a per-row factor, so 1/rms(x) just scales the row's
         scale. Saves the forward one op per call."""
@@ -134,8 +154,17 @@ class Int8Linear:
         if self.kernels.module is not None:
             if x.stride(-1) != 1 or x.dtype not in (torch.float32, torch.bfloat16):
                 x = x.float().contiguous()
-            return self.kernels.w8a8_linear(x, self.packed, self.comp, self.scale, self.bias,
-                                            self.out_features, self.passes, norm, eps)
+            return self.kernels.w8a8_linear(
+                x,
+                self.packed,
+                self.comp,
+                self.scale,
+                self.bias,
+                self.out_features,
+                self.passes,
+                norm,
+                eps,
+            )
         # the extension's arithmetic, op for op (bit-identical without `norm`; with it the
         # sum of squares runs in another order)
         x = x.float()
@@ -160,7 +189,9 @@ class Int8Linear:
         """Dequantised rows W[index] (fp32): lets a tied embedding share the LM head's int8 copy."""
         if self.kernels.module is not None:
             k4 = self.packed.shape[1]
-            q = self.packed[index // PANEL, :, index % PANEL].reshape(-1, k4 * 4)[:, :self.in_features]
+            q = self.packed[index // PANEL, :, index % PANEL].reshape(-1, k4 * 4)[
+                :, : self.in_features
+            ]
         else:
             q = self.weight_t[:, index].t()
         return q.float() * self.scale[index, None]
@@ -172,6 +203,6 @@ def int_dot(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     qf = q.float()
     acc = None
     for k0 in range(0, w.shape[0], K_CHUNK):
-        part = (qf[:, k0:k0 + K_CHUNK] @ w[k0:k0 + K_CHUNK]).to(torch.int32)
+        part = (qf[:, k0 : k0 + K_CHUNK] @ w[k0 : k0 + K_CHUNK]).to(torch.int32)
         acc = part if acc is None else acc + part
     return acc.float()

@@ -1,5 +1,6 @@
 """Rotary position embeddings: the cos/sin tables (with Llama-3, linear and GGUF frequency-factor
 scaling) and their application to q and k, in HF's rotate-half layout."""
+
 from __future__ import annotations
 
 import math

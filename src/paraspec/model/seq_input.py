@@ -1,6 +1,7 @@
 """What one sequence brings to a forward (transformer.forward, the csrc decoder): its KV cache and
 the mask among its new tokens. Its own module so that both forwards read it without importing
 each other."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -6,6 +6,7 @@ tokenizer.json. A GGUF vocabulary is either byte-level BPE ('gpt2': vocab + merg
 TinyLlama; pieces + scores, bytes by fallback); its control tokens become special tokens. The chat template is the model's own
 Jinja template, rendered in a sandbox.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,17 +18,27 @@ from typing import Sequence
 from ..errors import ModelLoadError, RequestError
 from .pretokenizers import build_pre_tokenizer, pre_tokenizer_for
 
-GIL_FREE_CHARS = 4096    # longer texts are tokenized with the GIL released (a server's event loop runs on)
+GIL_FREE_CHARS = (
+    4096  # longer texts are tokenized with the GIL released (a server's event loop runs on)
+)
 GGUF_TOKEN_NORMAL = 1
 GGUF_TOKEN_UNKNOWN = 2
 GGUF_TOKEN_CONTROL = 3
 GGUF_TOKEN_USER_DEFINED = 4
-SPM_SPACE = "\u2581"      # SentencePiece's visible space: "\u2581hello" is " hello"
+SPM_SPACE = "\u2581"  # SentencePiece's visible space: "\u2581hello" is " hello"
 
 
 class Tokenizer:
-    def __init__(self, backend, *, bos_token_id: int | None, eos_token_ids: Sequence[int],
-                 add_bos: bool, chat_template: str | None, special_tokens: dict[str, str]):
+    def __init__(
+        self,
+        backend,
+        *,
+        bos_token_id: int | None,
+        eos_token_ids: Sequence[int],
+        add_bos: bool,
+        chat_template: str | None,
+        special_tokens: dict[str, str],
+    ):
         self.backend = backend
         self.bos_token_id = bos_token_id
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids if t is not None)
@@ -55,36 +66,58 @@ class Tokenizer:
             add_bos_default = pre.add_bos
             vocab = {t: i for i, t in enumerate(tokens)}
             merges = [tuple(m.split(" ", 1)) for m in s["merges"]]
-            backend = Backend(models.BPE(vocab, merges, fuse_unk=False, byte_fallback=False,
-                                         ignore_merges=pre.ignore_merges))
+            backend = Backend(
+                models.BPE(
+                    vocab,
+                    merges,
+                    fuse_unk=False,
+                    byte_fallback=False,
+                    ignore_merges=pre.ignore_merges,
+                )
+            )
             if pre.nfc:
                 backend.normalizer = normalizers.NFC()
             backend.pre_tokenizer = build_pre_tokenizer(pre)
             backend.decoder = decoders.ByteLevel()
         elif s["model"] == "llama":
-            backend = _spm_backend(tokens, types, s.get("scores") or [],
-                                   add_space_prefix=s.get("add_space_prefix") is not False)
-            add_bos_default = True     # llama.cpp's default for SentencePiece vocabularies
-            special_types.add(GGUF_TOKEN_UNKNOWN)    # llama.cpp matches <unk> in text as it does <s>
+            backend = _spm_backend(
+                tokens,
+                types,
+                s.get("scores") or [],
+                add_space_prefix=s.get("add_space_prefix") is not False,
+            )
+            add_bos_default = True  # llama.cpp's default for SentencePiece vocabularies
+            special_types.add(GGUF_TOKEN_UNKNOWN)  # llama.cpp matches <unk> in text as it does <s>
         else:
-            raise ModelLoadError(f"GGUF tokenizer.ggml.model {s['model']!r} is not supported (paraspec "
-                                 "reads 'gpt2' byte-level BPE and 'llama' SentencePiece vocabularies); "
-                                 "load the model's Hugging Face folder instead")
+            raise ModelLoadError(
+                f"GGUF tokenizer.ggml.model {s['model']!r} is not supported (paraspec "
+                "reads 'gpt2' byte-level BPE and 'llama' SentencePiece vocabularies); "
+                "load the model's Hugging Face folder instead"
+            )
         # control tokens (<|im_start|>, <|begin_of_text|>, <s>) are special: matched in text, dropped
         # by decode(skip_special); user-defined ones (Qwen3's <think>) are matched but always
         # decoded, as llama.cpp and Hugging Face both do
-        added = [AddedToken(t, special=ty in special_types, normalized=False)
-                 for t, ty in zip(tokens, types) if ty in special_types or ty == GGUF_TOKEN_USER_DEFINED]
+        added = [
+            AddedToken(t, special=ty in special_types, normalized=False)
+            for t, ty in zip(tokens, types)
+            if ty in special_types or ty == GGUF_TOKEN_USER_DEFINED
+        ]
         backend.add_special_tokens([a for a in added if a.special])
         backend.add_tokens([a for a in added if not a.special])
         bos, eos = s.get("bos_token_id"), s.get("eos_token_id")
         eos_ids = [eos, s.get("eot_token_id")]
         add_bos = s.get("add_bos_token")
-        return cls(backend, bos_token_id=bos, eos_token_ids=eos_ids,
-                   add_bos=add_bos_default if add_bos is None else bool(add_bos),
-                   chat_template=s.get("chat_template"),
-                   special_tokens={"bos_token": tokens[bos] if bos is not None else "",
-                                   "eos_token": tokens[eos] if eos is not None else ""})
+        return cls(
+            backend,
+            bos_token_id=bos,
+            eos_token_ids=eos_ids,
+            add_bos=add_bos_default if add_bos is None else bool(add_bos),
+            chat_template=s.get("chat_template"),
+            special_tokens={
+                "bos_token": tokens[bos] if bos is not None else "",
+                "eos_token": tokens[eos] if eos is not None else "",
+            },
+        )
 
     @classmethod
     def _from_hf(cls, path: Path, config: dict) -> "Tokenizer":
@@ -92,8 +125,10 @@ class Tokenizer:
 
         file = path / "tokenizer.json"
         if not file.is_file():
-            raise ModelLoadError(f"{str(path)!r} has no tokenizer.json; save the tokenizer with "
-                                 "transformers' save_pretrained next to the weights")
+            raise ModelLoadError(
+                f"{str(path)!r} has no tokenizer.json; save the tokenizer with "
+                "transformers' save_pretrained next to the weights"
+            )
         backend = Backend.from_file(str(file))
         tc = _read_json(path / "tokenizer_config.json")
         gen = _read_json(path / "generation_config.json")
@@ -112,11 +147,20 @@ class Tokenizer:
         if template is None and (path / "chat_template.jinja").is_file():
             template = (path / "chat_template.jinja").read_text()
         add_bos = tc.get("add_bos_token")
-        if add_bos is None:   # as transformers: the tokenizer.json's post-processor says (Llama-3 adds BOS)
-            add_bos = bos is not None and backend.encode("", add_special_tokens=True).ids[:1] == [bos]
-        return cls(backend, bos_token_id=bos, eos_token_ids=eos_ids,
-                   add_bos=bool(add_bos), chat_template=template,
-                   special_tokens={"bos_token": bos_s or "", "eos_token": eos_s or ""})
+        if (
+            add_bos is None
+        ):  # as transformers: the tokenizer.json's post-processor says (Llama-3 adds BOS)
+            add_bos = bos is not None and backend.encode("", add_special_tokens=True).ids[:1] == [
+                bos
+            ]
+        return cls(
+            backend,
+            bos_token_id=bos,
+            eos_token_ids=eos_ids,
+            add_bos=bool(add_bos),
+            chat_template=template,
+            special_tokens={"bos_token": bos_s or "", "eos_token": eos_s or ""},
+        )
 
     # ------------------------------------------------------------------------------------ text
 
@@ -124,11 +168,15 @@ class Tokenizer:
         if not text.isascii():
             try:
                 text.encode("utf-8")
-            except UnicodeEncodeError as e:   # a lone surrogate ("\ud800"): not text the model can read
-                raise RequestError(f"the text holds an invalid Unicode character {text[e.start]!r} at "
-                                   f"offset {e.start} (a lone surrogate); send valid UTF-16 pairs or "
-                                   "drop it") from None
-        if len(text) > GIL_FREE_CHARS:   # the batch call tokenizes without the GIL (same ids)
+            except (
+                UnicodeEncodeError
+            ) as e:  # a lone surrogate ("\ud800"): not text the model can read
+                raise RequestError(
+                    f"the text holds an invalid Unicode character {text[e.start]!r} at "
+                    f"offset {e.start} (a lone surrogate); send valid UTF-16 pairs or "
+                    "drop it"
+                ) from None
+        if len(text) > GIL_FREE_CHARS:  # the batch call tokenizes without the GIL (same ids)
             ids = self.backend.encode_batch([text], add_special_tokens=False)[0].ids
         else:
             ids = self.backend.encode(text, add_special_tokens=False).ids
@@ -149,11 +197,17 @@ class Tokenizer:
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special)
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
-                            tools: list[dict] | None = None) -> str:
+    def apply_chat_template(
+        self,
+        messages: list[dict],
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+    ) -> str:
         if not self.chat_template:
-            raise RequestError("this model has no chat template; send a plain prompt (completions) "
-                               "instead of chat messages")
+            raise RequestError(
+                "this model has no chat template; send a plain prompt (completions) "
+                "instead of chat messages"
+            )
         for i, m in enumerate(messages):
             if not isinstance(m, dict) or "role" not in m or "content" not in m:
                 raise RequestError(f"messages[{i}] must be an object with 'role' and 'content'")
@@ -165,8 +219,12 @@ class Tokenizer:
             env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
             env.filters["tojson"] = _tojson
             self._template = env.from_string(self.chat_template)
-        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                     **({"tools": tools} if tools else {}), **self.special_tokens)
+        return self._template.render(
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            **({"tools": tools} if tools else {}),
+            **self.special_tokens,
+        )
 
     @cached_property
     def template_takes_tools(self) -> bool:
@@ -174,8 +232,11 @@ class Tokenizer:
         if not self.chat_template:
             return False
         from jinja2 import Environment, TemplateSyntaxError, meta
+
         try:
-            return "tools" in meta.find_undeclared_variables(Environment().parse(self.chat_template))
+            return "tools" in meta.find_undeclared_variables(
+                Environment().parse(self.chat_template)
+            )
         except TemplateSyntaxError:
             return "tools" in self.chat_template
 
@@ -203,27 +264,29 @@ class IncrementalDetokenizer:
         self.skip_special = skip_special
         self.ids: list[int] = []
         self.prefix_offset = 0  # start of the left-context chunk
-        self.read_offset = 0    # tokens before this have been emitted
+        self.read_offset = 0  # tokens before this have been emitted
 
     def push(self, new_ids: Sequence[int]) -> str:
         self.ids.extend(new_ids)
         decode = self.tokenizer.decode
-        prefix_text = decode(self.ids[self.prefix_offset:self.read_offset], self.skip_special)
-        full_text = decode(self.ids[self.prefix_offset:], self.skip_special)
+        prefix_text = decode(self.ids[self.prefix_offset : self.read_offset], self.skip_special)
+        full_text = decode(self.ids[self.prefix_offset :], self.skip_special)
         if len(full_text) <= len(prefix_text) or full_text.endswith("\ufffd"):
             return ""
         self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-        return full_text[len(prefix_text):]
+        return full_text[len(prefix_text) :]
 
     def flush(self) -> str:
         decode = self.tokenizer.decode
-        prefix_text = decode(self.ids[self.prefix_offset:self.read_offset], self.skip_special)
-        full_text = decode(self.ids[self.prefix_offset:], self.skip_special)
+        prefix_text = decode(self.ids[self.prefix_offset : self.read_offset], self.skip_special)
+        full_text = decode(self.ids[self.prefix_offset :], self.skip_special)
         self.prefix_offset = self.read_offset = len(self.ids)
-        return full_text[len(prefix_text):]
+        return full_text[len(prefix_text) :]
 
 
-def _spm_backend(tokens: list[str], types: list[int], scores: list[float], *, add_space_prefix: bool):
+def _spm_backend(
+    tokens: list[str], types: list[int], scores: list[float], *, add_space_prefix: bool
+):
     """A SentencePiece BPE vocabulary as a `tokenizers` BPE.
 
     SentencePiece (and llama.cpp after it) merges, again and again, the adjacent pair whose joined
@@ -236,8 +299,10 @@ def _spm_backend(tokens: list[str], types: list[int], scores: list[float], *, ad
     from tokenizers import Tokenizer as Backend, decoders, models, normalizers
 
     if len(scores) != len(tokens):
-        raise ModelLoadError(f"the GGUF's tokenizer.ggml.scores has {len(scores)} entries for "
-                             f"{len(tokens)} tokens; a SentencePiece vocabulary needs one score per token")
+        raise ModelLoadError(
+            f"the GGUF's tokenizer.ggml.scores has {len(scores)} entries for "
+            f"{len(tokens)} tokens; a SentencePiece vocabulary needs one score per token"
+        )
     vocab = {t: i for i, t in enumerate(tokens)}
     normal = {t for t, ty in zip(tokens, types) if ty == GGUF_TOKEN_NORMAL}
     ranked = []
@@ -250,19 +315,35 @@ def _spm_backend(tokens: list[str], types: list[int], scores: list[float], *, ad
                 ranked.append((-score, vocab[left], left, right))
     ranked.sort()
     unk = next((t for t, ty in zip(tokens, types) if ty == GGUF_TOKEN_UNKNOWN), None)
-    backend = Backend(models.BPE(vocab, [(left, right) for *_, left, right in ranked], unk_token=unk,
-                                 fuse_unk=True, byte_fallback="<0x00>" in vocab))
+    backend = Backend(
+        models.BPE(
+            vocab,
+            [(left, right) for *_, left, right in ranked],
+            unk_token=unk,
+            fuse_unk=True,
+            byte_fallback="<0x00>" in vocab,
+        )
+    )
     steps = [normalizers.Prepend(SPM_SPACE)] if add_space_prefix else []
     backend.normalizer = normalizers.Sequence(steps + [normalizers.Replace(" ", SPM_SPACE)])
     strip = [decoders.Strip(" ", 1, 0)] if add_space_prefix else []
-    backend.decoder = decoders.Sequence([decoders.Replace(SPM_SPACE, " "), decoders.ByteFallback(),
-                                         decoders.Fuse(), *strip])
+    backend.decoder = decoders.Sequence(
+        [decoders.Replace(SPM_SPACE, " "), decoders.ByteFallback(), decoders.Fuse(), *strip]
+    )
     return backend
 
 
-def _tojson(x, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys: bool = False) -> str:
+def _tojson(
+    x,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators=None,
+    sort_keys: bool = False,
+) -> str:
     # transformers' filter: keys in their order (a tool's schema as written), not jinja's sorted one
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 def _raise_template_error(message: str):
@@ -275,4 +356,6 @@ def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise ModelLoadError(f"{str(path)!r} is not valid JSON ({e}); fix or delete the file") from None
+        raise ModelLoadError(
+            f"{str(path)!r} is not valid JSON ({e}); fix or delete the file"
+        ) from None

@@ -12,6 +12,7 @@ package of paraspec that imports Ray).
 
     serve run paraspec.ray_serve:build_app config=config.json replicas=2
 """
+
 __all__ = ["build_app"]
 
 
@@ -19,5 +20,6 @@ def __getattr__(name: str):
     # Ray loads on first use: options.py and trie_hub.py stay importable (and testable) without it
     if name == "build_app":
         from .launch import build_app
+
         return build_app
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,6 +4,7 @@ of ParaspecEngine.generate, routed by TriePrefixRouter, whose items are the engi
 (or the exception the replica's engine raised, re-raised here so the app maps it as it always
 does). A replica that dies under a request ends that request with HTTP 503 (a stream ends with an
 error event): Serve retries only calls no replica has accepted yet."""
+
 from __future__ import annotations
 
 import asyncio
@@ -23,7 +24,7 @@ from ..server.engine_client import NOT_READY, Delta, DeltaStream, EngineDeadErro
 logger = logging.getLogger("paraspec.ray_serve")
 
 METRICS_TIMEOUT_S = 5.0
-SETTINGS_POLL_S = 2.0       # how soon the ingress follows a reconfigure() of the replicas
+SETTINGS_POLL_S = 2.0  # how soon the ingress follows a reconfigure() of the replicas
 
 
 class RemoteStream(DeltaStream):
@@ -38,12 +39,14 @@ class RemoteStream(DeltaStream):
             raise
         except RayError as e:
             self.close("error")
-            raise EngineDeadError(f"the engine replica serving this request failed ({type(e).__name__}); "
-                                  "retry the request") from None
+            raise EngineDeadError(
+                f"the engine replica serving this request failed ({type(e).__name__}); "
+                "retry the request"
+            ) from None
 
     def _on_close(self, outcome: str | None) -> None:
         if not self.done:
-            self.response.cancel()          # the replica's generator ends: its request is aborted
+            self.response.cancel()  # the replica's generator ends: its request is aborted
         self.owner._release(self)
 
 
@@ -89,12 +92,21 @@ class ServeEngineClient:
             raise EngineDeadError(NOT_READY)
         check_room(self._sequences, sequences, self.max_in_flight)
 
-    def add(self, prompt: list[int], params: SamplingParams, request_id: str, drafter=DEFAULT,
-            group: str | None = None, checked: bool = False) -> RemoteStream:
+    def add(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        request_id: str,
+        drafter=DEFAULT,
+        group: str | None = None,
+        checked: bool = False,
+    ) -> RemoteStream:
         if not checked:
             self.check_capacity(params.n)
         # the prompt first: TriePrefixRouter hashes args[0]
-        response = self.stream_handle.generate.remote(list(prompt), params, request_id, drafter, group)
+        response = self.stream_handle.generate.remote(
+            list(prompt), params, request_id, drafter, group
+        )
         stream = RemoteStream(self, response, request_id, params.n)
         self._streams[id(stream)] = stream
         self._sequences += params.n
@@ -108,7 +120,7 @@ class ServeEngineClient:
             await asyncio.sleep(SETTINGS_POLL_S)
             try:
                 stats = await self.handle.stats.remote()
-            except Exception as e:            # a replica restarting: keep the last known settings
+            except Exception as e:  # a replica restarting: keep the last known settings
                 logger.debug("settings poll failed: %s", e)
                 continue
             self.default_plugin = stats["plugin"]
@@ -120,8 +132,9 @@ class ServeEngineClient:
 
     async def metrics_text(self) -> bytes:
         """Every live replica's metrics, each sample labelled with its replica."""
-        results = await self.handle.broadcast("metrics_text").results_async(timeout_s=METRICS_TIMEOUT_S,
-                                                                             return_exceptions=True)
+        results = await self.handle.broadcast("metrics_text").results_async(
+            timeout_s=METRICS_TIMEOUT_S, return_exceptions=True
+        )
         parts = [r for r in results if isinstance(r, tuple)]
         return merge_metrics(parts)
 
@@ -131,8 +144,12 @@ def merge_metrics(parts: list[tuple[str, str]]) -> bytes:
     families: dict[str, Metric] = {}
     for replica, text in parts:
         for fam in text_string_to_metric_families(text):
-            into = families.setdefault(fam.name, Metric(fam.name, fam.documentation, fam.type, fam.unit))
-            into.samples += [s._replace(labels={**s.labels, "replica": replica}) for s in fam.samples]
+            into = families.setdefault(
+                fam.name, Metric(fam.name, fam.documentation, fam.type, fam.unit)
+            )
+            into.samples += [
+                s._replace(labels={**s.labels, "replica": replica}) for s in fam.samples
+            ]
 
     class _Merged:
         def collect(self):

@@ -9,6 +9,7 @@ the TrieHub (trie_sync.py) and is bootstrapped from it before the replica takes 
 OpenAIIngress: paraspec's own FastAPI app (server/app.py, app_for) over a ServeEngineClient, so
 schemas, SSE, errors and metrics are `paraspec serve`'s, line for line.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -38,7 +39,7 @@ logger = logging.getLogger("paraspec.ray_serve")
 
 class ParaspecEngine:
     async def __init__(self, config: ServiceConfig, opts: RayServeOptions):
-        from ..server.app import build_llm   # torch and the model load in the replica only
+        from ..server.app import build_llm  # torch and the model load in the replica only
 
         self.config, self.opts = config, opts
         self.replica_id = serve.get_replica_context().replica_id.unique_id
@@ -46,18 +47,28 @@ class ParaspecEngine:
         self.name = config.model_deploy.model.model_name or self.llm.model_name
         self.metrics = ServingMetrics(self.name)
         server = config.server
-        self.engine = AsyncEngine(self.llm.engine, max_in_flight=server.max_link_num,
-                                  token_timeout=server.token_timeout, e2e_timeout=server.e2e_timeout,
-                                  metrics=self.metrics)
+        self.engine = AsyncEngine(
+            self.llm.engine,
+            max_in_flight=server.max_link_num,
+            token_timeout=server.token_timeout,
+            e2e_timeout=server.e2e_timeout,
+            metrics=self.metrics,
+        )
         await self.engine.start()
         self.sync: TrieSync | None = None
         self._sync_task: asyncio.Task | None = None
         if opts.sync_interval_s > 0 and self.llm.engine.drafters.has_trie:
-            self.sync = TrieSync(self.engine, self.llm.engine.drafters.trie(), opts, self.replica_id)
-            await self.sync.bootstrap()      # before the first request: Serve routes none until __init__ returns
+            self.sync = TrieSync(
+                self.engine, self.llm.engine.drafters.trie(), opts, self.replica_id
+            )
+            await (
+                self.sync.bootstrap()
+            )  # before the first request: Serve routes none until __init__ returns
             self._sync_task = asyncio.create_task(self.sync.run())
 
-    async def generate(self, prompt: list[int], params, request_id: str, drafter=DEFAULT, group: str | None = None):
+    async def generate(
+        self, prompt: list[int], params, request_id: str, drafter=DEFAULT, group: str | None = None
+    ):
         """The request's Deltas as the engine makes them; an error is yielded, not raised, so the
         ingress re-raises the engine's own exception (HTTP status and message unchanged)."""
         try:
@@ -73,7 +84,7 @@ class ParaspecEngine:
         except Exception as e:
             yield e
         finally:
-            stream.close()           # cancelled (client gone): aborts the request, frees its KV
+            stream.close()  # cancelled (client gone): aborts the request, frees its KV
 
     def check_health(self) -> None:
         if not self.engine.is_running:
@@ -83,13 +94,15 @@ class ParaspecEngine:
         """user_config: {"plugin_params": ..., "speculationGamma": N}; either may be left out."""
         unknown = set(user_config) - {"plugin_params", "speculationGamma"}
         if unknown:
-            raise ConfigError(f"user_config: unknown keys {sorted(unknown)}; use plugin_params, speculationGamma")
+            raise ConfigError(
+                f"user_config: unknown keys {sorted(unknown)}; use plugin_params, speculationGamma"
+            )
         deploy = self.config.model_deploy
         gamma = user_config.get("speculationGamma", deploy.speculation_gamma)
         value = user_config.get("plugin_params", deploy.model.plugin_params)
         if isinstance(value, str) and value.strip().lower() in ("none", ""):
-            value = None                                  # plain decoding, as `--plugin none`
-        plugin = parse_plugin_params(value, gamma)        # raises: Serve keeps the old config
+            value = None  # plain decoding, as `--plugin none`
+        plugin = parse_plugin_params(value, gamma)  # raises: Serve keeps the old config
 
         def swap(engine: Engine) -> None:
             engine.default_drafter = engine.drafters.drafter(plugin)
@@ -97,32 +110,45 @@ class ParaspecEngine:
         await self.engine.call(swap)
         deploy.speculation_gamma = gamma
         deploy.model.plugin_params, deploy.model.plugin = value, plugin
-        logger.info("reconfigured: plugin %s, speculationGamma %s", plugin.plugin_type if plugin else "none", gamma)
+        logger.info(
+            "reconfigured: plugin %s, speculationGamma %s",
+            plugin.plugin_type if plugin else "none",
+            gamma,
+        )
 
     # ---------------------------------------------------------------- control plane (broadcast)
 
     def model_info(self) -> tuple[ModelInfo, str | None]:
         args = self.llm.model.args
         tokenizer = copy.copy(self.llm.tokenizer)
-        tokenizer._template = None           # a compiled jinja template does not pickle; it is rebuilt
-        return ModelInfo(self.name, tokenizer, args.vocab_size, args.max_seq_len), self.engine.default_plugin
+        tokenizer._template = None  # a compiled jinja template does not pickle; it is rebuilt
+        return ModelInfo(
+            self.name, tokenizer, args.vocab_size, args.max_seq_len
+        ), self.engine.default_plugin
 
     def metrics_text(self) -> tuple[str, str]:
         return self.replica_id, self.metrics.render().decode()
 
     async def stats(self) -> dict:
         trie = self.llm.engine.drafters.trie() if self.llm.engine.drafters.has_trie else None
-        out = {"replica": self.replica_id, "pid": os.getpid(), "node": get_node_ip_address(),
-               "in_flight": self.engine.num_in_flight,
-               "plugin": self.engine.default_plugin, "gamma": self.config.model_deploy.speculation_gamma,
-               "trie_nodes": len(trie) if trie is not None else 0}
+        out = {
+            "replica": self.replica_id,
+            "pid": os.getpid(),
+            "node": get_node_ip_address(),
+            "in_flight": self.engine.num_in_flight,
+            "plugin": self.engine.default_plugin,
+            "gamma": self.config.model_deploy.speculation_gamma,
+            "trie_nodes": len(trie) if trie is not None else 0,
+        }
         if self.sync is not None:
             out["sync"] = dataclasses.asdict(self.sync.stats) | {"version": self.sync.version}
         return out
 
     async def trie_count(self, path: list[int]) -> tuple[str, int]:
         """The output count of a token path in this replica's trie (tests, diagnostics)."""
-        count = await self.engine.call(lambda e: output_count(e.drafters.trie(), path) if e.drafters.has_trie else 0)
+        count = await self.engine.call(
+            lambda e: output_count(e.drafters.trie(), path) if e.drafters.has_trie else 0
+        )
         return self.replica_id, count
 
     async def generate_here(self, replica_id: str, prompt: list[int], params) -> dict | None:

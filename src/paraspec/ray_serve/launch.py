@@ -7,6 +7,7 @@ default: the built-in defaults), model, and any RayServeOptions field (replicas,
 affinity_tokens, sync_interval_s, snapshot_path, ...). From Python, `service_config` (a
 ServiceConfig) and `options` (a RayServeOptions) may be passed instead.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,29 +33,44 @@ ROUTER = "paraspec.ray_serve.router.TriePrefixRouter"
 
 def build_app(args: dict | None = None):
     args = dict(args or {})
-    config: ServiceConfig = args.pop("service_config", None) or load_config(args.pop("config", None),
-                                                                            model=args.pop("model", None))
+    config: ServiceConfig = args.pop("service_config", None) or load_config(
+        args.pop("config", None), model=args.pop("model", None)
+    )
     docs = _bool(args.pop("docs", False))
     opts: RayServeOptions = args.pop("options", None) or _options(args)
-    engine = serve.deployment(ParaspecEngine, name="ParaspecEngine", request_router_config=RequestRouterConfig(
-        request_router_class=ROUTER, request_router_kwargs={"affinity_tokens": opts.affinity_tokens}),
-        **engine_deployment_options(config, opts))
+    engine = serve.deployment(
+        ParaspecEngine,
+        name="ParaspecEngine",
+        request_router_config=RequestRouterConfig(
+            request_router_class=ROUTER,
+            request_router_kwargs={"affinity_tokens": opts.affinity_tokens},
+        ),
+        **engine_deployment_options(config, opts),
+    )
     # the ingress only parses and relays (async): it holds up to maxLinkNum requests, as `paraspec
     # serve` does; Serve's default of 5 would starve the replicas and hide a full owner from the router
-    ingress = serve.deployment(OpenAIIngress, name="OpenAIIngress", ray_actor_options={"num_cpus": 0},
-                               max_ongoing_requests=config.server.max_link_num)
+    ingress = serve.deployment(
+        OpenAIIngress,
+        name="OpenAIIngress",
+        ray_actor_options={"num_cpus": 0},
+        max_ongoing_requests=config.server.max_link_num,
+    )
     # user_config travels in the deployment config only: a change of it alone is then a light
     # update (reconfigure() on the running replicas), not a restart
-    return ingress.bind(engine.bind(config, dataclasses.replace(opts, user_config={})), config, docs)
+    return ingress.bind(
+        engine.bind(config, dataclasses.replace(opts, user_config={})), config, docs
+    )
 
 
 def _options(args: dict) -> RayServeOptions:
     fields = {f.name: f for f in dataclasses.fields(RayServeOptions) if f.name != "engine"}
-    engine = {k: args.pop(k) for k in ENGINE_KEYS if k in args}     # the model's numerics: EngineArgs
+    engine = {k: args.pop(k) for k in ENGINE_KEYS if k in args}  # the model's numerics: EngineArgs
     unknown = set(args) - set(fields)
     if unknown:
-        raise ParaspecError(f"build_app: unknown arguments {sorted(unknown)}; use config, model, docs or one of "
-                            f"{sorted([*fields, *ENGINE_KEYS])}")
+        raise ParaspecError(
+            f"build_app: unknown arguments {sorted(unknown)}; use config, model, docs or one of "
+            f"{sorted([*fields, *ENGINE_KEYS])}"
+        )
     kw: dict = {"engine": EngineArgs(**engine).check()}
     for k, v in args.items():
         default = fields[k].default
@@ -67,8 +83,11 @@ def _options(args: dict) -> RayServeOptions:
     return RayServeOptions(**kw)
 
 
-ENGINE_KEYS = tuple(f.name for f in dataclasses.fields(EngineArgs)
-                    if spec(f.name).group == "model" and f.name not in ("model", "num_threads"))
+ENGINE_KEYS = tuple(
+    f.name
+    for f in dataclasses.fields(EngineArgs)
+    if spec(f.name).group == "model" and f.name not in ("model", "num_threads")
+)
 
 
 def _bool(v) -> bool:
@@ -83,11 +102,13 @@ def kill_hub(opts: RayServeOptions) -> None:
         hub = ray.get_actor(opts.hub_name, namespace=HUB_NAMESPACE)
         ray.get(hub.maybe_save.remote(True), timeout=10)
         ray.kill(hub, no_restart=True)
-    except Exception:           # none was started (sync off, or no memory drafter)
+    except Exception:  # none was started (sync off, or no memory drafter)
         pass
 
 
-def serve_ray(config: ServiceConfig, opts: RayServeOptions, address: str | None, docs: bool = False) -> int:
+def serve_ray(
+    config: ServiceConfig, opts: RayServeOptions, address: str | None, docs: bool = False
+) -> int:
     """`paraspec serve --ray`: serve on a Ray cluster (address: 'auto' or ray://...; None: start a
     local one sized for the replicas) until SIGINT / SIGTERM."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -104,9 +125,17 @@ def serve_ray(config: ServiceConfig, opts: RayServeOptions, address: str | None,
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     server = config.server
     serve.start(http_options={"host": server.ip_address, "port": server.port})
-    serve.run(build_app({"service_config": config, "options": opts, "docs": docs}), name=opts.app_name,
-              route_prefix=opts.route_prefix)
-    logger.info("serving on http://%s:%d with %d replicas (Ray Serve)", server.ip_address, server.port, opts.replicas)
+    serve.run(
+        build_app({"service_config": config, "options": opts, "docs": docs}),
+        name=opts.app_name,
+        route_prefix=opts.route_prefix,
+    )
+    logger.info(
+        "serving on http://%s:%d with %d replicas (Ray Serve)",
+        server.ip_address,
+        server.port,
+        opts.replicas,
+    )
     while not stop.wait(1.0):
         pass
     serve.delete(opts.app_name)

@@ -16,6 +16,7 @@ output exact.
 This module is plain Python (no Ray import): trie_sync.py drives it from the replicas, and
 deployments.py wraps TrieHub as an actor.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,16 +27,27 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Hashable
 
-from ..decoding.memory.memory_file import (MemoryFileError, TrieArrays, add_output_arrays, merge_trie_file,
-                                            output_arrays, save_trie_file)
+from ..decoding.memory.memory_file import (
+    MemoryFileError,
+    TrieArrays,
+    add_output_arrays,
+    merge_trie_file,
+    output_arrays,
+    save_trie_file,
+)
 from ..decoding.memory.trie import TokenTrie
 
 logger = logging.getLogger("paraspec.ray_serve")
 
 
 class TrieHub:
-    def __init__(self, max_nodes: int, window: int, snapshot_path: str | None = None,
-                 snapshot_interval_s: float = 5.0):
+    def __init__(
+        self,
+        max_nodes: int,
+        window: int,
+        snapshot_path: str | None = None,
+        snapshot_interval_s: float = 5.0,
+    ):
         self.snapshot_path, self.snapshot_interval_s = snapshot_path, snapshot_interval_s
         self.trie = TokenTrie(max_nodes, window)
         self.loaded = 0
@@ -43,13 +55,13 @@ class TrieHub:
             try:
                 merge_trie_file(snapshot_path, self.trie)
                 self.loaded = len(self.trie)
-            except MemoryFileError as e:     # a bad file must not keep the hub (and sync) down
+            except MemoryFileError as e:  # a bad file must not keep the hub (and sync) down
                 logger.warning("TrieHub: snapshot not loaded: %s", e)
-        self.epoch = uuid.uuid4().hex        # a restarted hub is a new epoch: replicas resync
+        self.epoch = uuid.uuid4().hex  # a restarted hub is a new epoch: replicas resync
         self.version = 0
         self.log: deque[tuple[int, str, TrieArrays]] = deque()
         self.log_nodes = 0
-        self.seen: dict[str, int] = {}       # replica -> last seq merged
+        self.seen: dict[str, int] = {}  # replica -> last seq merged
         self.dirty = False
         self.saved_at = time.monotonic()
 
@@ -83,8 +95,14 @@ class TrieHub:
         return base | {"deltas": [d for v, r, d in self.log if v > version and r != replica_id]}
 
     def stats(self) -> dict:
-        return {"epoch": self.epoch, "version": self.version, "nodes": len(self.trie), "loaded": self.loaded,
-                "log": len(self.log), "replicas": len(self.seen)}
+        return {
+            "epoch": self.epoch,
+            "version": self.version,
+            "nodes": len(self.trie),
+            "loaded": self.loaded,
+            "log": len(self.log),
+            "replicas": len(self.seen),
+        }
 
     def lookup(self, path: list[int]) -> int:
         return output_count(self.trie, path)
@@ -122,7 +140,7 @@ class DeltaRecorder:
                 self.open.setdefault(stream, []).extend(toks)
             elif stream in self.open:
                 self.finished.append(self.open.pop(stream))
-        while len(self.open) > self.max_open:       # a stream never closed: share what it has
+        while len(self.open) > self.max_open:  # a stream never closed: share what it has
             self.finished.append(self.open.pop(next(iter(self.open))))
 
     def take(self) -> TrieArrays | None:

@@ -4,6 +4,7 @@ one delta and pull the others' deltas. Runs as an asyncio task beside the reques
 merges the trie only through AsyncEngine.call (the loop thread owns the trie). A dead or slow hub
 never fails a request: the replica keeps drafting from its own trie and retries next interval
 (the hub's handle is looked up again, which recreates a hub that was killed for good)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,29 +25,40 @@ from .trie_hub import DeltaRecorder, TrieHub
 logger = logging.getLogger("paraspec.ray_serve")
 
 HUB_CALL_TIMEOUT_S = 10.0
-MAX_PENDING_DELTAS = 64          # unpushed deltas kept while the hub is away (older ones dropped)
+MAX_PENDING_DELTAS = 64  # unpushed deltas kept while the hub is away (older ones dropped)
 
 
 def hub_handle(opts: RayServeOptions, max_nodes: int, window: int):
     """The TrieHub actor: named, detached, restarted forever, no CPU of its own (created by the
     first replica that asks; the others get the same one)."""
-    return ray.remote(TrieHub).options(
-        name=opts.hub_name, namespace=HUB_NAMESPACE, lifetime="detached", get_if_exists=True, max_restarts=-1,
-        num_cpus=0).remote(max_nodes, window, opts.hub_file(), opts.snapshot_interval_s)
+    return (
+        ray.remote(TrieHub)
+        .options(
+            name=opts.hub_name,
+            namespace=HUB_NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            max_restarts=-1,
+            num_cpus=0,
+        )
+        .remote(max_nodes, window, opts.hub_file(), opts.snapshot_interval_s)
+    )
 
 
 @dataclass
 class SyncStats:
     pushed: int = 0
-    merged: int = 0              # deltas (or snapshots) merged from the hub
+    merged: int = 0  # deltas (or snapshots) merged from the hub
     failures: int = 0
     last_ok: float = 0.0
     last_error: str | None = None
-    bootstrapped: int = field(default=0)    # nodes the bootstrap snapshot brought
+    bootstrapped: int = field(default=0)  # nodes the bootstrap snapshot brought
 
 
 class TrieSync:
-    def __init__(self, engine: AsyncEngine, trie: TokenTrie, opts: RayServeOptions, replica_id: str):
+    def __init__(
+        self, engine: AsyncEngine, trie: TokenTrie, opts: RayServeOptions, replica_id: str
+    ):
         self.engine, self.trie, self.opts, self.replica_id = engine, trie, opts, replica_id
         self.recorder = DeltaRecorder(trie.window)
         self.pending: deque[tuple[int, TrieArrays]] = deque()
@@ -55,7 +67,7 @@ class TrieSync:
         self.version = -1
         self.stats = SyncStats()
         self._hub = None
-        trie.journal = []               # set before any request: every output is recorded
+        trie.journal = []  # set before any request: every output is recorded
 
     def hub(self):
         if self._hub is None:
@@ -108,9 +120,11 @@ class TrieSync:
     def _failed(self, e: BaseException) -> None:
         self.stats.failures += 1
         self.stats.last_error = f"{type(e).__name__}: {e}"[:300]
-        self._hub = None                  # look it up again next time (restarted or recreated)
-        logger.warning("trie sync with the TrieHub failed (the replica keeps its own memory): %s",
-                       self.stats.last_error)
+        self._hub = None  # look it up again next time (restarted or recreated)
+        logger.warning(
+            "trie sync with the TrieHub failed (the replica keeps its own memory): %s",
+            self.stats.last_error,
+        )
 
 
 def _take_journal(engine: Engine) -> list:

@@ -1,4 +1,5 @@
 """SamplingParams: what a request asks of generation, in vLLM's names, validated once."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,7 +8,8 @@ from ..errors import SamplingParamsError
 from ..structured.params import StructuredOutputsParams
 
 
-SAMPLING_EPS = 1e-5   # temperatures below it sample greedily
+SAMPLING_EPS = 1e-5  # temperatures below it sample greedily
+
 
 @dataclass
 class SamplingParams:
@@ -19,9 +21,9 @@ class SamplingParams:
     """
 
     n: int = 1
-    max_tokens: int | None = 128          # new tokens; None = up to the context length
+    max_tokens: int | None = 128  # new tokens; None = up to the context length
     temperature: float = 1.0
-    top_k: int = 0                        # 0 or -1: off
+    top_k: int = 0  # 0 or -1: off
     top_p: float = 1.0
     min_p: float = 0.0
     seed: int | None = None
@@ -32,9 +34,11 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
-    logprobs: int | None = None           # number of top log-probabilities per token (0 = sampled only)
+    logprobs: int | None = None  # number of top log-probabilities per token (0 = sampled only)
     skip_special_tokens: bool = True
-    structured_outputs: StructuredOutputsParams | None = None   # a grammar every token obeys (structured/)
+    structured_outputs: StructuredOutputsParams | None = (
+        None  # a grammar every token obeys (structured/)
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -53,8 +57,11 @@ class SamplingParams:
 
     @property
     def uses_penalties(self) -> bool:
-        return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
-                or self.frequency_penalty != 0.0)
+        return (
+            self.repetition_penalty != 1.0
+            or self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+        )
 
     def validate(self) -> None:
         def bad(name: str, value, rule: str) -> SamplingParamsError:
@@ -68,8 +75,11 @@ class SamplingParams:
 
         if not isinstance(self.n, int) or isinstance(self.n, bool) or not 1 <= self.n <= 16:
             raise bad("n", self.n, "use an integer from 1 to 16")
-        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool)
-                                            or self.max_tokens < 1):
+        if self.max_tokens is not None and (
+            not isinstance(self.max_tokens, int)
+            or isinstance(self.max_tokens, bool)
+            or self.max_tokens < 1
+        ):
             raise bad("max_tokens", self.max_tokens, "use a positive integer")
         t = number("temperature")
         if not 0.0 <= t <= 100.0 or t != t:
@@ -81,22 +91,38 @@ class SamplingParams:
         if not 0.0 <= number("min_p") <= 1.0:
             raise bad("min_p", self.min_p, "use a value in [0, 1]")
         if not 0.0 < number("repetition_penalty") <= 10.0:
-            raise bad("repetition_penalty", self.repetition_penalty, "use a value in (0, 10]; 1 disables it")
+            raise bad(
+                "repetition_penalty",
+                self.repetition_penalty,
+                "use a value in (0, 10]; 1 disables it",
+            )
         for name in ("presence_penalty", "frequency_penalty"):
             if not -2.0 <= number(name) <= 2.0:
                 raise bad(name, getattr(self, name), "use a value from -2 to 2; 0 disables it")
-        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
+        if self.seed is not None and (
+            not isinstance(self.seed, int) or isinstance(self.seed, bool)
+        ):
             raise bad("seed", self.seed, "use an integer")
         if not all(isinstance(s, str) and s for s in self.stop):
             raise bad("stop", self.stop, "use non-empty strings")
         if len(self.stop) > 16:
             raise bad("stop", f"{len(self.stop)} strings", "use at most 16 stop strings")
-        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids):
+        if not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids
+        ):
             raise bad("stop_token_ids", self.stop_token_ids, "use non-negative token ids")
-        if self.logprobs is not None and (not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20):
+        if self.logprobs is not None and (
+            not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20
+        ):
             raise bad("logprobs", self.logprobs, "use an integer from 0 to 20")
         if self.structured_outputs is not None:
             if not isinstance(self.structured_outputs, StructuredOutputsParams):
-                raise bad("structured_outputs", self.structured_outputs, "use a StructuredOutputsParams")
+                raise bad(
+                    "structured_outputs", self.structured_outputs, "use a StructuredOutputsParams"
+                )
             if self.ignore_eos:
-                raise bad("ignore_eos", True, "structured outputs end where the grammar ends; drop ignore_eos")
+                raise bad(
+                    "ignore_eos",
+                    True,
+                    "structured outputs end where the grammar ends; drop ignore_eos",
+                )

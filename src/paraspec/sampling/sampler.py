@@ -7,6 +7,7 @@ the node for output token i, its logits are bit-identical to the autoregressive 
 engine is row-invariant) and the same uniform picks the same token. The distribution of each
 token is exactly the model's: the uniform is fresh for every position.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,9 +41,11 @@ def uniform(seed: int, index: int) -> float:
 
 
 class RequestSampler:
-    constrained = False     # a grammar masks its draws (structured/sampler.py)
+    constrained = False  # a grammar masks its draws (structured/sampler.py)
 
-    def __init__(self, params: SamplingParams, prompt: list[int], vocab_size: int, seed: int | None = None):
+    def __init__(
+        self, params: SamplingParams, prompt: list[int], vocab_size: int, seed: int | None = None
+    ):
         self.params = params
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
         self.greedy = params.greedy
@@ -50,7 +53,9 @@ class RequestSampler:
         self.index = 0  # output tokens drawn so far
         if self.penalties:
             self.seen = torch.zeros(vocab_size, dtype=torch.bool)
-            self.seen[torch.tensor([t for t in prompt if 0 <= t < vocab_size], dtype=torch.long)] = True
+            self.seen[
+                torch.tensor([t for t in prompt if 0 <= t < vocab_size], dtype=torch.long)
+            ] = True
             self.output_counts = torch.zeros(vocab_size)
 
     @property
@@ -61,8 +66,14 @@ class RequestSampler:
     def processed_logits(self, logits: torch.Tensor) -> torch.Tensor:
         p = self.params
         if self.penalties:
-            logits = apply_penalties(logits, self.seen, self.output_counts, p.repetition_penalty,
-                                     p.presence_penalty, p.frequency_penalty)
+            logits = apply_penalties(
+                logits,
+                self.seen,
+                self.output_counts,
+                p.repetition_penalty,
+                p.presence_penalty,
+                p.frequency_penalty,
+            )
         return logits
 
     def draw(self, logits: torch.Tensor) -> int:
@@ -74,8 +85,10 @@ class RequestSampler:
         probs, ids = filtered_probs(x, p.temperature, p.top_k, p.top_p, p.min_p)
         cdf = probs.double().cumsum(0)
         u = uniform(self.seed, self.index) * float(cdf[-1])
-        k = min(int(torch.searchsorted(cdf, torch.tensor([u], dtype=torch.float64), right=True)),
-                probs.shape[0] - 1)
+        k = min(
+            int(torch.searchsorted(cdf, torch.tensor([u], dtype=torch.float64), right=True)),
+            probs.shape[0] - 1,
+        )
         while probs[k] == 0 and k > 0:  # never land on a token the filters removed
             k -= 1
         return int(ids[k]) if ids is not None else k

@@ -11,6 +11,7 @@ so nothing in them needs a lock, and whatever happens to one request (disconnect
 reaches the engine as one `abort` between two steps, which frees its KV cache and ends its drafter
 state. What crosses to the event loop is an immutable `Delta` snapshot, never a live Sequence.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,9 +26,19 @@ from ..decoding.drafters.registry import PluginConfig
 from ..engine import Engine
 from ..errors import RequestError
 from ..sampling.params import SamplingParams
-from .engine_client import (CUT, DEFAULT, NOT_READY, SHUTTING_DOWN, Delta, DeltaStream,  # noqa: F401
-                            EngineDeadError, EngineStepError, RequestTimeoutError, ServerBusyError,
-                            ShuttingDownError, check_room)
+from .engine_client import (
+    CUT,
+    DEFAULT,
+    NOT_READY,
+    SHUTTING_DOWN,
+    Delta,
+    DeltaStream,
+    EngineDeadError,
+    RequestTimeoutError,
+    ServerBusyError,
+    ShuttingDownError,
+    check_room,
+)
 from .engine_loop import EngineLoop
 from .loop_commands import AbortCommand, AddCommand, CallCommand, StopCommand
 from .metrics import ServingMetrics
@@ -40,12 +51,19 @@ class RequestStream(DeltaStream):
 
     Iteration raises RequestTimeoutError past the deadlines, or the error the engine reported."""
 
-    def __init__(self, owner: "AsyncEngine", request_id: str, n: int, token_timeout: float, e2e_timeout: float):
+    def __init__(
+        self,
+        owner: "AsyncEngine",
+        request_id: str,
+        n: int,
+        token_timeout: float,
+        e2e_timeout: float,
+    ):
         self.owner, self.request_id, self.n = owner, request_id, n
         self.queue: asyncio.Queue = asyncio.Queue()
         self.token_timeout = token_timeout
         self.deadline = time.monotonic() + e2e_timeout
-        self.was_cut = False                   # by the shutdown (AsyncEngine.cut)
+        self.was_cut = False  # by the shutdown (AsyncEngine.cut)
 
     async def _receive(self) -> Delta | BaseException:
         timeout = min(self.token_timeout, self.deadline - time.monotonic())
@@ -53,8 +71,10 @@ class RequestStream(DeltaStream):
             return await asyncio.wait_for(self.queue.get(), max(timeout, 0.0))
         except asyncio.TimeoutError:
             self.close("timeout")
-            raise RequestTimeoutError(f"request {self.request_id} timed out and was cancelled (ServerConfig."
-                                      "tokenTimeout / e2eTimeout); ask for fewer tokens or retry later") from None
+            raise RequestTimeoutError(
+                f"request {self.request_id} timed out and was cancelled (ServerConfig."
+                "tokenTimeout / e2eTimeout); ask for fewer tokens or retry later"
+            ) from None
 
     def _on_close(self, outcome: str | None) -> None:
         # an unfinished request is aborted in the engine (KV freed, drafter state ended)
@@ -62,8 +82,16 @@ class RequestStream(DeltaStream):
 
 
 class AsyncEngine:
-    def __init__(self, engine: Engine, *, max_in_flight: int = 1000, token_timeout: float = 600.0,
-                 e2e_timeout: float = 600.0, metrics: ServingMetrics | None = None, own_thread: bool = True):
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_in_flight: int = 1000,
+        token_timeout: float = 600.0,
+        e2e_timeout: float = 600.0,
+        metrics: ServingMetrics | None = None,
+        own_thread: bool = True,
+    ):
         # own_thread=False: the caller runs the loop with run_in_this_thread(). `paraspec serve`
         # does that on the main thread, with uvicorn on another: torch forwards run slower from a
         # second thread than from the main one (its OpenMP team competes with the main thread's;
@@ -79,23 +107,27 @@ class AsyncEngine:
             metrics.watch_cost(lambda: engine.cost_info(measure=False))
             metrics.watch_prefix_cache(engine.prefix_cache.info)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._streams: dict[str, RequestStream] = {}      # event-loop side only
-        self._sequences = 0                               # sum of the streams' n
+        self._streams: dict[str, RequestStream] = {}  # event-loop side only
+        self._sequences = 0  # sum of the streams' n
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._accepting = False
         self._draining = False
-        self.cut_requests = 0                             # requests the shutdown ended unfinished
-        self._outbox: list[tuple[str, Delta | BaseException]] = []     # loop thread -> event loop
+        self.cut_requests = 0  # requests the shutdown ended unfinished
+        self._outbox: list[tuple[str, Delta | BaseException]] = []  # loop thread -> event loop
         self._outbox_lock = threading.Lock()
-        self._engine_loop = EngineLoop(engine, self._commands, self._post, metrics)    # loop-thread side only
+        self._engine_loop = EngineLoop(
+            engine, self._commands, self._post, metrics
+        )  # loop-thread side only
 
     # ---------------------------------------------------------------- lifecycle (event loop)
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         if self.own_thread:
-            self._thread = threading.Thread(target=self._engine_loop.run, name="paraspec-engine", daemon=True)
+            self._thread = threading.Thread(
+                target=self._engine_loop.run, name="paraspec-engine", daemon=True
+            )
             self._thread.start()
         self._accepting = True
         self._started.set()
@@ -146,7 +178,7 @@ class AsyncEngine:
         self._commands.put(StopCommand())
 
     @property
-    def loop(self) -> asyncio.AbstractEventLoop | None:      # the app's, once started
+    def loop(self) -> asyncio.AbstractEventLoop | None:  # the app's, once started
         return self._loop
 
     @property
@@ -187,7 +219,11 @@ class AsyncEngine:
     def held(self) -> dict[str, int]:
         """Per-request state of the loop (streams, their sequences, loop-side records): all 0 once
         every request has ended."""
-        return {"streams": len(self._streams), "sequences": self._sequences, "records": len(self._engine_loop.records)}
+        return {
+            "streams": len(self._streams),
+            "sequences": self._sequences,
+            "records": len(self._engine_loop.records),
+        }
 
     # ---------------------------------------------------------------- requests (event loop)
 
@@ -205,9 +241,15 @@ class AsyncEngine:
                 self.metrics.requests.labels("rejected").inc()
             raise
 
-    def add(self, prompt: list[int], params: SamplingParams, request_id: str,
-            drafter: str | PluginConfig | None = DEFAULT, group: str | None = None,
-            checked: bool = False) -> RequestStream:
+    def add(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        request_id: str,
+        drafter: str | PluginConfig | None = DEFAULT,
+        group: str | None = None,
+        checked: bool = False,
+    ) -> RequestStream:
         """Queue a request for the loop thread; its deltas arrive on the returned stream.
         `group`: the client request it belongs to; `checked`: check_capacity covered it already."""
         if not checked:
@@ -219,7 +261,9 @@ class AsyncEngine:
         self._sequences += stream.n
         if self.metrics:
             self.metrics.in_flight.set(len(self._streams))
-        self._commands.put(AddCommand(request_id, prompt, params, drafter, time.perf_counter(), group))
+        self._commands.put(
+            AddCommand(request_id, prompt, params, drafter, time.perf_counter(), group)
+        )
         return stream
 
     def _release(self, stream: RequestStream, outcome: str) -> None:
@@ -237,7 +281,7 @@ class AsyncEngine:
             batch, self._outbox = self._outbox, []
         for request_id, item in batch:
             stream = self._streams.get(request_id)
-            if stream is not None:        # else: closed already (client gone); the abort is queued
+            if stream is not None:  # else: closed already (client gone); the abort is queued
                 stream.queue.put_nowait(item)
 
     def _post(self, items: list[tuple[str, Delta | BaseException]]) -> None:
@@ -250,6 +294,5 @@ class AsyncEngine:
         if wake:
             try:
                 self._loop.call_soon_threadsafe(self._deliver)
-            except RuntimeError:    # the event loop is closed: nobody is left to deliver to
+            except RuntimeError:  # the event loop is closed: nobody is left to deliver to
                 pass
-

@@ -12,6 +12,7 @@
 Each field's docstring names its key and range. config_loader.py reads a file into these (and
 config_model.py checks the one ModelConfig entry); `ServiceConfigError` carries every problem found.
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,6 +34,7 @@ class ServiceConfigError(ConfigError):
 
 
 # ------------------------------------------------------------------------------------ sections
+
 
 @dataclass
 class ServerConfig:
@@ -121,7 +123,12 @@ class ServiceConfig:
     def engine_args(self, base: EngineArgs = DEFAULTS) -> EngineArgs:
         """The engine this config describes, over `base` (the command line's model options)."""
         deploy, schedule = self.model_deploy, self.schedule
-        return replace(base, model=deploy.model.model_weight_path, plugin_params=self.plugin,
-                       speculation_gamma=deploy.speculation_gamma, max_batch_size=schedule.max_batch_size,
-                       prefill_chunk=schedule.prefill_chunk_size, prefix_cache_mb=schedule.prefix_cache_mb)
-
+        return replace(
+            base,
+            model=deploy.model.model_weight_path,
+            plugin_params=self.plugin,
+            speculation_gamma=deploy.speculation_gamma,
+            max_batch_size=schedule.max_batch_size,
+            prefill_chunk=schedule.prefill_chunk_size,
+            prefix_cache_mb=schedule.prefix_cache_mb,
+        )

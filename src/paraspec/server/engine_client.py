@@ -8,6 +8,7 @@ a stream of Deltas that close() cancels), liveness for /health and /ready, the d
 name for the response stats, and the Prometheus text for /metrics. What crosses the seam lives
 here too: Delta, the stream and admission rules both clients share, and the errors the app maps.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,9 +21,11 @@ from ..sampling.params import SamplingParams
 
 NOT_READY = "the server is not ready (starting up or shutting down); retry shortly"
 SHUTTING_DOWN = "the server is shutting down; retry on another server or once it is back"
-CUT = ("the server is shutting down and cut this request unfinished; retry on another server or once it "
-       "is back")
-DEFAULT = "default"          # drafter spec: the server's configured drafter
+CUT = (
+    "the server is shutting down and cut this request unfinished; retry on another server or once it "
+    "is back"
+)
+DEFAULT = "default"  # drafter spec: the server's configured drafter
 
 
 class ServerBusyError(Exception):
@@ -60,13 +63,13 @@ def outcome_of(error: BaseException) -> str:
 class Delta:
     """What one engine step produced for one sample of a request."""
 
-    index: int                                 # sample index within the request (n > 1)
+    index: int  # sample index within the request (n > 1)
     token_ids: list[int]
     text: str
     logprobs: list[TokenLogprob] | None
-    finish_reason: str | None = None           # set on the sample's last delta
-    stats: dict[str, Any] | None = None        # sequence_stats(), on the sample's last delta
-    trace: StepTrace | None = None             # the step's draft and text offsets (opt-in stream field)
+    finish_reason: str | None = None  # set on the sample's last delta
+    stats: dict[str, Any] | None = None  # sequence_stats(), on the sample's last delta
+    trace: StepTrace | None = None  # the step's draft and text offsets (opt-in stream field)
 
 
 class DeltaStream:
@@ -119,13 +122,15 @@ def check_room(held: int, sequences: int, max_in_flight: int) -> None:
     """Raise unless `sequences` more fit beside `held`: ServerBusyError while others hold the room,
     RequestError (HTTP 400) when they could never fit."""
     if sequences > max_in_flight:
-        raise RequestError(f"this request asks for {sequences} sequences (prompts x n), more than this server "
-                           f"ever holds ({max_in_flight}, ServerConfig.maxLinkNum); split it")
+        raise RequestError(
+            f"this request asks for {sequences} sequences (prompts x n), more than this server "
+            f"ever holds ({max_in_flight}, ServerConfig.maxLinkNum); split it"
+        )
     if held + sequences > max_in_flight:
-        raise ServerBusyError(f"the server is at capacity ({held} of {max_in_flight} sequences "
-                              "held, ServerConfig.maxLinkNum); retry later")
-
-
+        raise ServerBusyError(
+            f"the server is at capacity ({held} of {max_in_flight} sequences "
+            "held, ServerConfig.maxLinkNum); retry later"
+        )
 
 
 class EngineStream(Protocol):
@@ -137,10 +142,10 @@ class EngineStream(Protocol):
 
 
 class EngineClient(Protocol):
-    is_running: bool                 # /health: the step loop (or the replicas behind it) is alive
-    is_ready: bool                   # /ready: requests are accepted
+    is_running: bool  # /health: the step loop (or the replicas behind it) is alive
+    is_ready: bool  # /ready: requests are accepted
     num_in_flight: int
-    default_plugin: str | None       # the configured drafter's name, for the response stats
+    default_plugin: str | None  # the configured drafter's name, for the response stats
 
     async def start(self) -> None: ...
 
@@ -148,8 +153,15 @@ class EngineClient(Protocol):
 
     def check_capacity(self, sequences: int) -> None: ...
 
-    def add(self, prompt: list[int], params: SamplingParams, request_id: str, drafter=..., group: str | None = None,
-            checked: bool = False) -> EngineStream: ...
+    def add(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        request_id: str,
+        drafter=...,
+        group: str | None = None,
+        checked: bool = False,
+    ) -> EngineStream: ...
 
     async def metrics_text(self) -> bytes: ...
 

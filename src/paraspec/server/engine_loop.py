@@ -2,6 +2,7 @@
 the event loop queued (add, abort, call, stop), then runs one engine.step() over every running
 request and turns its SequenceUpdates into immutable Delta snapshots, with the step's metrics.
 Only this thread touches the Engine, its drafters and the trie."""
+
 from __future__ import annotations
 
 import logging
@@ -24,7 +25,7 @@ Outbox = Callable[[list[tuple[str, Delta | BaseException]]], None]
 
 
 @dataclass
-class _RequestRecord:                          # bookkeeping for metrics
+class _RequestRecord:  # bookkeeping for metrics
     submitted: float
     first_token_seen: bool = False
 
@@ -33,8 +34,13 @@ class EngineLoop:
     """Steps the Engine while it has work, else waits for a command; hands each batch of deltas
     (or a request's error) to `post`, which wakes the event loop."""
 
-    def __init__(self, engine: Engine, commands: queue.SimpleQueue, post: Outbox,
-                 metrics: ServingMetrics | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        commands: queue.SimpleQueue,
+        post: Outbox,
+        metrics: ServingMetrics | None = None,
+    ):
         self.engine, self.commands, self.post, self.metrics = engine, commands, post, metrics
         self.records: dict[str, _RequestRecord] = {}
 
@@ -62,13 +68,14 @@ class EngineLoop:
                 self._publish()
             except Exception as e:  # a bug, not a user error: fail what is in flight, keep serving
                 logger.exception("engine step failed; failing the requests in flight")
-                failed = EngineStepError(f"an engine step failed ({type(e).__name__}) and cancelled every "
-                                         "request in flight; retry it (the server log has the cause)")
+                failed = EngineStepError(
+                    f"an engine step failed ({type(e).__name__}) and cancelled every "
+                    "request in flight; retry it (the server log has the cause)"
+                )
                 out += [(s.request_id, failed) for s in engine.sequences()]
                 self._abort_all()
             if out:
                 self.post(out)
-
 
     def _drain(self, block: bool) -> list:
         commands = [self.commands.get()] if block else []
@@ -82,7 +89,7 @@ class EngineLoop:
         try:
             drafter = self._drafter(c.drafter)
             self.engine.add_request(c.prompt, c.params, c.request_id, drafter, c.group)
-        except Exception as e:      # ParaspecError: the client's (HTTP 400); anything else: a bug (500)
+        except Exception as e:  # ParaspecError: the client's (HTTP 400); anything else: a bug (500)
             if not isinstance(e, ParaspecError):
                 logger.exception("could not add request %s", c.request_id)
             out.append((c.request_id, e))
@@ -105,12 +112,12 @@ class EngineLoop:
     def _snapshot(self, updates: list[SequenceUpdate]) -> list[tuple[str, Delta]]:
         out = []
         now = time.perf_counter()
-        decoded = any(u.seq.stats.decode_steps > 0 for u in updates)   # else this step was a prefill
+        decoded = any(u.seq.stats.decode_steps > 0 for u in updates)  # else this step was a prefill
         if self.metrics and decoded:
             self.metrics.decode_steps.inc()
         for u in updates:
             seq = u.seq
-            if u.error is not None:      # this sequence alone failed: its request ends with the error
+            if u.error is not None:  # this sequence alone failed: its request ends with the error
                 out.append((seq.request_id, u.error))
                 continue
             rec = self.records.get(seq.request_id)
@@ -121,9 +128,20 @@ class EngineLoop:
                     rec.first_token_seen = True
                     self.metrics.ttft.observe(now - rec.submitted)
                     self.metrics.prompt_tokens.inc(len(seq.prompt))
-            out.append((seq.request_id, Delta(seq.index, list(u.new_token_ids), u.new_text,
-                                              list(u.new_logprobs) if u.new_logprobs else None,
-                                              seq.finish_reason if u.finished else None, stats, u.trace)))
+            out.append(
+                (
+                    seq.request_id,
+                    Delta(
+                        seq.index,
+                        list(u.new_token_ids),
+                        u.new_text,
+                        list(u.new_logprobs) if u.new_logprobs else None,
+                        seq.finish_reason if u.finished else None,
+                        stats,
+                        u.trace,
+                    ),
+                )
+            )
             if u.finished and all(s.finished for s in self._siblings(seq.request_id)):
                 self._end_request(seq.request_id)
         return out
@@ -139,7 +157,7 @@ class EngineLoop:
     def _abort(self, request_id: str) -> None:
         try:
             self.engine.abort(request_id)
-        except Exception:           # a drafter failing in end(): drop the request's sequences anyway
+        except Exception:  # a drafter failing in end(): drop the request's sequences anyway
             logger.exception("abort of %s failed; dropping its sequences", request_id)
             self.engine.drop(request_id)
         self._end_request(request_id)
@@ -151,8 +169,9 @@ class EngineLoop:
     def _publish(self) -> None:
         if not self.metrics:
             return
-        self.metrics.queue_length.set(len(self.engine.waiting) + len(self.engine.prefilling)
-                                      + self.commands.qsize())
+        self.metrics.queue_length.set(
+            len(self.engine.waiting) + len(self.engine.prefilling) + self.commands.qsize()
+        )
         self.metrics.running.set(len(self.engine.running))
         # memory drafters share the engine's trie
         if self.engine.drafters.has_trie:

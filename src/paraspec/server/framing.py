@@ -12,6 +12,7 @@ it: that is done here. Nor does uvicorn bound how long a body may take (its keep
 covers idle connections between requests, not a body that stops half way), so a client could hold
 a connection and its request for as long as it liked.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -20,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .security import reject
 
-MAX_BODY_BYTES = 16 * 1024 * 1024     # a request body larger than this is refused (HTTP 413)
+MAX_BODY_BYTES = 16 * 1024 * 1024  # a request body larger than this is refused (HTTP 413)
 CLOSE = {"Connection": "close"}
 
 
@@ -35,17 +36,23 @@ class RequestFraming:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        names = {name for name, _ in scope["headers"]}           # ASGI names are lower case
+        names = {name for name, _ in scope["headers"]}  # ASGI names are lower case
         if b"transfer-encoding" in names and b"content-length" in names:
-            return await reject(send, 400, "the request has both Content-Length and Transfer-Encoding headers, "
-                                           "which frame its body two ways; send one of them",
-                                "invalid_request_error", "invalid_framing", [(b"connection", b"close")])
+            return await reject(
+                send,
+                400,
+                "the request has both Content-Length and Transfer-Encoding headers, "
+                "which frame its body two ways; send one of them",
+                "invalid_request_error",
+                "invalid_framing",
+                [(b"connection", b"close")],
+            )
         deadline: float | None = None
         complete = False
 
         async def timed_receive():
             nonlocal deadline, complete
-            if complete:                       # the body is in; what follows is the disconnect
+            if complete:  # the body is in; what follows is the disconnect
                 return await receive()
             loop = asyncio.get_running_loop()
             deadline = deadline if deadline is not None else loop.time() + self.body_timeout
@@ -55,8 +62,11 @@ class RequestFraming:
             except TimeoutError:
                 # raised to FastAPI's body read, which re-raises HTTP errors: app.py renders it
                 raise StarletteHTTPException(
-                    408, f"the request body did not arrive within {self.body_timeout:g} s "
-                         "(ServerConfig.bodyTimeout); send it whole, without pauses", headers=CLOSE) from None
+                    408,
+                    f"the request body did not arrive within {self.body_timeout:g} s "
+                    "(ServerConfig.bodyTimeout); send it whole, without pauses",
+                    headers=CLOSE,
+                ) from None
             complete = message["type"] != "http.request" or not message.get("more_body", False)
             return message
 
@@ -74,8 +84,13 @@ class BodySizeLimit:
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            return await reject(send, 413, f"the request body is larger than {self.max_bytes} bytes",
-                                "invalid_request_error", None)
+            return await reject(
+                send,
+                413,
+                f"the request body is larger than {self.max_bytes} bytes",
+                "invalid_request_error",
+                None,
+            )
         seen = 0
 
         async def limited():
@@ -83,8 +98,10 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:     # FastAPI re-raises HTTPException while reading the body
-                    raise StarletteHTTPException(413, f"the request body is larger than {self.max_bytes} bytes")
+                if seen > self.max_bytes:  # FastAPI re-raises HTTPException while reading the body
+                    raise StarletteHTTPException(
+                        413, f"the request body is larger than {self.max_bytes} bytes"
+                    )
             return message
 
         return await self.app(scope, limited, send)

@@ -2,12 +2,20 @@
 problem at once: a value of the wrong type or out of range becomes one problem naming its full key
 path, the allowed type or range and the default used instead; unknown keys become notes with a
 "did you mean"."""
+
 from __future__ import annotations
 
 import difflib
 from typing import Any
 
-_JSON_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
+_JSON_NAMES = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    list: "array",
+    dict: "object",
+}
 
 
 class Section:
@@ -30,20 +38,31 @@ class Section:
         self.used.add(key)
         return Section(self.key(key), self.raw.get(key), self.problems, self.notes)
 
-    def get(self, key: str, kind, default, lo: float | None = None, hi: float | None = None,
-            int_as_bool: bool = False):
+    def get(
+        self,
+        key: str,
+        kind,
+        default,
+        lo: float | None = None,
+        hi: float | None = None,
+        int_as_bool: bool = False,
+    ):
         self.used.add(key)
         if key not in self.raw:
             return default
         value = self.raw[key]
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        if int_as_bool and type(value) is int and value in (0, 1):   # MindIE files write "truncation": 0
+        if (
+            int_as_bool and type(value) is int and value in (0, 1)
+        ):  # MindIE files write "truncation": 0
             value = bool(value)
         ok = any(_is(value, k) for k in kinds)
         if not ok:
             want = " or ".join(_JSON_NAMES[k] for k in kinds)
-            self.problems.append(f"{self.key(key)}={value!r} is {_json_name(value)}; use a JSON {want}"
-                                 + (f" (default {default!r})" if default is not None else ""))
+            self.problems.append(
+                f"{self.key(key)}={value!r} is {_json_name(value)}; use a JSON {want}"
+                + (f" (default {default!r})" if default is not None else "")
+            )
             return default
         if lo is not None and not lo <= value <= hi:
             whole = kind is int
@@ -64,7 +83,7 @@ class Section:
 def _is(value: Any, kind: type) -> bool:
     if kind is bool:
         return type(value) is bool
-    if kind is int:                       # true/false is not a count
+    if kind is int:  # true/false is not a count
         return type(value) is int
     if kind is float:
         return type(value) in (int, float)

@@ -1,5 +1,6 @@
 """What the event loop (AsyncEngine) asks of the engine's loop thread (EngineLoop): one command
 per request, queued, so only the loop thread ever touches the Engine, its drafters and the trie."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -17,9 +18,9 @@ class AddCommand:
     request_id: str
     prompt: list[int]
     params: SamplingParams
-    drafter: Any                               # DEFAULT, None (plain decoding) or a PluginConfig
+    drafter: Any  # DEFAULT, None (plain decoding) or a PluginConfig
     submitted: float
-    group: str | None = None                   # the client request (fair scheduling)
+    group: str | None = None  # the client request (fair scheduling)
 
 
 @dataclass
@@ -33,6 +34,6 @@ class StopCommand:
 
 
 @dataclass
-class CallCommand:                             # run fn(engine) on the loop thread between two steps
+class CallCommand:  # run fn(engine) on the loop thread between two steps
     fn: Callable[[Engine], Any]
     done: concurrent.futures.Future

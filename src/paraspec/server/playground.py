@@ -5,6 +5,7 @@ and draws each decode step's run of tokens from the stream's opt-in `paraspec.st
 The page needs no API key to load (it asks for one and sends it as a Bearer token), and its
 Content-Security-Policy allows nothing but this origin: the page cannot fetch from anywhere else.
 """
+
 from __future__ import annotations
 
 from functools import cache
@@ -15,14 +16,17 @@ from fastapi.responses import Response
 
 router = APIRouter()
 
-ASSETS = {"index.html": "text/html; charset=utf-8", "playground.js": "text/javascript; charset=utf-8",
-          "conversation.js": "text/javascript; charset=utf-8",
-          "playground.css": "text/css; charset=utf-8"}
+ASSETS = {
+    "index.html": "text/html; charset=utf-8",
+    "playground.js": "text/javascript; charset=utf-8",
+    "conversation.js": "text/javascript; charset=utf-8",
+    "playground.css": "text/css; charset=utf-8",
+}
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-                               "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
-    "Cache-Control": "no-cache",        # a newer paraspec serves a newer page
+    "Cache-Control": "no-cache",  # a newer paraspec serves a newer page
 }
 
 

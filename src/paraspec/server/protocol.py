@@ -7,6 +7,7 @@ per-request choice of parallel decoding and an opt-in trace of its steps on stre
 Responses carry `paraspec`: the request's decoding statistics (serving_outputs.py: step_entry).
 Ranges are checked once, by SamplingParams; pydantic only checks JSON types.
 """
+
 from __future__ import annotations
 
 import time
@@ -34,6 +35,7 @@ class _StrictRequest(OpenAIBaseModel):
 
 # ------------------------------------------------------------------------------------ shared
 
+
 class ErrorInfo(OpenAIBaseModel):
     message: str
     type: str
@@ -46,7 +48,7 @@ class ErrorResponse(OpenAIBaseModel):
 
 
 class PromptTokensDetails(OpenAIBaseModel):
-    cached_tokens: int = 0        # prompt tokens whose KV the prefix cache gave (prefix_cache.py)
+    cached_tokens: int = 0  # prompt tokens whose KV the prefix cache gave (prefix_cache.py)
 
 
 class UsageInfo(OpenAIBaseModel):
@@ -62,15 +64,21 @@ class StreamOptions(_StrictRequest):
 
 class ParaspecOptions(OpenAIBaseModel):
     plugin_params: str | dict | None = Field(
-        None, description="MindIE plugin_params for this request only (JSON string or object); "
-                          "null, \"\", \"none\" or {} = plain decoding. Checked against speculationGamma.")
+        None,
+        description="MindIE plugin_params for this request only (JSON string or object); "
+        'null, "", "none" or {} = plain decoding. Checked against speculationGamma.',
+    )
     stream_steps: bool = Field(
-        False, strict=True,
+        False,
+        strict=True,
         description="with stream=true: each chunk's `paraspec.steps` lists the decode steps whose text it "
-                    "carries (step, tokens, drafted, accepted, text offsets); off, chunks are plain OpenAI")
+        "carries (step, tokens, drafted, accepted, text offsets); off, chunks are plain OpenAI",
+    )
     grammar: dict[str, Any] | None = Field(
-        None, description='the output obeys a grammar: {"regex": ...}, {"lark": ...}, {"gbnf": ...} or '
-                          '{"choice": [...]} (structured_request.py)')
+        None,
+        description='the output obeys a grammar: {"regex": ...}, {"lark": ...}, {"gbnf": ...} or '
+        '{"choice": [...]} (structured_request.py)',
+    )
 
 
 class ModelCard(OpenAIBaseModel):
@@ -116,19 +124,27 @@ class _GenerationRequest(_StrictRequest):
     def _sampling_params(self, max_tokens: int, logprobs: int | None) -> SamplingParams:
         # stop "" is [""], refused alike (an empty stop string would end every output at its start)
         return SamplingParams(
-            n=1 if self.n is None else self.n, max_tokens=max_tokens,
+            n=1 if self.n is None else self.n,
+            max_tokens=max_tokens,
             temperature=1.0 if self.temperature is None else self.temperature,
-            top_k=self.top_k or 0, top_p=1.0 if self.top_p is None else self.top_p,
-            min_p=self.min_p or 0.0, seed=self.seed,
+            top_k=self.top_k or 0,
+            top_p=1.0 if self.top_p is None else self.top_p,
+            min_p=self.min_p or 0.0,
+            seed=self.seed,
             repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
-            presence_penalty=self.presence_penalty or 0.0, frequency_penalty=self.frequency_penalty or 0.0,
-            stop=[] if self.stop is None else self.stop, stop_token_ids=self.stop_token_ids or [],
+            presence_penalty=self.presence_penalty or 0.0,
+            frequency_penalty=self.frequency_penalty or 0.0,
+            stop=[] if self.stop is None else self.stop,
+            stop_token_ids=self.stop_token_ids or [],
             ignore_eos=self.ignore_eos,
-            include_stop_str_in_output=self.include_stop_str_in_output, logprobs=logprobs,
-            skip_special_tokens=self.skip_special_tokens)
+            include_stop_str_in_output=self.include_stop_str_in_output,
+            logprobs=logprobs,
+            skip_special_tokens=self.skip_special_tokens,
+        )
 
 
 # ------------------------------------------------------------------------------------ completions
+
 
 class CompletionRequest(_GenerationRequest):
     prompt: str | list[str] | list[int] | list[list[int]]
@@ -136,7 +152,7 @@ class CompletionRequest(_GenerationRequest):
     echo: bool | None = False
     logprobs: int | None = None
     suffix: str | None = None
-    response_format: dict[str, Any] | None = None       # vLLM's extra: as in chat
+    response_format: dict[str, Any] | None = None  # vLLM's extra: as in chat
 
     def to_sampling_params(self, max_tokens: int) -> SamplingParams:
         return self._sampling_params(max_tokens, self.logprobs)
@@ -159,6 +175,7 @@ ChoiceT = TypeVar("ChoiceT", bound=_Choice)
 
 class _Response(OpenAIBaseModel, Generic[ChoiceT]):
     """What every response and stream chunk carries (``paraspec``: this engine's extension)."""
+
     id: str
     created: int = Field(default_factory=lambda: int(time.time()))
     model: str
@@ -186,12 +203,13 @@ class CompletionStreamResponse(_Response[CompletionResponseStreamChoice]):
 
 # ------------------------------------------------------------------------------------ chat
 
+
 class ChatMessageParam(_StrictRequest):
     role: str
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None      # an assistant turn's calls (tool_calls.py)
-    tool_call_id: str | None = None                     # a tool turn's answer to that call
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant turn's calls (tool_calls.py)
+    tool_call_id: str | None = None  # a tool turn's answer to that call
 
 
 class ChatCompletionRequest(_GenerationRequest):

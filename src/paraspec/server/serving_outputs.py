@@ -5,6 +5,7 @@ chunks; merge_streams interleaves the deltas of several requests (one per prompt
 Each accepted run of tokens arrives as one Delta and becomes one SSE chunk: parallel decoding
 streams in runs.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -27,8 +28,8 @@ class ChoiceState:
     finish_reason: str | None = None
     stats: dict | None = None
     started: bool = False
-    steps: list[dict] = field(default_factory=list)     # traced steps not yet sent (stream_steps)
-    chars: int = 0               # code points of generated text handed out so far
+    steps: list[dict] = field(default_factory=list)  # traced steps not yet sent (stream_steps)
+    chars: int = 0  # code points of generated text handed out so far
 
     def add(self, d: Delta, trace: bool = False) -> None:
         """trace: keep the step for the stream's `paraspec.steps` (stream_steps)."""
@@ -47,12 +48,20 @@ def paraspec_stats(plugin: str | None, choices: list[ChoiceState]) -> dict:
     """Per-request decoding stats: totals over the choices, then each choice's own."""
     stats = [c.stats or {} for c in choices]
     steps = sum(s.get("decode_steps", 0) for s in stats)
-    emitted = sum(s.get("mean_accepted_tokens_per_step", 0.0) * s.get("decode_steps", 0) for s in stats)
+    emitted = sum(
+        s.get("mean_accepted_tokens_per_step", 0.0) * s.get("decode_steps", 0) for s in stats
+    )
     drafted = sum(s.get("draft_tokens", 0) for s in stats)
     accepted = sum(s.get("accepted_draft_tokens", 0) for s in stats)
-    return {"plugin": plugin, "decode_steps": steps, "draft_tokens": drafted, "accepted_draft_tokens": accepted,
-            "mean_accepted_tokens_per_step": round(emitted / steps, 4) if steps else 0.0,
-            "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0, "choices": stats}
+    return {
+        "plugin": plugin,
+        "decode_steps": steps,
+        "draft_tokens": drafted,
+        "accepted_draft_tokens": accepted,
+        "mean_accepted_tokens_per_step": round(emitted / steps, 4) if steps else 0.0,
+        "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0,
+        "choices": stats,
+    }
 
 
 def chunk_extension(c: ChoiceState, d: Delta, index: int, trace: bool) -> dict | None:
@@ -77,10 +86,15 @@ def chunk_extension(c: ChoiceState, d: Delta, index: int, trace: bool) -> dict |
 
 def usage(prompt_lens: list[int], choices: list[ChoiceState]) -> UsageInfo:
     completion = sum(len(c.token_ids) for c in choices)
-    cached = sum((c.stats or {}).get("cached_tokens", 0) for c in choices)   # a prompt's first sample's
-    return UsageInfo(prompt_tokens=sum(prompt_lens), completion_tokens=completion,
-                     total_tokens=sum(prompt_lens) + completion,
-                     prompt_tokens_details=PromptTokensDetails(cached_tokens=cached))
+    cached = sum(
+        (c.stats or {}).get("cached_tokens", 0) for c in choices
+    )  # a prompt's first sample's
+    return UsageInfo(
+        prompt_tokens=sum(prompt_lens),
+        completion_tokens=completion,
+        total_tokens=sum(prompt_lens) + completion,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
+    )
 
 
 def error_event(e: BaseException) -> str:
@@ -124,8 +138,13 @@ def step_entry(d: Delta) -> dict:
     sample's generated text (echo excluded): [from, own) is the accepted draft tokens' text, [own, to)
     the model's own token's; the run is `accepted` draft tokens, then the model's own."""
     t = d.trace
-    return {"step": t.step, "tokens": len(d.token_ids), "drafted": t.drafted, "accepted": t.accepted,
-            "text": [t.text_from, t.own_from, t.text_to]}
+    return {
+        "step": t.step,
+        "tokens": len(d.token_ids),
+        "drafted": t.drafted,
+        "accepted": t.accepted,
+        "text": [t.text_from, t.own_from, t.text_to],
+    }
 
 
 def sse(chunk) -> str:

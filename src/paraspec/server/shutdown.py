@@ -14,6 +14,7 @@ only once no request is held, so its shutdown has nothing left to cancel.
 
 Exit code (serve_main): 0 when every request finished, 1 when any was cut.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +25,7 @@ from .async_engine import AsyncEngine
 logger = logging.getLogger("paraspec.server")
 
 POLL_S = 0.05
-FLUSH_S = 5.0       # after the drain, how long uvicorn waits for the last bytes to reach slow readers
+FLUSH_S = 5.0  # after the drain, how long uvicorn waits for the last bytes to reach slow readers
 
 
 class GracefulShutdown:
@@ -32,7 +33,7 @@ class GracefulShutdown:
     the app's event loop."""
 
     def __init__(self, server, engine: AsyncEngine, grace_s: float):
-        self.server, self.engine, self.grace_s = server, engine, grace_s     # server: a uvicorn.Server
+        self.server, self.engine, self.grace_s = server, engine, grace_s  # server: a uvicorn.Server
         self.signals = 0
         self._cut_now: asyncio.Event | None = None
         self._drain_task: asyncio.Task | None = None
@@ -40,12 +41,12 @@ class GracefulShutdown:
     def on_signal(self, *_) -> None:
         self.signals += 1
         loop = self.engine.loop
-        if loop is None:                # still starting: nothing can be in flight
+        if loop is None:  # still starting: nothing can be in flight
             self._exit(force=self.signals > 1)
             return
         try:
             loop.call_soon_threadsafe(self._on_loop, self.signals)
-        except RuntimeError:            # the event loop has closed: uvicorn is on its way out
+        except RuntimeError:  # the event loop has closed: uvicorn is on its way out
             self._exit(force=True)
 
     def _exit(self, force: bool) -> None:
@@ -63,17 +64,27 @@ class GracefulShutdown:
 
     async def _drain(self) -> None:
         engine = self.engine
-        logger.info("shutting down: %d request(s) in flight get up to %g s to finish (a second signal cuts "
-                    "them)", engine.num_in_flight, self.grace_s)
+        logger.info(
+            "shutting down: %d request(s) in flight get up to %g s to finish (a second signal cuts "
+            "them)",
+            engine.num_in_flight,
+            self.grace_s,
+        )
         engine.stop_accepting()
         clock = asyncio.get_running_loop().time
         deadline = clock() + self.grace_s
         while engine.num_in_flight and not self._cut_now.is_set() and clock() < deadline:
             await asyncio.sleep(POLL_S)
         if engine.num_in_flight:
-            why = "a second signal" if self._cut_now.is_set() else f"the {self.grace_s:g} s grace period ended"
+            why = (
+                "a second signal"
+                if self._cut_now.is_set()
+                else f"the {self.grace_s:g} s grace period ended"
+            )
             engine.cut(why)
             deadline = clock() + FLUSH_S
             while engine.num_in_flight and clock() < deadline:
-                await asyncio.sleep(POLL_S)          # the handlers send the error events, their streams close
+                await asyncio.sleep(
+                    POLL_S
+                )  # the handlers send the error events, their streams close
         self.server.should_exit = True

@@ -10,6 +10,7 @@ node's token; rolled back on the way up, so the matcher ends where it started):
   the row after it, in the same forward.
 Nothing here decides a token: acceptance still walks the tree with masked draws (sampler.py).
 """
+
 from __future__ import annotations
 
 from typing import Callable, Collection
@@ -19,8 +20,14 @@ import numpy as np
 from ..decoding.contract.tree import ROOT, DraftTree
 
 
-def constrain_draft(draft: DraftTree, matcher, allowed: Callable[[], np.ndarray], budget: int,
-                    force: bool, stops: Collection[int]) -> tuple[DraftTree, set[int]]:
+def constrain_draft(
+    draft: DraftTree,
+    matcher,
+    allowed: Callable[[], np.ndarray],
+    budget: int,
+    force: bool,
+    stops: Collection[int],
+) -> tuple[DraftTree, set[int]]:
     """(the tree, its forced nodes) within `budget` nodes; allowed(): the matcher's next tokens."""
     kids = draft.children()
     probs = draft.probs
@@ -44,7 +51,7 @@ def constrain_draft(draft: DraftTree, matcher, allowed: Callable[[], np.ndarray]
             if is_forced:
                 forced.add(new)
             if tok in stops or not matcher.consume_token(tok):
-                continue                 # a walk ends at a stop token
+                continue  # a walk ends at a stop token
             visit(node + 1 if node is not None else None, new, p)
             matcher.rollback(1)
 

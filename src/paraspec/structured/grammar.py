@@ -5,6 +5,7 @@ server's request checks and the engine's matchers share it. Compiled grammars ar
 text (a few dozen, least recently used first out), so a schema checked by the server, or sent
 again, is a copy of a matcher rather than a second compile.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,10 @@ def _llguidance():
     try:
         import llguidance
     except ImportError:
-        raise RequestError(f"structured outputs need the llguidance library, which is not installed; {INSTALL}",
-                           param="structured_outputs") from None
+        raise RequestError(
+            f"structured outputs need the llguidance library, which is not installed; {INSTALL}",
+            param="structured_outputs",
+        ) from None
     return llguidance
 
 
@@ -48,17 +51,23 @@ def grammar_text(spec: StructuredOutputsParams) -> str:
                 schema = json.loads(schema)
             if not isinstance(schema, dict):
                 raise ValueError("the schema must be a JSON object")
-            return llg.LLMatcher.grammar_from_json_schema(schema, defaults={**JSON_DEFAULTS, "lenient": spec.lenient})
+            return llg.LLMatcher.grammar_from_json_schema(
+                schema, defaults={**JSON_DEFAULTS, "lenient": spec.lenient}
+            )
         if kind == "regex":
             return llg.LLMatcher.grammar_from_regex(spec.regex)
         if kind == "choice":
-            return llg.LLMatcher.grammar_from_lark("start: " + " | ".join(json.dumps(c) for c in spec.choice))
+            return llg.LLMatcher.grammar_from_lark(
+                "start: " + " | ".join(json.dumps(c) for c in spec.choice)
+            )
         text = spec.grammar
-        if "::=" in text:            # GBNF (llama.cpp's grammars)
+        if "::=" in text:  # GBNF (llama.cpp's grammars)
             text = llg.gbnf_to_lark.any_to_lark(text)
         return llg.LLMatcher.grammar_from_lark(text)
     except (ValueError, TypeError, RuntimeError) as e:
-        raise RequestError(f"the {kind} could not be compiled: {_one_line(e)}", param="structured_outputs") from None
+        raise RequestError(
+            f"the {kind} could not be compiled: {_one_line(e)}", param="structured_outputs"
+        ) from None
 
 
 class GrammarCompiler:
@@ -68,9 +77,11 @@ class GrammarCompiler:
         llg = _llguidance()
         self.vocab_size = vocab_size
         self.eos_ids = sorted(tokenizer.eos_token_ids)
-        self.lltok = llg.LLTokenizer(tokenizer.backend.to_str(), n_vocab=vocab_size, eos_token=self.eos_ids)
+        self.lltok = llg.LLTokenizer(
+            tokenizer.backend.to_str(), n_vocab=vocab_size, eos_token=self.eos_ids
+        )
         self._templates: OrderedDict[str, Any] = OrderedDict()
-        self._lock = threading.Lock()     # the server's thread and the engine's both compile
+        self._lock = threading.Lock()  # the server's thread and the engine's both compile
 
     def matcher(self, spec: StructuredOutputsParams):
         """A fresh matcher at the grammar's start; RequestError if it does not compile or admits nothing."""
@@ -89,16 +100,22 @@ class GrammarCompiler:
         llg = _llguidance()
         m = llg.LLMatcher(self.lltok, text, log_level=0)
         if m.is_error():
-            raise RequestError(f"the {kind} could not be compiled: {_one_line(m.get_error())}",
-                               param="structured_outputs")
-        if not allowed(m, self.vocab_size).any() or m.is_error():    # the first mask finds no way on
-            raise RequestError(f"the {kind} admits no output at all; relax it", param="structured_outputs")
+            raise RequestError(
+                f"the {kind} could not be compiled: {_one_line(m.get_error())}",
+                param="structured_outputs",
+            )
+        if not allowed(m, self.vocab_size).any() or m.is_error():  # the first mask finds no way on
+            raise RequestError(
+                f"the {kind} admits no output at all; relax it", param="structured_outputs"
+            )
         return m
 
 
 def allowed(matcher, vocab_size: int) -> np.ndarray:
     """[vocab] bool: the tokens the grammar allows next."""
-    bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
+    bits = np.unpackbits(
+        np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little"
+    )
     return bits[:vocab_size].astype(bool)
 
 

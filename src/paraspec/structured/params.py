@@ -4,6 +4,7 @@ Exactly one of json, json_object, regex, choice and grammar. Compiling it needs 
 the grammar library (grammar.py); this module checks only the shape, so SamplingParams stays
 cheap to build and to send to another process.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,13 +17,13 @@ KINDS = ("json", "json_object", "regex", "choice", "grammar")
 
 @dataclass
 class StructuredOutputsParams:
-    json: dict | str | None = None       # a JSON schema (object or its JSON text)
-    json_object: bool = False            # any JSON object
-    regex: str | None = None             # the whole output matches this regex (Rust regex syntax)
-    choice: list[str] | None = None      # the output is one of these strings
-    grammar: str | None = None           # Lark (llguidance's dialect) or GBNF (has '::=')
-    lenient: bool = False                # JSON schema: ignore keywords the library does not implement
-    forced_drafts: bool = True           # paraspec: draft the tokens the grammar alone allows
+    json: dict | str | None = None  # a JSON schema (object or its JSON text)
+    json_object: bool = False  # any JSON object
+    regex: str | None = None  # the whole output matches this regex (Rust regex syntax)
+    choice: list[str] | None = None  # the output is one of these strings
+    grammar: str | None = None  # Lark (llguidance's dialect) or GBNF (has '::=')
+    lenient: bool = False  # JSON schema: ignore keywords the library does not implement
+    forced_drafts: bool = True  # paraspec: draft the tokens the grammar alone allows
 
     def __post_init__(self) -> None:
         self.validate()
@@ -44,8 +45,11 @@ class StructuredOutputsParams:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, str) or not v.strip()):
                 raise bad(f"{name} must be a non-empty string")
-        if self.choice is not None and (not isinstance(self.choice, list) or not self.choice
-                                        or not all(isinstance(c, str) and c for c in self.choice)):
+        if self.choice is not None and (
+            not isinstance(self.choice, list)
+            or not self.choice
+            or not all(isinstance(c, str) and c for c in self.choice)
+        ):
             raise bad("choice must be a non-empty list of non-empty strings")
         for name in ("json_object", "lenient", "forced_drafts"):
             if not isinstance(getattr(self, name), bool):

@@ -8,6 +8,7 @@ node's mask is its parent's state advanced by its token, in a verify step exactl
 one-token step: constrained parallel decoding gives the tokens constrained plain decoding gives.
 A plain RequestSampler never reaches this code (`constrained` is a class attribute).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,29 +25,38 @@ from .grammar import allowed
 class ConstrainedSampler(RequestSampler):
     constrained = True
 
-    def __init__(self, params: SamplingParams, prompt: list[int], vocab_size: int, seed: int | None,
-                 matcher, eos_ids: list[int]):
+    def __init__(
+        self,
+        params: SamplingParams,
+        prompt: list[int],
+        vocab_size: int,
+        seed: int | None,
+        matcher,
+        eos_ids: list[int],
+    ):
         super().__init__(params, prompt, vocab_size, seed)
         self.matcher = matcher
         self.vocab_size = vocab_size
         self.eos_ids = eos_ids
         self.stops = frozenset(eos_ids) | frozenset(params.stop_token_ids)
         self.force = params.structured_outputs.forced_drafts
-        self.forced_drafted = 0      # draft nodes the grammar forced
-        self.forced_accepted = 0     # of those, emitted (all that the walk reached)
-        self._walk: tuple[list[dict[int, int]], set[int]] | None = None   # this step's tree, forced nodes
+        self.forced_drafted = 0  # draft nodes the grammar forced
+        self.forced_accepted = 0  # of those, emitted (all that the walk reached)
+        self._walk: tuple[list[dict[int, int]], set[int]] | None = (
+            None  # this step's tree, forced nodes
+        )
         self._row = 0
 
     @property
     def argmax_suffices(self) -> bool:
-        return False             # every row needs its own mask
+        return False  # every row needs its own mask
 
     def allowed(self):
         return allowed(self.matcher, self.vocab_size)
 
     def draw(self, logits: torch.Tensor) -> int:
         ok = self.allowed()
-        if not ok.any():         # the grammar is done (or broken): end the output
+        if not ok.any():  # the grammar is done (or broken): end the output
             return self.eos_ids[0]
         if logits.shape[-1] != ok.shape[0]:
             ok = np.pad(ok, (0, logits.shape[-1] - ok.shape[0]))
@@ -58,11 +68,11 @@ class ConstrainedSampler(RequestSampler):
     def append(self, token: int) -> None:
         super().append(token)
         self.matcher.consume_token(token)
-        if self._walk is not None:            # which of this step's nodes the walk went through
+        if self._walk is not None:  # which of this step's nodes the walk went through
             children, forced = self._walk
             node = children[self._row].get(token)
             if node is None:
-                self._walk = None             # the model's own token: the step's walk ends
+                self._walk = None  # the model's own token: the step's walk ends
             else:
                 self.forced_accepted += node in forced
                 self._row = node + 1
@@ -72,8 +82,14 @@ class ConstrainedSampler(RequestSampler):
         if proposal is None and not self.force:
             return None
         draft = proposal.draft if proposal is not None else None
-        tree, forced = constrain_draft(draft if draft is not None else DraftTree(), self.matcher, self.allowed,
-                                       budget, self.force, self.stops)
+        tree, forced = constrain_draft(
+            draft if draft is not None else DraftTree(),
+            self.matcher,
+            self.allowed,
+            budget,
+            self.force,
+            self.stops,
+        )
         self.forced_drafted += len(forced)
         self._walk, self._row = (tree.children(), forced), 0
         if proposal is None:
@@ -82,5 +98,7 @@ class ConstrainedSampler(RequestSampler):
         return proposal
 
     def stats(self) -> dict:
-        return {"forced_draft_tokens": self.forced_drafted, "accepted_forced_tokens": self.forced_accepted}
-
+        return {
+            "forced_draft_tokens": self.forced_drafted,
+            "accepted_forced_tokens": self.forced_accepted,
+        }

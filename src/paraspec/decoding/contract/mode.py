@@ -19,6 +19,7 @@ the points where a mode may differ from plain speculative decoding:
 
 The engine names no mode; a mode imports the engine's types, never the other way round.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
@@ -57,7 +58,9 @@ class SequenceMode(Protocol):
 
     def query(self, seq: SequenceState, ctx: StepContext | None) -> Query | None: ...
 
-    def accept(self, seq: SequenceState, q: Query, logits: torch.Tensor, forward_s: float) -> list[int]: ...
+    def accept(
+        self, seq: SequenceState, q: Query, logits: torch.Tensor, forward_s: float
+    ) -> list[int]: ...
 
     def stats(self, seq: SequenceState) -> dict: ...
 

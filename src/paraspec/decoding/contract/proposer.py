@@ -13,6 +13,7 @@ it is described by `LookaheadBranch` (tokens, offsets from the root position, a 
 own tokens); the verifier appends it to the query, invisible to the draft tree, and hands the
 argmax of each of its rows back through `observe(..., lookahead_argmax=...)`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -31,41 +32,59 @@ if TYPE_CHECKING:
 class StepContext:
     """The engine's side of a decode step, as drafters see it."""
 
-    batch_size: int = 1              # sequences verified in this step's forward
-    cost: CostModel = field(default_factory=CostModel)   # t(k)/t(1): probed, refreshed by the engine
-    step: int = 0                    # decode steps the engine has run
+    batch_size: int = 1  # sequences verified in this step's forward
+    cost: CostModel = field(default_factory=CostModel)  # t(k)/t(1): probed, refreshed by the engine
+    step: int = 0  # decode steps the engine has run
 
 
-DEFAULT_CONTEXT = StepContext()      # one sequence, the default cost curve (tests, replay)
+DEFAULT_CONTEXT = StepContext()  # one sequence, the default cost curve (tests, replay)
 
 
 @dataclass
 class LookaheadBranch:
     tokens: list[int]
-    offsets: list[int]               # position of each token minus the root's position (>= 1)
-    mask: np.ndarray                 # [n, n] bool among branch tokens; every row also sees the root
-    output_rows: list[int] = field(default_factory=list)  # branch rows whose argmax the drafter needs
+    offsets: list[int]  # position of each token minus the root's position (>= 1)
+    mask: np.ndarray  # [n, n] bool among branch tokens; every row also sees the root
+    output_rows: list[int] = field(
+        default_factory=list
+    )  # branch rows whose argmax the drafter needs
 
 
 @dataclass
 class Proposal:
     draft: DraftTree
     lookahead: LookaheadBranch | None = None
-    expected: float = 0.0            # the drafter's own estimate of draft tokens to be accepted
-    reason: str | None = None        # an empty draft's why (stats.NO_MATCH, ROWS_TOO_DEAR); None: not said
+    expected: float = 0.0  # the drafter's own estimate of draft tokens to be accepted
+    reason: str | None = (
+        None  # an empty draft's why (stats.NO_MATCH, ROWS_TOO_DEAR); None: not said
+    )
 
 
 class Proposer(Protocol):
     name: str
-    trie: "TokenTrie | None"         # memory drafters' trie (saved / loaded by the API), else None
+    trie: "TokenTrie | None"  # memory drafters' trie (saved / loaded by the API), else None
 
-    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None,
-              ctx: StepContext = DEFAULT_CONTEXT) -> None: ...
+    def begin(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        seed: int | None = None,
+        ctx: StepContext = DEFAULT_CONTEXT,
+    ) -> None: ...
 
-    def propose(self, request_id: str, context: Sequence[int], max_nodes: int,
-                ctx: StepContext = DEFAULT_CONTEXT) -> Proposal: ...
+    def propose(
+        self,
+        request_id: str,
+        context: Sequence[int],
+        max_nodes: int,
+        ctx: StepContext = DEFAULT_CONTEXT,
+    ) -> Proposal: ...
 
-    def observe(self, request_id: str, committed: Sequence[int],
-                lookahead_argmax: Sequence[int] | None = None) -> None: ...
+    def observe(
+        self,
+        request_id: str,
+        committed: Sequence[int],
+        lookahead_argmax: Sequence[int] | None = None,
+    ) -> None: ...
 
     def end(self, request_id: str) -> None: ...

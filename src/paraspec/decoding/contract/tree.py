@@ -10,6 +10,7 @@ Verification flattens `[root] + tokens` into one query: query row 0 is the root,
 node i. Everything the verifier needs (depths, the ancestor mask, children per node) is
 derived here once.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ ROOT = -1
 class DraftTree:
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
-    probs: list[float] = field(default_factory=list)   # per node, or empty: not estimated
+    probs: list[float] = field(default_factory=list)  # per node, or empty: not estimated
 
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.parents):
@@ -65,7 +66,7 @@ class DraftTree:
             parent = ROOT
             for tok in path:
                 node = index.get((parent, tok))
-                if node is None:    # no estimate for an added node: 0 where the others have one
+                if node is None:  # no estimate for an added node: 0 where the others have one
                     node = index[(parent, tok)] = tree.add(tok, parent, 0.0 if self.probs else None)
                     if len(tree) >= max_nodes:
                         return tree

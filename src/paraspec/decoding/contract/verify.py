@@ -8,6 +8,7 @@ Query rows: [root] + draft tree nodes + lookahead branch tokens (when a drafter 
 - the draft tree and the lookahead branch never see each other.
 (Every row also sees the whole committed KV cache; model/attention.py's attention_bias adds that.)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,12 +24,12 @@ from .tree import DraftTree
 class Query:
     tokens: list[int]
     positions: list[int]
-    mask: torch.Tensor | None           # [q, q] bool; None = a causal chain
-    children: list[dict[int, int]]      # per draft row: token -> node (see acceptance.walk)
-    n_draft: int                        # draft nodes (rows 1..n_draft)
+    mask: torch.Tensor | None  # [q, q] bool; None = a causal chain
+    children: list[dict[int, int]]  # per draft row: token -> node (see acceptance.walk)
+    n_draft: int  # draft nodes (rows 1..n_draft)
     lookahead_rows: list[int] = field(default_factory=list)  # rows whose argmax the drafter wants
-    mask_from: int | None = None        # see transformer.SeqInput (ASPD's branch steps)
-    rows: list[int] | None = None       # logits rows, when not the root + drafts + lookahead (ASPD)
+    mask_from: int | None = None  # see transformer.SeqInput (ASPD's branch steps)
+    rows: list[int] | None = None  # logits rows, when not the root + drafts + lookahead (ASPD)
     key_order: torch.Tensor | None = None  # see transformer.SeqInput (ASPD's flattened order)
 
     @property
@@ -47,7 +48,7 @@ class Query:
         """From every logits row's argmax, those of the lookahead branch's output rows (they follow
         the root and the draft), for the drafter that ran the branch; None without one."""
         first = self.n_draft + 1
-        return argmax[first:first + len(self.lookahead_rows)] if self.lookahead_rows else None
+        return argmax[first : first + len(self.lookahead_rows)] if self.lookahead_rows else None
 
 
 def build_query(root: int, root_pos: int, proposal: Proposal | None) -> Query:
@@ -66,8 +67,8 @@ def build_query(root: int, root_pos: int, proposal: Proposal | None) -> Query:
     if la is not None:
         tokens += la.tokens
         positions += [root_pos + o for o in la.offsets]
-        mask[n + 1:, 0] = True
-        mask[n + 1:, n + 1:] = la.mask
+        mask[n + 1 :, 0] = True
+        mask[n + 1 :, n + 1 :] = la.mask
     rows = [n + 1 + r for r in la.output_rows] if la is not None else []
     return Query(tokens, positions, torch.from_numpy(mask), draft.children(), n, rows)
 
@@ -82,7 +83,9 @@ def fit_proposal(proposal: Proposal, vocab: int, rows: int, positions: int) -> N
     if draft.tokens and not 0 <= min(draft.tokens) <= max(draft.tokens) < vocab:
         proposal.draft = draft.pruned(lambda i: 0 <= draft.tokens[i] < vocab)
     la = proposal.lookahead
-    if la is not None and (1 + len(proposal.draft) + len(la.tokens) > rows
-                           or max(la.offsets, default=0) >= positions
-                           or (la.tokens and not 0 <= min(la.tokens) <= max(la.tokens) < vocab)):
+    if la is not None and (
+        1 + len(proposal.draft) + len(la.tokens) > rows
+        or max(la.offsets, default=0) >= positions
+        or (la.tokens and not 0 <= min(la.tokens) <= max(la.tokens) < vocab)
+    ):
         proposal.lookahead = None

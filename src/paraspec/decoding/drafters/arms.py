@@ -7,9 +7,11 @@ cost, keeps using the best and retries the others now and then; what one request
 Epochs, not single steps, because a window's benefit is delayed: the n-grams it harvests in one
 step are accepted a few steps later.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 
 @dataclass
 class ArmStats:
@@ -21,15 +23,15 @@ class ArmStats:
     each pay to learn it again."""
 
     n_arms: int
-    retry_after: int = 8      # epochs (of any request) before a losing arm is tried again ...
-    max_wait: int = 256       # ... doubling while it keeps losing, up to this many
+    retry_after: int = 8  # epochs (of any request) before a losing arm is tried again ...
+    max_wait: int = 256  # ... doubling while it keeps losing, up to this many
     alpha: float = 0.3
     value: list[float] = field(default_factory=list)
     epochs: list[int] = field(default_factory=list)
     last_epoch: list[int] = field(default_factory=list)
     wait: list[int] = field(default_factory=list)
     epoch: int = 0
-    supposed: list[bool] = field(default_factory=list)   # value[i] is a prior, not evidence
+    supposed: list[bool] = field(default_factory=list)  # value[i] is a prior, not evidence
 
     def __post_init__(self) -> None:
         n = self.n_arms
@@ -63,8 +65,11 @@ class ArmStats:
         if untried:
             return untried[0]
         best = self.best()
-        stale = [i for i in range(self.n_arms)
-                 if i != best and self.epoch - self.last_epoch[i] > self.wait[i]]
+        stale = [
+            i
+            for i in range(self.n_arms)
+            if i != best and self.epoch - self.last_epoch[i] > self.wait[i]
+        ]
         return stale[0] if stale else None
 
     def claim(self, arm: int) -> None:
@@ -72,18 +77,21 @@ class ArmStats:
 
     def record(self, arm: int, score: float) -> None:
         """One finished epoch of `arm` (any request) that scored `score` tokens per unit cost."""
-        if self.supposed[arm]:      # a prior, not evidence: the first real score replaces it
+        if self.supposed[arm]:  # a prior, not evidence: the first real score replaces it
             self.supposed[arm] = False
             self.epochs[arm] = 0
-        self.value[arm] = score if not self.epochs[arm] else \
-            self.alpha * score + (1 - self.alpha) * self.value[arm]
+        self.value[arm] = (
+            score
+            if not self.epochs[arm]
+            else self.alpha * score + (1 - self.alpha) * self.value[arm]
+        )
         self.epochs[arm] += 1
         self.last_epoch[arm] = self.epoch
         self.epoch += 1
         best = self.best()
         if arm == best:
             self.wait[arm] = self.retry_after
-        else:   # lost again: wait twice as long before the next try, 4x if it lost by far
+        else:  # lost again: wait twice as long before the next try, 4x if it lost by far
             far = self.value[arm] < 0.8 * self.value[best]
             self.wait[arm] = min(self.wait[arm] * (4 if far else 2), self.max_wait)
 
@@ -139,7 +147,9 @@ class ArmSelector:
             if self.base_tokens:
                 score /= self.base_tokens / max(self.base_cost, 1e-9)
             old = self.own[self.current]
-            self.own[self.current] = score if old is None else self.alpha * score + (1 - self.alpha) * old
+            self.own[self.current] = (
+                score if old is None else self.alpha * score + (1 - self.alpha) * old
+            )
             self.shared.record(self.current, score)
             self.steps, self.tokens, self.cost = 0, 0.0, 0.0
             self.base_tokens = self.base_cost = 0.0
@@ -156,4 +166,5 @@ class ArmSelector:
             if self.own[i] is not None:
                 return self.own[i]
             return sh.value[i] if sh.epochs[i] else float("-inf")
+
         return max(range(self.n_arms), key=value)

@@ -23,6 +23,7 @@ rows the forward pads anyway are filled with the next best candidates, for nothi
     (cost.window_prior). Batches > 2 never carry it: verification stops being free as the batch
   grows.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,19 +48,21 @@ from ..memory.trie import TokenTrie
 _MEMORY_KEYS = {f.name for f in fields(MemoryDecodingParams)} - {"plugin_type"}
 _LOOKAHEAD_KEYS = {f.name for f in fields(LookaheadParams)}
 MAX_WINDOW_BATCH = 2
-WINDOW_BELOW = 1.0   # accepted trie draft tokens per step under which the window is considered
+WINDOW_BELOW = 1.0  # accepted trie draft tokens per step under which the window is considered
 # The pool's Python work on a step (a small share of a small model's step, docs/design-notes.md) is
 # worth it only if its nodes add at least this many accepted tokens a step on top of the trie's;
 # below that it sits out, and runs one eligible step in LA_PROBE_EVERY to keep measuring.
 LA_MIN_GAIN = 0.02
 LA_PROBE_EVERY = 8
-TRIE, POOL, SUFFIX, PAST = 0, 1, 2, 3    # the policy's sources
+TRIE, POOL, SUFFIX, PAST = 0, 1, 2, 3  # the policy's sources
 ALL, NOT_POOL = (TRIE, POOL, SUFFIX, PAST), (TRIE, SUFFIX, PAST)
 
 
 @dataclass(frozen=True)
 class HybridParams:
-    memory: MemoryDecodingParams = field(default_factory=lambda: MemoryDecodingParams(dynamic_algo=True))
+    memory: MemoryDecodingParams = field(
+        default_factory=lambda: MemoryDecodingParams(dynamic_algo=True)
+    )
     lookahead: LookaheadParams = field(default_factory=LookaheadParams)
 
     @property
@@ -77,9 +80,11 @@ class HybridParams:
         self.memory.validate(None)
         self.lookahead.validate(None)
         if speculation_gamma is not None and speculation_gamma < self.query_tokens:
-            raise ConfigError(f"speculation_gamma={speculation_gamma} is below the hybrid's need of "
-                              f"decoding_length + (level-1)*window - 1 = {self.query_tokens}; raise "
-                              "speculation_gamma or lower decoding_length/level/window")
+            raise ConfigError(
+                f"speculation_gamma={speculation_gamma} is below the hybrid's need of "
+                f"decoding_length + (level-1)*window - 1 = {self.query_tokens}; raise "
+                "speculation_gamma or lower decoding_length/level/window"
+            )
         return self
 
     @classmethod
@@ -91,29 +96,37 @@ class HybridParams:
             warn_unknown_keys("hybrid", unknown, _MEMORY_KEYS | _LOOKAHEAD_KEYS | {"plugin_type"})
         # the trie's part sizes its drafts (dynamic_algo) unless told otherwise: a fixed-length
         # draft pays its rows even where the chooser would rather take lookahead's cheap one
-        memory = MemoryDecodingParams.from_dict({"dynamic_algo": True} | {k: v for k, v in d.items() if k in _MEMORY_KEYS})
+        memory = MemoryDecodingParams.from_dict(
+            {"dynamic_algo": True} | {k: v for k, v in d.items() if k in _MEMORY_KEYS}
+        )
         lookahead = LookaheadParams.from_dict({k: v for k, v in d.items() if k in _LOOKAHEAD_KEYS})
         return cls(memory, lookahead)
 
 
 @dataclass
 class _Request:
-    selector: ArmSelector                     # arm 1 = with the window
-    memory_tree: DraftTree | None = None      # what the trie and suffix sources alone would send
-    memory_cost: float = 1.0                  # ... and its forward cost
-    memory_score: float = 1.0                 # accepted draft tokens per step along it
-    cost: float = 1.0                         # the step's forward cost (all its rows)
+    selector: ArmSelector  # arm 1 = with the window
+    memory_tree: DraftTree | None = None  # what the trie and suffix sources alone would send
+    memory_cost: float = 1.0  # ... and its forward cost
+    memory_score: float = 1.0  # accepted draft tokens per step along it
+    cost: float = 1.0  # the step's forward cost (all its rows)
     arm: int = 0
-    scored: bool = False          # this step counts for the window's arms (chosen, not a warm-up)
-    pool_ran: bool = False        # the pool proposed this step (so it observes it)
+    scored: bool = False  # this step counts for the window's arms (chosen, not a warm-up)
+    pool_ran: bool = False  # the pool proposed this step (so it observes it)
 
 
 class HybridDrafter:
     name = "hybrid"
 
-    def __init__(self, params: HybridParams | None = None, trie: TokenTrie | None = None,
-                 eos_token_ids: Iterable[int] = (), arms: ArmStats | None = None,
-                 stats: PolicyStats | None = None, output_memory: OutputMemory | None = None):
+    def __init__(
+        self,
+        params: HybridParams | None = None,
+        trie: TokenTrie | None = None,
+        eos_token_ids: Iterable[int] = (),
+        arms: ArmStats | None = None,
+        stats: PolicyStats | None = None,
+        output_memory: OutputMemory | None = None,
+    ):
         self.params = (params or HybridParams()).validate()
         self.memory = TrieSource(self.params.memory, tuple(eos_token_ids), trie)
         self.pool = PoolSource(self.params.lookahead, eos_token_ids)
@@ -127,8 +140,13 @@ class HybridDrafter:
         self._requests: dict[str, _Request] = {}
 
     # ---------------------------------------------------------------- Proposer protocol
-    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None,
-              ctx: StepContext = DEFAULT_CONTEXT) -> None:
+    def begin(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        seed: int | None = None,
+        ctx: StepContext = DEFAULT_CONTEXT,
+    ) -> None:
         self.arms.suppose(1, self.window_prior(ctx.cost))
         self.memory.begin(request_id, prompt)
         self.pool.begin(request_id, prompt, seed)
@@ -136,8 +154,13 @@ class HybridDrafter:
         self.policy.begin(request_id)
         self._requests[request_id] = _Request(ArmSelector(2, shared=self.arms))
 
-    def propose(self, request_id: str, context: Sequence[int], max_nodes: int,
-                ctx: StepContext = DEFAULT_CONTEXT) -> Proposal:
+    def propose(
+        self,
+        request_id: str,
+        context: Sequence[int],
+        max_nodes: int,
+        ctx: StepContext = DEFAULT_CONTEXT,
+    ) -> Proposal:
         st = self._requests[request_id]
         cost, mp = ctx.cost, self.params.memory
         copying = self.policy.state(request_id) == COPYING
@@ -153,22 +176,32 @@ class HybridDrafter:
         # rows a step up)
         alone, expected = self.policy.select(request_id, context, [m, None, s, h], budget, cost)
         st.memory_tree, st.memory_cost = alone, cost(1 + len(alone))
-        st.pool_ran = st.arm == 1 or not alone or (len(alone) < budget and cost.free_rows(1 + len(alone)) > 0)
+        st.pool_ran = (
+            st.arm == 1 or not alone or (len(alone) < budget and cost.free_rows(1 + len(alone)) > 0)
+        )
         if st.pool_ran and st.arm == 0 and self.policy.stats.gain[POOL] < LA_MIN_GAIN:
             # its nodes have not been adding tokens: not worth its Python work, but probed
             self._eligible += 1
             st.pool_ran = self._eligible % LA_PROBE_EVERY == 0
-        if not st.pool_ran:         # the pool-less draft is the step's (select scored it)
+        if not st.pool_ran:  # the pool-less draft is the step's (select scored it)
             st.cost = st.memory_cost
             return Proposal(alone, expected=expected, reason=self.policy.reason(request_id))
-        tree, branch = self.pool.step(request_id, context, self.params.lookahead.window if st.arm == 1 else 0)
+        tree, branch = self.pool.step(
+            request_id, context, self.params.lookahead.window if st.arm == 1 else 0
+        )
         window_rows = len(branch.tokens) if branch else 0
-        draft, expected = self.policy.select(request_id, context, [m, tree, s, h], budget, cost, window_rows)
+        draft, expected = self.policy.select(
+            request_id, context, [m, tree, s, h], budget, cost, window_rows
+        )
         st.cost = cost(1 + len(draft) + window_rows)
         return Proposal(draft, branch, expected, self.policy.reason(request_id))
 
-    def observe(self, request_id: str, committed: Sequence[int],
-                lookahead_argmax: Sequence[int] | None = None) -> None:
+    def observe(
+        self,
+        request_id: str,
+        committed: Sequence[int],
+        lookahead_argmax: Sequence[int] | None = None,
+    ) -> None:
         st = self._requests[request_id]
         if not committed:
             return

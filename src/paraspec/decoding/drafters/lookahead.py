@@ -65,6 +65,7 @@ worth anything and meanwhile pushes good ones out of the LRU pool, while a misal
 still a coherent chain whose n-grams are keyed by content, not position (measured:
 docs/design-notes.md).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -103,22 +104,27 @@ class LookaheadParams:
             lo, hi = _RANGES[f.name]
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-                raise ConfigError(f"lookahead.{f.name} must be an integer in [{lo}, {hi}], got "
-                                  f"{value!r}; set it within that range (default {f.default})")
+                raise ConfigError(
+                    f"lookahead.{f.name} must be an integer in [{lo}, {hi}], got "
+                    f"{value!r}; set it within that range (default {f.default})"
+                )
         if speculation_gamma is not None and speculation_gamma < self.query_tokens:
             raise ConfigError(
                 f"speculation_gamma must be >= (level-1)*(window+guess_set_size) = {self.query_tokens} "
                 f"for lookahead level={self.level}, window={self.window}, "
                 f"guess_set_size={self.guess_set_size}, got {speculation_gamma}; raise "
-                f"speculation_gamma to {self.query_tokens} or lower level/window/guess_set_size")
+                f"speculation_gamma to {self.query_tokens} or lower level/window/guess_set_size"
+            )
         return self
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "LookaheadParams":
         """Params from a config mapping (MindIE plugin keys); unknown keys warn, bad values raise."""
         if not isinstance(d, Mapping):
-            raise ConfigError(f"lookahead params must be a mapping like {{'level': 4, 'window': 5, "
-                              f"'guess_set_size': 5}}, got {type(d).__name__}")
+            raise ConfigError(
+                f"lookahead params must be a mapping like {{'level': 4, 'window': 5, "
+                f"'guess_set_size': 5}}, got {type(d).__name__}"
+            )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -134,21 +140,34 @@ class LookaheadDrafter:
     name = "lookahead"
     trie = None
 
-    def __init__(self, params: LookaheadParams | None = None, eos_token_ids: Iterable[int] = (),
-                 default_seed: int = 0, adaptive_window: bool = True, arms: ArmStats | None = None,
-                 stats: PolicyStats | None = None):
+    def __init__(
+        self,
+        params: LookaheadParams | None = None,
+        eos_token_ids: Iterable[int] = (),
+        default_seed: int = 0,
+        adaptive_window: bool = True,
+        arms: ArmStats | None = None,
+        stats: PolicyStats | None = None,
+    ):
         self.params = (params or LookaheadParams()).validate()
         self.source = PoolSource(self.params, eos_token_ids, default_seed)
-        self.adaptive_window = adaptive_window   # False: always run the window (LADE, MindIE)
+        self.adaptive_window = adaptive_window  # False: always run the window (LADE, MindIE)
         # window or not: learnt across this configuration's requests (the engine's, when built
         # by the registry, so the evidence outlives this drafter)
         self.arms = arms if arms is not None else ArmStats(2)
         self.policy = DraftPolicy(1, stats)
         self._selectors: dict[str, ArmSelector] = {}
-        self._pending: dict[str, tuple[float, int]] = {}   # the step's cost and scored arm (-1: none)
+        self._pending: dict[
+            str, tuple[float, int]
+        ] = {}  # the step's cost and scored arm (-1: none)
 
-    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None,
-              ctx: StepContext = DEFAULT_CONTEXT) -> None:
+    def begin(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        seed: int | None = None,
+        ctx: StepContext = DEFAULT_CONTEXT,
+    ) -> None:
         p = self.params
         if self.adaptive_window:
             # arm 0 runs the window: before evidence it is priced by the cost curve against
@@ -159,20 +178,33 @@ class LookaheadDrafter:
         self.policy.begin(request_id)
         self._selectors[request_id] = ArmSelector(2, shared=self.arms)
 
-    def propose(self, request_id: str, context: Sequence[int], max_nodes: int,
-                ctx: StepContext = DEFAULT_CONTEXT) -> Proposal:
+    def propose(
+        self,
+        request_id: str,
+        context: Sequence[int],
+        max_nodes: int,
+        ctx: StepContext = DEFAULT_CONTEXT,
+    ) -> Proposal:
         warm = self.source.warm(request_id) if context else False
         arm = self._selectors[request_id].choose() if self.adaptive_window else 0
         tree, branch = self.source.step(request_id, context, 0 if arm == 1 else self.params.window)
         window_rows = len(branch.tokens) if branch else 0
-        draft, expected = self.policy.select(request_id, context, [tree], max_nodes, ctx.cost, window_rows)
+        draft, expected = self.policy.select(
+            request_id, context, [tree], max_nodes, ctx.cost, window_rows
+        )
         # warm-up steps are not scored: the window has nothing to harvest yet
         scored = arm if self.adaptive_window and (warm or not branch) else -1
         self._pending[request_id] = (ctx.cost(1 + len(draft) + window_rows), scored)
-        return Proposal(draft=draft, lookahead=branch, expected=expected, reason=self.policy.reason(request_id))
+        return Proposal(
+            draft=draft, lookahead=branch, expected=expected, reason=self.policy.reason(request_id)
+        )
 
-    def observe(self, request_id: str, committed: Sequence[int],
-                lookahead_argmax: Sequence[int] | None = None) -> None:
+    def observe(
+        self,
+        request_id: str,
+        committed: Sequence[int],
+        lookahead_argmax: Sequence[int] | None = None,
+    ) -> None:
         if not committed:
             return
         self.policy.observe(request_id, committed)

@@ -4,6 +4,7 @@ output and the window's columns, lays out the window's branch each step, harvest
 n-grams from the argmax of its last level and shifts it; lookahead and hybrid drafters draft
 from it through the draft policy.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -18,10 +19,11 @@ from ..contract.tree import DraftTree
 
 # ----------------------------------------------------------------------------------- layout
 
+
 @dataclass(frozen=True)
 class WindowLayout:
-    offsets: tuple[int, ...]     # per branch row: position id minus the root's
-    mask: np.ndarray             # [n, n] bool, read-only; root column implicit
+    offsets: tuple[int, ...]  # per branch row: position id minus the root's
+    mask: np.ndarray  # [n, n] bool, read-only; root column implicit
     output_rows: tuple[int, ...]  # rows whose argmax becomes the next level
 
 
@@ -45,7 +47,7 @@ def window_layout(len0: int, num_upper: int, skip_first_output: bool = False) ->
         start = len0 + (lv - 1) * width
         rows = start + cols
         offsets.extend(range(lv, lv + width))
-        mask[start:start + width, :len0] = np.tri(width, len0, -1, dtype=bool)
+        mask[start : start + width, :len0] = np.tri(width, len0, -1, dtype=bool)
         for below in range(1, lv + 1):
             mask[rows, len0 + (below - 1) * width + cols] = True
     mask.flags.writeable = False
@@ -68,7 +70,7 @@ def pool_tree(candidates: Sequence[tuple[int, ...]]) -> DraftTree:
     tree = DraftTree()
     index: dict[tuple[int, int], int] = {}
     for rank, cand in enumerate(candidates):
-        parent, p = -1, PRIOR_FIRST * RANK_DECAY ** rank
+        parent, p = -1, PRIOR_FIRST * RANK_DECAY**rank
         for tok in cand:
             node = index.get((parent, tok))
             if node is None:
@@ -82,8 +84,9 @@ def pool_tree(candidates: Sequence[tuple[int, ...]]) -> DraftTree:
 @dataclass
 class _Window:
     """What a step's window handed out, read back by `observe`."""
+
     root: int
-    width: int                       # window columns in the branch (0 = no branch)
+    width: int  # window columns in the branch (0 = no branch)
     num_outputs: int
 
 
@@ -91,9 +94,9 @@ class _Window:
 class _RequestState:
     pool: NgramPool
     rng: np.random.Generator
-    fill_tokens: np.ndarray          # EOS-free prompt tokens; the window's random guesses
-    levels: list[list[int]]          # levels[0] = oldest guesses; warm when N-1 levels exist
-    fed: int = 0                     # context tokens whose n-grams are in the pool
+    fill_tokens: np.ndarray  # EOS-free prompt tokens; the window's random guesses
+    levels: list[list[int]]  # levels[0] = oldest guesses; warm when N-1 levels exist
+    fed: int = 0  # context tokens whose n-grams are in the pool
     window: _Window | None = None
     candidates: list[tuple[int, ...]] = field(default_factory=list)  # the pool's, last step
 
@@ -116,12 +119,19 @@ class PoolSource:
         fill = np.array([t for t in prompt if t not in self.eos_token_ids], dtype=np.int64)
         if fill.size == 0:  # nothing to copy guesses from: any non-EOS id will do
             fill = np.array([min(set(range(len(self.eos_token_ids) + 1)) - self.eos_token_ids)])
-        st = _RequestState(pool=pool, rng=np.random.default_rng(self.default_seed if seed is None else seed),
-                           fill_tokens=fill, levels=[], fed=len(prompt))
+        st = _RequestState(
+            pool=pool,
+            rng=np.random.default_rng(self.default_seed if seed is None else seed),
+            fill_tokens=fill,
+            levels=[],
+            fed=len(prompt),
+        )
         st.levels = [self._fill(st, p.window + p.level - 3)]
         self._requests[request_id] = st
 
-    def step(self, request_id: str, context: Sequence[int], width: int) -> tuple[DraftTree, LookaheadBranch | None]:
+    def step(
+        self, request_id: str, context: Sequence[int], width: int
+    ) -> tuple[DraftTree, LookaheadBranch | None]:
         """This step's pool candidates below the root context[-1] (a tree with prior estimates),
         and the window's branch with its first `width` columns (0..W; None for no window)."""
         st = self._state(request_id)
@@ -131,12 +141,19 @@ class PoolSource:
         self._feed(st, context)
         st.candidates = st.pool.candidates(root)
         if not 0 <= width <= self.params.window:
-            raise ValueError(f"lookahead window width must be in [0, {self.params.window}], got {width}")
+            raise ValueError(
+                f"lookahead window width must be in [0, {self.params.window}], got {width}"
+            )
         branch = self._branch(st, self.warm(request_id), width) if width else None
         st.window = _Window(root, width if branch else 0, len(branch.output_rows) if branch else 0)
         return pool_tree(st.candidates), branch
 
-    def observe(self, request_id: str, committed: Sequence[int], lookahead_argmax: Sequence[int] | None = None) -> None:
+    def observe(
+        self,
+        request_id: str,
+        committed: Sequence[int],
+        lookahead_argmax: Sequence[int] | None = None,
+    ) -> None:
         st = self._state(request_id)
         win, st.window = st.window, None
         if not committed:
@@ -147,8 +164,10 @@ class PoolSource:
         new = None
         if win.width and lookahead_argmax is not None:
             if len(lookahead_argmax) != win.num_outputs:
-                raise ValueError(f"lookahead: got {len(lookahead_argmax)} argmax values for "
-                                 f"{win.num_outputs} output rows")
+                raise ValueError(
+                    f"lookahead: got {len(lookahead_argmax)} argmax values for "
+                    f"{win.num_outputs} output rows"
+                )
             new = [int(t) for t in lookahead_argmax]
             if len(st.levels) == self.params.level - 1:
                 self._harvest(st, win.root, new, win.width)
@@ -174,7 +193,9 @@ class PoolSource:
         try:
             return self._requests[request_id]
         except KeyError:
-            raise KeyError(f"lookahead: unknown request {request_id!r} (call begin first)") from None
+            raise KeyError(
+                f"lookahead: unknown request {request_id!r} (call begin first)"
+            ) from None
 
     def _fill(self, st: _RequestState, n: int) -> list[int]:
         return st.fill_tokens[st.rng.integers(0, st.fill_tokens.size, size=n)].tolist()
@@ -183,7 +204,7 @@ class PoolSource:
         """Put the n-grams that end in tokens committed since the last call into the pool."""
         n = len(context)
         if n > st.fed:
-            st.pool.add_sequence(context[max(0, st.fed - self.params.level + 1):n])
+            st.pool.add_sequence(context[max(0, st.fed - self.params.level + 1) : n])
         st.fed = n
 
     def _branch(self, st: _RequestState, warm: bool, width: int) -> LookaheadBranch | None:
@@ -191,7 +212,7 @@ class PoolSource:
             return None
         levels = st.levels
         if warm:
-            row0, upper = levels[0][:width - 1], [lv[:width] for lv in levels[1:]]
+            row0, upper = levels[0][: width - 1], [lv[:width] for lv in levels[1:]]
         else:
             row0, upper = levels[0], levels[1:]
         layout = window_layout(len(row0), len(upper), skip_first_output=not warm)
@@ -200,7 +221,7 @@ class PoolSource:
 
     def _harvest(self, st: _RequestState, root: int, new: list[int], width: int) -> None:
         """Column c of the window is one N-gram: (key; levels 1..N-2 at c, new[c])."""
-        keys = [root] + st.levels[0][:width - 1]
+        keys = [root] + st.levels[0][: width - 1]
         add = st.pool.add
         for key, ngram in zip(keys, zip(*(lv[:width] for lv in st.levels[1:]), new)):
             add(key, ngram)

@@ -14,6 +14,7 @@ so a draft has at most decoding_length - 1 nodes; while the output copies a long
   * dynamic_algo=false: the whole draft when the policy values it above 0, else its best prefix;
   * dynamic_algo=true: the best prefix, capped by batch size as MindIE does.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -28,10 +29,10 @@ from ..contract.tree import ROOT, DraftTree
 from ..memory.trie import TokenTrie
 
 MAX_DECODING_LENGTH = 16
-PROMPT_WEIGHT = 1.0         # a prompt count is worth this many output counts when ranking nodes
-COPYING = 2                 # calibration.streak_state after 4+ accepted draft tokens (or a 4+ run)
-CANDIDATES = 2              # trie nodes offered per node the budget allows ...
-MAX_CANDIDATES = 64         # ... at most
+PROMPT_WEIGHT = 1.0  # a prompt count is worth this many output counts when ranking nodes
+COPYING = 2  # calibration.streak_state after 4+ accepted draft tokens (or a 4+ run)
+CANDIDATES = 2  # trie nodes offered per node the budget allows ...
+MAX_CANDIDATES = 64  # ... at most
 
 
 @dataclass(frozen=True)
@@ -67,28 +68,42 @@ class MemoryDecodingParams:
 
     def validate(self, speculation_gamma: int | None = None) -> "MemoryDecodingParams":
         if self.plugin_type != "memory_decoding":
-            raise ConfigError(f"plugin_params.plugin_type={self.plugin_type!r} is not memory_decoding; "
-                              "pass \"plugin_type\": \"memory_decoding\"")
+            raise ConfigError(
+                f"plugin_params.plugin_type={self.plugin_type!r} is not memory_decoding; "
+                'pass "plugin_type": "memory_decoding"'
+            )
         if not 1 <= self.decoding_length <= MAX_DECODING_LENGTH:
-            raise ConfigError(f"plugin_params.decoding_length={self.decoding_length} is outside "
-                              f"[1, {MAX_DECODING_LENGTH}]; pass a value from 1 to {MAX_DECODING_LENGTH}")
+            raise ConfigError(
+                f"plugin_params.decoding_length={self.decoding_length} is outside "
+                f"[1, {MAX_DECODING_LENGTH}]; pass a value from 1 to {MAX_DECODING_LENGTH}"
+            )
         if self.mode not in ("tree", "chain"):
-            raise ConfigError(f"plugin_params.mode={self.mode!r} is not one of 'tree', 'chain'; "
-                              "pass \"mode\": \"tree\" or \"chain\"")
+            raise ConfigError(
+                f"plugin_params.mode={self.mode!r} is not one of 'tree', 'chain'; "
+                'pass "mode": "tree" or "chain"'
+            )
         if not 1 <= self.branch_length <= 64:
-            raise ConfigError(f"plugin_params.branch_length={self.branch_length} is outside [1, 64]; "
-                              "pass a value from 1 to 64 (16 is the default)")
+            raise ConfigError(
+                f"plugin_params.branch_length={self.branch_length} is outside [1, 64]; "
+                "pass a value from 1 to 64 (16 is the default)"
+            )
         if not 0 <= self.copy_length <= 48:
-            raise ConfigError(f"plugin_params.copy_length={self.copy_length} is outside [0, 48]; "
-                              "pass a value from 0 to 48 (0 turns long copy drafts off)")
+            raise ConfigError(
+                f"plugin_params.copy_length={self.copy_length} is outside [0, 48]; "
+                "pass a value from 0 to 48 (0 turns long copy drafts off)"
+            )
         if self.max_trie_nodes < 1024:
-            raise ConfigError(f"plugin_params.max_trie_nodes={self.max_trie_nodes} is below 1024; "
-                              "pass at least 1024 (a node takes 70-100 bytes)")
+            raise ConfigError(
+                f"plugin_params.max_trie_nodes={self.max_trie_nodes} is below 1024; "
+                "pass at least 1024 (a node takes 70-100 bytes)"
+            )
         if speculation_gamma is not None and speculation_gamma < self.decoding_length:
-            raise ConfigError(f"speculation_gamma={speculation_gamma} is smaller than "
-                              f"plugin_params.decoding_length={self.decoding_length}; set "
-                              f"speculation_gamma to at least {self.decoding_length} or lower "
-                              "decoding_length")
+            raise ConfigError(
+                f"speculation_gamma={speculation_gamma} is smaller than "
+                f"plugin_params.decoding_length={self.decoding_length}; set "
+                f"speculation_gamma to at least {self.decoding_length} or lower "
+                "decoding_length"
+            )
         return self
 
     @classmethod
@@ -103,8 +118,10 @@ class MemoryDecodingParams:
             want = type(defaults[key])
             # `type is`, not isinstance: true/false is not a length, and 0/1 is not a boolean
             if type(value) is not want:
-                raise ConfigError(f"plugin_params.{key}={value!r} is a {_json_type(type(value))}; "
-                                  f"pass a JSON {_json_type(want)} (default {defaults[key]!r})")
+                raise ConfigError(
+                    f"plugin_params.{key}={value!r} is a {_json_type(type(value))}; "
+                    f"pass a JSON {_json_type(want)} (default {defaults[key]!r})"
+                )
             kwargs[key] = value
         return cls(**kwargs)
 
@@ -113,13 +130,17 @@ class TrieSource:
     """memory_decoding's candidates: the trie's most probable continuations of a request's context
     with their path frequencies, from its prompt and every request's output."""
 
-    def __init__(self, params: MemoryDecodingParams, eos_token_ids: Sequence[int] = (),
-                 trie: TokenTrie | None = None) -> None:
+    def __init__(
+        self,
+        params: MemoryDecodingParams,
+        eos_token_ids: Sequence[int] = (),
+        trie: TokenTrie | None = None,
+    ) -> None:
         self.params = params
         self.trie = trie if trie is not None else TokenTrie(params.max_trie_nodes, params.window)
         self.eos = frozenset(int(t) for t in eos_token_ids)
-        self._seen: dict[Hashable, int] = {}        # tokens of a request in the memory: prompt + output
-        self._finished: set[Hashable] = set()       # a stop token was committed: no more output
+        self._seen: dict[Hashable, int] = {}  # tokens of a request in the memory: prompt + output
+        self._finished: set[Hashable] = set()  # a stop token was committed: no more output
 
     def begin(self, key: Hashable, prompt: Sequence[int]) -> None:
         if key in self._seen:
@@ -128,7 +149,9 @@ class TrieSource:
             self.trie.insert(segment, key=key)
         self._seen[key] = len(prompt)
 
-    def candidates(self, key: Hashable, context: Sequence[int], budget: int, copying: bool) -> DraftTree:
+    def candidates(
+        self, key: Hashable, context: Sequence[int], budget: int, copying: bool
+    ) -> DraftTree:
         """Up to `budget` nodes below the root context[-1], best first by the trie's estimate; when
         `copying`, a chain that reaches branch_length is followed on (re-anchored at its end)."""
         self.catch_up(key, context)
@@ -137,7 +160,9 @@ class TrieSource:
         p = self.params
         # more candidates than can be sent: the policy, not the trie's ranking, picks among them
         first = min(CANDIDATES * (budget if copying else min(budget, p.max_draft)), MAX_CANDIDATES)
-        m = self.trie.match(context, key, first, p.mode == "tree", PROMPT_WEIGHT, max_depth=p.branch_length)
+        m = self.trie.match(
+            context, key, first, p.mode == "tree", PROMPT_WEIGHT, max_depth=p.branch_length
+        )
         if copying and p.copy_length and m:
             self._follow_on(m, key, context, min(budget, first + p.copy_length))
         return m
@@ -167,10 +192,16 @@ class TrieSource:
         while len(m) < budget:
             deepest = max(range(len(m)), key=lambda i: (depths[i], m.probs[i]))
             if depths[deepest] % self.params.branch_length:
-                return                       # the chain ended before the window did
+                return  # the chain ended before the window did
             path = [m.tokens[i] for i in m.path_to(deepest)]
-            more = self.trie.match(list(context) + path, key, budget - len(m), False, PROMPT_WEIGHT,
-                                   max_depth=self.params.branch_length)
+            more = self.trie.match(
+                list(context) + path,
+                key,
+                budget - len(m),
+                False,
+                PROMPT_WEIGHT,
+                max_depth=self.params.branch_length,
+            )
             if not more:
                 return
             base, p0 = deepest, m.probs[deepest]
@@ -214,37 +245,57 @@ class MemoryDrafter:
 
     name = "memory_decoding"
 
-    def __init__(self, params: MemoryDecodingParams | None = None, eos_token_ids: Sequence[int] = (),
-                 trie: TokenTrie | None = None, stats: PolicyStats | None = None) -> None:
+    def __init__(
+        self,
+        params: MemoryDecodingParams | None = None,
+        eos_token_ids: Sequence[int] = (),
+        trie: TokenTrie | None = None,
+        stats: PolicyStats | None = None,
+    ) -> None:
         self.params = (params or MemoryDecodingParams()).validate()
         self.source = TrieSource(self.params, eos_token_ids, trie)
         self.trie = self.source.trie
         self.policy = DraftPolicy(1, stats)
-        self._accepted: dict[Hashable, int] = {}    # draft tokens accepted last step
+        self._accepted: dict[Hashable, int] = {}  # draft tokens accepted last step
 
-    def begin(self, request_id: str, prompt: Sequence[int], seed: int | None = None,
-              ctx: StepContext = DEFAULT_CONTEXT) -> None:
+    def begin(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        seed: int | None = None,
+        ctx: StepContext = DEFAULT_CONTEXT,
+    ) -> None:
         self.source.begin(request_id, prompt)
         self.policy.begin(request_id)
         self._accepted[request_id] = 0
 
-    def propose(self, request_id: str, context: Sequence[int], max_nodes: int,
-                ctx: StepContext = DEFAULT_CONTEXT) -> Proposal:
+    def propose(
+        self,
+        request_id: str,
+        context: Sequence[int],
+        max_nodes: int,
+        ctx: StepContext = DEFAULT_CONTEXT,
+    ) -> Proposal:
         p = self.params
         budget = min(max_nodes, p.max_draft + p.copy_length, self.batch_cap(ctx.batch_size))
         self.source.catch_up(request_id, context)
         last = self._accepted[request_id]
         if ctx.batch_size > 4 and not p.dynamic_algo and last < p.decoding_length / 2:
-            budget = min(budget, max(1, p.max_draft // 2))   # MindIE's static rule
+            budget = min(budget, max(1, p.max_draft // 2))  # MindIE's static rule
         copying = self.policy.state(request_id) == COPYING
         m = self.source.candidates(request_id, context, budget, copying)
         limit = budget if copying else min(budget, p.max_draft)
-        draft, expected = self.policy.select(request_id, context, [m], limit, ctx.cost,
-                                             send_all=0 if p.dynamic_algo else p.max_draft)
+        draft, expected = self.policy.select(
+            request_id, context, [m], limit, ctx.cost, send_all=0 if p.dynamic_algo else p.max_draft
+        )
         return Proposal(draft, expected=expected, reason=self.policy.reason(request_id))
 
-    def observe(self, request_id: str, committed: Sequence[int],
-                lookahead_argmax: Sequence[int] | None = None) -> None:
+    def observe(
+        self,
+        request_id: str,
+        committed: Sequence[int],
+        lookahead_argmax: Sequence[int] | None = None,
+    ) -> None:
         if not committed:
             return
         self._accepted[request_id] = self.policy.observe(request_id, committed)
@@ -262,9 +313,20 @@ class MemoryDrafter:
         full = self.params.max_draft + self.params.copy_length
         if not self.params.dynamic_algo or batch_size <= 4:
             return full
-        return max(1, self.params.max_draft // 2) if batch_size <= 19 else min(3, self.params.max_draft)
+        return (
+            max(1, self.params.max_draft // 2)
+            if batch_size <= 19
+            else min(3, self.params.max_draft)
+        )
 
 
 def _json_type(t: type) -> str:
-    return {int: "integer", bool: "boolean", str: "string", float: "number", type(None): "null",
-            list: "array", dict: "object"}.get(t, t.__name__)
+    return {
+        int: "integer",
+        bool: "boolean",
+        str: "string",
+        float: "number",
+        type(None): "null",
+        list: "array",
+        dict: "object",
+    }.get(t, t.__name__)

@@ -12,6 +12,7 @@ here" followed by tokens the model never sees, so `add` drops it.
 Pure Python on purpose: a dict per key keeps insertion order (the LRU order) and every operation
 is O(N) per n-gram; the pool is touched ~W + k times per step (k = tokens committed).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -22,8 +23,10 @@ class NgramPool:
 
     def __init__(self, ngram_len: int, guess_set_size: int, eos_token_ids: Iterable[int] = ()):
         if ngram_len < 1 or guess_set_size < 1:
-            raise ValueError(f"NgramPool: ngram_len ({ngram_len}) and guess_set_size "
-                             f"({guess_set_size}) must be >= 1")
+            raise ValueError(
+                f"NgramPool: ngram_len ({ngram_len}) and guess_set_size "
+                f"({guess_set_size}) must be >= 1"
+            )
         self.ngram_len = ngram_len
         self.guess_set_size = guess_set_size
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
@@ -33,7 +36,9 @@ class NgramPool:
     def add(self, key: int, ngram: tuple[int, ...]) -> bool:
         """Insert (or refresh) `ngram` under `key`. Returns False when it was dropped (EOS)."""
         if len(ngram) != self.ngram_len:
-            raise ValueError(f"NgramPool.add: n-gram has {len(ngram)} tokens, expected {self.ngram_len}")
+            raise ValueError(
+                f"NgramPool.add: n-gram has {len(ngram)} tokens, expected {self.ngram_len}"
+            )
         eos = self.eos_token_ids
         if eos and (key in eos or not eos.isdisjoint(ngram)):
             return False
@@ -54,7 +59,7 @@ class NgramPool:
         toks = [int(t) for t in tokens]
         n = self.ngram_len
         for i in range(len(toks) - n):
-            self.add(toks[i], tuple(toks[i + 1:i + 1 + n]))
+            self.add(toks[i], tuple(toks[i + 1 : i + 1 + n]))
 
     def candidates(self, key: int) -> list[tuple[int, ...]]:
         """The n-grams stored under `key`, most recently used first."""

@@ -12,6 +12,7 @@ plugin_params is a JSON string (or dict), as in MindIE's ModelConfig:
 Each type's own parameters are validated by its params class (`from_dict`, then `validate` with
 speculation_gamma).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,8 @@ from ...errors import ConfigError
 
 @dataclass(frozen=True)
 class PluginConfig:
-    plugin_type: str     # a registered type: "memory_decoding" | "lookahead" | "hybrid" | "aspd"
-    params: Any          # that type's params: a frozen dataclass (hashable)
+    plugin_type: str  # a registered type: "memory_decoding" | "lookahead" | "hybrid" | "aspd"
+    params: Any  # that type's params: a frozen dataclass (hashable)
 
     @property
     def kind(self) -> "PluginType":
@@ -78,16 +79,20 @@ class PluginType:
 
     params: Callable[[], type]
     build: Callable[..., Any]
-    memory: Callable[[Any], Any] = _none     # the memory_decoding params inside (a trie to keep), or None
-    output_memory: bool = False              # drafts from the engine's output memory
-    inner: Callable[[Any], PluginConfig | None] = _none   # a drafter this type wraps (its config), or None
+    memory: Callable[[Any], Any] = (
+        _none  # the memory_decoding params inside (a trie to keep), or None
+    )
+    output_memory: bool = False  # drafts from the engine's output memory
+    inner: Callable[[Any], PluginConfig | None] = (
+        _none  # a drafter this type wraps (its config), or None
+    )
     need: Callable[[Any], int] = _decoding_length
     dynamic: Callable[[Any], bool] = _false
     check_tokenizer: Callable[[Any], None] = _none
 
 
 PLUGIN_TYPES: dict[str, PluginType] = {}
-PLUGIN_ALIASES: dict[str, str] = {}       # every name plugin_type accepts -> the registered type
+PLUGIN_ALIASES: dict[str, str] = {}  # every name plugin_type accepts -> the registered type
 
 
 def register_plugin(name: str, plugin: PluginType, aliases: tuple[str, ...] = ()) -> None:
@@ -112,7 +117,9 @@ def _choices() -> str:
     return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
 
 
-def parse_plugin_params(value: str | dict | None, speculation_gamma: int | None = None) -> PluginConfig | None:
+def parse_plugin_params(
+    value: str | dict | None, speculation_gamma: int | None = None
+) -> PluginConfig | None:
     """MindIE plugin_params (JSON string or dict) -> PluginConfig, validated. None/"" -> None."""
     if value is None or value == "" or value == {}:
         return None
@@ -120,17 +127,25 @@ def parse_plugin_params(value: str | dict | None, speculation_gamma: int | None 
         try:
             value = json.loads(value)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"plugin_params is not valid JSON ({e.msg} at char {e.pos}); pass e.g. "
-                              '\'{"plugin_type":"memory_decoding","decoding_length":16}\'') from None
+            raise ConfigError(
+                f"plugin_params is not valid JSON ({e.msg} at char {e.pos}); pass e.g. "
+                '\'{"plugin_type":"memory_decoding","decoding_length":16}\''
+            ) from None
     if not isinstance(value, dict):
-        raise ConfigError("plugin_params must be a JSON object such as {\"plugin_type\": \"memory_decoding\"}")
+        raise ConfigError(
+            'plugin_params must be a JSON object such as {"plugin_type": "memory_decoding"}'
+        )
     raw_type = value.get("plugin_type")
     if not isinstance(raw_type, str):
-        raise ConfigError("plugin_params.plugin_type is missing; use 'memory_decoding', 'la' (lookahead) or 'hybrid'")
+        raise ConfigError(
+            "plugin_params.plugin_type is missing; use 'memory_decoding', 'la' (lookahead) or 'hybrid'"
+        )
     kinds = [k.strip() for k in raw_type.split(",") if k.strip()]
     if len(kinds) > 1:
-        raise ConfigError(f"plugin_params.plugin_type={raw_type!r} enables several algorithms at once; pick one, "
-                          "or use 'hybrid' to merge memory_decoding and lookahead drafts")
+        raise ConfigError(
+            f"plugin_params.plugin_type={raw_type!r} enables several algorithms at once; pick one, "
+            "or use 'hybrid' to merge memory_decoding and lookahead drafts"
+        )
     kind = PLUGIN_ALIASES.get(raw_type.strip())
     if kind is None:
         raise ConfigError(f"plugin_params.plugin_type={raw_type!r} is unknown; use {_choices()}")
@@ -142,39 +157,55 @@ def parse_plugin_params(value: str | dict | None, speculation_gamma: int | None 
 
 # ------------------------------------------------------------------------ this package's drafters
 
+
 def _memory_params():
     from .memory_decoding import MemoryDecodingParams
+
     return MemoryDecodingParams
 
 
 def _memory_drafter(p, eos, trie, arms, output_memory, inner):
     from .memory_decoding import MemoryDrafter
+
     return MemoryDrafter(p, eos_token_ids=eos, trie=trie)
 
 
 def _lookahead_params():
     from .lookahead import LookaheadParams
+
     return LookaheadParams
 
 
 def _lookahead_drafter(p, eos, trie, arms, output_memory, inner):
     from .lookahead import LookaheadDrafter
+
     return LookaheadDrafter(p, eos_token_ids=eos, arms=arms)
 
 
 def _hybrid_params():
     from .hybrid import HybridParams
+
     return HybridParams
 
 
 def _hybrid_drafter(p, eos, trie, arms, output_memory, inner):
     from .hybrid import HybridDrafter
+
     return HybridDrafter(p, eos_token_ids=eos, trie=trie, arms=arms, output_memory=output_memory)
 
 
-register_plugin("memory_decoding", PluginType(_memory_params, _memory_drafter, memory=lambda p: p,
-                                              dynamic=lambda p: p.dynamic_algo))
-register_plugin("lookahead", PluginType(_lookahead_params, _lookahead_drafter, need=lambda p: p.query_tokens),
-                aliases=("la",))
-register_plugin("hybrid", PluginType(_hybrid_params, _hybrid_drafter, memory=lambda p: p.memory,
-                                     output_memory=True))
+register_plugin(
+    "memory_decoding",
+    PluginType(
+        _memory_params, _memory_drafter, memory=lambda p: p, dynamic=lambda p: p.dynamic_algo
+    ),
+)
+register_plugin(
+    "lookahead",
+    PluginType(_lookahead_params, _lookahead_drafter, need=lambda p: p.query_tokens),
+    aliases=("la",),
+)
+register_plugin(
+    "hybrid",
+    PluginType(_hybrid_params, _hybrid_drafter, memory=lambda p: p.memory, output_memory=True),
+)

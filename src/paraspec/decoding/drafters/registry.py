@@ -12,6 +12,7 @@ owned by one engine and holds
   * the drafters built per configuration (a request's plugin override reuses the one built for
     the same config, with its measured acceptance).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -22,11 +23,16 @@ from .plugins import PluginConfig
 from ..contract.proposer import Proposer
 from ..memory.trie import TokenTrie
 
-MAX_CACHED_DRAFTERS = 16     # per-configuration drafters kept built (oldest evicted first)
+MAX_CACHED_DRAFTERS = 16  # per-configuration drafters kept built (oldest evicted first)
 
 
-def build_drafter(plugin: PluginConfig, eos_token_ids: Iterable[int], trie: TokenTrie | None = None,
-                  arms: ArmStats | None = None, output_memory: OutputMemory | None = None) -> Proposer:
+def build_drafter(
+    plugin: PluginConfig,
+    eos_token_ids: Iterable[int],
+    trie: TokenTrie | None = None,
+    arms: ArmStats | None = None,
+    output_memory: OutputMemory | None = None,
+) -> Proposer:
     """A new drafter for `plugin`. Memory drafters draft from `trie`, hybrid ones from
     `output_memory` too (new ones if None); drafters with arms record into `arms` (new ones if None).
     A type that wraps another drafter (ASPD's serial segments) gets that one built first."""
@@ -54,7 +60,9 @@ class DrafterRegistry:
         """The engine's trie, created on first use with the first memory drafter's node budget
         and window (or the defaults)."""
         if self._trie is None:
-            kwargs = {k: v for k, v in (("max_nodes", max_nodes), ("window", window)) if v is not None}
+            kwargs = {
+                k: v for k, v in (("max_nodes", max_nodes), ("window", window)) if v is not None
+            }
             self._trie = TokenTrie(**kwargs)
         return self._trie
 
@@ -78,13 +86,15 @@ class DrafterRegistry:
         if plugin is None:
             return None
         if plugin not in self._drafters:
-            if len(self._drafters) >= self.max_cached:      # its running requests keep their reference
+            if len(self._drafters) >= self.max_cached:  # its running requests keep their reference
                 self._drafters.pop(next(iter(self._drafters)))
-            drafting = plugin.drafting          # the type that keeps the memories (ASPD: its inner one)
-            mem = drafting.kind.memory(drafting.params)     # memory_decoding params: a trie, or None
+            drafting = plugin.drafting  # the type that keeps the memories (ASPD: its inner one)
+            mem = drafting.kind.memory(drafting.params)  # memory_decoding params: a trie, or None
             trie = self.trie(mem.max_trie_nodes, mem.window) if mem is not None else None
             outputs = self.output_memory() if drafting.kind.output_memory else None
-            self._drafters[plugin] = build_drafter(plugin, self.eos, trie, self.arm_stats(plugin), outputs)
+            self._drafters[plugin] = build_drafter(
+                plugin, self.eos, trie, self.arm_stats(plugin), outputs
+            )
         return self._drafters[plugin]
 
     def private(self, plugin: PluginConfig) -> Proposer:

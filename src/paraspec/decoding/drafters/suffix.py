@@ -27,6 +27,7 @@ and depth online; the priors only rank nodes before that evidence. The policy th
 draft against the forward-cost curve: long matches earn long drafts, a 2-token match rarely
 more than a few rows.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_right
@@ -36,13 +37,13 @@ from ..memory.output_memory import OutputMemory, TokenIndex
 from .suffix_match import continuations, suffix_matches
 from ..contract.tree import ROOT, DraftTree
 
-MIN_MATCH = 2           # a best match shorter than this is left to the trie (its 1-token
-                        # matches are accepted rarely: not worth the Python time)
-MAX_MATCH = 32          # suffix tokens compared: a longer match says little more
-SETTLED_MATCH = 16      # the context's own match at least this long: the past outputs are not looked up
-OCCURRENCES = 4         # earlier occurrences whose continuations are offered
-DEPTH_PER_MATCH = 3     # draft depth allowed per token of match, plus one
-CANDIDATES = 2          # nodes offered per node the budget allows (the policy picks among them)
+MIN_MATCH = 2  # a best match shorter than this is left to the trie (its 1-token
+# matches are accepted rarely: not worth the Python time)
+MAX_MATCH = 32  # suffix tokens compared: a longer match says little more
+SETTLED_MATCH = 16  # the context's own match at least this long: the past outputs are not looked up
+OCCURRENCES = 4  # earlier occurrences whose continuations are offered
+DEPTH_PER_MATCH = 3  # draft depth allowed per token of match, plus one
+CANDIDATES = 2  # nodes offered per node the budget allows (the policy picks among them)
 # match length 1, 2, 3-4, 5-8, 9+ -> a conditional estimate in a band of its own (Q_EDGES)
 MATCH_EDGES = (2, 3, 5, 9)
 MATCH_PRIOR = (0.25, 0.4, 0.55, 0.75, 0.9)
@@ -59,12 +60,14 @@ class SuffixSource:
     continuations of the context's longest suffix matches in its own context, memory() those in
     the past outputs: two trees for the draft policy, each node with its estimate."""
 
-    def __init__(self, eos_token_ids: Iterable[int] = (), output_memory: OutputMemory | None = None) -> None:
+    def __init__(
+        self, eos_token_ids: Iterable[int] = (), output_memory: OutputMemory | None = None
+    ) -> None:
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.output_memory = output_memory if output_memory is not None else OutputMemory()
         self._ctx: dict[Hashable, TokenIndex] = {}
         self._prompt_len: dict[Hashable, int] = {}
-        self._settled: dict[Hashable, bool] = {}     # the step's own match is long: memory() skips
+        self._settled: dict[Hashable, bool] = {}  # the step's own match is long: memory() skips
 
     def begin(self, key: Hashable, prompt: Sequence[int]) -> None:
         ctx = self._ctx[key] = TokenIndex()
@@ -92,7 +95,7 @@ class SuffixSource:
         path's conditional ones)."""
         ctx = self._ctx[key]
         if len(context) > len(ctx.tokens):
-            ctx.extend(context[len(ctx.tokens):])
+            ctx.extend(context[len(ctx.tokens) :])
         toks = ctx.tokens
         if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos:
             return DraftTree()
@@ -107,14 +110,21 @@ class SuffixSource:
         """As candidates(), from the memory of past outputs (call candidates() first: it reads
         the step's context)."""
         toks, mem = self._ctx[key].tokens, self.output_memory.index
-        if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos or not mem.tokens or self._settled.get(key):
+        if (
+            budget <= 0
+            or len(toks) < 2
+            or toks[-1] in self.eos
+            or not mem.tokens
+            or self._settled.get(key)
+        ):
             return DraftTree()
         n = len(mem.tokens)
         scored = suffix_matches(mem.tokens, n, mem.positions(toks, n), MAX_MATCH, toks)
         return self._tree(mem.tokens, n, scored, budget, False)
 
-    def _tree(self, seq: list[int], end: int, scored: list[tuple[int, int]], budget: int,
-              periodic: bool) -> DraftTree:
+    def _tree(
+        self, seq: list[int], end: int, scored: list[tuple[int, int]], budget: int, periodic: bool
+    ) -> DraftTree:
         if not scored or scored[0][0] < MIN_MATCH:
             return DraftTree()
         # SuffixDecoding's cap: a short match does not earn a deep draft (the policy would not
@@ -130,10 +140,10 @@ class SuffixSource:
         tree.probs = probs
         eos = self.eos
         neg = [-q for q in probs]
-        order = sorted(range(len(tree)), key=neg.__getitem__)[:CANDIDATES * budget]
+        order = sorted(range(len(tree)), key=neg.__getitem__)[: CANDIDATES * budget]
         keep = {i for i in order if tree.tokens[i] not in eos}
         return tree.pruned(keep.__contains__)
 
 
 def _weight(m: int) -> float:
-    return 2.0 ** m
+    return 2.0**m

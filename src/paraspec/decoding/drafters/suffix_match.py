@@ -12,6 +12,7 @@ prompt and output; aspd/context_match.py: an ASPD branch's prefix and own tokens
     periodic=True: an occurrence whose continuation runs into the sequence's end goes on with
     the draft's own tokens (a text that repeats with period P keeps repeating: "a b a b" + "a b").
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
@@ -20,8 +21,13 @@ from dataclasses import dataclass, field
 from ..contract.tree import ROOT, DraftTree
 
 
-def suffix_matches(seq: Sequence[int], end: int, positions: Iterable[int], max_match: int,
-                   query: Sequence[int] | None = None) -> list[tuple[int, int]]:
+def suffix_matches(
+    seq: Sequence[int],
+    end: int,
+    positions: Iterable[int],
+    max_match: int,
+    query: Sequence[int] | None = None,
+) -> list[tuple[int, int]]:
     """(m, j) for each position j < end - 1 with seq[j] == seq[end - 1]: m = the length of the
     common suffix of seq[:j + 1] and seq[:end], at most max_match; longest first, then the most
     recent. positions: candidate j's (the caller's index of the last token). With a `query`, its
@@ -38,7 +44,7 @@ def suffix_matches(seq: Sequence[int], end: int, positions: Iterable[int], max_m
     return out
 
 
-_CHUNK = 8      # tokens compared at once (a list slice compares in C; copies match for long runs)
+_CHUNK = 8  # tokens compared at once (a list slice compares in C; copies match for long runs)
 
 
 def _common_suffix(a: Sequence[int], i: int, b: Sequence[int], k: int, cap: int) -> int:
@@ -46,7 +52,7 @@ def _common_suffix(a: Sequence[int], i: int, b: Sequence[int], k: int, cap: int)
     m = 1
     while m < cap:
         n = min(_CHUNK, cap - m)
-        if a[i - m - n + 1:i - m + 1] != b[k - m - n + 1:k - m + 1]:
+        if a[i - m - n + 1 : i - m + 1] != b[k - m - n + 1 : k - m + 1]:
             break
         m += n
     while m < cap and a[i - m] == b[k - m]:
@@ -56,15 +62,22 @@ def _common_suffix(a: Sequence[int], i: int, b: Sequence[int], k: int, cap: int)
 
 @dataclass
 class Continuations:
-    tree: DraftTree = field(default_factory=DraftTree)     # no estimates: see score / best
-    score: list[float] = field(default_factory=list)       # per node: sum of its occurrences' weights
-    best: list[int] = field(default_factory=list)          # per node: longest match through it
-    total: float = 0.0                                      # the weight of every occurrence used
-    used: list[tuple[int, int]] = field(default_factory=list)   # those occurrences, (m, j)
+    tree: DraftTree = field(default_factory=DraftTree)  # no estimates: see score / best
+    score: list[float] = field(default_factory=list)  # per node: sum of its occurrences' weights
+    best: list[int] = field(default_factory=list)  # per node: longest match through it
+    total: float = 0.0  # the weight of every occurrence used
+    used: list[tuple[int, int]] = field(default_factory=list)  # those occurrences, (m, j)
 
 
-def continuations(seq: Sequence[int], end: int, scored: Sequence[tuple[int, int]], occurrences: int,
-                  max_depth: int, weight: Callable[[int], float], periodic: bool = False) -> Continuations:
+def continuations(
+    seq: Sequence[int],
+    end: int,
+    scored: Sequence[tuple[int, int]],
+    occurrences: int,
+    max_depth: int,
+    weight: Callable[[int], float],
+    periodic: bool = False,
+) -> Continuations:
     """The continuations of the first `occurrences` of `scored` ((m, j) from suffix_matches) that
     have at least one token, at most max_depth tokens each, merged into a tree (parents first)."""
     tokens: list[int] = []
@@ -89,7 +102,7 @@ def continuations(seq: Sequence[int], end: int, scored: Sequence[tuple[int, int]
         for i in range(j + 1, stop):
             # past the end the copy goes on with its own tokens, one period back
             t = seq[i] if i < end else path[i - j - 1 - period]
-            if t < 0:               # a separator: the text it ends is not continued
+            if t < 0:  # a separator: the text it ends is not continued
                 break
             path.append(t)
             node = index.get((parent, t))

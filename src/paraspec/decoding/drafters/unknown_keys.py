@@ -5,14 +5,15 @@ be kept for good by the warnings registry and the log, so a client sending a fre
 request could grow both without bound. Each name warns once, truncated, and at most MAX_NAMES
 names are remembered (later ones are ignored silently).
 """
+
 from __future__ import annotations
 
 import threading
 import warnings
 from typing import Iterable
 
-MAX_NAME = 40       # characters of a key name quoted in the warning
-MAX_NAMES = 256     # distinct names warned about in a process
+MAX_NAME = 40  # characters of a key name quoted in the warning
+MAX_NAMES = 256  # distinct names warned about in a process
 
 _seen: set[str] = set()
 _lock = threading.Lock()
@@ -29,8 +30,10 @@ def warn_unknown_keys(plugin: str, keys: Iterable[object], known: Iterable[str])
                 fresh.append(repr(name))
     if fresh:
         what = f"unknown key {fresh[0]}" if len(fresh) == 1 else f"unknown keys {', '.join(fresh)}"
-        warnings.warn(f"plugin_params: {what} for {plugin} ignored (known: {', '.join(sorted(known))})",
-                      stacklevel=3)
+        warnings.warn(
+            f"plugin_params: {what} for {plugin} ignored (known: {', '.join(sorted(known))})",
+            stacklevel=3,
+        )
 
 
 def forget() -> None:

@@ -16,6 +16,7 @@ way a file can be unreadable is one MemoryFileError line that names the file and
 it, and so is a file from a model with another vocabulary (check_vocabulary: its ids would mean
 other tokens here, and an id past this model's vocabulary cannot be verified).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,9 +31,9 @@ from .trie import TokenTrie
 from .trie_nodes import SUPER_ROOT
 
 MEMORY_FORMAT, MEMORY_VERSION = "paraspec-memory", 1
-TRIE_FORMAT, TRIE_VERSION = "paraspec-token-trie", 1     # save_trie_file's (trie only)
+TRIE_FORMAT, TRIE_VERSION = "paraspec-token-trie", 1  # save_trie_file's (trie only)
 
-TrieArrays = tuple[np.ndarray, np.ndarray, np.ndarray]      # (parent index, token, count)
+TrieArrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # (parent index, token, count)
 
 
 class MemoryFileError(ParaspecError):
@@ -41,12 +42,12 @@ class MemoryFileError(ParaspecError):
 
 @dataclass
 class MemoryContents:
-    parent: np.ndarray     # the trie's output nodes (output_arrays)
+    parent: np.ndarray  # the trie's output nodes (output_arrays)
     token: np.ndarray
     count: np.ndarray
     window: int
-    outputs: np.ndarray    # past outputs (empty for a trie-only file)
-    vocab_size: int | None = None      # the saving model's vocabulary, where the file says
+    outputs: np.ndarray  # past outputs (empty for a trie-only file)
+    vocab_size: int | None = None  # the saving model's vocabulary, where the file says
 
 
 # ---------------------------------------------------------------- the trie's arrays
@@ -66,11 +67,16 @@ def output_arrays(trie: TokenTrie) -> TrieArrays:
                     counts.append(nodes.out[c])
                     nxt.append((c, len(toks)))
         frontier = nxt
-    return (np.asarray(parents, dtype=np.int32), np.asarray(toks, dtype=np.int32),
-            np.asarray(counts, dtype=np.int64))
+    return (
+        np.asarray(parents, dtype=np.int32),
+        np.asarray(toks, dtype=np.int32),
+        np.asarray(counts, dtype=np.int64),
+    )
 
 
-def add_output_arrays(trie: TokenTrie, parent: np.ndarray, token: np.ndarray, count: np.ndarray) -> None:
+def add_output_arrays(
+    trie: TokenTrie, parent: np.ndarray, token: np.ndarray, count: np.ndarray
+) -> None:
     """Add counts along the given paths (a merge keeps counts non-increasing down a path).
     Paths deeper than the trie's window are cut."""
     nodes = trie.nodes
@@ -80,7 +86,7 @@ def add_output_arrays(trie: TokenTrie, parent: np.ndarray, token: np.ndarray, co
     for i, (p, t, c) in enumerate(zip(parent.tolist(), token.tolist(), count.tolist()), 1):
         at = ids[p]
         if at < 0 or depth[at] >= nodes.window:
-            ids[i] = -1                 # beyond the window or the budget: the subtree too
+            ids[i] = -1  # beyond the window or the budget: the subtree too
             continue
         node = nodes.child(at, t)
         if node < 0:
@@ -112,18 +118,30 @@ def merge_trie_file(path: str | os.PathLike, trie: TokenTrie) -> None:
     add_output_arrays(trie, c.parent, c.token, c.count)
 
 
-def save_memory_file(path: str | os.PathLike, trie: TokenTrie, output_memory: OutputMemory | None,
-                     vocab_size: int | None = None) -> None:
+def save_memory_file(
+    path: str | os.PathLike,
+    trie: TokenTrie,
+    output_memory: OutputMemory | None,
+    vocab_size: int | None = None,
+) -> None:
     """Write the trie's output counts and the past outputs, with the model's vocabulary size
     where given (a model with another one refuses the file)."""
     outputs = output_memory.tokens() if output_memory is not None else np.zeros(0, np.int32)
     meta = {"format": MEMORY_FORMAT, "version": MEMORY_VERSION, "window": trie.window}
-    _write(path, meta if vocab_size is None else {**meta, "vocab_size": vocab_size},
-           *output_arrays(trie), outputs=outputs)
+    _write(
+        path,
+        meta if vocab_size is None else {**meta, "vocab_size": vocab_size},
+        *output_arrays(trie),
+        outputs=outputs,
+    )
 
 
-def merge_memory_file(path: str | os.PathLike, trie: TokenTrie | None,
-                      output_memory: OutputMemory | None, vocab_size: int | None = None) -> MemoryContents:
+def merge_memory_file(
+    path: str | os.PathLike,
+    trie: TokenTrie | None,
+    output_memory: OutputMemory | None,
+    vocab_size: int | None = None,
+) -> MemoryContents:
     """Add a saved memory to `trie` and `output_memory` in place (either may be None: not kept).
     The whole file is read and checked (against the model's vocabulary, where given) before
     either is touched."""
@@ -137,20 +155,28 @@ def merge_memory_file(path: str | os.PathLike, trie: TokenTrie | None,
     return contents
 
 
-def _write(path: str | os.PathLike, meta: dict, parent: np.ndarray, token: np.ndarray,
-           count: np.ndarray, **more: np.ndarray) -> None:
+def _write(
+    path: str | os.PathLike,
+    meta: dict,
+    parent: np.ndarray,
+    token: np.ndarray,
+    count: np.ndarray,
+    **more: np.ndarray,
+) -> None:
     tmp = f"{os.fspath(path)}.tmp"
     with open(tmp, "wb") as f:
-        np.savez_compressed(f, meta=np.array(json.dumps(meta)), parent=parent, token=token,
-                            count=count, **more)
+        np.savez_compressed(
+            f, meta=np.array(json.dumps(meta)), parent=parent, token=token, count=count, **more
+        )
     os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------- reading and checking
 def _fail(path: str | os.PathLike, why: str) -> MemoryFileError:
-    return MemoryFileError(f"memory file {os.fspath(path)!r} {why}; delete it, or save the "
-                           "memory again, to start from a valid file")
-
+    return MemoryFileError(
+        f"memory file {os.fspath(path)!r} {why}; delete it, or save the "
+        "memory again, to start from a valid file"
+    )
 
 
 def read_memory_file(path: str | os.PathLike) -> MemoryContents:
@@ -163,15 +189,19 @@ def read_memory_file(path: str | os.PathLike) -> MemoryContents:
             parent, token, count = z["parent"], z["token"], z["count"]
             outputs = z["outputs"] if "outputs" in z.files else None
     except FileNotFoundError:
-        raise MemoryFileError(f"memory file {os.fspath(path)!r} does not exist; check the path, "
-                              "or save the memory there first") from None
+        raise MemoryFileError(
+            f"memory file {os.fspath(path)!r} does not exist; check the path, "
+            "or save the memory there first"
+        ) from None
     except Exception as e:  # zip, npz, key and json errors all mean the same to the user
         raise fail(f"cannot be read ({type(e).__name__}: {e})") from None
     if not isinstance(meta, dict) or meta.get("format") not in (MEMORY_FORMAT, TRIE_FORMAT):
         raise fail("is not a paraspec memory or token trie file")
     expected = MEMORY_VERSION if meta["format"] == MEMORY_FORMAT else TRIE_VERSION
     if meta.get("version") != expected:
-        raise fail(f"has {meta['format']} version {meta.get('version')!r}, this paraspec reads version {expected}")
+        raise fail(
+            f"has {meta['format']} version {meta.get('version')!r}, this paraspec reads version {expected}"
+        )
     window = meta.get("window")
     if not isinstance(window, int) or not 2 <= window <= 255:
         raise fail(f"has an invalid window {window!r}")
@@ -197,21 +227,32 @@ def check_vocabulary(contents: MemoryContents, vocab_size: int, path: str | os.P
     where = f"memory file {os.fspath(path)!r}"
     fix = "load a memory saved by this model, or delete the file to start an empty one"
     if contents.vocab_size is not None and contents.vocab_size != vocab_size:
-        raise MemoryFileError(f"{where} was saved by a model with a vocabulary of {contents.vocab_size} "
-                              f"tokens, this model has {vocab_size}; {fix}")
+        raise MemoryFileError(
+            f"{where} was saved by a model with a vocabulary of {contents.vocab_size} "
+            f"tokens, this model has {vocab_size}; {fix}"
+        )
     top = max((int(a.max()) for a in (contents.token, contents.outputs) if len(a)), default=-1)
     if top >= vocab_size:
-        raise MemoryFileError(f"{where} holds token id {top}, outside this model's vocabulary of "
-                              f"{vocab_size} tokens (it was saved by a model with another vocabulary); {fix}")
+        raise MemoryFileError(
+            f"{where} holds token id {top}, outside this model's vocabulary of "
+            f"{vocab_size} tokens (it was saved by a model with another vocabulary); {fix}"
+        )
 
 
 def _check_trie_arrays(parent: np.ndarray, token: np.ndarray, count: np.ndarray, fail) -> None:
     n = len(token) if token.ndim == 1 else -1
     if n < 0 or parent.shape != (n,) or count.shape != (n,):
         raise fail("has arrays of mismatched shapes")
-    if not (np.issubdtype(parent.dtype, np.integer) and np.issubdtype(token.dtype, np.integer)
-            and np.issubdtype(count.dtype, np.integer)):
+    if not (
+        np.issubdtype(parent.dtype, np.integer)
+        and np.issubdtype(token.dtype, np.integer)
+        and np.issubdtype(count.dtype, np.integer)
+    ):
         raise fail("has non-integer arrays")
-    if n and (np.any(parent < 0) or np.any(parent > np.arange(n)) or np.any(token < 0)
-              or np.any(count <= 0)):
+    if n and (
+        np.any(parent < 0)
+        or np.any(parent > np.arange(n))
+        or np.any(token < 0)
+        or np.any(count <= 0)
+    ):
         raise fail("has out-of-order parents, negative tokens or non-positive counts")

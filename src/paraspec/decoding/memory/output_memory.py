@@ -7,6 +7,7 @@ at most max_tokens (the older half goes when it is full). Like the trie it is ow
 engine's DrafterRegistry, shared by every drafter that drafts from it, and saved with the trie
 by LLM.save_memory (memory_file.py).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -14,14 +15,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-MAX_MEMORY = 1 << 17    # tokens of past outputs kept (the older half goes when it is full)
-SEPARATOR = -1          # between two outputs in the memory: no match or copy crosses it
-RECENT = 48             # candidate occurrences looked at, the most recent first
+MAX_MEMORY = 1 << 17  # tokens of past outputs kept (the older half goes when it is full)
+SEPARATOR = -1  # between two outputs in the memory: no match or copy crosses it
+RECENT = 48  # candidate occurrences looked at, the most recent first
 
 
 @dataclass
 class TokenIndex:
     """A token sequence indexed by its bigrams (positions in order)."""
+
     tokens: list[int] = field(default_factory=list)
     pairs: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # bigram -> end positions
 
@@ -37,7 +39,7 @@ class TokenIndex:
     def positions(self, query: Sequence[int], before: int) -> list[int]:
         """Positions j < before that end the query's last bigram, most recent first (a match
         shorter than 2 tokens is left to the trie)."""
-        found = [j for j in self.pairs.get((query[-2], query[-1]), ())[-RECENT - 1:] if j < before]
+        found = [j for j in self.pairs.get((query[-2], query[-1]), ())[-RECENT - 1 :] if j < before]
         return found[::-1][:RECENT]
 
 
@@ -63,7 +65,7 @@ class OutputMemory:
     def merge_tokens(self, tokens: np.ndarray) -> None:
         """Append saved outputs (OutputMemory.tokens() of another memory) after this one's."""
         toks = tokens.tolist()
-        if len(toks) > self.max_tokens:     # the file's newest outputs, from an output's start
+        if len(toks) > self.max_tokens:  # the file's newest outputs, from an output's start
             cut = len(toks) - self.max_tokens
             while cut < len(toks) and toks[cut - 1] != SEPARATOR:
                 cut += 1
@@ -71,8 +73,8 @@ class OutputMemory:
         self._extend(toks)
 
     def _extend(self, toks: list[int]) -> None:
-        if len(self.index.tokens) + len(toks) > self.max_tokens:     # keep the newer half
-            kept = self.index.tokens[len(self.index.tokens) // 2:]
+        if len(self.index.tokens) + len(toks) > self.max_tokens:  # keep the newer half
+            kept = self.index.tokens[len(self.index.tokens) // 2 :]
             self.index = TokenIndex()
             self.index.extend(kept if len(kept) + len(toks) <= self.max_tokens else [])
         self.index.extend(toks)

@@ -9,6 +9,7 @@ TokenTrie is what the drafters hold: it stores windows (insert, append) in its n
 (trie_nodes.py: the arrays, the budget, prune) and drafts from it (match; the search below a
 match is trie_search.py). Its output counts are saved and merged by memory_file.py.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,30 +19,31 @@ from ..contract.tree import DraftTree
 from .trie_nodes import OUTPUT, SUPER_ROOT, TrieNodes
 from .trie_search import TrieSearch
 
-FALLBACK_PRIOR = 0.5        # the 1-token match knows less context than the 2-token one
-_CHUNK = 1024               # positions inserted between two budget checks
-_PROMPT_SHARE = 0.5         # live prompts may pin at most this fraction of max_nodes
+FALLBACK_PRIOR = 0.5  # the 1-token match knows less context than the 2-token one
+_CHUNK = 1024  # positions inserted between two budget checks
+_PROMPT_SHARE = 0.5  # live prompts may pin at most this fraction of max_nodes
 
 
 @dataclass
 class TrieStats:
-    nodes: int              # live nodes, the super-root excluded
+    nodes: int  # live nodes, the super-root excluded
     max_nodes: int
-    output_nodes: int       # nodes with a shared output count
-    active_prompts: int     # requests whose prompt counts are held
-    open_streams: int       # requests whose output is being appended
+    output_nodes: int  # nodes with a shared output count
+    active_prompts: int  # requests whose prompt counts are held
+    open_streams: int  # requests whose output is being appended
     window: int
-    pinned_nodes: int = 0   # nodes a live prompt pins
-    prompt_children: int = 0    # requests whose prompt-only children are indexed
+    pinned_nodes: int = 0  # nodes a live prompt pins
+    prompt_children: int = 0  # requests whose prompt-only children are indexed
 
 
 class _Stream:
     """Incremental output insertion: one open path per recent position, so a token is searchable
     as soon as it is committed (MindIE and PIA wait for a full window of later tokens)."""
+
     __slots__ = ("cursors", "epoch")
 
     def __init__(self, epoch: int) -> None:
-        self.cursors: list[int] = []    # node reached by each open path, oldest first; -1 = closed
+        self.cursors: list[int] = []  # node reached by each open path, oldest first; -1 = closed
         self.epoch = epoch
 
 
@@ -77,12 +79,21 @@ class TokenTrie:
 
     def stats(self) -> TrieStats:
         nodes = self.nodes
-        return TrieStats(nodes.n_nodes, self.max_nodes, sum(1 for c in nodes.out if c > 0),
-                         len(nodes.prompts), len(self._streams), self.window, nodes.n_pinned,
-                         self._search.prompt_requests)
+        return TrieStats(
+            nodes.n_nodes,
+            self.max_nodes,
+            sum(1 for c in nodes.out if c > 0),
+            len(nodes.prompts),
+            len(self._streams),
+            self.window,
+            nodes.n_pinned,
+            self._search.prompt_requests,
+        )
 
     # ---------------------------------------------------------------- insertion
-    def insert(self, tokens: Sequence[int], key: Hashable = OUTPUT, window: int | None = None) -> None:
+    def insert(
+        self, tokens: Sequence[int], key: Hashable = OUTPUT, window: int | None = None
+    ) -> None:
         """Store the window (at most `window` tokens) starting at every position of `tokens`.
 
         key=OUTPUT adds to the shared output memory; any other key is a request id whose prompt
@@ -105,7 +116,9 @@ class TokenTrie:
             visited = self._walk_windows(toks, start, min(start + _CHUNK, len(toks)), w, limit)
             nodes.add_counts(visited, key)
 
-    def _walk_windows(self, toks: list[int], start: int, stop: int, w: int, limit: int) -> list[int]:
+    def _walk_windows(
+        self, toks: list[int], start: int, stop: int, w: int, limit: int
+    ) -> list[int]:
         """Nodes on the windows starting at positions [start, stop); at most `limit` new ones."""
         nodes = self.nodes
         kids, tok_of, new_chain = nodes.kids, nodes.tok, nodes.new_chain
@@ -155,8 +168,8 @@ class TokenTrie:
                 st.epoch = nodes.epoch
             kids, out, tok_of, alloc = nodes.kids, nodes.out, nodes.tok, nodes.alloc
             cursors = st.cursors
-            for t in toks[start:start + _CHUNK]:
-                cursors.append(SUPER_ROOT)          # the window anchored at t
+            for t in toks[start : start + _CHUNK]:
+                cursors.append(SUPER_ROOT)  # the window anchored at t
                 for j, node in enumerate(cursors):
                     if node < 0:
                         continue
@@ -174,7 +187,7 @@ class TokenTrie:
                             continue
                     out[child] += 1
                     cursors[j] = child
-                if len(cursors) > keep:             # the oldest window is now `window` long
+                if len(cursors) > keep:  # the oldest window is now `window` long
                     del cursors[0]
 
     def close(self, stream: Hashable) -> None:
@@ -202,8 +215,15 @@ class TokenTrie:
         """The node at the end of `path` (from the super-root) if `key` can see it, else -1."""
         return self.nodes.lookup(path, key)
 
-    def match(self, context: Sequence[int], key: Hashable = OUTPUT, max_nodes: int = 15,
-              tree: bool = True, prompt_weight: float = 1.0, max_depth: int | None = None) -> DraftTree:
+    def match(
+        self,
+        context: Sequence[int],
+        key: Hashable = OUTPUT,
+        max_nodes: int = 15,
+        tree: bool = True,
+        prompt_weight: float = 1.0,
+        max_depth: int | None = None,
+    ) -> DraftTree:
         """Draft continuations of `context` below the root context[-1], parents first.
 
         Looks up the last 2 tokens and the last token alone: both subtrees compete for the

@@ -15,6 +15,7 @@ Invariants that make freeing cheap and safe (check_invariants() asserts them):
   * counts never grow down a path (a child is only reached through its parent, decay rounds up),
     so "the nodes of count <= c, deepest first" always make up whole subtrees.
 """
+
 from __future__ import annotations
 
 from array import array
@@ -24,8 +25,8 @@ from typing import Hashable, Iterable, Sequence
 import numpy as np
 
 SUPER_ROOT = 0
-_LOW_WATER = 0.75           # prune() shrinks to this fraction of max_nodes: amortises its O(n) cost
-_FREE = -2                  # parent of a freed node id
+_LOW_WATER = 0.75  # prune() shrinks to this fraction of max_nodes: amortises its O(n) cost
+_FREE = -2  # parent of a freed node id
 
 
 class _OutputKey:
@@ -33,7 +34,7 @@ class _OutputKey:
         return "OUTPUT"
 
 
-OUTPUT = _OutputKey()       # the key of the shared output memory (never a request id)
+OUTPUT = _OutputKey()  # the key of the shared output memory (never a request id)
 
 
 class TrieNodes:
@@ -49,10 +50,10 @@ class TrieNodes:
         self.out: list[int] = [0]
         self.pin: list[int] = [0]
         self.free: list[int] = []
-        self.prompts: dict[Hashable, dict[int, int]] = {}      # request -> node -> prompt count
-        self.n_pinned = 0           # nodes with pin > 0
-        self.pinned_full = False    # the last automatic prune could not reach its target
-        self.epoch = 0              # bumped by prune: whatever holds node ids or counts re-checks
+        self.prompts: dict[Hashable, dict[int, int]] = {}  # request -> node -> prompt count
+        self.n_pinned = 0  # nodes with pin > 0
+        self.pinned_full = False  # the last automatic prune could not reach its target
+        self.epoch = 0  # bumped by prune: whatever holds node ids or counts re-checks
 
     @property
     def n_nodes(self) -> int:
@@ -194,7 +195,7 @@ class TrieNodes:
                 self.n_pinned -= 1
                 if out[node] == 0:
                     dead.append(node)
-        for node in dead:               # whole subtrees (module invariants)
+        for node in dead:  # whole subtrees (module invariants)
             self._unlink(node)
             kids[node] = None
             parent[node] = _FREE
@@ -221,7 +222,7 @@ class TrieNodes:
                 cand = cand[np.argpartition(order, excess - 1)[:excess]]
             victim = np.zeros(len(out), dtype=bool)
             victim[cand] = True
-            for node in cand[~victim[parent[cand]]].tolist():     # subtree roots
+            for node in cand[~victim[parent[cand]]].tolist():  # subtree roots
                 self._unlink(node)
             kids = self.kids
             victims = cand.tolist()
@@ -248,8 +249,9 @@ class TrieNodes:
             assert p != _FREE and self.child(p, self.tok[n]) == n, f"node {n} unlinked"
             assert self.depth[n] == self.depth[p] + 1 <= self.window, f"node {n} depth"
             assert self.out[n] > 0 or self.pin[n] > 0, f"node {n} has no count"
-            assert p == SUPER_ROOT or (self.out[n] <= self.out[p] and self.pin[n] <= self.pin[p]), \
+            assert p == SUPER_ROOT or (self.out[n] <= self.out[p] and self.pin[n] <= self.pin[p]), (
                 f"node {n} counts more than its parent"
+            )
             k = self.kids[n]
             assert not isinstance(k, dict) or len(k) >= 2, f"node {n}: a lone child in a dict"
         pins = Counter(n for pc in self.prompts.values() for n in pc)

@@ -4,6 +4,7 @@ nodes carry their estimated chance of being accepted (TokenTrie.match finds the 
 A node scores prompt_weight * prompt count + output count; its probability is its parent's times
 its share of the parent's score (plus SMOOTHING at the match), never above its parent's.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -12,9 +13,9 @@ from typing import Hashable, Iterable
 from ..contract.tree import DraftTree
 from .trie_nodes import TrieNodes
 
-SMOOTHING = 1.0             # pseudo-count at the match: a continuation seen once is not certain
-BIG_FANOUT = 48             # above this many children, rank only cached candidates (see _ranked)
-TOP_K = 16                  # candidates kept per big node by output count (>= the largest draft)
+SMOOTHING = 1.0  # pseudo-count at the match: a continuation seen once is not certain
+BIG_FANOUT = 48  # above this many children, rank only cached candidates (see _ranked)
+TOP_K = 16  # candidates kept per big node by output count (>= the largest draft)
 
 
 class TrieSearch:
@@ -22,7 +23,7 @@ class TrieSearch:
 
     def __init__(self, nodes: TrieNodes) -> None:
         self.nodes = nodes
-        self._top: dict[int, tuple[int, list[tuple[int, int]]]] = {}      # see _ranked
+        self._top: dict[int, tuple[int, list[tuple[int, int]]]] = {}  # see _ranked
         self._top_epoch = nodes.epoch
         self._prompt_kids: dict[Hashable, dict[int, list[tuple[int, int]]]] = {}
 
@@ -35,8 +36,16 @@ class TrieSearch:
         """A request's prompt changed or ended: its prompt children are found again."""
         self._prompt_kids.pop(key, None)
 
-    def chain(self, node: int, prior: float, key: Hashable, pc: dict[int, int],
-              max_nodes: int, w: float, depth_cap: int) -> DraftTree:
+    def chain(
+        self,
+        node: int,
+        prior: float,
+        key: Hashable,
+        pc: dict[int, int],
+        max_nodes: int,
+        w: float,
+        depth_cap: int,
+    ) -> DraftTree:
         """The best child at each level below `node` (MindIE)."""
         self._check_epoch()
         chain = DraftTree()
@@ -53,15 +62,23 @@ class TrieSearch:
             denom = s
         return chain
 
-    def tree(self, sources: list[tuple[int, float]], key: Hashable, pc: dict[int, int],
-             max_nodes: int, w: float, depth_cap: int, res: DraftTree) -> None:
+    def tree(
+        self,
+        sources: list[tuple[int, float]],
+        key: Hashable,
+        pc: dict[int, int],
+        max_nodes: int,
+        w: float,
+        depth_cap: int,
+        res: DraftTree,
+    ) -> None:
         """Best-first growth by probability below every (match, prior) source into `res`; a heap
         entry is a trie node waiting to become a child of draft node `dparent`."""
         self._check_epoch()
         tokens, parents, probs = res.tokens, res.parents, res.probs
         kids, out, tok_of = self.nodes.kids, self.nodes.out, self.nodes.tok
         ranked = self._ranked
-        index: dict[tuple[int, int], int] = {}     # (draft parent, token) -> draft node
+        index: dict[tuple[int, int], int] = {}  # (draft parent, token) -> draft node
         heap: list[tuple[float, int, int, int, int, int, float]] = []
         seq = 0
 
@@ -77,7 +94,7 @@ class TrieSearch:
 
         def add(dparent: int, tok: int, p: float) -> int:
             at = index.get((dparent, tok))
-            if at is None:                  # else the other source drafted it already
+            if at is None:  # else the other source drafted it already
                 at = len(tokens)
                 tokens.append(tok)
                 parents.append(dparent)
@@ -112,8 +129,9 @@ class TrieSearch:
             self._top.clear()
             self._top_epoch = self.nodes.epoch
 
-    def _ranked(self, node: int, key: Hashable, pc: dict[int, int], w: float,
-                room: int) -> list[tuple[float, int, int]]:
+    def _ranked(
+        self, node: int, key: Hashable, pc: dict[int, int], w: float, room: int
+    ) -> list[tuple[float, int, int]]:
         """(score, token, child) of the best children `key` can see, at most `room` of them;
         on a tie the older child wins (it was inserted first: measured better for chains).
 
@@ -136,7 +154,7 @@ class TrieSearch:
             if top is None or out[node] > top[0] * 1.25 + 4:
                 best = heapq.nlargest(TOP_K, ((out[c], t, c) for t, c in k.items() if out[c]))
                 top = self._top[node] = (out[node], [(t, c) for _, t, c in best])
-            cand = [(t, c) for t, c in top[1] if k.get(t) == c]    # ids may have been reused
+            cand = [(t, c) for t, c in top[1] if k.get(t) == c]  # ids may have been reused
             if pc:
                 mine = self._prompt_kids.setdefault(key, {})
                 in_prompt = mine.get(node)
@@ -144,7 +162,7 @@ class TrieSearch:
                     in_prompt = mine[node] = [(t, c) for t, c in k.items() if c in pc]
                 cand = dict(cand + in_prompt).items()
         scored = [(w * pc.get(c, 0) + out[c], t, c) for t, c in cand]
-        if len(scored) > room:              # nlargest is stable: the older child wins a tie
+        if len(scored) > room:  # nlargest is stable: the older child wins a tie
             scored = heapq.nlargest(room, scored, key=_score_of)
         return [x for x in scored if x[0] > 0]
 

@@ -11,6 +11,7 @@ expected, leaning on its depth's factor over all bands where evidence is thin, t
 the drafter-wide one (PolicyStats: all requests, forgotten more slowly), and that on the source's
 own estimate (PRIOR_TRIALS pseudo-trials each).
 """
+
 from __future__ import annotations
 
 from bisect import bisect_right
@@ -21,19 +22,19 @@ import numpy as np
 
 from ..contract.tree import ROOT, DraftTree, descend
 
-DEPTH_EDGES = (2, 3, 5, 9, 17, 33)                  # depth bands: 1, 2, 3-4, 5-8, 9-16, 17-32, 33+
-Q_EDGES = (0.1, 0.2, 0.3, 0.45, 0.65, 0.85)         # bands of a source's conditional estimate
-STREAK_EDGES = (1, 4)                               # draft tokens accepted last step: 0, 1-3, 4+
-PRIOR_TRIALS = 1.0          # the source's own estimate weighs as this many expected continuations
-DECAY, SHARED_DECAY = 0.9, 0.995   # per scored step: a request's table, the drafter-wide one
-MAX_PENDING = 8             # candidate sets awaiting their truth, per request
+DEPTH_EDGES = (2, 3, 5, 9, 17, 33)  # depth bands: 1, 2, 3-4, 5-8, 9-16, 17-32, 33+
+Q_EDGES = (0.1, 0.2, 0.3, 0.45, 0.65, 0.85)  # bands of a source's conditional estimate
+STREAK_EDGES = (1, 4)  # draft tokens accepted last step: 0, 1-3, 4+
+PRIOR_TRIALS = 1.0  # the source's own estimate weighs as this many expected continuations
+DECAY, SHARED_DECAY = 0.9, 0.995  # per scored step: a request's table, the drafter-wide one
+MAX_PENDING = 8  # candidate sets awaiting their truth, per request
 
 
 def band(edges: Sequence[float], x: float) -> int:
     return bisect_right(edges, x)
 
 
-DEPTH_BAND = [bisect_right(DEPTH_EDGES, d) for d in range(257)]   # hot loops index this
+DEPTH_BAND = [bisect_right(DEPTH_EDGES, d) for d in range(257)]  # hot loops index this
 
 
 def streak_state(accepted: int) -> int:
@@ -42,7 +43,10 @@ def streak_state(accepted: int) -> int:
 
 def conditional(tree: DraftTree, own: Sequence[float]) -> list[float]:
     """Each node's estimate given its parent is accepted: its own over its parent's."""
-    return [o if par == ROOT else (o / own[par] if own[par] > 0 else 0.0) for o, par in zip(own, tree.parents)]
+    return [
+        o if par == ROOT else (o / own[par] if own[par] > 0 else 0.0)
+        for o, par in zip(own, tree.parents)
+    ]
 
 
 class PolicyStats:
@@ -51,21 +55,21 @@ class PolicyStats:
 
     def __init__(self, n_sources: int):
         shape = (len(STREAK_EDGES) + 1, n_sources, len(DEPTH_EDGES) + 1, len(Q_EDGES) + 1)
-        self.hits = np.zeros(shape)             # continuations accepted
-        self.nodes = np.zeros(shape)            # continuations expected (sum of estimates)
-        self.gain = [0.1] * n_sources   # optimistic: a source is measured before it can sit out
+        self.hits = np.zeros(shape)  # continuations accepted
+        self.nodes = np.zeros(shape)  # continuations expected (sum of estimates)
+        self.gain = [0.1] * n_sources  # optimistic: a source is measured before it can sit out
 
 
 @dataclass
 class PendingSet:
     """One step's candidate trees, kept until the committed tokens after them decide every node."""
 
-    start: int                       # context length at the step (the truth starts there)
+    start: int  # context length at the step (the truth starts there)
     state: int
-    trees: list[DraftTree | None]    # per source, with the sources' own estimates
-    conds: list[list[float]]         # per source, each node's conditional estimate
-    depth: int                       # deepest node: the truth needed to score them all
-    children: list | None = None     # per source, its tree's children() (walked every observe)
+    trees: list[DraftTree | None]  # per source, with the sources' own estimates
+    conds: list[list[float]]  # per source, each node's conditional estimate
+    depth: int  # deepest node: the truth needed to score them all
+    children: list | None = None  # per source, its tree's children() (walked every observe)
 
     def walks(self) -> list:
         if self.children is None:
@@ -85,9 +89,9 @@ class Calibration:
     hits: np.ndarray
     nodes: np.ndarray
     pending: list[PendingSet] = field(default_factory=list)
-    tail: list[int] = field(default_factory=list)     # committed tokens from tail_start on
+    tail: list[int] = field(default_factory=list)  # committed tokens from tail_start on
     tail_start: int = -1
-    cached: list | None = None       # [state] -> None or factors(state), from the tables
+    cached: list | None = None  # [state] -> None or factors(state), from the tables
 
     @classmethod
     def like(cls, shared: PolicyStats) -> Calibration:
@@ -102,10 +106,12 @@ class Calibration:
         if self.cached[state] is None:
             k, sh, se = PRIOR_TRIALS, shared.hits[state], shared.nodes[state]
             h, n = self.hits[state], self.nodes[state]
-            shared_d = (sh.sum(-1) + k) / (se.sum(-1) + k)                        # [src, depth]
-            shared_q = (sh + k * shared_d[..., None]) / (se + k)                  # ... x q band
+            shared_d = (sh.sum(-1) + k) / (se.sum(-1) + k)  # [src, depth]
+            shared_q = (sh + k * shared_d[..., None]) / (se + k)  # ... x q band
             own_d = (h.sum(-1) + k * shared_d) / (n.sum(-1) + k)
-            self.cached[state] = ((h + k * own_d[..., None] * shared_q / shared_d[..., None]) / (n + k)).tolist()
+            self.cached[state] = (
+                (h + k * own_d[..., None] * shared_q / shared_d[..., None]) / (n + k)
+            ).tolist()
         return self.cached[state]
 
     def sync(self, context: Sequence[int]) -> None:
@@ -121,7 +127,7 @@ class Calibration:
     def keep(self, pend: PendingSet) -> None:
         """A step's candidates, to score once their truth is known."""
         if self.pending and self.pending[-1].start == pend.start:
-            self.pending.pop()            # a second look at the same step replaces the first
+            self.pending.pop()  # a second look at the same step replaces the first
         if len(self.pending) >= MAX_PENDING:
             self.pending.pop(0)
         self.pending.append(pend)
@@ -134,9 +140,9 @@ class Calibration:
         run = 0
         for pend in self.pending:
             at = pend.start - self.tail_start
-            truth = self.tail[at:at + pend.depth]
+            truth = self.tail[at : at + pend.depth]
             fell_off = pend.fell_off(truth)
-            if not fell_off and len(truth) == len(self.tail) - at:    # followed to the last token
+            if not fell_off and len(truth) == len(self.tail) - at:  # followed to the last token
                 run = max(run, len(truth))
             if len(truth) < pend.depth and not fell_off:
                 keep.append(pend)
@@ -148,9 +154,9 @@ class Calibration:
         while len(keep) >= MAX_PENDING:
             pend = keep.pop(0)
             at = pend.start - self.tail_start
-            done.append((pend, self.tail[at:at + pend.depth]))
+            done.append((pend, self.tail[at : at + pend.depth]))
         self.pending = keep
-        if keep:                        # only what the oldest pending step still needs is kept
+        if keep:  # only what the oldest pending step still needs is kept
             drop = keep[0].start - self.tail_start
             del self.tail[:drop]
             self.tail_start += drop
@@ -189,8 +195,12 @@ class Calibration:
                     if nxt is None:
                         break
         if cells:
-            for table, values in ((self.hits, hits), (self.nodes, expect), (shared.hits, hits),
-                                  (shared.nodes, expect)):
+            for table, values in (
+                (self.hits, hits),
+                (self.nodes, expect),
+                (shared.hits, hits),
+                (shared.nodes, expect),
+            ):
                 np.add.at(table.reshape(-1), cells, values)
         self.cached = None
         return run

@@ -25,6 +25,7 @@ table. Only the size of drafts follows it, never a token: exactness does not dep
 - ForwardCost: the engine's one curve, from the probe through the refreshes; a curve pinned by
   hand (pin(), Engine.pin_cost) or by PARASPEC_FORWARD_COST is kept as it is.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,7 +51,7 @@ def monotone(values: list[float]) -> np.ndarray:
     A timing that noise pushed up is averaged with its neighbours instead of lifting every size
     after it, as a running maximum would: on a busy machine one slow round at 8 rows would
     otherwise price 8 to 32 rows alike."""
-    blocks: list[list[float]] = []          # [mean, count] of pooled runs
+    blocks: list[list[float]] = []  # [mean, count] of pooled runs
     for v in values:
         blocks.append([float(v), 1.0])
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
@@ -63,17 +64,29 @@ def monotone(values: list[float]) -> np.ndarray:
 # points of a probe that cannot be right. Only the shape is used: it is scaled to the probe's
 # plausible points, so a CPU whose rows are dearer or cheaper than these keeps its own level.
 # Unpadded (GGUF blocks): one row is a GEMV, 2+ run row tiles (the CPU it was read on: the notes).
-PRIOR_UNPADDED = {1: 1.0, 2: 1.3, 3: 1.5, 4: 1.75, 6: 2.2, 8: 2.7, 12: 3.3, 16: 4.0, 24: 5.6, 32: 7.5,
-                  48: 11.3, 64: 15.0}
-PRIOR_PADDED = DEFAULT_FORWARD_COST      # rows padded to 4: flat while memory-bound, then linear
-IMPLAUSIBLE = 2.0       # a point off the scaled prior by this factor either way
+PRIOR_UNPADDED = {
+    1: 1.0,
+    2: 1.3,
+    3: 1.5,
+    4: 1.75,
+    6: 2.2,
+    8: 2.7,
+    12: 3.3,
+    16: 4.0,
+    24: 5.6,
+    32: 7.5,
+    48: 11.3,
+    64: 15.0,
+}
+PRIOR_PADDED = DEFAULT_FORWARD_COST  # rows padded to 4: flat while memory-bound, then linear
+IMPLAUSIBLE = 2.0  # a point off the scaled prior by this factor either way
 SUBADDITIVE_SLACK = 1.1  # ... or dearer than two smaller forwards that make up its rows, by this
 
 
 @dataclass(frozen=True)
 class ShapedCurve:
-    curve: dict[int, float]          # t(k)/t(1) for k = 1 .. the largest size
-    replaced: tuple[int, ...]        # sizes whose measured value was implausible (the prior's instead)
+    curve: dict[int, float]  # t(k)/t(1) for k = 1 .. the largest size
+    replaced: tuple[int, ...]  # sizes whose measured value was implausible (the prior's instead)
 
 
 def _excess_scale(ks: list[int], vals: list[float], prior: dict[int, float]) -> float:
@@ -94,8 +107,12 @@ def _subadditive(table: list[float], multiple: int) -> list[float]:
     return t
 
 
-def plausible_curve(measured: dict[int, float], multiple: int = 1,
-                    prior: dict[int, float] | None = None, check_prior: bool = True) -> ShapedCurve:
+def plausible_curve(
+    measured: dict[int, float],
+    multiple: int = 1,
+    prior: dict[int, float] | None = None,
+    check_prior: bool = True,
+) -> ShapedCurve:
     """A probe's t(k)/t(1) at its sizes, made physically possible: t(1) = 1; no k costs less than
     one row or more than k rows; monotone; no forward dearer than two that make up its rows. A
     point far off those (a probe disturbed by other work on the machine: one such probe read
@@ -120,7 +137,9 @@ def plausible_curve(measured: dict[int, float], multiple: int = 1,
         if k <= m:
             continue
         off = v / (1.0 + scale * (p - 1.0))
-        if (check_prior and (off > IMPLAUSIBLE or off < 1.0 / IMPLAUSIBLE)) or v > SUBADDITIVE_SLACK * bound[k]:
+        if (
+            check_prior and (off > IMPLAUSIBLE or off < 1.0 / IMPLAUSIBLE)
+        ) or v > SUBADDITIVE_SLACK * bound[k]:
             bad.append(i)
     if bad:
         good = [i for i in range(len(ks)) if i not in bad]
@@ -128,13 +147,14 @@ def plausible_curve(measured: dict[int, float], multiple: int = 1,
         for i in bad:
             vals[i] = min(max(1.0 + scale * (prior_at[i] - 1.0), 1.0), float(max(ks[i], m)) / m)
     fit = monotone(vals)
-    padded = -(-np.arange(1, ks[-1] + 1) // m) * m        # each k at its padded size
+    padded = -(-np.arange(1, ks[-1] + 1) // m) * m  # each k at its padded size
     dense = [0.0] + np.interp(padded, ks, fit).tolist()
     dense = _subadditive(dense, m)
     # the subadditive bound moved padded sizes only: rows in between cost their padded size's
     dense = [0.0] + [dense[min(-(-k // m) * m, ks[-1])] for k in range(1, ks[-1] + 1)]
-    return ShapedCurve({k: max(dense[k], 1.0) for k in range(1, ks[-1] + 1)},
-                       tuple(ks[i] for i in bad))
+    return ShapedCurve(
+        {k: max(dense[k], 1.0) for k in range(1, ks[-1] + 1)}, tuple(ks[i] for i in bad)
+    )
 
 
 class CostModel:
@@ -151,9 +171,12 @@ class CostModel:
         else:
             self._slope = 0.0
         rows = np.arange(0, 257)
-        inside = rows <= self._ks[-1]      # _eval's two cases, for all rows at once
-        self._table = np.where(inside, np.interp(np.maximum(rows, 1), self._ks, self._vals),
-                               self._vals[-1] + self._slope * (rows - self._ks[-1])).tolist()
+        inside = rows <= self._ks[-1]  # _eval's two cases, for all rows at once
+        self._table = np.where(
+            inside,
+            np.interp(np.maximum(rows, 1), self._ks, self._vals),
+            self._vals[-1] + self._slope * (rows - self._ks[-1]),
+        ).tolist()
         # rows that can join a query of k rows at no cost (up to the top of k's stair)
         self._free = [0] * len(self._table)
         for k in range(len(self._table) - 2, -1, -1):
@@ -193,20 +216,20 @@ def window_prior(cost: CostModel, window_rows: int, base_rows: int = 4) -> float
     return (1.0 + WINDOW_PRIOR_GAIN) * cost(base_rows) / cost(base_rows + window_rows)
 
 
-NEAR = 32             # cache lengths this close count as equal
-WINDOW = 64           # samples kept per band of k (the newest)
-PRIOR_SAMPLES = 8     # the probe weighs as this many samples in each band
-POOLED_PRIOR = 24     # ... and in a band without samples, against all bands' samples pooled
-REFRESH = 8           # new samples between two refreshed curves
-ONE_ROW_KEPT = 4      # one-row steps per sequence that a k-row step is compared with (their median)
-PENDING = 8           # k-row steps per sequence waiting for a one-row step after them
-SHOWN = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)   # row counts info() shows (/metrics, paraspec info)
+NEAR = 32  # cache lengths this close count as equal
+WINDOW = 64  # samples kept per band of k (the newest)
+PRIOR_SAMPLES = 8  # the probe weighs as this many samples in each band
+POOLED_PRIOR = 24  # ... and in a band without samples, against all bands' samples pooled
+REFRESH = 8  # new samples between two refreshed curves
+ONE_ROW_KEPT = 4  # one-row steps per sequence that a k-row step is compared with (their median)
+PENDING = 8  # k-row steps per sequence waiting for a one-row step after them
+SHOWN = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)  # row counts info() shows (/metrics, paraspec info)
 
 
 @dataclass
 class _Seq:
-    one: deque = field(default_factory=lambda: deque(maxlen=ONE_ROW_KEPT))     # (cache length, s)
-    pending: deque = field(default_factory=lambda: deque(maxlen=PENDING))      # (cache length, rows, s)
+    one: deque = field(default_factory=lambda: deque(maxlen=ONE_ROW_KEPT))  # (cache length, s)
+    pending: deque = field(default_factory=lambda: deque(maxlen=PENDING))  # (cache length, rows, s)
     last_wide: bool = False
 
 
@@ -215,8 +238,13 @@ class CurveRefresh:
     refreshed curve. `sizes`: the probe's measured row counts (the bands); `multiple`: the
     forward's row padding; pinned: the curve was given, not measured here (kept as it is)."""
 
-    def __init__(self, probe: dict[int, float], sizes: tuple[int, ...], multiple: int = 1,
-                 pinned: bool = False):
+    def __init__(
+        self,
+        probe: dict[int, float],
+        sizes: tuple[int, ...],
+        multiple: int = 1,
+        pinned: bool = False,
+    ):
         self.probe = dict(probe)
         self.sizes = tuple(sorted(s for s in sizes if s > max(multiple, 1)))
         self.multiple = multiple
@@ -224,13 +252,17 @@ class CurveRefresh:
         self.curve = dict(probe)
         self.probed_at = time.time()
         self.refreshed_at: float | None = None
-        self.samples = 0             # paired samples taken, all told
+        self.samples = 0  # paired samples taken, all told
         self.refreshes = 0
-        self._bands: list[deque] = [deque(maxlen=WINDOW) for _ in self.sizes]   # log(ratio / probe(k))
+        self._bands: list[deque] = [
+            deque(maxlen=WINDOW) for _ in self.sizes
+        ]  # log(ratio / probe(k))
         self._seqs: dict[object, _Seq] = {}
         self._fresh = 0
 
-    def step(self, key: object, rows: int, cache_length: int, seconds: float) -> dict[int, float] | None:
+    def step(
+        self, key: object, rows: int, cache_length: int, seconds: float
+    ) -> dict[int, float] | None:
         """One batch-1 forward of sequence `key`: `rows` query rows over a cache of
         `cache_length` tokens took `seconds`. A refreshed curve every REFRESH samples, else None."""
         if self.pinned or seconds <= 0 or not self.sizes:
@@ -240,15 +272,15 @@ class CurveRefresh:
         wide, st.last_wide = st.last_wide, rows > max(self.multiple, 1)
         if not st.last_wide:
             if wide:
-                return None          # a step right after a wide one runs slower (its caches)
+                return None  # a step right after a wide one runs slower (its caches)
             st.one.append((cache_length, seconds))
-            while st.pending:        # k-row steps that had no one-row step before them
+            while st.pending:  # k-row steps that had no one-row step before them
                 length, k, s = st.pending.popleft()
                 if cache_length - length <= NEAR:
                     self._sample(k, s / seconds)
             return self._maybe_refresh()
         if rows > self.sizes[-1]:
-            return None              # past the bands
+            return None  # past the bands
         near = [s for length, s in st.one if cache_length - length <= NEAR]
         if near:
             self._sample(rows, seconds / float(np.median(near)))
@@ -281,7 +313,9 @@ class CurveRefresh:
         """The probe at its sizes, each corrected by its band's median log ratio (shrunk toward
         the probe; a band without samples by all bands' pooled), made plausible."""
         pooled = [x for b in self._bands for x in b]
-        pooled_fix = float(np.median(pooled)) * len(pooled) / (len(pooled) + POOLED_PRIOR) if pooled else 0.0
+        pooled_fix = (
+            float(np.median(pooled)) * len(pooled) / (len(pooled) + POOLED_PRIOR) if pooled else 0.0
+        )
         # the unit stays the unit: up to the forward's row padding a step costs one (padded) row
         points = {k: self.probe.get(k, 1.0) for k in range(1, max(self.multiple, 1) + 1)}
         for size, band in zip(self.sizes, self._bands):
@@ -293,27 +327,35 @@ class CurveRefresh:
     def info(self) -> dict:
         """What /metrics and `paraspec info` show: the curve in use, its age, its evidence."""
         now = time.time()
-        return {"t_k_over_t_1": {k: round(v, 3) for k, v in self.curve.items() if k in SHOWN},
-                "probe": {k: round(v, 3) for k, v in self.probe.items() if k in SHOWN},
-                "age_s": round(now - (self.refreshed_at or self.probed_at), 3),
-                "probe_age_s": round(now - self.probed_at, 3),
-                "samples": self.samples, "refreshes": self.refreshes, "pinned": self.pinned}
+        return {
+            "t_k_over_t_1": {k: round(v, 3) for k, v in self.curve.items() if k in SHOWN},
+            "probe": {k: round(v, 3) for k, v in self.probe.items() if k in SHOWN},
+            "age_s": round(now - (self.refreshed_at or self.probed_at), 3),
+            "probe_age_s": round(now - self.probed_at, 3),
+            "samples": self.samples,
+            "refreshes": self.refreshes,
+            "pinned": self.pinned,
+        }
 
 
 class ForwardCost:
     def __init__(self, runner: ModelRunner):
         self.runner = runner
-        self.model: CostModel | None = None          # the curve drafts are priced by now
+        self.model: CostModel | None = None  # the curve drafts are priced by now
         self._refresh: CurveRefresh | None = None
-        self._refreshed: CostModel | None = None     # the curve the refresh last gave (or the probe's)
+        self._refreshed: CostModel | None = None  # the curve the refresh last gave (or the probe's)
 
     def get(self) -> CostModel:
         """The curve, probed on the first use (the runner times this machine)."""
         if self.model is None:
             curve = self.runner.forward_cost()
             probe = self.runner.cost_probe
-            self._refresh = CurveRefresh(curve, probe.sizes if probe else tuple(sorted(curve)),
-                                         probe.multiple if probe else 1, probe.pinned if probe else False)
+            self._refresh = CurveRefresh(
+                curve,
+                probe.sizes if probe else tuple(sorted(curve)),
+                probe.multiple if probe else 1,
+                probe.pinned if probe else False,
+            )
             self.model = self._refreshed = CostModel(curve)
         return self.model
 
@@ -344,8 +386,12 @@ class ForwardCost:
         if self.model is None and not measure:
             return None
         cost = self.get()
-        info = self._refresh.info() if self._refresh is not None else {"samples": 0, "refreshes": 0, "age_s": 0.0}
-        if cost is not self._refreshed:      # pinned by hand: the drafts see that one
+        info = (
+            self._refresh.info()
+            if self._refresh is not None
+            else {"samples": 0, "refreshes": 0, "age_s": 0.0}
+        )
+        if cost is not self._refreshed:  # pinned by hand: the drafts see that one
             info["t_k_over_t_1"] = {k: round(cost(k), 3) for k in SHOWN}
             info["pinned"] = True
         probe = self.runner.cost_probe

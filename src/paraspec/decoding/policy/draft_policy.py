@@ -22,34 +22,45 @@ by depth and rank). The policy
 It also keeps, per source, how many accepted tokens only that source's nodes gave (a drafter may
 stop asking a source whose work buys nothing).
 """
+
 from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .calibration import (DEPTH_BAND, DEPTH_EDGES, Q_EDGES, STREAK_EDGES, Calibration, PendingSet, PolicyStats,
-                          band, conditional, streak_state)
+from .calibration import (
+    DEPTH_BAND,
+    DEPTH_EDGES,
+    Q_EDGES,
+    STREAK_EDGES,
+    Calibration,
+    PendingSet,
+    PolicyStats,
+    band,
+    conditional,
+    streak_state,
+)
 from .cost import CostModel
 from ..contract.stats import NO_MATCH, ROWS_TOO_DEAR
 from ..contract.tree import ROOT, DraftTree, descend
 
-MARGIN = 2.0                # at rate 1, a draft must be worth this many times its cost
-COPY_MARGIN = 1.1           # ... while the text copies (see _size)
-RATE_ALPHA = 0.1            # weight of the newest step in EMA(tokens) and EMA(cost)
-GAIN_ALPHA = 0.02           # EMA weight of a step in a source's own-token gain
+MARGIN = 2.0  # at rate 1, a draft must be worth this many times its cost
+COPY_MARGIN = 1.1  # ... while the text copies (see _size)
+RATE_ALPHA = 0.1  # weight of the newest step in EMA(tokens) and EMA(cost)
+GAIN_ALPHA = 0.02  # EMA weight of a step in a source's own-token gain
 
 
 @dataclass
 class _Request:
     calibration: Calibration
-    state: int = 0                   # streak_state: calibration's and the margin's
+    state: int = 0  # streak_state: calibration's and the margin's
     tok_ema: float = 1.0
     cost_ema: float = 1.0
-    sent: DraftTree | None = None    # what went out this step
-    owners: list[int] = field(default_factory=list)   # per sent node: bitmask of its sources
+    sent: DraftTree | None = None  # what went out this step
+    owners: list[int] = field(default_factory=list)  # per sent node: bitmask of its sources
     step_cost: float = 1.0
-    reason: str | None = None        # why the last select sent nothing (None: it sent a draft)
+    reason: str | None = None  # why the last select sent nothing (None: it sent a draft)
 
 
 class DraftPolicy:
@@ -70,19 +81,31 @@ class DraftPolicy:
         the text has followed a candidate tree, sent or not, for 4+ tokens)."""
         return self._requests[key].state
 
-    def select(self, key: str, context: Sequence[int], candidates: Sequence[DraftTree | None], budget: int,
-               cost: CostModel, extra_rows: int = 0, send_all: int = 0,
-               score: bool = True) -> tuple[DraftTree, float]:
+    def select(
+        self,
+        key: str,
+        context: Sequence[int],
+        candidates: Sequence[DraftTree | None],
+        budget: int,
+        cost: CostModel,
+        extra_rows: int = 0,
+        send_all: int = 0,
+        score: bool = True,
+    ) -> tuple[DraftTree, float]:
         """The draft to verify (best first, at most `budget` nodes) and its expected accepted
         tokens. candidates[s]: source s's tree with its own estimates (None: nothing).
         send_all: at least the first send_all nodes when together their value is positive
         (MindIE's static draft length). score=False: the candidates are not kept for
         calibration; a second scored look at the same step replaces the first's candidates."""
         tree, owners = self.merged(key, context, candidates, score)
-        n, expected = self._size(self._requests[key], tree.probs, budget, cost, extra_rows, send_all)
+        n, expected = self._size(
+            self._requests[key], tree.probs, budget, cost, extra_rows, send_all
+        )
         draft = tree.truncated(n)
         self.sent(key, draft, owners[:n], cost(1 + n + extra_rows))
-        self._requests[key].reason = None if n else (ROWS_TOO_DEAR if len(tree) and budget > 0 else NO_MATCH)
+        self._requests[key].reason = (
+            None if n else (ROWS_TOO_DEAR if len(tree) and budget > 0 else NO_MATCH)
+        )
         return draft, expected
 
     def reason(self, key: str) -> str | None:
@@ -90,8 +113,13 @@ class DraftPolicy:
         (candidates, none worth its rows); None when it sent a draft."""
         return self._requests[key].reason
 
-    def merged(self, key: str, context: Sequence[int], candidates: Sequence[DraftTree | None],
-               score: bool = True) -> tuple[DraftTree, list[int]]:
+    def merged(
+        self,
+        key: str,
+        context: Sequence[int],
+        candidates: Sequence[DraftTree | None],
+        score: bool = True,
+    ) -> tuple[DraftTree, list[int]]:
         """select's first half, for a caller that sizes drafts itself (ASPD's branches share one
         forward): the candidates calibrated and merged, best first, and per node its sources
         (bitmask). Report what went out with sent()."""
@@ -108,7 +136,9 @@ class DraftPolicy:
         st = self._requests[key]
         st.sent, st.owners, st.step_cost = draft, owners, step_cost
 
-    def observe(self, key: str, committed: Sequence[int], sources: Sequence[int] | None = None) -> int:
+    def observe(
+        self, key: str, committed: Sequence[int], sources: Sequence[int] | None = None
+    ) -> int:
         """After verification, the tokens committed. Returns the draft tokens of the sent tree
         that were accepted. sources: those that offered candidates this step (default: all); their
         gains (accepted tokens only their nodes gave) are updated."""
@@ -116,9 +146,11 @@ class DraftPolicy:
         if not committed:
             return 0
         st.calibration.tail += committed
-        accepted = st.sent.follow(committed[:-1]) if st.sent else 0    # the bonus is never a draft
+        accepted = st.sent.follow(committed[:-1]) if st.sent else 0  # the bonus is never a draft
         rows = descend(st.sent.children(), 0, committed[:accepted]) if st.sent else []
-        for s in (range(self.n_sources) if sources is None else sources):   # tokens only s's nodes gave
+        for s in (
+            range(self.n_sources) if sources is None else sources
+        ):  # tokens only s's nodes gave
             own = sum(1 for r in rows if st.owners[r - 1] == 1 << s)
             self.stats.gain[s] += GAIN_ALPHA * (own - self.stats.gain[s])
         st.tok_ema += RATE_ALPHA * (1 + accepted - st.tok_ema)
@@ -142,15 +174,18 @@ class DraftPolicy:
         """The chance of a node of `source` at `depth` whose source estimated its continuation at
         `own`, given its parent is accepted, for this request now."""
         st = self._requests[key]
-        f = st.calibration.factors(st.state, self.stats)[source][band(DEPTH_EDGES, depth)][band(Q_EDGES, own)]
+        f = st.calibration.factors(st.state, self.stats)[source][band(DEPTH_EDGES, depth)][
+            band(Q_EDGES, own)
+        ]
         return min(1.0, own * f)
 
     # ------------------------------------------------------------------------ internals
-    def _merge(self, st: _Request, candidates: Sequence[DraftTree | None]
-               ) -> tuple[DraftTree, list[int], list[list[float]], int]:
+    def _merge(
+        self, st: _Request, candidates: Sequence[DraftTree | None]
+    ) -> tuple[DraftTree, list[int], list[list[float]], int]:
         """The sources' trees as one, calibrated, best first; per node its sources (bitmask);
         per source its nodes' conditional estimates; the deepest node's depth."""
-        index: dict[tuple[int, int], int] = {}      # (merged parent, token) -> merged node
+        index: dict[tuple[int, int], int] = {}  # (merged parent, token) -> merged node
         tokens: list[int] = []
         parents: list[int] = []
         probs: list[float] = []
@@ -166,7 +201,7 @@ class DraftPolicy:
             own = tree.probs or [1.0] * len(tree)
             cond = conditional(tree, own)
             conds.append(cond)
-            here: list[int] = []                    # source node -> merged node
+            here: list[int] = []  # source node -> merged node
             bit, get, add_here = 1 << s, index.get, here.append
             for tok, par, c in zip(tree.tokens, tree.parents, cond):
                 if par == ROOT:
@@ -199,14 +234,22 @@ class DraftPolicy:
         new = [0] * len(order)
         for k, old in enumerate(order):
             new[old] = k
-        tree = DraftTree([tokens[i] for i in order],
-                         [ROOT if parents[i] == ROOT else new[parents[i]] for i in order],
-                         [probs[i] for i in order])
+        tree = DraftTree(
+            [tokens[i] for i in order],
+            [ROOT if parents[i] == ROOT else new[parents[i]] for i in order],
+            [probs[i] for i in order],
+        )
         return tree, [owners[i] for i in order], conds, max(depths)
 
     @staticmethod
-    def _size(st: _Request, probs: list[float], budget: int, cost: CostModel, extra_rows: int,
-              send_all: int) -> tuple[int, float]:
+    def _size(
+        st: _Request,
+        probs: list[float],
+        budget: int,
+        cost: CostModel,
+        extra_rows: int,
+        send_all: int,
+    ) -> tuple[int, float]:
         """How many of the best-first nodes to send, and their expected accepted tokens."""
         n_max = min(len(probs), budget)
         if n_max <= 0:

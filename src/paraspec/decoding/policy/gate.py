@@ -17,24 +17,25 @@ memories stay whole) and look again after 1, 2, 4 ... MAX_SKIP skipped steps; a 
 evenly, so its totals stay fair. Only the choice of draft changes, never a token: decoding
 stays exact whichever steps look.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-PLAIN_ALPHA = 0.15   # EMA weight of a step in a plain step's time
-WARMUP = 8           # looked steps before the gate may close
-MAX_SKIP = 4         # the longest run of skipped steps between two looks
+PLAIN_ALPHA = 0.15  # EMA weight of a step in a plain step's time
+WARMUP = 8  # looked steps before the gate may close
+MAX_SKIP = 4  # the longest run of skipped steps between two looks
 
 
 @dataclass
 class DraftGate:
-    tokens: int = 0          # committed tokens of the looked steps
-    looked_s: float = 0.0    # their seconds (the sequence's share)
+    tokens: int = 0  # committed tokens of the looked steps
+    looked_s: float = 0.0  # their seconds (the sequence's share)
     looks: int = 0
-    plain_s: float = 0.0     # EMA seconds of a step without a look
-    plain: int = 0           # steps that measured plain_s
-    backoff: int = 0         # skipped steps before the next look, when looking loses again
-    skip: int = 0            # steps left to skip
+    plain_s: float = 0.0  # EMA seconds of a step without a look
+    plain: int = 0  # steps that measured plain_s
+    backoff: int = 0  # skipped steps before the next look, when looking loses again
+    skip: int = 0  # steps left to skip
 
     def look(self) -> bool:
         """Whether this step asks the drafter for a draft."""
@@ -43,8 +44,15 @@ class DraftGate:
             return False
         return True
 
-    def update(self, looked: bool, tokens: int, forward_s: float, rows_cost: float, propose_s: float,
-               other_s: float) -> None:
+    def update(
+        self,
+        looked: bool,
+        tokens: int,
+        forward_s: float,
+        rows_cost: float,
+        propose_s: float,
+        other_s: float,
+    ) -> None:
         """A decode step of the sequence: whether it looked, its committed tokens, its share of the
         forward's seconds and its rows' cost (t(rows)/t(1)), the propose's seconds, and those of
         the rest (accept, observe, emit)."""
@@ -54,15 +62,20 @@ class DraftGate:
             # nothing: their observe is dearer, which leans to looking); until there is one, a
             # drafted step's one row by the cost curve
             plain = forward_s / rows_cost + other_s
-            self.plain_s = plain if not self.plain else self.plain_s + PLAIN_ALPHA * (plain - self.plain_s)
+            self.plain_s = (
+                plain if not self.plain else self.plain_s + PLAIN_ALPHA * (plain - self.plain_s)
+            )
             self.plain += 1
         if not looked:
             return
         self.tokens += tokens
         self.looked_s += step_s
         self.looks += 1
-        if (self.looks < WARMUP or tokens * self.plain_s >= step_s
-                or self.tokens * self.plain_s >= self.looked_s):
+        if (
+            self.looks < WARMUP
+            or tokens * self.plain_s >= step_s
+            or self.tokens * self.plain_s >= self.looked_s
+        ):
             self.backoff = 0
         else:
             self.backoff = min(max(1, 2 * self.backoff), MAX_SKIP)

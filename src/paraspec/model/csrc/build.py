@@ -22,6 +22,7 @@ torch's C++ ABI changes between minor releases, so kernels.py imports a module o
 torch it was built for (a wheel built against one torch, installed beside another, runs the torch
 paths and says why).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,14 +42,22 @@ SOURCE = f"{CSRC}/kernels.cpp"
 ISAS = ("avx512", "avx2")
 ENV = "PARASPEC_BUILD_KERNELS"
 # what runs when a module is missing (on a CPU that could run it)
-INSTEAD = {"avx512": "AVX-512 CPUs run _kernels_avx2 or the torch paths instead",
-           "avx2": "AVX2 CPUs run the torch paths instead"}
+INSTEAD = {
+    "avx512": "AVX-512 CPUs run _kernels_avx2 or the torch paths instead",
+    "avx2": "AVX2 CPUs run the torch paths instead",
+}
 
 # -fopenmp: at::parallel_for compiles to `omp parallel`; libgomp.so.1 resolves to the copy torch
 # already loaded (same soname), so there is one thread pool. -ffp-contract=off: no FMA in the
 # W8A8 epilogue, which keeps it bit-identical to quant.py's torch path. No -m flags: see above.
-CFLAGS = ["-O3", "-g0", "-fopenmp", "-ffp-contract=off",
-          "-Wno-uninitialized", "-Wno-maybe-uninitialized"]  # GCC 12 false positives in its own intrinsics
+CFLAGS = [
+    "-O3",
+    "-g0",
+    "-fopenmp",
+    "-ffp-contract=off",
+    "-Wno-uninitialized",
+    "-Wno-maybe-uninitialized",
+]  # GCC 12 false positives in its own intrinsics
 
 
 def is_x86() -> bool:
@@ -62,9 +71,14 @@ def module_name(isa: str) -> str:
 def extension(isa: str):
     """One ISA's module, with its source relative to the repository root (setuptools wants that)."""
     from torch.utils.cpp_extension import CppExtension
-    return CppExtension(module_name(isa), [SOURCE],
-                        extra_compile_args=[*CFLAGS, f"-DPARASPEC_{isa.upper()}"], extra_link_args=["-fopenmp"],
-                        depends=sorted(glob.glob(f"{CSRC}/*.h")))
+
+    return CppExtension(
+        module_name(isa),
+        [SOURCE],
+        extra_compile_args=[*CFLAGS, f"-DPARASPEC_{isa.upper()}"],
+        extra_link_args=["-fopenmp"],
+        depends=sorted(glob.glob(f"{CSRC}/*.h")),
+    )
 
 
 def extensions() -> list:
@@ -90,11 +104,20 @@ def build_one(isa: str, quiet: bool, build_lib: str | None, build_temp: str) -> 
     import torch
     from setuptools import setup
     from torch.utils.cpp_extension import BuildExtension
+
     # in place: through a build_lib of its own, so setuptools' build/lib (what a wheel packs) gets none of it
-    where = ["--build-lib", build_lib] if build_lib else ["--inplace", "--build-lib", os.path.join(build_temp, "lib")]
-    setup(name=f"paraspec-kernels-{isa}", ext_modules=[extension(isa)], package_dir={"": "src"},
-          cmdclass={"build_ext": BuildExtension},
-          script_args=[*(["-q"] if quiet else []), "build_ext", *where, "--build-temp", build_temp])
+    where = (
+        ["--build-lib", build_lib]
+        if build_lib
+        else ["--inplace", "--build-lib", os.path.join(build_temp, "lib")]
+    )
+    setup(
+        name=f"paraspec-kernels-{isa}",
+        ext_modules=[extension(isa)],
+        package_dir={"": "src"},
+        cmdclass={"build_ext": BuildExtension},
+        script_args=[*(["-q"] if quiet else []), "build_ext", *where, "--build-temp", build_temp],
+    )
     model_dir = os.path.join(build_lib, "paraspec", "model") if build_lib else "src/paraspec/model"
     with open(os.path.join(model_dir, f"_kernels_{isa}.torch"), "w") as f:
         f.write(torch.__version__ + "\n")
@@ -105,36 +128,53 @@ def short_reason(output: str) -> str:
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     errors = [ln for ln in lines if "error:" in ln] or [ln for ln in lines if "rror" in ln]
     line = errors[0] if errors else lines[-1] if lines else "no output"
-    line = re.sub(r"^\S*/", "", line)  # /path/to/kernels.cpp:2:2: error: ... -> kernels.cpp:2:2: ...
+    line = re.sub(
+        r"^\S*/", "", line
+    )  # /path/to/kernels.cpp:2:2: error: ... -> kernels.cpp:2:2: ...
     return line if len(line) <= 160 else line[:157] + "..."
 
 
-def build(quiet: bool = False, build_lib: str | None = None, build_temp: str = "build") -> list[str]:
+def build(
+    quiet: bool = False, build_lib: str | None = None, build_temp: str = "build"
+) -> list[str]:
     """Build the selected modules, each in its own process, all at once; in place (src/paraspec/model)
     or into build_lib. Returns the ISAs built; each one that fails prints one line."""
     os.chdir(ROOT)  # relative paths in extension() and --inplace resolve from here
     if not is_x86():
-        print(f"paraspec: no CPU kernels for {platform.machine()} (they are x86-64 only); the torch paths run")
+        print(
+            f"paraspec: no CPU kernels for {platform.machine()} (they are x86-64 only); the torch paths run"
+        )
         return []
     isas = selected()
     dest = os.path.join(build_lib, "paraspec", "model") if build_lib else "src/paraspec/model"
-    if build_lib:   # a build directory's earlier modules must not go into this wheel unbuilt
+    if build_lib:  # a build directory's earlier modules must not go into this wheel unbuilt
         for old in glob.glob(f"{dest}/_kernels_*"):
             os.remove(old)
     if not isas:
-        print(f"paraspec: no CPU kernels built ({ENV}={os.environ.get(ENV, '')}); the torch paths run")
+        print(
+            f"paraspec: no CPU kernels built ({ENV}={os.environ.get(ENV, '')}); the torch paths run"
+        )
         return []
     if importlib.util.find_spec("torch") is None:
-        print("paraspec: CPU kernels not built (torch is not importable at build time); the torch paths run")
+        print(
+            "paraspec: CPU kernels not built (torch is not importable at build time); the torch paths run"
+        )
         return []
     if not build_lib:
         for stale in glob.glob(f"{dest}/_attention*.so") + glob.glob(f"{dest}/_w8a8*.so"):
             os.remove(stale)  # modules of older builds, replaced by _kernels_<isa>
 
     def run(isa: str) -> tuple[str, float, subprocess.CompletedProcess]:
-        cmd = [sys.executable, os.path.abspath(__file__), "--one", isa, "--build-temp",
-               os.path.join(build_temp, f"kernels_{isa}"), *(["--build-lib", build_lib] if build_lib else []),
-               *(["-q"] if quiet else [])]
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--one",
+            isa,
+            "--build-temp",
+            os.path.join(build_temp, f"kernels_{isa}"),
+            *(["--build-lib", build_lib] if build_lib else []),
+            *(["-q"] if quiet else []),
+        ]
         t0 = time.perf_counter()
         res = subprocess.run(cmd, capture_output=True, text=True)
         return isa, time.perf_counter() - t0, res
@@ -147,7 +187,9 @@ def build(quiet: bool = False, build_lib: str | None = None, build_temp: str = "
             if res.returncode:
                 for old in glob.glob(f"{dest}/_kernels_{isa}.*"):
                     os.remove(old)  # an older build of other sources must not stand in for it
-                print(f"paraspec: _kernels_{isa} not built ({short_reason(res.stderr + res.stdout)}); {INSTEAD[isa]}")
+                print(
+                    f"paraspec: _kernels_{isa} not built ({short_reason(res.stderr + res.stdout)}); {INSTEAD[isa]}"
+                )
             else:
                 built.append(isa)
                 if not quiet:
