@@ -128,6 +128,36 @@ def test_decoding_layer_never_imports_aspd():
     assert not upward, "the decoding layer imports aspd: " + ", ".join(upward)
 
 
+# what each folder of decoding/ may import from the others: the contract at the bottom (naming
+# only the cost curve, which StepContext carries), memory and policy on it, the drafters on all three
+DECODING_LAYERS = {
+    "contract": {"paraspec.decoding.policy.cost"},
+    "memory": {"contract"},
+    "policy": {"contract"},
+    "drafters": {"contract", "memory", "policy"},
+}
+
+
+def test_decoding_folders_are_layered():
+    graph = import_graph()  # type-only imports (annotations) do not count
+    wrong = []
+    for m, ts in graph.items():
+        if not m.startswith("paraspec.decoding."):
+            continue
+        folder = m.split(".")[2]
+        for t in ts:
+            if t.startswith("paraspec.decoding.") and t.split(".")[2] != folder:
+                if (
+                    t.split(".")[2] not in DECODING_LAYERS[folder]
+                    and t not in DECODING_LAYERS[folder]
+                ):
+                    wrong.append(f"{m} -> {t}")
+            elif t.startswith("paraspec.") and not t.startswith("paraspec.decoding"):
+                if t != "paraspec.errors":  # the layer knows no engine, server or model
+                    wrong.append(f"{m} -> {t}")
+    assert not wrong, "decoding/ imports against its layers: " + ", ".join(sorted(wrong))
+
+
 def test_engine_reaches_the_model_only_through_the_runner():
     # the step loop asks the runner (vocabulary, context, draft room, forwards), never model/
     graph = import_graph()
