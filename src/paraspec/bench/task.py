@@ -7,7 +7,7 @@ import math
 import sys
 from dataclasses import dataclass
 
-PROMPT_TOKEN_BUDGET = 1536  # prefill costs ~1 ms/token on CPU; SmolLM2 has an 8k context
+PROMPT_TOKEN_BUDGET = 1536  # well inside the smallest model's context, and quick to prefill
 MAX_PROMPT_CHARS = 4500  # ~1.5k tokens even for code at ~3 chars/token
 MATERIAL_CHARS = 3800  # the quoted text; the rest of MAX_PROMPT_CHARS is the instruction
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"  # the stdlib and reference quoted, by version

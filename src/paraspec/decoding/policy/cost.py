@@ -205,8 +205,8 @@ class CostModel:
 
 # Before any evidence, a Jacobi window is supposed to add this share of tokens per step:
 # optimistic (docs/design-notes.md), so that where its rows cost less than that it is tried at
-# once, and where they cost more (a 2-core CPU: 1.5-1.8x a step) it
-# waits, as a loser would, instead of costing an engine's first request its exploration.
+# once, and where they cost more (a small CPU's steep curve) it waits, as a loser would,
+# instead of costing an engine's first request its exploration.
 WINDOW_PRIOR_GAIN = 0.3
 
 

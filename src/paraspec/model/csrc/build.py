@@ -57,7 +57,7 @@ CFLAGS = [
     "-ffp-contract=off",
     "-Wno-uninitialized",
     "-Wno-maybe-uninitialized",
-]  # GCC 12 false positives in its own intrinsics
+]  # false positives in the compiler's own intrinsics headers
 
 
 def is_x86() -> bool:
