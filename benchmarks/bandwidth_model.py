@@ -332,9 +332,8 @@ def measure(a) -> dict:
     one_row_ms = result["forward_ms"][1]
     result["forward_weights_gb_s"] = round(engine_bytes / (one_row_ms / 1e3) / 1e9, 2)
     if records is not None:
-        step_s = (
-            1 / result["decode"]["paraspec"]["tokens_per_s"]
-        )  # a token of AR, everything included
+        # a token of AR, everything included
+        step_s = 1 / result["decode"]["paraspec"]["tokens_per_s"]
         result["replay"] = {
             "step_s": round(step_s, 5),
             "speedups": rs.replayed_speedups(records, curve, step_s),

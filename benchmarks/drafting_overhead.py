@@ -31,9 +31,8 @@ def records(kind: str, n: int, seed: int = 0) -> list[Record]:
     rng = random.Random(seed)
     recs = []
     for _ in range(n):
-        prompt = [
-            rng.randrange(3, 3000) for _ in range(300)
-        ]  # (drawn for both: the test's records)
+        # (drawn for both: the test's records)
+        prompt = [rng.randrange(3, 3000) for _ in range(300)]
         if kind == "copy":
             a, b = rng.randrange(0, 100), rng.randrange(150, 250)
             output = (

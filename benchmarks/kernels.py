@@ -531,9 +531,8 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.cap_torch_avx2 and any(os.environ.get(k) != v for k, v in CAP_ENV.items()):
-        os.execve(
-            sys.executable, [sys.executable, *sys.argv], {**os.environ, **CAP_ENV}
-        )  # before torch loads
+        # before torch loads
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **CAP_ENV})
 
     import torch
 

@@ -48,9 +48,8 @@ import httpx
 _spec = importlib.util.spec_from_file_location(
     "fuzz_server", Path(__file__).with_name("fuzz_server.py")
 )
-sys.modules["fuzz_server"] = fuzz = importlib.util.module_from_spec(
-    _spec
-)  # its canary, idle check, SIGTERM stop
+# its canary, idle check, SIGTERM stop
+sys.modules["fuzz_server"] = fuzz = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fuzz)
 users = fuzz._load("load_clients")
 

@@ -124,9 +124,8 @@ def main() -> int:
             runs: dict[str, list[list[dict]]] = {"off": [], "on": []}
             for _ in range(a.repeats):
                 for mode in ("off", "on"):  # interleaved: the machine's drift hits both alike
-                    llm.engine.prefix_cache = PrefixCache(
-                        0 if mode == "off" else 256
-                    )  # empty each run
+                    # empty each run
+                    llm.engine.prefix_cache = PrefixCache(0 if mode == "off" else 256)
                     runs[mode].append(
                         conversation(llm, a.max_tokens)
                         if workload == "conversation"
@@ -156,9 +155,8 @@ def main() -> int:
                         ],
                     )
                 )
-                print(
-                    json.dumps(rows[-1]), flush=True
-                )  # as it goes: a run cut short keeps its rows
+                # as it goes: a run cut short keeps its rows
+                print(json.dumps(rows[-1]), flush=True)
     cpu = next(
         (
             line.split(":", 1)[1].strip()

@@ -234,9 +234,8 @@ def hf_serve(args) -> None:
         torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     path = resolve_model_path(args.model)
-    tokenizer = Tokenizer.from_source(
-        load_model(str(path), dtype).tokenizer_source
-    )  # the same prompt ids
+    # the same prompt ids
+    tokenizer = Tokenizer.from_source(load_model(str(path), dtype).tokenizer_source)
     if path.suffix == ".gguf":
         model = transformers.AutoModelForCausalLM.from_pretrained(
             path.parent, gguf_file=path.name, dtype=dtype
@@ -349,9 +348,8 @@ def main() -> int:
     ap.add_argument("--plugin-params", default='{"plugin_type": "memory_decoding"}')
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--out", default=None, help="write the results as JSON here")
-    ap.add_argument(
-        "--hf-serve", type=int, default=None, help=argparse.SUPPRESS
-    )  # internal: the baseline
+    # internal: the baseline
+    ap.add_argument("--hf-serve", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.hf_serve:
         hf_serve(args)

@@ -85,9 +85,10 @@ def instrument(model, spent: dict, clock) -> None:
     model.embed = Timed(model.embed, "embed", spent, clock)
     rope_attention = Timed(model.kernels.rope_attention, "rope_attention", spent, clock)
     real_kernels = model.kernels
+    # name, label, ... as they were
     model.kernels = types.SimpleNamespace(
         **{k: getattr(real_kernels, k) for k in dir(real_kernels) if not k.startswith("__")}
-    )  # name, label, ... as they were
+    )
     model.kernels.rope_attention = rope_attention
     real_f = transformer.F
     silu = Timed(real_f.silu, "swiglu", spent, clock)
@@ -127,9 +128,8 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     clock = time.thread_time if a.threads == 1 else time.perf_counter
-    llm = LLM(
-        a.model, kernels=a.kernels, activation_passes=a.activation_passes
-    )  # drafters: per call
+    # drafters: per call
+    llm = LLM(a.model, kernels=a.kernels, activation_passes=a.activation_passes)
     model = llm.model
     label = model.kernels.label
     if a.engine:
@@ -151,9 +151,8 @@ def main() -> None:
     totals: dict[int, list[float]] = {k: [] for k in KS}
     uninstrumented: dict[int, list[float]] = {k: [] for k in KS}
     parts: dict[int, dict[str, list[float]]] = {k: defaultdict(list) for k in KS}
-    for rep in range(
-        2 * a.reps + 1
-    ):  # a warm-up round, reps as the engine runs it, reps timed in pieces
+    # a warm-up round, reps as the engine runs it, reps timed in pieces
+    for rep in range(2 * a.reps + 1):
         if rep == a.reps + 1:
             instrument(model, spent, clock)
         for k in KS:  # the new rows are written past the cache's length, never committed

@@ -85,9 +85,8 @@ def ci_unbuilt(why_not=None, cpu_features=None, is_x86=None, not_built=not_built
     for isa in kernels.ISAS:
         if kernels.REQUIRES[isa] <= have:
             why = why_not(isa)
-            if (
-                why and why != "its own CPUID check refuses this CPU"
-            ):  # the module's own word: cannot
+            # the module's own word: cannot
+            if why and why != "its own CPUID check refuses this CPU":
                 bad.append((isa, why))
         elif why := not_built(isa):
             bad.append((isa, why))

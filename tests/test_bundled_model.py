@@ -56,9 +56,8 @@ def test_fp32_greedy_24_tokens_identical_to_transformers(bundled_llm_fp32, hf_re
                 0, ids.shape[1] :
             ].tolist()
         eos = sorted(bundled_llm_fp32.tokenizer.eos_token_ids)
-        ref = ref[
-            : min([ref.index(e) + 1 for e in eos if e in ref] + [len(ref)])
-        ]  # up to and including EOS
+        # up to and including EOS
+        ref = ref[: min([ref.index(e) + 1 for e in eos if e in ref] + [len(ref)])]
         out = bundled_llm_fp32.generate(text, SamplingParams(temperature=0, max_tokens=24))[0]
         assert out.token_ids == ref and len(ref) >= 5
 

@@ -19,12 +19,13 @@ from paraspec.errors import RequestError
 from paraspec.server import create_app, load_config
 
 CTX = 256  # the model's context: one KEY_BUCKET, so the cache's capacity is the context
+# a Jacobi window on every step, to the very end
 PLUGINS = {
     "memory_decoding": {"plugin_type": "memory_decoding"},
     "lookahead": {"plugin_type": "lookahead", "level": 5, "window": 6},
     "hybrid": {"plugin_type": "hybrid"},
     "lookahead_window_always": None,
-}  # a Jacobi window on every step, to the very end
+}
 ROOM = [40, 9, 3, 1]  # context left after each prompt
 PARAMS = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)  # past the limit
 
@@ -123,10 +124,11 @@ def test_the_forward_cost_probe_fits_a_short_context(model_dir):
 @pytest.fixture(scope="module")
 def server(model_dir):
     config = load_config(None, model=str(model_dir), plugin_flags=True, plugin_params=None)
+    # the model's: CTX
     config.model_deploy.max_seq_len, config.model_deploy.max_input_token_len = (
         1000,
         900,
-    )  # the model's: CTX
+    )
     llm = LLM(str(model_dir), dtype="float32")
     llm.engine.pin_cost(CostModel())
     with LiveServer(create_app(llm, config)) as s:

@@ -70,9 +70,8 @@ def test_oracle_drafts_are_accepted_and_output_is_unchanged(llm):
         llm, params, OracleDrafter(ref, llm.model.args.vocab_size, depth=6), prompts=PROMPTS[:1]
     )[0]
     assert par.token_ids == ar.token_ids
-    assert (
-        par.stats["decode_steps"] <= 10
-    )  # ~6 accepted + 1 bonus per step (the budget shrinks near the end)
+    # ~6 accepted + 1 bonus per step (the budget shrinks near the end)
+    assert par.stats["decode_steps"] <= 10
     assert par.stats["mean_accepted_tokens_per_step"] > 4.5
     wrong = _run(
         llm,
@@ -261,6 +260,7 @@ def test_forward_cost_is_a_staircase_over_padded_rows(llm):
 
 
 # ------------------------------------------------------------------------------ dear rows, long copies
+# a real Zen 1's probe (issue 37)
 ZEN1 = {
     1: 1.0,
     2: 2.08,
@@ -269,7 +269,7 @@ ZEN1 = {
     12: 7.95,
     16: 11.16,
     32: 20.26,
-}  # a real Zen 1's probe (issue 37)
+}
 DISTURBED = '{"1": 1, "4": 2.22, "8": 5.20, "16": 14.8}'  # a probe read while a compiler ran on the other core
 MEMORY = {"plugin_type": "memory_decoding", "decoding_length": 16, "dynamic_algo": True}
 
@@ -322,9 +322,8 @@ def test_memory_decoding_drafts_a_long_copy_where_rows_are_dear(copy_model, curv
     out = llm.generate([prompt], params)[0]
     llm.engine.default_drafter = None
     ar = llm.generate([prompt], params)[0]
-    assert ar.token_ids == [
-        cycle[(60 + i) % len(cycle)] for i in range(160)
-    ]  # the output copies 160 tokens
+    # the output copies 160 tokens
+    assert ar.token_ids == [cycle[(60 + i) % len(cycle)] for i in range(160)]
     assert out.token_ids == ar.token_ids
     s = out.stats
     assert s["decode_steps"] <= 159 // 3 and s["accepted_draft_tokens"] >= 100, s

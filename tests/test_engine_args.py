@@ -100,6 +100,5 @@ def test_plugin_facts_come_from_the_plugin_table():
     assert (md.speculation_need, md.dynamic_algo) == (8, True)
     assert (la.speculation_need, la.dynamic_algo) == (la.params.query_tokens, False)
     assert aspd.drafting.plugin_type == "hybrid" and md.drafting is md
-    assert (
-        aspd.kind.check_tokenizer is not md.kind.check_tokenizer
-    )  # ASPD checks the tokenizer's markup
+    # ASPD checks the tokenizer's markup
+    assert aspd.kind.check_tokenizer is not md.kind.check_tokenizer

@@ -53,9 +53,8 @@ def test_text_report_with_the_cost_curve_of_a_model(tiny_model_dir, capsys):
 def test_a_pinned_curve_shows_as_pinned_and_its_implausible_readings(
     tiny_model_dir, capsys, monkeypatch
 ):
-    monkeypatch.setenv(
-        "PARASPEC_FORWARD_COST", '{"4": 1, "8": 1.1, "16": 14.8}'
-    )  # 16 rows: dearer than two 8s
+    # 16 rows: dearer than two 8s
+    monkeypatch.setenv("PARASPEC_FORWARD_COST", '{"4": 1, "8": 1.1, "16": 14.8}')
     assert cli.main(["info", "--model", str(tiny_model_dir("llama"))]) == 0
     age = next(
         line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("curve")

@@ -123,6 +123,5 @@ def test_ids_past_the_vocabulary_in_the_memory_never_fail_a_verify_batch(
     par = llm.generate(PROMPTS, PARAMS, plugin_params=plugin)
     assert [p.token_ids for p in par] == [a.token_ids for a in ar]
     assert offered and set(offered) == {bad}  # the cut was needed
-    assert (
-        sum(p.stats["accepted_draft_tokens"] for p in par) > 0
-    )  # and the ids that fit were drafted
+    # and the ids that fit were drafted
+    assert sum(p.stats["accepted_draft_tokens"] for p in par) > 0

@@ -49,9 +49,8 @@ def test_a_request_at_one_token_per_step_says_why(tiny_model_dir, tmp_path):
     s = out["stats"]
     assert s["mean_accepted_tokens_per_step"] == 1.0 and s["draft_tokens"] == 0
     why = s["no_draft_steps"]
-    assert (
-        set(why) <= set(NO_DRAFT_REASONS) and sum(why.values()) == s["decode_steps"]
-    )  # every step says why
+    # every step says why
+    assert set(why) <= set(NO_DRAFT_REASONS) and sum(why.values()) == s["decode_steps"]
     assert why.get(ROWS_TOO_DEAR, 0) > 0  # the text repeats: candidates, priced too dear
     assert (
         out["ar"]["same_tokens"] is True and out["ar"]["stats"]["decode_steps"] == s["decode_steps"]

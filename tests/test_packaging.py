@@ -98,9 +98,8 @@ def test_wheel_installs_in_a_fresh_venv_with_its_compiled_kernels(tmp_path):
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     (wheel,) = (tmp_path / "wheels").glob("paraspec-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {
-        f"paraspec/aspd/adapters/{v}.safetensors" for v in ("aspd", "control")
-    } <= names  # package data
+    # package data
+    assert {f"paraspec/aspd/adapters/{v}.safetensors" for v in ("aspd", "control")} <= names
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

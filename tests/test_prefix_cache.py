@@ -125,9 +125,8 @@ def test_multi_turn_tokens_identical_with_and_without_the_cache(llm, drafted):
     want = _without_cache(llm, lambda: _chat_turns(llm, params, 4))  # AR, nothing reused
     got = _chat_turns(llm, params, 4, drafter)
     assert [t for t, _ in got] == [t for t, _ in want]
-    assert got[0][1] == 0 and all(
-        c >= CHUNK and c % CHUNK == 0 for _, c in got[1:]
-    )  # later turns reused
+    # later turns reused
+    assert got[0][1] == 0 and all(c >= CHUNK and c % CHUNK == 0 for _, c in got[1:])
     assert all(c == 0 for _, c in want)
     info = llm.engine.prefix_cache.info()
     assert info["hits"] >= 3 and info["reused_tokens"] == sum(c for _, c in got)
@@ -137,9 +136,8 @@ def test_sampled_siblings_identical_with_and_without_the_cache(llm):
     params = SamplingParams(temperature=0.9, seed=11, n=3, max_tokens=16, ignore_eos=True)
     prompt = _prompt(3, 2 * CHUNK + 5, llm.model.args.vocab_size)
     want = _without_cache(llm, lambda: llm.generate([prompt], params)[0])
-    llm.generate(
-        [prompt[: 2 * CHUNK] + [7]], SamplingParams(temperature=0, max_tokens=2)
-    )  # stores 2 chunks
+    # stores 2 chunks
+    llm.generate([prompt[: 2 * CHUNK] + [7]], SamplingParams(temperature=0, max_tokens=2))
     got = llm.generate([prompt], params)[0]
     assert [o.token_ids for o in got.outputs] == [o.token_ids for o in want.outputs]
     assert got.outputs[0].stats["cached_tokens"] == 2 * CHUNK
@@ -183,9 +181,8 @@ def test_reuse_beside_running_requests(fp32):
 def test_eviction_keeps_the_budget_and_the_tokens(fp32):
     V = fp32.model.args.vocab_size
     args = fp32.model.args
-    block = (
-        2 * args.n_layers * args.n_kv_heads * CHUNK * args.head_dim * 4
-    )  # one chunk's fp32 K and V
+    # one chunk's fp32 K and V
+    block = 2 * args.n_layers * args.n_kv_heads * CHUNK * args.head_dim * 4
     keep = PrefixCache(2.5 * block / MB)  # room for two blocks
     a, b = _prompt(8, 2 * CHUNK + 1, V), _prompt(9, 2 * CHUNK + 1, V)
     _prefill(fp32, a, keep)
@@ -210,9 +207,8 @@ def test_a_new_chunk_size_starts_afresh(fp32):
     _prefill(fp32, p, keep)
     fp32.runner.prefill_chunk = 32
     try:
-        cache, logits, restored = _prefill(
-            fp32, p, keep
-        )  # 48-token blocks never fit 32-token chunks
+        # 48-token blocks never fit 32-token chunks
+        cache, logits, restored = _prefill(fp32, p, keep)
         assert restored == 0 and keep.block_tokens == 32
         assert torch.equal(logits, _prefill(fp32, p)[1])
     finally:

@@ -223,10 +223,11 @@ def acceptance(app_name: str, max_tokens: int, sync_wait_s: float) -> dict:
         ][0]
 
     def arrived(replica: str, ids: list[int]) -> float | None:
+        # an output's start, without its end token
         path, t0 = (
             ids[: min(6, len(ids) - 1)],
             time.monotonic(),
-        )  # an output's start, without its end token
+        )
         while time.monotonic() - t0 < sync_wait_s:
             if dict(handle.broadcast("trie_count", path).results(timeout_s=30))[replica] > 0:
                 return round(time.monotonic() - t0, 2)
@@ -430,9 +431,8 @@ def main(argv: list[str] | None = None) -> int:
             min(args.max_tokens, 40),
             800.0,
         )
-    args.probe = (
-        (12, 3, 32) if args.quick else (24, 6, 48)
-    )  # trivial requests, streams, tokens a stream
+    # trivial requests, streams, tokens a stream
+    args.probe = (12, 3, 32) if args.quick else (24, 6, 48)
     bodies = [
         {
             "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],

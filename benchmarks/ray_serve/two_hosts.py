@@ -123,9 +123,8 @@ def driver(args) -> dict:
     ray.init(address=f"{IPS[0]}:6379", log_to_driver=False)  # this cluster, whatever else runs here
     out: dict = {"nodes": sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])}
     serve.start(proxy_location="EveryNode", http_options={"host": "0.0.0.0", "port": PORT})
-    config = load_config(
-        None, model=args.model, allowed_hosts=list(IPS)
-    )  # the Host check (else 127.0.0.1 only)
+    # the Host check (else 127.0.0.1 only)
+    config = load_config(None, model=args.model, allowed_hosts=list(IPS))
     config.model_deploy.model.model_name = "smollm2"
     t0 = time.monotonic()
     serve.run(

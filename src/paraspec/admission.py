@@ -43,9 +43,8 @@ def new_sequences(
     group: str | None,
 ) -> list[SequenceState]:
     """The request's params.n sequences, waiting (check_prompt first)."""
-    plugin = (
-        drafter if isinstance(drafter, ModePlugin) else None
-    )  # a decode mode (decoding/contract/mode.py)
+    # a decode mode (decoding/contract/mode.py)
+    plugin = drafter if isinstance(drafter, ModePlugin) else None
     if plugin is not None:
         drafter = plugin.drafter  # the drafter of the steps the engine runs itself
     max_tokens = min(params.max_tokens or max_seq_len, max_seq_len - len(prompt))

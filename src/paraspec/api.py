@@ -154,9 +154,8 @@ class LLM:
                     f"quantization='gguf': {loaded.path.name} has no Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/"
                     "Q6_K weights to run as stored; use 'w8a8', 'none' or 'auto'"
                 )
-            self.numerics = cpu_kernels.default_numerics(
-                self.kernels
-            )  # e.g. an F16 or K-quant file
+            # e.g. an F16 or K-quant file
+            self.numerics = cpu_kernels.default_numerics(self.kernels)
             dtype, quantization = self.numerics.dtype, self.numerics.quantization
             self.config.dtype, self.config.quantization = dtype, quantization
         self.model_name = loaded.name
@@ -190,9 +189,8 @@ class LLM:
         if self.drafter is not None:
             self.engine.cost  # measured now, not inside the first request
         elif os.environ.get(COST_ENV, "").strip():
-            parse_pinned_curve(
-                os.environ[COST_ENV]
-            )  # a bad pin fails here, not a later request's drafts
+            # a bad pin fails here, not a later request's drafts
+            parse_pinned_curve(os.environ[COST_ENV])
 
     # ------------------------------------------------------------------------------ memory
 

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from .decoding.drafters.plugins import PLUGIN_ALIASES, PluginConfig  # noqa: F401  (re-exported)
 from .engine_args import DEFAULTS, EngineArgs, parse_plugin_params  # noqa: F401  (re-exported)
 
-DEFAULT_PREFIX_CACHE_MB = (
-    DEFAULTS.prefix_cache_mb
-)  # KV of whole prompt chunks kept for reuse; 0: off
+# KV of whole prompt chunks kept for reuse; 0: off
+DEFAULT_PREFIX_CACHE_MB = DEFAULTS.prefix_cache_mb
 DEFAULT_PREFILL_CHUNK = DEFAULTS.prefill_chunk
 
 

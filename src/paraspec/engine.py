@@ -67,13 +67,11 @@ class Engine:
         )
         self._ids = itertools.count()
         self._twin_logits: dict[str, torch.Tensor] = {}  # prompt logits kept for n > 1 siblings
-        self.drafters = DrafterRegistry(
-            tokenizer.eos_token_ids
-        )  # the trie, arm stats, built drafters
+        # the trie, arm stats, built drafters
+        self.drafters = DrafterRegistry(tokenizer.eos_token_ids)
         self.forward_cost = ForwardCost(runner)  # t(k)/t(1): probed, kept true by the steps
-        self.prefix_cache = (
-            prefix_cache if prefix_cache is not None else PrefixCache(0)
-        )  # 0 MB: off
+        # 0 MB: off
+        self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache(0)
         self.steps = 0  # decode steps run
 
     # ------------------------------------------------------------------------------ requests
@@ -274,9 +272,8 @@ class Engine:
                 updates.append(self._fail(seq, e))
                 continue
             if seq.drafter is not None and not row.by_mode:
-                rows_cost = self.cost(
-                    len(row.query.tokens)
-                )  # its share of the forward, by the curve
+                # its share of the forward, by the curve
+                rows_cost = self.cost(len(row.query.tokens))
                 seq.gate.update(
                     row.looked,
                     tokens=len(seq.output) - emitted,

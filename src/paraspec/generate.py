@@ -124,9 +124,8 @@ def generate_main(args: argparse.Namespace) -> int:
         f"{s['mean_accepted_tokens_per_step']:.2f} tokens/step]",
         file=sys.stderr,
     )
-    if s.get(
-        "no_draft_steps"
-    ):  # why the steps without a draft had none (decoding/contract/stats.py)
+    # why the steps without a draft had none (decoding/contract/stats.py)
+    if s.get("no_draft_steps"):
         reasons = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in s["no_draft_steps"].items())
         print(
             f"[{sum(s['no_draft_steps'].values())} of {s['decode_steps']} steps without a draft: {reasons}]",

@@ -39,9 +39,8 @@ def features() -> list[str]:
     if avx2 is not None and "avxvnni" in avx2.w8a8_variants():
         feats.add("avx_vnni")
     avx512 = cpu_kernels._load("avx512")[0]
-    if (
-        avx512 is not None and "amx" in avx512.w8a8_variants()
-    ):  # CPUID's AMX-INT8 and the OS's tile grant
+    # CPUID's AMX-INT8 and the OS's tile grant
+    if avx512 is not None and "amx" in avx512.w8a8_variants():
         feats.add("amx_int8")
     return [f for f in cpu_kernels.SHOWN if f in feats]
 

@@ -31,9 +31,8 @@ from .model.kv_cache import KVCache
 
 MB = 1 << 20
 
-_Key = tuple[
-    int, tuple[int, ...]
-]  # (parent block id, -1 at the prompt's start; the chunk's tokens)
+# (parent block id, -1 at the prompt's start; the chunk's tokens)
+_Key = tuple[int, tuple[int, ...]]
 
 
 @dataclass

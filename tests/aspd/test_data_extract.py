@@ -55,9 +55,8 @@ def test_rule_judge_rejects_cross_references_and_reused_results():
     assert rj.independent("q", "", ok, 3) == [True] * 3
     assert rj.independent("q", "", ref, 3) == [False] * 3
     assert rj.independent("q", "", reuse, 3) == [False] * 3
-    assert rj.independent("what is 36 + 5 and 36 - 5", "", reuse, 1) == [
-        True
-    ]  # 36 came from the question
+    # 36 came from the question
+    assert rj.independent("what is 36 + 5 and 36 - 5", "", reuse, 1) == [True]
     steps = [
         Block(
             (
@@ -117,10 +116,11 @@ def test_llm_judge_votes_with_a_real_model(tiny_model_dir):
     votes = lj.independent("q", "", Block((Branch("a", "one thing"), Branch("b", "another"))), 3)
     assert len(votes) == 3 and all(isinstance(v, bool) for v in votes)
     both = judge.BothJudges(lj)
+    # the rules reject: no model call needed
     assert both.consistent("q", "x", ["y"], 2) == [
         False,
         False,
-    ]  # the rules reject: no model call needed
+    ]
 
 
 def test_examples_round_trip_through_jsonl(tmp_path):
@@ -174,9 +174,8 @@ FENCED = (
 def test_code_fences_hide_headings_and_items_and_a_bare_heading_fails_format():
     cands = extract.split(FENCED)
     titles = [[b.title for b in s.branches] for c in cands for s in c if isinstance(s, Block)]
-    assert titles == [
-        ["Install", "Usage", "Notes"]
-    ]  # no "# fetch the code" run, no "- not an item" list
+    # no "# fetch the code" run, no "- not an item" list
+    assert titles == [["Install", "Usage", "Notes"]]
     assert (
         data.plain_text(cands[0]) == FENCED
         and extract.consistency_problem(FENCED, cands[0]) is None
@@ -193,9 +192,8 @@ def test_package_answers_come_in_pieces_that_fit_with_fences_whole():
     pieces = sources._chunks(text, count, 200)
     assert len(pieces) > 6 and all(count(p) <= 200 for p in pieces)
     assert all(sum(bool(extract.FENCE.match(ln)) for ln in p.split("\n")) % 2 == 0 for p in pieces)
-    assert [ln for p in pieces for ln in p.split("\n")] == [
-        ln for ln in text.split("\n") if ln
-    ]  # nothing lost
+    # nothing lost
+    assert [ln for p in pieces for ln in p.split("\n")] == [ln for ln in text.split("\n") if ln]
     assert sources._chunks("one very long line " * 40, count, 50) == ["one very long line " * 40]
     answers = sources.package_answers(limit=6)
     assert answers and all(len(a) // 4 <= sources.ANSWER_TOKENS for _, _, a in answers)
@@ -221,16 +219,14 @@ def test_integrity_accepts_the_split_and_rejects_any_changed_character():
     changed = _with_block(
         good, Block((Branch(b0.title, b0.content.replace("mutable", "mutabel")), b1, b2))
     )
-    stripped = _with_block(
-        good, Block((b0, Branch(b1.title, b1.content.rstrip()), b2))
-    )  # a splitter's strip()
+    # a splitter's strip()
+    stripped = _with_block(good, Block((b0, Branch(b1.title, b1.content.rstrip()), b2)))
     assert f"char {LIST_ANSWER.index('mutable') + 5}:" in extract.integrity_problem(
         LIST_ANSWER, changed
     )
     assert extract.integrity_problem(LIST_ANSWER, stripped) is not None
-    assert (
-        extract.integrity_problem(LIST_ANSWER, [head.rstrip("\n"), block, tail]) is not None
-    )  # a lost newline
+    # a lost newline
+    assert extract.integrity_problem(LIST_ANSWER, [head.rstrip("\n"), block, tail]) is not None
     assert extract.integrity_problem(LIST_ANSWER, good[:2]) is not None  # a lost tail
 
 
@@ -268,9 +264,8 @@ def test_consistency_accepts_the_split_and_rejects_each_crafted_structure():
         "no block": [LIST_ANSWER],
     }
     for name, cand in bad.items():
-        assert data.plain_text(cand) == LIST_ANSWER, (
-            name
-        )  # integrity alone passes every one of them
+        # integrity alone passes every one of them
+        assert data.plain_text(cand) == LIST_ANSWER, name
         assert extract.consistency_problem(LIST_ANSWER, cand) is not None, name
         assert judge.RuleJudge().consistent("q", LIST_ANSWER, cand, 2) == [False, False], name
     assert "items at lines [3, 4, 7]" in extract.consistency_problem(LIST_ANSWER, merged)
@@ -394,9 +389,8 @@ def test_user_data_runs_through_the_pipeline_and_keeps_plain_answers_serial(tmp_
     assert [b["title"] for b in listed["segments"][1]["branches"]] == ["Lists", "Tuples", "Sets"]
     assert listed["plain"] == USER_LIST and to_plain(listed["aspd"]) == USER_LIST
     assert plain["segments"] == [USER_PLAIN] and plain["aspd"] == USER_PLAIN
-    assert (
-        steps["plain"] == USER_STEPS and "<|para|>" not in steps["aspd"]
-    )  # sequential steps stay serial
+    # sequential steps stay serial
+    assert steps["plain"] == USER_STEPS and "<|para|>" not in steps["aspd"]
     user = json.loads((out / "summary.json").read_text())["extraction"]["by_source"]["user"]
     assert (
         user["input"] == 3
@@ -404,9 +398,8 @@ def test_user_data_runs_through_the_pipeline_and_keeps_plain_answers_serial(tmp_
         and user["serial"] == 2
         and user["written"] == 3
     )
-    assert (
-        user["parsed"] == 2 and user["independence"] == 1
-    )  # the steps' block was judged dependent
+    # the steps' block was judged dependent
+    assert user["parsed"] == 2 and user["independence"] == 1
     assert "  user: input 3 -> parsed 2" in capsys.readouterr().out
 
 

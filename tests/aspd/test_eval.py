@@ -46,9 +46,8 @@ def test_run_eval_scores_every_mode(models):
         m = report["modes"][mode]
         assert 0 <= m["accuracy"]["mean"] <= 1 and m["total_wall_s"] > 0 and m["total_cpu_s"] > 0
         assert all(r["forward_passes"] >= 1 for r in report["answers"][mode])
-    assert all(
-        r["raw"] is not None for r in report["answers"]["aspd"]
-    )  # the engine's raw markup text
+    # the engine's raw markup text
+    assert all(r["raw"] is not None for r in report["answers"]["aspd"])
     assert report["accuracy_control"] == 0.0  # a random model solves nothing
     assert report["text_mismatches"] == 0
     lo, hi = report["intervals"]["speedup"]["ci90"]
@@ -61,14 +60,12 @@ def test_run_eval_scores_every_mode(models):
         "aspd",
         "aspd+drafts",
     }
-    assert all(
-        row["overlap"] == 1.0 for row in r["answers"]["base"]
-    )  # the reference against itself
+    # the reference against itself
+    assert all(row["overlap"] == 1.0 for row in r["answers"]["base"])
     # the control model is the base model here, so the control's answers ARE the reference
     assert r["quality"]["overlap_control"] == 1.0
-    assert (
-        r["answers"]["aspd"][2]["ok"] is not None and r["answers"]["aspd"][0]["ok"] is None
-    )  # checks or none
+    # checks or none
+    assert r["answers"]["aspd"][2]["ok"] is not None and r["answers"]["aspd"][0]["ok"] is None
     brief = brief_report(report)
     assert json.dumps(brief) and brief["real"]["n"] == 3 and "answers" not in brief
 
@@ -105,9 +102,8 @@ def test_sharegpt_set_is_scored_against_its_own_answers(models, tmp_path):
     assert [a["reference_list"] for a in r["answers"]["aspd"]] == [True, False] and r[
         "reference_no_list"
     ] == 1
-    assert all(
-        0 <= a["overlap"] < 1 for a in r["answers"]["control"]
-    )  # a random model writes neither
+    # a random model writes neither
+    assert all(0 <= a["overlap"] < 1 for a in r["answers"]["control"])
     assert r["blocks_where_no_list"] == 0 and "checks_base" not in r["quality"]
     brief = brief_report(report)
     assert brief["sharegpt"]["n"] == 2 and "real" not in brief

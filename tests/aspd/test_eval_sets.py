@@ -27,9 +27,8 @@ def test_mtbench_first_turns_spread_over_every_category():
     assert (
         len(exs) == 16 and len({e.family for e in exs}) == 8 and len({e.prompt for e in exs}) == 16
     )
-    assert all(
-        eval_prompts.reference(e) is None for e in exs
-    )  # the base model's answer is the reference
+    # the base model's answer is the reference
+    assert all(eval_prompts.reference(e) is None for e in exs)
 
 
 def test_has_list_counts_list_lines():
@@ -49,9 +48,8 @@ def test_checks_accept_and_reject():
     assert eval_prompts.check(lst, "Sure:\n" + "\n".join(f"{i + 1}. thing" for i in range(n)))
     assert eval_prompts.check(lst, "\n".join(f"- thing {i}" for i in range(n)))
     assert not eval_prompts.check(lst, "Here is one: 1. thing")
-    assert eval_prompts.check(
-        lst, "\n".join(["Apples"] * n), branches=n
-    )  # ASPD's branches, one line each
+    # ASPD's branches, one line each
+    assert eval_prompts.check(lst, "\n".join(["Apples"] * n), branches=n)
     short = next(e for e in eval_prompts.instructions() if "Romeo" in e.prompt)
     assert eval_prompts.check(short, "It was William Shakespeare.") and not eval_prompts.check(
         short, "Dickens."

@@ -69,10 +69,11 @@ def built(tmp_path_factory):
         if m["role"] == "user" and len(m["content"]) > 60
     )
     topics = ("Price", "Quality", "Support", "Warranty", "Delivery", "Reviews", "Returns", "Extras")
+    # a block the rule judge accepts: in training unless MT-Bench keeps it out
     long_answer = "Here is what I would look at when choosing one.\n" + "".join(
         f"- **{t}**: how the {t.lower()} compares across the options you have, and what it means for you.\n"
         for t in topics
-    )  # a block the rule judge accepts: in training unless MT-Bench keeps it out
+    )
     elements += [
         _element(
             _chat_id("train", "mtbench-in-train-"),
@@ -221,13 +222,11 @@ def test_history_keeps_the_latest_whole_turns_that_fit():
     )
     t = sharegpt.Turn("sharegpt/x_0#5", "x", hist, "q" * 10, "z" * 20)
     assert b.fits_plain(t)
-    assert b.history(t, 18) == list(
-        hist[1:]
-    )  # 60 - 18 - 12 leaves 30: the last three (10 + 8 + 12)
+    # 60 - 18 - 12 leaves 30: the last three (10 + 8 + 12)
+    assert b.history(t, 18) == list(hist[1:])
     gap = (hist[0], {"role": "assistant", "content": "f" * 30}, *hist[2:])
-    assert b.history(sharegpt.Turn("y", "x", gap, "q" * 10, "z"), 18) == list(
-        hist[2:]
-    )  # a misfit ends it
+    # a misfit ends it
+    assert b.history(sharegpt.Turn("y", "x", gap, "q" * 10, "z"), 18) == list(hist[2:])
     assert b.history(t, 40) == []  # 8 left: not even the last turn
     assert b.history(t, 50) is None  # the question itself does not fit
     assert not b.fits_plain(sharegpt.Turn("i", "x", (), "q" * 10, "z" * 48))
@@ -246,9 +245,8 @@ def test_down_sampling_is_seeded_and_reaches_the_share():
     again, _ = sharegpt.down_sample(exs, 0.4, (5, 0), seed=3)
     other, _ = sharegpt.down_sample(exs, 0.4, (5, 0), seed=4)
     assert [e.id for e in again] == [e.id for e in kept] != [e.id for e in other]
-    assert (
-        sharegpt.down_sample(exs, 0.05, (0, 0), seed=3)[1]["serial_kept"] == 100
-    )  # too few: all kept
+    # too few: all kept
+    assert sharegpt.down_sample(exs, 0.05, (0, 0), seed=3)[1]["serial_kept"] == 100
     assert sharegpt.down_sample(exs, 1.0, (0, 0), seed=3)[1]["serial_kept"] == 0
 
 

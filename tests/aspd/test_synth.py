@@ -45,9 +45,8 @@ def test_plain_is_the_markups_plain_text_and_titles_are_unique():
 
 def test_checker_accepts_the_answer_and_rejects_a_wrong_one():
     for ex in synth.generate(60, 7):
-        assert synth.check(ex, ex.plain) and synth.check(
-            ex, ex.labelled
-        )  # the control writes labels
+        # the control writes labels
+        assert synth.check(ex, ex.plain) and synth.check(ex, ex.labelled)
         lines = ex.plain.splitlines()
         if ex.family == "arith":  # change the last part's result
             lines[-1] = re.sub(r"(\d+)\.$", lambda m: f"{int(m.group(1)) + 1}.", lines[-1])

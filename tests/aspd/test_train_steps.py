@@ -66,9 +66,8 @@ def test_train_cli_records_steps_seed_data_and_commit(tiny_model_dir, tmp_path):
         )
     metas = [load_adapter(tmp_path / "ad" / f"{v}.safetensors")[1] for v in ("aspd", "control")]
     for meta in metas:
-        assert (
-            meta["steps"] == 3 and meta["seed"] == 3 and meta["train"]["steps"] == 3
-        )  # not 4 examples / 2
+        # not 4 examples / 2
+        assert meta["steps"] == 3 and meta["seed"] == 3 and meta["train"]["steps"] == 3
         assert meta["commit"] and len(meta["data_sha256"]) == 16
     assert metas[0]["data_sha256"] == metas[1]["data_sha256"]
 
@@ -76,10 +75,11 @@ def test_train_cli_records_steps_seed_data_and_commit(tiny_model_dir, tmp_path):
 def test_train_on_the_users_own_pairs(tiny_model_dir, tmp_path, capsys):
     """--data FILE.jsonl: the user's (prompt, answer) pairs go through build-data's stages; a list
     answer becomes a block, a plain one stays serial, and both train."""
+    # over the stages' 128 tokens, under the tiny model's 1024 bytes
     from test_data_extract import (
         LIST_ANSWER,
         PAD,
-    )  # over the stages' 128 tokens, under the tiny model's 1024 bytes
+    )
 
     pairs = [
         {"prompt": "What containers does Python have?", "answer": LIST_ANSWER + PAD * 2},

@@ -36,9 +36,8 @@ def test_tokens_per_step_and_forwards_per_token_are_pooled_over_runs(hand_result
     assert (
         rows["ar"].accepted_per_step == pytest.approx(1.0) and rows["ar"].forwards_per_token == 1.0
     )
-    assert (
-        rows["hf"].accepted_per_step is None and rows["hf"].forwards_per_token is None
-    )  # not counted
+    # not counted
+    assert rows["hf"].accepted_per_step is None and rows["hf"].forwards_per_token is None
     assert rows["md-tree"].peak_rss_mb == 2.0 and rows["md-tree"].kv_mb == 1.0
 
 

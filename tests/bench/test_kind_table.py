@@ -64,9 +64,8 @@ def test_per_category_and_turn_the_median_speedup_and_pooled_tokens_per_step(mt_
 
 
 def test_a_set_of_one_kind_and_turn_has_no_table_and_old_files_read_kinds_from_ids(mt_results):
-    assert not [
-        r for r in kind_rows(mt_results) if r.task_set == "grounded"
-    ]  # ids "t/0", "t/1": one kind
+    # ids "t/0", "t/1": one kind
+    assert not [r for r in kind_rows(mt_results) if r.task_set == "grounded"]
     legacy = {**mt_results, "tasks": []}
     kinds = {(r.kind, r.turn) for r in kind_rows(legacy) if r.task_set == "mtbench"}
     assert kinds == {("writing", None), ("math", None), (GEOMEAN, None)}

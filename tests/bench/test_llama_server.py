@@ -40,18 +40,20 @@ def _ctx() -> SystemContext:
 def test_every_variant_is_a_bench_system_with_its_documented_flags():
     assert set(LLAMA_SERVER_SYSTEMS) <= set(ALL_SYSTEMS)
     assert LLAMA_SERVER_SYSTEMS["llamaserver"] == ()
+    # its defaults
     assert LLAMA_SERVER_SYSTEMS["llamaserver-ngram-mod"] == (
         "--spec-type",
         "ngram-mod",
-    )  # its defaults
+    )
     long = LLAMA_SERVER_SYSTEMS["llamaserver-ngram-mod-long"]
     assert long[:2] == ("--spec-type", "ngram-mod") and "--spec-ngram-mod-n-min" in long
+    # docs/speculative.md's example
     map_k = (
         "--spec-type",
         "ngram-map-k",
         "--spec-draft-n-max",
         "64",
-    )  # docs/speculative.md's example
+    )
     assert LLAMA_SERVER_SYSTEMS["llamaserver-ngram-map-k"] == map_k
     cmd = server_command(Path("/x/llama-server"), Path("m.gguf"), 8080, 3, 4096, long)
     assert cmd[:3] == ["/x/llama-server", "-m", "m.gguf"] and cmd[-len(long) :] == list(long)
@@ -161,10 +163,11 @@ def test_timings_become_the_measurement():
     )
     assert (m.forward_passes, m.mean_accepted_tokens_per_step, m.acceptance_rate) == (9, 2.5, 0.4)
     assert m.finish_reason == "length" and m.token_ids == list(range(21)) and m.prompt_tokens == 10
+    # absent: nothing drafted
     del (
         answer["timings"]["draft_n"],
         answer["timings"]["draft_n_accepted"],
-    )  # absent: nothing drafted
+    )
     plain = measurement("llamaserver", task, RunParams(GREEDY), answer, 0.5, speculative=False)
     assert (plain.forward_passes, plain.mean_accepted_tokens_per_step) == (21, 1.0)
     assert plain.acceptance_rate is None
@@ -221,9 +224,8 @@ def test_real_server_greedy_tokens_timings_and_agreement_with_ar(bundled):
                 and m.decode_tokens_per_s > 0
                 and m.mean_accepted_tokens_per_step == 1.0
             )
-            if (
-                name == "repeat"
-            ):  # continuing a thrice-repeated passage: no close call between two tokens
+            # continuing a thrice-repeated passage: no close call between two tokens
+            if name == "repeat":
                 assert same >= 8
     finally:
         system.close()

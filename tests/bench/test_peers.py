@@ -17,9 +17,8 @@ def hf_models(tiny_model_dir):
 
 @pytest.mark.parametrize("prompt_lookup", [None, 4])
 def test_transformers_generates_ar_token_count_and_counts_its_forwards(hf_models, prompt_lookup):
-    peer = TransformersSystem(
-        "hf", hf_models, eos_token_ids={10_000}, prompt_lookup=prompt_lookup
-    )  # no EOS
+    # no EOS
+    peer = TransformersSystem("hf", hf_models, eos_token_ids={10_000}, prompt_lookup=prompt_lookup)
     peer.prepare()
     task = BenchTask("t", "t/0", [5, 6, 7, 5, 6, 7, 5, 6], max_new_tokens=32)
     m = peer.run(task, RunParams(GREEDY, target_tokens=12))

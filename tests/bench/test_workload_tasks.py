@@ -36,15 +36,12 @@ def test_a_cut_answers_a_later_user_turn_after_whole_exchanges():
         {"role": "assistant", "content": "a1"},
         {"role": "user", "content": "q2"},
     ]
-    assert (
-        64 <= t.max_new_tokens <= wt.SHAREGPT_MAX_NEW_TOKENS
-    )  # from the data's own answer (120 chars)
-    assert (
-        wt.cut(conv(("user", "q1"), ("assistant", "a1")), "eval", 1, "src") is None
-    )  # no earlier exchange
-    first = wt.cut(
-        conv(("user", "q1"), ("assistant", "a1")), "warm", 0, "src"
-    )  # the warm corpus: first turns
+    # from the data's own answer (120 chars)
+    assert 64 <= t.max_new_tokens <= wt.SHAREGPT_MAX_NEW_TOKENS
+    # no earlier exchange
+    assert wt.cut(conv(("user", "q1"), ("assistant", "a1")), "eval", 1, "src") is None
+    # the warm corpus: first turns
+    first = wt.cut(conv(("user", "q1"), ("assistant", "a1")), "warm", 0, "src")
     assert (
         first.messages == [{"role": "user", "content": "q1"}] and first.task_set == "sharegpt-warm"
     )
@@ -154,9 +151,8 @@ def test_the_warm_corpus_shares_no_chat_with_the_eval_sample_nor_mtbench(
     from paraspec.bench.warm_memory import warm_prompts
 
     chat = lambda t: t.task_id.split("/")[1].rsplit("_", 1)[0]  # noqa: E731
-    warm = warm_prompts(
-        len(wt.warm_corpus()) - 5
-    )  # (any MT-Bench question in it is already left out)
+    # (any MT-Bench question in it is already left out)
+    warm = warm_prompts(len(wt.warm_corpus()) - 5)
     assert not {chat(t) for t in warm} & {chat(t) for t in load_task_set("sharegpt")}
     questions = {
         " ".join(q.split()).casefold() for m in datasets.mtbench_questions() for q in m.turns
@@ -172,9 +168,8 @@ def test_a_data_set_not_fetched_is_a_one_line_error_naming_the_fix(tmp_path, mon
     monkeypatch.setenv("PARASPEC_CACHE", str(tmp_path))
     with pytest.raises(ModelLoadError, match=r"run `make models` or `paraspec fetch sharegpt`"):
         datasets.sharegpt_split.__wrapped__("eval")  # (the cached split is the fetched file's)
-    assert (
-        main(["bench", "--tasks", "chat,mtbench", "--out", str(tmp_path / "out")]) == 2
-    )  # before any load
+    # before any load
+    assert main(["bench", "--tasks", "chat,mtbench", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert (
         len(err) == 1

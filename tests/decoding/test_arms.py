@@ -27,9 +27,8 @@ def test_a_new_request_starts_on_the_arm_its_drafter_learnt_and_exploration_is_p
         pulls.append(first.choose())
         first.update(value[pulls[-1]], 1.0)
     assert pulls == [0] * 3 + [1] * 3  # the first request explores both
-    assert (
-        ArmSelector(2, epoch_steps=3, shared=shared).choose() == 1
-    )  # the next starts on the winner
+    # the next starts on the winner
+    assert ArmSelector(2, epoch_steps=3, shared=shared).choose() == 1
     pulls = []
     for _ in range(40):  # short requests: 3 epochs each
         sel = ArmSelector(2, epoch_steps=3, shared=shared)

@@ -25,12 +25,13 @@ def test_window_prior_is_below_one_where_the_windows_rows_are_dear():
 
 
 def test_monotone_fit_averages_a_noisy_spike_instead_of_carrying_it_forward():
+    # already monotone: unchanged
     assert list(monotone([1.0, 1.3, 1.7, 2.4])) == [
         1.0,
         1.3,
         1.7,
         2.4,
-    ]  # already monotone: unchanged
+    ]
     fit = monotone([1.0, 1.3, 2.6, 1.8, 2.2, 3.0])  # one slow round at the third size
     assert list(fit) == pytest.approx([1.0, 1.3, 2.2, 2.2, 2.2, 3.0])
     assert all(a <= b for a, b in zip(fit, fit[1:]))
@@ -43,6 +44,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from paraspec.decoding.policy.cost import plausible_curve  # noqa: E402
 
+# a quiet real Zen 1 (issue 37)
 ZEN1 = {
     1: 1.0,
     2: 2.08,
@@ -51,7 +53,7 @@ ZEN1 = {
     12: 7.95,
     16: 11.16,
     32: 20.26,
-}  # a quiet real Zen 1 (issue 37)
+}
 
 
 def physical(curve: dict[int, float]) -> bool:
@@ -90,14 +92,12 @@ def test_a_plausible_probe_keeps_its_readings():
     assert shaped.curve[2] == 2.0  # no more than two rows
     for k in (4, 8, 12, 32):
         assert shaped.curve[k] == pytest.approx(ZEN1[k])
-    assert shaped.curve[16] == pytest.approx(
-        ZEN1[4] + ZEN1[12]
-    )  # 11.16 > a 4-row + a 12-row forward
+    # 11.16 > a 4-row + a 12-row forward
+    assert shaped.curve[16] == pytest.approx(ZEN1[4] + ZEN1[12])
     flat = plausible_curve({1: 1.0, 4: 1.0, 8: 1.0, 16: 1.17, 32: 1.71, 64: 2.82}, multiple=4)
     assert flat.replaced == () and flat.curve[3] == flat.curve[4] == 1.0
-    assert (
-        flat.curve[16] == pytest.approx(1.17) and flat.curve[13] == flat.curve[16]
-    )  # padded: a staircase
+    # padded: a staircase
+    assert flat.curve[16] == pytest.approx(1.17) and flat.curve[13] == flat.curve[16]
 
 
 @settings(max_examples=60, deadline=None)
@@ -115,9 +115,8 @@ def test_any_probe_comes_out_physical(readings, multiple):
     shaped = plausible_curve(measured, multiple)
     curve = shaped.curve
     assert sorted(curve) == list(range(1, max(sizes) + 1))
-    assert all(
-        1.0 <= curve[k] <= -(-k // multiple) + 1e-9 for k in curve
-    )  # k rows run padded to a multiple
+    # k rows run padded to a multiple
+    assert all(1.0 <= curve[k] <= -(-k // multiple) + 1e-9 for k in curve)
     assert all(curve[k] <= curve[k + 1] + 1e-9 for k in range(1, max(sizes)))
     runs = [k for k in curve if k % multiple == 0]
     assert all(

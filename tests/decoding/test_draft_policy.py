@@ -102,9 +102,8 @@ def test_merged_then_sent_is_select_for_a_caller_that_sizes_drafts_itself():
     assert pols[0].state("r") == pols[1].state("r")
 
 
-ZEN1 = CostModel(
-    {1: 1.0, 2: 2.08, 4: 3.04, 8: 6.08, 12: 7.95, 16: 11.16, 32: 20.26}
-)  # a row ~0.7 of a step
+# a row ~0.7 of a step
+ZEN1 = CostModel({1: 1.0, 2: 2.08, 4: 3.04, 8: 6.08, 12: 7.95, 16: 11.16, 32: 20.26})
 
 
 def test_an_unsent_copy_is_learnt_and_then_verified_where_rows_are_dear():
@@ -128,9 +127,7 @@ def test_an_unsent_copy_is_learnt_and_then_verified_where_rows_are_dear():
     assert sizes[0] == 0 and why[0] == "rows_too_dear"
     assert pol.state("r") == 2
     first = next(i for i, n in enumerate(sizes) if n)
-    assert (
-        first <= 16 and sum(sizes[first:]) >= 60 and len(sizes) < 119 // 3
-    )  # verified, and it pays
-    assert (
-        pol.calibrated("r", 0, 1, 0.4) > 0.8
-    )  # a first node like these is now known to be accepted
+    # verified, and it pays
+    assert first <= 16 and sum(sizes[first:]) >= 60 and len(sizes) < 119 // 3
+    # a first node like these is now known to be accepted
+    assert pol.calibrated("r", 0, 1, 0.4) > 0.8

@@ -53,9 +53,8 @@ def test_hybrid_merges_both_sources_within_budget():
         assert (
             len(p.draft) <= mp.max_draft + (mp.copy_length if copying else 0) and mp.max_draft == 5
         )
-        assert len(set(zip(p.draft.parents, p.draft.tokens))) == len(
-            p.draft
-        )  # shared prefixes merged
+        # shared prefixes merged
+        assert len(set(zip(p.draft.parents, p.draft.tokens))) == len(p.draft)
         nxt = []
         for _ in range(2):  # the text keeps repeating its period of 5
             nxt.append((ctx + nxt)[-5])
@@ -141,9 +140,8 @@ def test_hybrid_pool_sits_out_where_its_nodes_add_nothing_and_is_still_probed(mo
         d.observe("r", [tok])
         ctx.append(tok)
     assert d.policy.stats.gain[POOL] < hybrid.LA_MIN_GAIN
-    assert (
-        d._eligible > 0 and 0 < sum(ran[-200:]) <= 200 // hybrid.LA_PROBE_EVERY + 1
-    )  # probed only
+    # probed only
+    assert d._eligible > 0 and 0 < sum(ran[-200:]) <= 200 // hybrid.LA_PROBE_EVERY + 1
 
 
 def test_lookahead_tries_its_window_first_only_where_the_cost_curve_says_rows_are_cheap():

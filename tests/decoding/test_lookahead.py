@@ -357,9 +357,8 @@ def test_draft_respects_max_nodes_and_backs_off_when_guesses_fail():
         d.observe("r", committed, [root] * len(p.lookahead.output_rows))
         ctx.extend(committed)
 
-    def newest_first_token() -> (
-        float
-    ):  # the policy's estimate for the newest candidate's first token
+    # the policy's estimate for the newest candidate's first token
+    def newest_first_token() -> float:
         return d.policy.calibrated("r", 0, 1, PRIOR_FIRST)
 
     sizes = []
@@ -422,9 +421,8 @@ def test_candidates_from_the_prompt_get_accepted_from_the_first_step():
     model = periodic(text)  # the output repeats the prompt
     params = LookaheadParams()
     out, per_step = run(free_rows(LookaheadDrafter(params)), model, text, 30)
-    assert (
-        out[: len(out) // 40 * 40] == (text * 10)[: len(out) // 40 * 40]
-    )  # greedy output unchanged
+    # greedy output unchanged
+    assert out[: len(out) // 40 * 40] == (text * 10)[: len(out) // 40 * 40]
     assert (per_step[: params.level - 2] == params.level).all()  # N per step, warm-up too
     assert per_step.mean() > 3.5
 

@@ -34,10 +34,11 @@ def test_suffix_matches_rank_the_longest_match_then_the_most_recent():
     assert suffix_matches(seq, len(seq), range(len(seq)), 8) == [(2, 5), (2, 2)]
     seq = [1, 2, 3, 9, 5, 2, 3, 8, 1, 2, 3]
     assert suffix_matches(seq, len(seq), range(len(seq)), 8) == [(3, 2), (2, 6)]  # older but longer
+    # capped: recent first
     assert suffix_matches(seq, len(seq), range(len(seq)), 2) == [
         (2, 6),
         (2, 2),
-    ]  # capped: recent first
+    ]
 
 
 def test_a_copy_that_runs_into_the_end_goes_on_periodically():

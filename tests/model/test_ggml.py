@@ -23,12 +23,13 @@ from paraspec.model import kernels as cpu_kernels
 from paraspec.model.linear import rms_norm
 from tiny_models import write_gguf
 
+# what the gguf package quantises (K-quants: test_ggml_kquants.py)
 FORMATS = [
     "Q4_0",
     "Q4_1",
     "Q5_0",
     "Q8_0",
-]  # what the gguf package quantises (K-quants: test_ggml_kquants.py)
+]
 KERNELS = per_variant()  # every compiled inner loop this CPU runs, and torch
 
 
@@ -70,9 +71,8 @@ def test_row_output_independent_of_other_rows(kernel, kind):
     lin = ggml.GGUFLinear(w, kernels=kernel)
     x = inputs(80, 128)
     full = assert_rows_independent(lin, x)  # 80 rows: two row blocks
-    short = (
-        min(ggml.prompt_rows(kernel), 80) - 1
-    )  # shorter prompt chunks keep the integer kernel (taller: test_gguf_prompt.py)
+    # shorter prompt chunks keep the integer kernel (taller: test_gguf_prompt.py)
+    short = min(ggml.prompt_rows(kernel), 80) - 1
     assert torch.equal(lin(x[:short], prompt=True), full[:short])
 
 
@@ -207,9 +207,8 @@ def test_gguf_llm_parallel_decoding_identical(tiny_gguf, kernels):
         prompts = prompts[:2]
     params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
     ar = llm.generate(prompts, params)
-    for plugin in (
-        PLUGINS if kernels.module is not None else PLUGINS[:1]
-    ):  # torch: one drafter suffices
+    # torch: one drafter suffices
+    for plugin in PLUGINS if kernels.module is not None else PLUGINS[:1]:
         assert [o.token_ids for o in llm.generate(prompts, params, plugin_params=plugin)] == [
             o.token_ids for o in ar
         ]
@@ -223,9 +222,8 @@ def test_gguf_is_the_default_for_gguf_files_with_kernels(tiny_gguf, tiny_model_d
     assert llm.config.quantization == expected or (
         expected is None and llm.config.quantization != "gguf"
     )
-    assert (
-        LLM(str(tiny_gguf("Q8_0")), dtype="float32").config.quantization is None
-    )  # dequantised, as before
+    # dequantised, as before
+    assert LLM(str(tiny_gguf("Q8_0")), dtype="float32").config.quantization is None
     with pytest.raises(ConfigError, match="not a .gguf file") as e:
         LLM(str(tiny_model_dir("llama")), quantization="gguf")
     assert "\n" not in str(e.value)

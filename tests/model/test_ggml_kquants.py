@@ -187,9 +187,8 @@ def test_kquant_llm_parallel_decoding_identical(tiny_k_files, kernels):
     prompts = ["hello world", "aaaa bbbb aaaa bbbb aaaa", "1, 2, 3, 4,"]
     params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
     ar = [o.token_ids for o in llm.generate(prompts, params)]
-    for plugin in (
-        PLUGINS if kernels.module is not None else PLUGINS[:1]
-    ):  # torch: slow, one suffices
+    # torch: slow, one suffices
+    for plugin in PLUGINS if kernels.module is not None else PLUGINS[:1]:
         assert [o.token_ids for o in llm.generate(prompts, params, plugin_params=plugin)] == ar, (
             plugin
         )

@@ -39,8 +39,7 @@ def test_every_tile_height_gives_the_one_row_bits(kind, residual):
     alone = torch.cat([lin(x[i : i + 1]) for i in range(len(x))])
     assert not alone.isnan().any()
     gen = torch.Generator().manual_seed(4)
-    for m in (
-        torch.randperm(40, generator=gen) + 1
-    ).tolist():  # 1..40 rows: 1..80 sub-rows, one or more passes
+    # 1..40 rows: 1..80 sub-rows, one or more passes
+    for m in (torch.randperm(40, generator=gen) + 1).tolist():
         at = int(torch.randint(0, len(x) - m + 1, (1,), generator=gen))
         assert torch.equal(lin(x[at : at + m]), alone[at : at + m]), (m, at)

@@ -107,9 +107,8 @@ def _assert_same(path):
         assert got.fields[key] == want and type(got.fields[key]) is type(want), key
         if isinstance(want, list) and want:
             assert [type(v) for v in got.fields[key]] == [type(v) for v in want], key
-    assert got.types == _reference_types(
-        path
-    )  # what GGUFWriter.add_key_value needs to copy a field
+    # what GGUFWriter.add_key_value needs to copy a field
+    assert got.types == _reference_types(path)
     assert list(got.tensors) == [t.name for t in tensors]
     for t in tensors:
         mine = got.tensors[t.name]

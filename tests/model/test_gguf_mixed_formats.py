@@ -195,9 +195,8 @@ def test_decoder_gives_the_python_loops_bits(mixed_file, kernels):
 @pytest.mark.parametrize("kernels", per_isa())
 def test_parallel_decoding_identical_to_ar(mixed_file, kernels):
     llm = LLM(str(mixed_file("qwen2")), quantization="gguf", kernels=kernels.label)
-    prompts = ["aaaa bbbb aaaa bbbb aaaa", "hello world"][
-        : 1 if kernels.module is None else 2
-    ]  # torch: slow
+    # torch: slow
+    prompts = ["aaaa bbbb aaaa bbbb aaaa", "hello world"][: 1 if kernels.module is None else 2]
     params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
     ar = [o.token_ids for o in llm.generate(prompts, params)]
     for plugin in (

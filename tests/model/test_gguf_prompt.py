@@ -16,9 +16,9 @@ from paraspec.model.ggml_kquants import QUANTIZERS
 from paraspec.model.gguf_requant import have_llamacpp, llamacpp_quantize
 from tiny_models import write_gguf
 
-COMPILED = [
-    p for p in per_isa() if p.id != "torch"
-]  # the torch path has no prompt road: the reference runs
+# the torch path has no prompt road: the reference runs
+COMPILED = [p for p in per_isa() if p.id != "torch"]
+# fp16 fields
 SCALES = {
     "Q4_0": [0],
     "Q4_1": [0, 2],
@@ -26,11 +26,12 @@ SCALES = {
     "Q5_0": [0],
     "Q4_K": [0, 2],
     "Q6_K": [208],
-}  # fp16 fields
+}
+# partial panels too
 SHAPES = {
     "flat": [(70, 96), (32, 160), (259, 64)],
     "K": [(70, 256), (32, 512), (259, 256)],
-}  # partial panels too
+}
 
 
 def _weight(kind: str, n: int, k: int, seed: int = 0) -> ggml.GGUFWeight:
@@ -139,9 +140,8 @@ def prompt_models(tiny_model_dir, tmp_path_factory):
     return make
 
 
-PROMPT = list(range(5, 125)) + list(
-    range(5, 45)
-)  # 160 tokens: 48-token chunks (the last 16), a repeat
+# 160 tokens: 48-token chunks (the last 16), a repeat
+PROMPT = list(range(5, 125)) + list(range(5, 45))
 
 
 @pytest.mark.parametrize("kernels", COMPILED)
@@ -172,13 +172,14 @@ def test_prompt_logits_are_the_dequantised_weights(prompt_models, kernels, quant
         kept[id(self)] = weight
 
     monkeypatch.setattr(ggml.GGUFLinear, "__init__", keep)
+    # the dense road serves two-pass calls on every variant (one pass: plain AVX2 never takes it)
     llm = LLM(
         str(prompt_models(quant)),
         quantization="gguf",
         kernels=kernels.label,
         prefill_chunk=48,
         activation_passes=2,
-    )  # the dense road serves two-pass calls on every variant (one pass: plain AVX2 never takes it)
+    )
     dense = ggml.GGUFLinear._dense
 
     def counted(self, x):
@@ -208,13 +209,14 @@ def test_long_prompt_parallel_decoding_identical(prompt_models, kernels, quant, 
     """A prompt of several tall chunks (dense prompt road), then greedy decoding: every drafter
     gives AR's tokens, and the prompt's logits stay close to the integer kernel's."""
     _dense_from(32, monkeypatch)
+    # the dense road serves two-pass calls on every variant (one pass: plain AVX2 never takes it)
     llm = LLM(
         str(prompt_models(quant)),
         quantization="gguf",
         kernels=kernels.label,
         prefill_chunk=48,
         activation_passes=2,
-    )  # the dense road serves two-pass calls on every variant (one pass: plain AVX2 never takes it)
+    )
     params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
     ar = llm.generate([PROMPT], params)[0].token_ids
     for plugin in (

@@ -73,9 +73,8 @@ def _rows(k: int) -> torch.Tensor:
 def test_wide_tiles_give_the_one_row_bits(kernel, kind, residual, k):
     # 1536: 48 blocks, three chunks of the L1 buffer; 1280: 40 blocks, uneven chunks (vnni512: 14,
     # 14, 12 or, whole superblocks, 16, 16, 8)
-    lin = ggml.GGUFLinear(
-        _weight(kind, 70, k), kernels=kernel, residual=residual
-    )  # 70: a padded panel
+    # 70: a padded panel
+    lin = ggml.GGUFLinear(_weight(kind, 70, k), kernels=kernel, residual=residual)
     x = _rows(k)
     alone = torch.cat([lin(x[i : i + 1]) for i in range(len(x))])
     assert not alone.isnan().any()

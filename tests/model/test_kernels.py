@@ -190,9 +190,8 @@ def test_attention_row_invariance(isa, hd, group, start, n, kv_dtype):
             (chain, list(range(i + 1))),
             (tree, mask[i].nonzero().flatten().tolist()),
         ):
-            twin = _cache(
-                hd, kv, group, start + len(seen) - 1, 1, seed=0, kv_dtype=kv_dtype
-            )  # [0, start), seen
+            # [0, start), seen
+            twin = _cache(hd, kv, group, start + len(seen) - 1, 1, seed=0, kv_dtype=kv_dtype)
             slots = list(range(start)) + [start + j for j in seen]
             twin.k[0, :, : len(slots)] = cache.k[0, :, slots]
             twin.v[0, :, : len(slots)] = cache.v[0, :, slots]
@@ -313,9 +312,10 @@ def test_w8a8_fused_norm_and_row_invariance(isa, variant):
     gamma = torch.rand(k, generator=torch.Generator().manual_seed(2)) + 0.5
     ref = torch_linear(qweight, scale, bias, True)
     x = _x(16, k, seed=3, dtype=torch.float32)
+    # noqa: E731
     run = lambda x, norm: mod.w8a8_linear(
         x, packed, comp, sc, bias, n, 2, norm, 1e-5, variant=variant
-    )  # noqa: E731
+    )
     torch.testing.assert_close(run(x, gamma), ref.norm_linear(x, gamma, 1e-5), rtol=1e-5, atol=1e-5)
     for norm in (None, gamma):
         with threads(2):

@@ -188,9 +188,8 @@ def test_commit_keeps_only_the_chosen_slots(tiny_model_dir):
     assert cache.length == 3
     assert torch.equal(cache.k[0, :, 1], k[2])
     assert torch.equal(cache.k[0, :, 2], k[4])
-    assert (
-        cache.v.dtype == torch.float32 and cache.v.shape == cache.k.shape
-    )  # V stored as computed, fp32
+    # V stored as computed, fp32
+    assert cache.v.dtype == torch.float32 and cache.v.shape == cache.k.shape
     assert torch.equal(cache.v[0, :, 1], k[2]) and torch.equal(cache.v[0, :, 2], k[4])
     with pytest.raises(ValueError):
         cache.truncate(4)

@@ -58,9 +58,8 @@ def rounded(model, fmt: str):
 
     ref = copy.deepcopy(model)
     with torch.no_grad():
-        for p in (
-            ref.parameters()
-        ):  # a bf16 checkpoint holds everything in bf16; GGUF keeps 1-D tensors F32
+        # a bf16 checkpoint holds everything in bf16; GGUF keeps 1-D tensors F32
+        for p in ref.parameters():
             if fmt == "hf-bf16" or (fmt == "gguf-f16" and p.ndim == 2):
                 p.copy_(p.to(torch.bfloat16 if fmt == "hf-bf16" else torch.float16).float())
     return ref
@@ -186,9 +185,8 @@ def test_gguf_layout_is_llama_cpps(tiny_model_dir, tmp_path, family):
     assert kv[f"{arch}.attention.head_count"] == kwargs.get("heads", 4)
     assert kv[f"{arch}.attention.head_count_kv"] == kwargs.get("kv_heads", 2)
     head_dim = kwargs.get("head_dim", 64 // kwargs.get("heads", 4))
-    if (
-        arch != "qwen2"
-    ):  # the converter writes them where config.json has head_dim (Qwen2's has not)
+    # the converter writes them where config.json has head_dim (Qwen2's has not)
+    if arch != "qwen2":
         assert (
             kv[f"{arch}.attention.key_length"] == kv[f"{arch}.attention.value_length"] == head_dim
         )
@@ -270,9 +268,8 @@ def test_greedy_parallel_decoding_equals_ar(written, family, fmt, numerics):
     from paraspec import LLM, SamplingParams
 
     path = written(family, family != "qwen2.5", fmt)[0]
-    llm = LLM(
-        str(path), **numerics
-    )  # this CPU's default kernels (every path: tests/test_engine.py)
+    # this CPU's default kernels (every path: tests/test_engine.py)
+    llm = LLM(str(path), **numerics)
     params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
     ar = llm.generate(PROMPTS, params)
     for name, plugin in PLUGINS.items():

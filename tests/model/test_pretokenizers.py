@@ -210,9 +210,8 @@ def test_llama3_adds_bos_unless_the_file_says_not(sources):
     assert src["pre"] == "llama-bpe" and src["add_bos_token"] is None  # the file has no such key
     default = Tokenizer.from_source(src)
     off = Tokenizer.from_source({**src, "add_bos_token": False})
-    assert (
-        default.encode("hi")[0] == 128000 and default.add_bos
-    )  # llama.cpp's default for llama-bpe
+    # llama.cpp's default for llama-bpe
+    assert default.encode("hi")[0] == 128000 and default.add_bos
     assert off.encode("hi")[0] != 128000 and not off.add_bos
     assert not Tokenizer.from_source(sources("qwen")).add_bos
 

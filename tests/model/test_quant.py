@@ -186,9 +186,8 @@ def _dequant(raw: np.ndarray) -> torch.Tensor:
 
 
 def test_q8_0_import_requantises_per_channel():
-    w = (
-        torch.randn(48, 128) * torch.linspace(0.1, 2, 4).repeat_interleave(32)[None, :]
-    )  # block scales differ
+    # block scales differ
+    w = torch.randn(48, 128) * torch.linspace(0.1, 2, 4).repeat_interleave(32)[None, :]
     raw = _q8_0(w)
     assert raw.dtype == np.uint8 and raw.shape == (48, 128 // 32 * 34)
     deq = _dequant(raw)

@@ -58,6 +58,7 @@ def test_bundled_model_through_serve_equals_offline_ar(tmp_path):
     try:
         cluster = Cluster(config, opts)
         threads = torch.get_num_threads()
+        # no plugin: plain AR
         offline = LLM(
             config.model_deploy.model.model_weight_path,
             dtype=opts.engine.dtype,
@@ -65,7 +66,7 @@ def test_bundled_model_through_serve_equals_offline_ar(tmp_path):
             max_batch_size=config.schedule.max_batch_size,
             num_threads=opts.threads,
             prefill_chunk=config.schedule.prefill_chunk_size,
-        )  # no plugin: plain AR
+        )
         torch.set_num_threads(threads)
         convs = [[{"role": "user", "content": q}] for q in QUESTIONS]
         want = offline.chat(convs, SamplingParams(temperature=0, max_tokens=MAX_TOKENS))

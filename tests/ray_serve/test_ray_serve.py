@@ -44,9 +44,8 @@ def _config(model_dir):
 
 @pytest.fixture(scope="module")
 def cluster(tiny_model_dir, tmp_path_factory):
-    model = tiny_model_dir(
-        "llama", init_std=0.3
-    )  # varied greedy outputs (the default repeats a token)
+    # varied greedy outputs (the default repeats a token)
+    model = tiny_model_dir("llama", init_std=0.3)
     start_ray()
     opts = RayServeOptions(
         replicas=2,

@@ -44,9 +44,8 @@ def config_file(tmp_path):
 
 def test_without_flags_or_file_memory_decoding_serves_on_localhost():
     args = serve_args()
-    assert (
-        args.plugin is None and args.func is command.serve_main
-    )  # --plugin not given: None, not "none"
+    # --plugin not given: None, not "none"
+    assert args.plugin is None and args.func is command.serve_main
     c = command.config_from_args(args)
     assert c.plugin.plugin_type == "memory_decoding" and (c.server.ip_address, c.server.port) == (
         "127.0.0.1",
@@ -67,9 +66,8 @@ def test_the_file_decides_unless_flags_say_otherwise(config_file):
     assert (
         c.plugin.plugin_type == "lookahead" and c.plugin.params.level == 3 and c.server.port == 2000
     )
-    assert (
-        c.model_deploy.model.model_weight_path == "default"
-    )  # --model's default does not override
+    # --model's default does not override
+    assert c.model_deploy.model.model_weight_path == "default"
     c = command.config_from_args(
         serve_args(
             "--config",

@@ -318,9 +318,8 @@ def test_a_fetched_models_name_is_a_weight_path(tmp_path, monkeypatch):
     catalog.ARTIFACTS["qwen2.5-coder-0.5b"].path.parent.mkdir(parents=True, exist_ok=True)
     catalog.ARTIFACTS["qwen2.5-coder-0.5b"].path.write_bytes(b"")
     config = parse_config(edited(**{f"{MODEL}.modelWeightPath": "qwen2.5-coder-0.5b"}))
-    assert (
-        config.model_deploy.model.model_weight_path == "qwen2.5-coder-0.5b"
-    )  # the loader resolves it
+    # the loader resolves it
+    assert config.model_deploy.model.model_weight_path == "qwen2.5-coder-0.5b"
 
 
 def test_ranges_and_types_each_one_problem():

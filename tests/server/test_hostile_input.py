@@ -186,9 +186,8 @@ def test_developer_and_tool_roles_are_accepted(server, offline):
         [{"role": "system", "content": "Be brief."}, USER],
         SamplingParams(temperature=0, max_tokens=6),
     )[0]
-    assert (
-        status == 200 and body["choices"][0]["message"]["content"] == ref.text
-    )  # developer = system
+    # developer = system
+    assert status == 200 and body["choices"][0]["message"]["content"] == ref.text
     tool = {"role": "tool", "content": "42", "tool_call_id": "a"}
     status, body = _post(server, CHAT, {"messages": [USER, tool], "max_tokens": 2})
     assert status == 200, body

@@ -119,11 +119,12 @@ def test_a_user_sends_each_turn_after_the_data_s_own_history():
         for i, c in enumerate(["q1", "a1", "q2", "a2" * 10, "q3"])
     ]
     turns = users.turns_of("x", msgs, prompt_chars=25, max_tokens=32)
+    # 1st dropped
     assert [t.messages for t in turns] == [
         tuple(msgs[:1]),
         tuple(msgs[:3]),
         tuple(msgs[2:5]),
-    ]  # 1st dropped
+    ]
     assert [t.index for t in turns] == [0, 1, 2] and turns[2].max_tokens == 32
 
 
@@ -156,6 +157,5 @@ def test_the_rss_slope_is_the_least_squares_line_after_the_warm_up():
         and rss["start_mb"] == 500.0
         and rss["samples"] == 21
     )
-    assert (
-        users.rss_figures([(0, mib), (1, 2 * mib)], warmup_s=0)["slope_mb_per_min"] is None
-    )  # too few
+    # too few
+    assert users.rss_figures([(0, mib), (1, 2 * mib)], warmup_s=0)["slope_mb_per_min"] is None

@@ -28,9 +28,8 @@ def test_the_cost_curve_and_its_age_are_exported_once_probed(tiny_model_dir):
     assert f["paraspec_forward_cost_age_seconds"].samples[0].value >= 0.0
     assert f["paraspec_forward_cost_samples"].samples[0].value == 0
     assert f["paraspec_forward_cost_pinned"].samples[0].value == 0
-    llm.engine.pin_cost(
-        CostModel({1: 1.0, 2: 2.08, 4: 3.04, 8: 6.08, 16: 11.16, 32: 20.26})
-    )  # set by hand: pinned
+    # set by hand: pinned
+    llm.engine.pin_cost(CostModel({1: 1.0, 2: 2.08, 4: 3.04, 8: 6.08, 16: 11.16, 32: 20.26}))
     f = families(metrics)
     assert {s.labels["rows"]: s.value for s in f["paraspec_forward_cost"].samples}["16"] == 11.16
     assert f["paraspec_forward_cost_pinned"].samples[0].value == 1

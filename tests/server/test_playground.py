@@ -234,9 +234,8 @@ def test_a_conversation_in_the_browser_keeps_its_turns(browser_here, server, tmp
         first_runs = browser.evaluate(
             "[...document.querySelectorAll('#pane-main .text .run')].map(e => e.className)"
         )
-        assert (
-            first and browser.evaluate("document.getElementById('prompt').value") == ""
-        )  # ready for the next
+        # ready for the next
+        assert first and browser.evaluate("document.getElementById('prompt').value") == ""
         browser.evaluate("document.getElementById('prompt').value = 'and again'")
         _run(browser, "run")
         body = browser.evaluate("ui.last.body")

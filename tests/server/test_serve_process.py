@@ -180,9 +180,8 @@ def _assert_clean_log(log: str) -> None:
 
 
 def test_whole_and_streamed_answers_equal_offline_generate(serve, offline):
-    s = serve(
-        plugin='{"plugin_type": "memory_decoding"}'
-    )  # drafted, so the check is of lossless serving
+    # drafted, so the check is of lossless serving
+    s = serve(plugin='{"plugin_type": "memory_decoding"}')
     prompt, messages = "def f(x):\n    return", [{"role": "user", "content": "Name a colour."}]
     ref = offline.generate(prompt, _greedy(24, ignore_eos=True))[0]
     r = s.client.completions.create(

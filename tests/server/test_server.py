@@ -337,9 +337,8 @@ def test_memory_decoding_override_and_trie_after_disconnect(server, offline):
         next(lines)
     server.wait_idle()
     trie = server.engine.engine.drafters.trie().stats()
-    assert (
-        trie.active_prompts == 0 and trie.open_streams == 0
-    )  # the aborted request left nothing behind
+    # the aborted request left nothing behind
+    assert trie.active_prompts == 0 and trie.open_streams == 0
 
 
 # ------------------------------------------------------------------------------------ bad input

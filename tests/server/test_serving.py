@@ -29,9 +29,8 @@ def serving() -> OpenAIServing:
     config = ServiceConfig()
     config.model_deploy.max_seq_len, config.model_deploy.max_input_token_len = 100, 60
     config.schedule.max_iter_times = 50
-    engine = SimpleNamespace(
-        default_plugin="memory_decoding"
-    )  # an EngineClient as far as plugin_spec looks
+    # an EngineClient as far as plugin_spec looks
+    engine = SimpleNamespace(default_plugin="memory_decoding")
     return OpenAIServing(
         engine, SimpleNamespace(), config, model_name="tiny", vocab_size=1000, model_max_len=4096
     )

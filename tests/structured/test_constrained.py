@@ -107,13 +107,11 @@ def test_forced_tokens_are_drafted_free(llm):
     for a, b in zip(on, off):
         assert a.token_ids == b.token_ids
         assert a.stats["forced_draft_tokens"] > 0
-        assert (
-            a.stats["accepted_forced_tokens"] == a.stats["forced_draft_tokens"]
-        )  # forced: always accepted
+        # forced: always accepted
+        assert a.stats["accepted_forced_tokens"] == a.stats["forced_draft_tokens"]
         assert b.stats["decode_steps"] == len(b.token_ids) - 1  # one token a step without them
-        assert (
-            a.stats["decode_steps"] < b.stats["decode_steps"] * 0.7
-        )  # keys, quotes, colons forced
+        # keys, quotes, colons forced
+        assert a.stats["decode_steps"] < b.stats["decode_steps"] * 0.7
 
 
 def test_regex_choice_and_grammar(llm):

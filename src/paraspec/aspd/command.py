@@ -98,11 +98,12 @@ def add_parser(sub) -> None:
         "(answers without an accepted block are kept as serial examples)",
     )
     b.set_defaults(func=build_data_main)
+    # each sub-command's flags live next to its code
     from . import (
         evaluate,
         pairwise,
         train_command,
-    )  # each sub-command's flags live next to its code
+    )
 
     train_command.add_parsers(s)
     evaluate.add_parser(s)
@@ -135,9 +136,8 @@ def build_data_main(args: argparse.Namespace) -> int:
             f"--sources: unknown source {bad[0]!r}; use {', '.join(SOURCES)} (comma separated)"
         )
     out = Path(args.out)
-    user = (
-        sources.user_answers(args.user_data) if args.user_data else None
-    )  # bad lines fail before any work
+    # bad lines fail before any work
+    user = sources.user_answers(args.user_data) if args.user_data else None
     convs = None
     if "sharegpt" in wanted:  # a missing or broken file fails before any work too
         from . import sharegpt
@@ -283,9 +283,8 @@ def _sharegpt(args, convs, mtbench, pipe, make_judge, others: list) -> tuple:
         make_judge(), count=pipe.count, votes=pipe.votes, unanimous=pipe.unanimous
     )
     held, i = [], 0
-    while len(held) < args.sharegpt_heldout and i < len(
-        chosen
-    ):  # only as many as asked go through the stages
+    # only as many as asked go through the stages
+    while len(held) < args.sharegpt_heldout and i < len(chosen):
         step = args.sharegpt_heldout - len(held)
         held += sharegpt.examples(
             held_pipe, chosen[i : i + step], budget, "sharegpt-heldout", skips["sharegpt-heldout"]

@@ -77,9 +77,8 @@ class Example:
     segments: list[Segment]
     checks: list[dict] = field(default_factory=list)
     source: str = "synth"
-    history: list[dict] = field(
-        default_factory=list
-    )  # earlier turns ({"role", "content"}) before `prompt`
+    # earlier turns ({"role", "content"}) before `prompt`
+    history: list[dict] = field(default_factory=list)
 
     @property
     def messages(self) -> list[dict]:
@@ -117,9 +116,8 @@ class Example:
             "segments": segs,
             "checks": self.checks,
         }
-        if (
-            self.history
-        ):  # only when there is one: records without it (and their digests) stay as they were
+        # only when there is one: records without it (and their digests) stay as they were
+        if self.history:
             out["history"] = self.history
         return out
 

@@ -80,9 +80,8 @@ class AspdDecoder(ModePlugin):
     def drafter(self, drafter) -> None:
         self._drafter = None if drafter is None else SerialDrafts(drafter)
         self.trie = getattr(drafter, "trie", None)  # lookahead keeps none
-        self.output_memory = getattr(
-            drafter, "output_memory", None
-        )  # a hybrid's (saved with the trie)
+        # a hybrid's (saved with the trie)
+        self.output_memory = getattr(drafter, "output_memory", None)
         # the branches' drafts: from the same trie, greedy only (branch_drafts.py)
         self.branch_drafter = (
             BranchDrafter(self.trie)
@@ -115,9 +114,8 @@ class AspdState:
         self.block: Block | None = None
         self.blocks = self.branches = self.parallel_steps = 0
         self.branch_draft_tokens = self.branch_accepted = self.drafted_closes = 0
-        self.last_slots: list[
-            int
-        ] = []  # KV slot of each token of the last closed block, flattened order
+        # KV slot of each token of the last closed block, flattened order
+        self.last_slots: list[int] = []
         self._prompt_texts: list[str] | None = None
 
     @property
@@ -243,9 +241,8 @@ class AspdState:
             n0 = len(br.fed)
             nodes, end = ([], None) if br.closed else self._walk(seq, br, s, logits, greedy, at)
             drawn += 0 if br.closed else len(nodes) + len(br.pending)
-            if b.keys is not None and n0 < len(br.fed) + len(
-                br.pending
-            ):  # the branch's tokens this step
+            # the branch's tokens this step
+            if b.keys is not None and n0 < len(br.fed) + len(br.pending):
                 self.decoder.branch_drafter.observe(b.keys[s.k], br.fed[n0:] + br.pending)
             if s.tree:
                 drafted += len(s.tree)

@@ -83,9 +83,8 @@ def _runs(
                 break
             j += 1
         end = j
-        while (
-            end > items[-1] + 1 and not lines[end - 1].strip()
-        ):  # trailing blank lines stay serial
+        # trailing blank lines stay serial
+        while end > items[-1] + 1 and not lines[end - 1].strip():
             end -= 1
         if len(items) >= 2:
             runs.append((begin, end, items))

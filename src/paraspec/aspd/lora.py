@@ -14,12 +14,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# q/k/v, o and the MLP projections (fused as in transformer.py)
 TARGETS = (
     "wqkv",
     "wo",
     "w_gate_up",
     "w_down",
-)  # q/k/v, o and the MLP projections (fused as in transformer.py)
+)
 
 
 class LoRALinear(nn.Module):

@@ -18,9 +18,8 @@ from .judge import Judge, accept
 @dataclass
 class Pipeline:
     judge: Judge
-    count: Callable[[str], int] = lambda s: (
-        len(s) // 4
-    )  # tokens (a tokenizer's length, or chars / 4)
+    # tokens (a tokenizer's length, or chars / 4)
+    count: Callable[[str], int] = lambda s: len(s) // 4
     min_tokens: int = 128
     votes: int = 3
     unanimous: bool = True

@@ -63,9 +63,8 @@ def _chunks(text: str, count: Callable[[str], int], max_tokens: int) -> list[str
             closed = [
                 k for k in range(n, 0, -1) if sum(bool(FENCE.match(ln)) for ln in sec[:k]) % 2 == 0
             ]
-            n = max(
-                1, closed[0] if closed else n
-            )  # a single line over the budget is a piece of its own
+            # a single line over the budget is a piece of its own
+            n = max(1, closed[0] if closed else n)
             if cur:
                 out.append("\n".join(cur))
                 cur, spent = [], -1

@@ -212,9 +212,8 @@ def generate(
     return out
 
 
-_LABEL = re.compile(
-    r"^(?:[%s]|Q\d|%s)(?::|\))\s+" % (LABELS, "|".join(FACT_TITLES.values()))
-)  # the parts' titles
+# the parts' titles
+_LABEL = re.compile(r"^(?:[%s]|Q\d|%s)(?::|\))\s+" % (LABELS, "|".join(FACT_TITLES.values())))
 
 
 def check(example: Example, answer: str) -> bool:

@@ -110,9 +110,8 @@ class TrainModel(nn.Module):
         targets: tuple[str, ...] = TARGETS,
     ):
         super().__init__()
-        check_weights(
-            weights, args.n_layers
-        )  # a name this forward does not use would be another network
+        # a name this forward does not use would be another network
+        check_weights(weights, args.n_layers)
         self.args = args
         emb = weights["tok_embeddings"].float()
         self.register_buffer("base_embed", emb[:n_base_vocab].contiguous(), persistent=False)
@@ -134,6 +133,7 @@ class TrainModel(nn.Module):
                 w = weights[f"layers.{i}.{name}"].float()
                 mod = LoRALinear(w, rank, alpha) if name in targets else _Frozen(w)
                 setattr(layer, name, mod)
+            # the last four: None if absent
             for name in (
                 "attn_norm",
                 "ffn_norm",
@@ -141,7 +141,7 @@ class TrainModel(nn.Module):
                 "bo",
                 "q_norm",
                 "k_norm",
-            ):  # the last four: None if absent
+            ):
                 w = weights.get(f"layers.{i}.{name}")
                 setattr(layer, name, None if w is None else w.float())
             self.layers.append(layer)
@@ -169,10 +169,11 @@ class TrainModel(nn.Module):
         B, T = tokens.shape
         nh, nkv, hd = a.n_heads, a.n_kv_heads, a.head_dim
         x = F.embedding(tokens, self.embedding())
+        # [B, T, 1, hd]
         cos, sin = (
             self.cos[positions].unsqueeze(2),
             self.sin[positions].unsqueeze(2),
-        )  # [B, T, 1, hd]
+        )
         mask = visible.unsqueeze(1)
         for layer in self.layers:
             # attention block: q/k/v (+ bias), Qwen3's per-head q/k norms, RoPE on q and k, SDPA under the mask

@@ -62,9 +62,8 @@ class Measurement:
     acceptance_rate: float | None
     accepted_hist: dict[str, int] | None  # tokens emitted per step -> steps
     draft_s: float | None
-    peak_rss_delta_bytes: (
-        int | None
-    )  # VmHWM above the RSS at the start of this run (None: unmeasured)
+    # VmHWM above the RSS at the start of this run (None: unmeasured)
+    peak_rss_delta_bytes: int | None
     kv_cache_bytes: int | None
     finish_reason: str | None
     token_ids: list[int] = field(default_factory=list)

@@ -30,9 +30,8 @@ class Dialogue:
     messages: list[dict] | None  # turn 1's chat (None: a raw completion prompt)
     followups: tuple[str, ...]
     tokenizer: Any
-    _chats: dict[RunKey, list[dict]] = field(
-        default_factory=dict, repr=False
-    )  # each run's conversation
+    # each run's conversation
+    _chats: dict[RunKey, list[dict]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, t: Task, tokenizer, cap: int | None) -> "Dialogue":

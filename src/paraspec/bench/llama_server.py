@@ -330,9 +330,8 @@ class LlamaServerSystem:
         _LIVE.add(self.proc)
         self.url, self._served = f"http://127.0.0.1:{port}", 0
         deadline = time.monotonic() + START_TIMEOUT_S
-        while (
-            time.monotonic() < deadline
-        ):  # /health answers 503 while the model loads, 200 when ready
+        # /health answers 503 while the model loads, 200 when ready
+        while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise ServerDown(self._exit_reason())
             try:
@@ -377,9 +376,8 @@ class LlamaServerSystem:
 
     def run(self, task: BenchTask, params: RunParams) -> Measurement:
         need = len(task.prompt_ids) + (params.target_tokens or task.max_new_tokens) + 1
-        restart = bool(
-            self.spec_flags and self._served
-        )  # a fresh n-gram state per run (module docstring)
+        # a fresh n-gram state per run (module docstring)
+        restart = bool(self.spec_flags and self._served)
         if need > self.n_ctx and self.n_ctx < self.max_context:
             self.n_ctx, restart = min(self.max_context, 1 << (need - 1).bit_length()), True
         if restart:

@@ -117,9 +117,8 @@ class ParaspecSystem:
         self.llm = llm
         self.memory_file = memory_file  # saved by LLM.save_memory: pre-fills every set's memory
         self.warm_file = warm_file  # a "+warm" system's: merged after memory_file
-        self.plugin = parse_plugin_params(
-            plugin_params, llm.config.speculation_gamma
-        )  # validates; may raise
+        # validates; may raise
+        self.plugin = parse_plugin_params(plugin_params, llm.config.speculation_gamma)
         desc = (
             "paraspec, plain autoregressive"
             if plugin_params is None
@@ -146,9 +145,8 @@ class ParaspecSystem:
         self.begin_set("")
 
     def begin_set(self, task_set: str) -> None:
-        self._drafter = (
-            self._new_drafter()
-        )  # an empty trie, unless --memory or a warm file pre-fills it
+        # an empty trie, unless --memory or a warm file pre-fills it
+        self._drafter = self._new_drafter()
 
     def begin_task(self) -> None:
         self._snapshot, self._after_first = self._drafter, None
@@ -180,9 +178,10 @@ class ParaspecSystem:
         engine = self.llm.engine
         kv = 0
 
+        # the cache is released when the sequence finishes: read it before
         def on_update(
             u,
-        ) -> None:  # the cache is released when the sequence finishes: read it before
+        ) -> None:
             nonlocal kv
             if u.seq.cache is not None:
                 kv = max(kv, u.seq.cache.nbytes())

@@ -20,9 +20,8 @@ _QA = (
     "sentences that support your answer word for word.\n\n{text}\n\nQuestion: what does the passage say "
     "under the heading {heading}?"
 )
-_HEADING = re.compile(
-    r"^(\S[^\n]*)\n([*=\-~^])\2{2,}$", re.M
-)  # a title line underlined, reST style
+# a title line underlined, reST style
+_HEADING = re.compile(r"^(\S[^\n]*)\n([*=\-~^])\2{2,}$", re.M)
 
 
 def _clip(text: str, limit: int = MATERIAL_CHARS) -> str:

@@ -69,9 +69,8 @@ def bench_main(args: argparse.Namespace) -> int:
     if plan.build_warm_memory is not None:
         return build_main(plan)
     run = Run(plan)
-    picked = {
-        s: _pick(s, plan) for s in plan.task_sets
-    }  # a data file not fetched fails before the load
+    # a data file not fetched fails before the load
+    picked = {s: _pick(s, plan) for s in plan.task_sets}
     run.warm_memory = _check_warm(plan, picked)
     from .. import LLM  # (torch is imported here, not when cli.py imports this module)
 
@@ -223,9 +222,8 @@ def _suite(
             for s in systems:
                 s.begin_set(task_set)  # memory starts empty for every set
             for i, dia in enumerate(ts):
-                if run.over_budget() and any(
-                    m.suite == suite for m in run.measurements
-                ):  # (never empty)
+                # (never empty)
+                if run.over_budget() and any(m.suite == suite for m in run.measurements):
                     run.notes.append(
                         f"{suite}: stopped at the --quick time budget ({run.plan.budget_s:.0f} s): "
                         f"{task_set} ran {i} of {len(ts)} tasks"

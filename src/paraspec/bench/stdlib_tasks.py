@@ -226,9 +226,8 @@ def _windows(mod: str, max_defs: int = 10) -> Iterator[list[ast.stmt]]:
     lines, tree = parsed
     size = lambda w: len(_span(lines, w[0], w[-1]))  # noqa: E731
     window: list[ast.stmt] = []
-    for node in [n for n in tree.body if isinstance(n, (*_DEF, ast.ClassDef))] + [
-        None
-    ]:  # None: flush
+    # None: flush
+    for node in [n for n in tree.body if isinstance(n, (*_DEF, ast.ClassDef))] + [None]:
         if node is not None and len(window) < max_defs and size(window + [node]) <= MATERIAL_CHARS:
             window.append(node)
             continue
@@ -256,9 +255,8 @@ def _code_reading() -> Iterator[Task]:
                 len(n.name) + 3 + len((ast.get_docstring(n) or "-").partition("\n")[0])
                 for n in window
             )
-            if (
-                i % 2 and funcs
-            ):  # odd windows: retrieve and quote one function (picked by a stable hash)
+            # odd windows: retrieve and quote one function (picked by a stable hash)
+            if i % 2 and funcs:
                 name, src = max(funcs, key=lambda f: zlib.crc32(f[0].encode()))
                 yield Task(
                     "grounded",

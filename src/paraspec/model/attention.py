@@ -86,19 +86,18 @@ def attention(
     v = cache.v_with_ones(layer, keys)  # [kv_heads, keys, head_dim + 1] fp64
     # query heads sharing a kv head are consecutive, so they stack into one matmul per kv head
     qg = q.permute(1, 0, 2).reshape(n_kv, group * rows, head_dim)
+    # [kv, g*rows, keys]
     scores = torch.baddbmm(
         bias.double(), qg.double(), k.double().transpose(1, 2), alpha=scale
-    ).float()  # [kv, g*rows, keys]
+    ).float()
     scores = scores.sub_(scores.amax(-1, keepdim=True)).exp_()
     # P @ [V | 1] per KEY_BUCKET chunk of keys, then summed over chunks: a longer key axis only
     # adds chunks of exact zeros, so the sum does not depend on how far the keys were padded
     chunks = keys // KEY_BUCKET
-    e = (
-        scores.view(n_kv, group * rows, chunks, KEY_BUCKET).transpose(1, 2).double()
-    )  # [kv, chunks, g*rows, KB]
-    out = torch.matmul(e, v.view(n_kv, chunks, KEY_BUCKET, head_dim + 1)).sum(
-        1
-    )  # [kv, g*rows, d + 1]
+    # [kv, chunks, g*rows, KB]
+    e = scores.view(n_kv, group * rows, chunks, KEY_BUCKET).transpose(1, 2).double()
+    # [kv, g*rows, d + 1]
+    out = torch.matmul(e, v.view(n_kv, chunks, KEY_BUCKET, head_dim + 1)).sum(1)
     out = (out[..., :head_dim] / out[..., head_dim:]).float()
     return (
         out.view(n_heads, rows, head_dim)[:, :n_q].transpose(0, 1).reshape(n_q, n_heads * head_dim)
@@ -131,9 +130,8 @@ def prompt_bias(cache: KVCache, n: int, group: int) -> list[torch.Tensor]:
     blocks = []
     for i0 in range(0, n, PROMPT_BLOCK):
         rows, keys = min(PROMPT_BLOCK, n - i0), start + min(n, i0 + PROMPT_BLOCK)
-        visible = torch.ones(rows, keys, dtype=torch.bool).tril_(
-            start + i0
-        )  # row i sees keys <= start + i0 + i
+        # row i sees keys <= start + i0 + i
+        visible = torch.ones(rows, keys, dtype=torch.bool).tril_(start + i0)
         blocks.append(
             torch.zeros(rows, keys).masked_fill_(~visible, float("-inf")).repeat(group, 1)
         )

@@ -22,6 +22,7 @@ from .ggml_parts import GGUFParts
 
 logger = logging.getLogger("paraspec.loader")
 
+# act on the fp32 stream
 FP32_WEIGHTS = (
     "attn_norm",
     "ffn_norm",
@@ -30,7 +31,7 @@ FP32_WEIGHTS = (
     "k_norm",
     "bqkv",
     "bo",
-)  # act on the fp32 stream
+)
 
 
 @dataclass

@@ -80,9 +80,8 @@ class GGUFFile:
     path: Path
     fields: dict[str, Any]  # key -> int / float / bool / str / list (GGUFReader's contents())
     tensors: dict[str, GGUFTensor]  # in file order
-    types: dict[
-        str, tuple[GGUFValueType, GGUFValueType | None]
-    ]  # key -> (vtype, an array's sub_type)
+    # key -> (vtype, an array's sub_type)
+    types: dict[str, tuple[GGUFValueType, GGUFValueType | None]]
 
     def get(self, key: str, default=None):
         return self.fields.get(key, default)

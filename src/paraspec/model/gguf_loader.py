@@ -160,9 +160,8 @@ def load_gguf(path: Path, keep_quantized: bool = False) -> LoadedModel:
             tensor(b + f"{n}.weight", matmul=True)
             for n in ("attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
         ]
-        qk_norm = (
-            arch == "qwen3"
-        )  # Qwen3 always has them: a file without is incomplete, not another model
+        # Qwen3 always has them: a file without is incomplete, not another model
+        qk_norm = arch == "qwen3"
         fuse_layer(
             w,
             i,

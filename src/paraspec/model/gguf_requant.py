@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+# llama.cpp's llama_ftype values
 FTYPES = {
     "Q4_0": 2,
     "Q4_1": 3,
@@ -27,7 +28,7 @@ FTYPES = {
     "Q5_K_S": 16,
     "Q5_K_M": 17,
     "Q6_K": 18,
-}  # llama.cpp's llama_ftype values
+}
 
 
 def have_llamacpp() -> bool:

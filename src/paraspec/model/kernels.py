@@ -39,10 +39,11 @@ ENV = "PARASPEC_KERNELS"
 ISAS = ("avx512", "avx2")  # best first
 PATHS = (*ISAS, "torch")
 VERSION = 22  # csrc modules' VERSION this code calls
+# cpu_supported()
 REQUIRES = {
     "avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "fma"}),  # as csrc's
     "avx2": frozenset({"avx2", "fma", "f16c"}),
-}  # cpu_supported()
+}
 SHOWN = (
     "avx2",
     "fma",
@@ -187,9 +188,8 @@ def _load(isa: str) -> tuple[ModuleType | None, str]:
     if missing:  # decided before the import: loading it would already execute its instructions
         return None, f"this CPU lacks {' '.join(missing)}"
     built_for = _built_for(isa)
-    if built_for and _minor(built_for) != _minor(
-        torch.__version__
-    ):  # its C++ ABI is another torch's
+    # its C++ ABI is another torch's
+    if built_for and _minor(built_for) != _minor(torch.__version__):
         return None, f"built against torch {built_for}, this is torch {torch.__version__}"
     try:
         module = importlib.import_module(f"paraspec.model._kernels_{isa}")

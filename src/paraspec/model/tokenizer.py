@@ -147,9 +147,8 @@ class Tokenizer:
         if template is None and (path / "chat_template.jinja").is_file():
             template = (path / "chat_template.jinja").read_text()
         add_bos = tc.get("add_bos_token")
-        if (
-            add_bos is None
-        ):  # as transformers: the tokenizer.json's post-processor says (Llama-3 adds BOS)
+        # as transformers: the tokenizer.json's post-processor says (Llama-3 adds BOS)
+        if add_bos is None:
             add_bos = bos is not None and backend.encode("", add_special_tokens=True).ids[:1] == [
                 bos
             ]

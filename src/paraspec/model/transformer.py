@@ -90,9 +90,8 @@ class Transformer:
         self.lm_head = make_linear(
             weights.get("lm_head", weights["tok_embeddings"]), None, quantization, kernels, passes
         )
-        embed = weights[
-            "tok_embeddings"
-        ]  # [vocab, dim]; rows looked up (GGUF: dequantised at first use)
+        # [vocab, dim]; rows looked up (GGUF: dequantised at first use)
+        embed = weights["tok_embeddings"]
         self.tok_embeddings = (
             EmbeddingRows(embed) if isinstance(embed, GGUFWeight) else embed.to(dtype)
         )
@@ -115,9 +114,8 @@ class Transformer:
             1 if quantization == "gguf" and kernels.module is not None else ROW_MULTIPLE
         )
         self.scale = args.head_dim**-0.5
-        self.decoder = gguf_decoder(
-            kernels, args, self.layers, self.scale
-        )  # None: the layer loop runs in Python
+        # None: the layer loop runs in Python
+        self.decoder = gguf_decoder(kernels, args, self.layers, self.scale)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         if isinstance(self.tok_embeddings, EmbeddingRows):
@@ -171,21 +169,19 @@ class Transformer:
             tokens = torch.cat([tokens, tokens[-1:].expand(pad)])
             positions = torch.cat([positions, positions[-1:].expand(pad)])
         ends = itertools.accumulate(s.num_tokens for s in seqs)
-        rows = [
-            slice(end - s.num_tokens, end) for s, end in zip(seqs, ends)
-        ]  # each sequence's rows
+        # each sequence's rows
+        rows = [slice(end - s.num_tokens, end) for s, end in zip(seqs, ends)]
+        # [T, 1, head_dim]
         cos, sin = (
             self.rope_cos[positions].unsqueeze(1),
             self.rope_sin[positions].unsqueeze(1),
-        )  # [T, 1, head_dim]
+        )
 
         x = self.embed(tokens)  # [T, dim] residual stream, fp32
-        fused = (
-            not prompt and self.decoder is not None
-        )  # a decoder exists only with the csrc kernels
-        if (
-            fused
-        ):  # the loop below in one csrc call: the same kernels in the same order (gguf_decoder.py)
+        # a decoder exists only with the csrc kernels
+        fused = not prompt and self.decoder is not None
+        # the loop below in one csrc call: the same kernels in the same order (gguf_decoder.py)
+        if fused:
             x = self.decoder(x, cos, sin, seqs)
         for i, layer in enumerate(() if fused else self.layers):
             # attention block
@@ -203,9 +199,8 @@ class Transformer:
                     ],
                     dim=1,
                 )
-            if (
-                kernel is not None
-            ):  # csrc: RoPE, the cache write and attention in one call per sequence
+            # csrc: RoPE, the cache write and attention in one call per sequence
+            if kernel is not None:
                 outs = [
                     kernel(
                         qkv[r],
@@ -232,9 +227,8 @@ class Transformer:
             if pad:
                 outs.append(qkv.new_zeros(pad, n_heads * hd))
             o = outs[0] if len(outs) == 1 else torch.cat(outs)
-            x += layer.wo(
-                o, prompt
-            )  # in place (x is this forward's own); a bf16 output promotes to fp32
+            # in place (x is this forward's own); a bf16 output promotes to fp32
+            x += layer.wo(o, prompt)
             # feed-forward block (SwiGLU)
             gate, up = layer.w_gate_up.norm_linear(x, layer.ffn_norm, a.norm_eps, prompt).chunk(
                 2, dim=-1

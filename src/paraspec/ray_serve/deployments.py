@@ -61,9 +61,8 @@ class ParaspecEngine:
             self.sync = TrieSync(
                 self.engine, self.llm.engine.drafters.trie(), opts, self.replica_id
             )
-            await (
-                self.sync.bootstrap()
-            )  # before the first request: Serve routes none until __init__ returns
+            # before the first request: Serve routes none until __init__ returns
+            await self.sync.bootstrap()
             self._sync_task = asyncio.create_task(self.sync.run())
 
     async def generate(

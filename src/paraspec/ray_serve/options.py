@@ -36,9 +36,8 @@ class RayServeOptions:
     route_prefix: str = "/"
     engine: EngineArgs = DEFAULTS  # each replica's model options (threads: num_threads)
     health_check_period_s: float = 2.0
-    user_config: dict = field(
-        default_factory=dict
-    )  # reconfigure(): plugin_params, speculationGamma
+    # reconfigure(): plugin_params, speculationGamma
+    user_config: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         checks = [

@@ -119,9 +119,8 @@ async def _respond(raw: Request, work: Awaitable[Any]) -> Response:
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    return Response(
-        result.model_dump_json(), media_type="application/json"
-    )  # pydantic writes inf/nan as null
+    # pydantic writes inf/nan as null
+    return Response(result.model_dump_json(), media_type="application/json")
 
 
 async def _disconnected(raw: Request) -> None:

@@ -116,9 +116,8 @@ class AsyncEngine:
         self.cut_requests = 0  # requests the shutdown ended unfinished
         self._outbox: list[tuple[str, Delta | BaseException]] = []  # loop thread -> event loop
         self._outbox_lock = threading.Lock()
-        self._engine_loop = EngineLoop(
-            engine, self._commands, self._post, metrics
-        )  # loop-thread side only
+        # loop-thread side only
+        self._engine_loop = EngineLoop(engine, self._commands, self._post, metrics)
 
     # ---------------------------------------------------------------- lifecycle (event loop)
 

@@ -20,9 +20,8 @@ from .security import API_KEY_ENV
 
 logger = logging.getLogger("paraspec.server")
 
-SHUTDOWN_GRACE_S = (
-    ServerConfig.shutdown_grace
-)  # the default time running requests get after SIGTERM
+# the default time running requests get after SIGTERM
+SHUTDOWN_GRACE_S = ServerConfig.shutdown_grace
 
 
 def add_parser(sub) -> None:
@@ -207,9 +206,8 @@ def bind_socket(server: ServerConfig) -> socket.socket:
     try:
         family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)
-        sock.setsockopt(
-            socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
-        )  # as uvicorn does: restart over TIME_WAIT
+        # as uvicorn does: restart over TIME_WAIT
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind(addr)

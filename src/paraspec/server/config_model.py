@@ -35,9 +35,8 @@ def read_model_entry(deploy: Section, problems: list[str], notes: list[str]) -> 
             f"{MODEL_PATH}[0].modelName is empty; give the name clients will pass as `model`, "
             "or leave it out to use the model's own name"
         )
-    if weights in catalog.MODELS and not catalog.is_fetched(
-        weights
-    ):  # a fetched model's name, as --model
+    # a fetched model's name, as --model
+    if weights in catalog.MODELS and not catalog.is_fetched(weights):
         problems.append(
             f"{MODEL_PATH}[0].modelWeightPath={weights!r} is not fetched; "
             f"{catalog.fetch_hint(weights)}"

@@ -52,9 +52,8 @@ class Section:
             return default
         value = self.raw[key]
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        if (
-            int_as_bool and type(value) is int and value in (0, 1)
-        ):  # MindIE files write "truncation": 0
+        # MindIE files write "truncation": 0
+        if int_as_bool and type(value) is int and value in (0, 1):
             value = bool(value)
         ok = any(_is(value, k) for k in kinds)
         if not ok:

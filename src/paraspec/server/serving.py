@@ -190,9 +190,8 @@ class OpenAIServing:
     ) -> list[int]:
         text = self.fit_text(text, param)
         try:
-            if (
-                len(text) > BIG_PROMPT_CHARS
-            ):  # the tokenizer releases the GIL: the event loop runs on
+            # the tokenizer releases the GIL: the event loop runs on
+            if len(text) > BIG_PROMPT_CHARS:
                 return await asyncio.to_thread(self.tokenizer.encode, text, add_bos)
             return self.tokenizer.encode(text, add_bos)
         except ParaspecError as e:  # e.g. a lone surrogate: name the field

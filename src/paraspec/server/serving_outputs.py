@@ -86,9 +86,8 @@ def chunk_extension(c: ChoiceState, d: Delta, index: int, trace: bool) -> dict |
 
 def usage(prompt_lens: list[int], choices: list[ChoiceState]) -> UsageInfo:
     completion = sum(len(c.token_ids) for c in choices)
-    cached = sum(
-        (c.stats or {}).get("cached_tokens", 0) for c in choices
-    )  # a prompt's first sample's
+    # a prompt's first sample's
+    cached = sum((c.stats or {}).get("cached_tokens", 0) for c in choices)
     return UsageInfo(
         prompt_tokens=sum(prompt_lens),
         completion_tokens=completion,

@@ -84,7 +84,6 @@ class GracefulShutdown:
             engine.cut(why)
             deadline = clock() + FLUSH_S
             while engine.num_in_flight and clock() < deadline:
-                await asyncio.sleep(
-                    POLL_S
-                )  # the handlers send the error events, their streams close
+                # the handlers send the error events, their streams close
+                await asyncio.sleep(POLL_S)
         self.server.should_exit = True

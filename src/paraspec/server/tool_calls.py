@@ -33,9 +33,8 @@ _WHITESPACE = {"whitespace_flexible": False, "item_separator": ", ", "key_separa
 class ToolPlan:
     """What the request's tools and tool_choice ask for."""
 
-    tools: list[dict] = field(
-        default_factory=list
-    )  # checked {"type": "function", "function": {...}}
+    # checked {"type": "function", "function": {...}}
+    tools: list[dict] = field(default_factory=list)
     choice: str = "none"  # none, auto, required, or a function's name
     named: bool = False
 

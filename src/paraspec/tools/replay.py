@@ -74,9 +74,8 @@ class ReplayReport:
     prompt_tokens: int = 0
     begin_s: float = 0.0  # CPU time inside begin (prompt insertion)
     cost: float = 0.0  # sum of forward costs, in units of t(1)
-    per_request: list[tuple[int, float, float]] = field(
-        default_factory=list
-    )  # (tokens, cost, draft_s)
+    # (tokens, cost, draft_s)
+    per_request: list[tuple[int, float, float]] = field(default_factory=list)
 
     @property
     def tokens_per_step(self) -> float:

@@ -45,9 +45,8 @@ class LookaheadBranch:
     tokens: list[int]
     offsets: list[int]  # position of each token minus the root's position (>= 1)
     mask: np.ndarray  # [n, n] bool among branch tokens; every row also sees the root
-    output_rows: list[int] = field(
-        default_factory=list
-    )  # branch rows whose argmax the drafter needs
+    # branch rows whose argmax the drafter needs
+    output_rows: list[int] = field(default_factory=list)
 
 
 @dataclass

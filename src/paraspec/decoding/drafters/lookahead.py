@@ -157,9 +157,8 @@ class LookaheadDrafter:
         self.arms = arms if arms is not None else ArmStats(2)
         self.policy = DraftPolicy(1, stats)
         self._selectors: dict[str, ArmSelector] = {}
-        self._pending: dict[
-            str, tuple[float, int]
-        ] = {}  # the step's cost and scored arm (-1: none)
+        # the step's cost and scored arm (-1: none)
+        self._pending: dict[str, tuple[float, int]] = {}
 
     def begin(
         self,

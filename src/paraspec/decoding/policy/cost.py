@@ -254,9 +254,8 @@ class CurveRefresh:
         self.refreshed_at: float | None = None
         self.samples = 0  # paired samples taken, all told
         self.refreshes = 0
-        self._bands: list[deque] = [
-            deque(maxlen=WINDOW) for _ in self.sizes
-        ]  # log(ratio / probe(k))
+        # log(ratio / probe(k))
+        self._bands: list[deque] = [deque(maxlen=WINDOW) for _ in self.sizes]
         self._seqs: dict[object, _Seq] = {}
         self._fresh = 0
 

@@ -148,9 +148,8 @@ class DraftPolicy:
         st.calibration.tail += committed
         accepted = st.sent.follow(committed[:-1]) if st.sent else 0  # the bonus is never a draft
         rows = descend(st.sent.children(), 0, committed[:accepted]) if st.sent else []
-        for s in (
-            range(self.n_sources) if sources is None else sources
-        ):  # tokens only s's nodes gave
+        # tokens only s's nodes gave
+        for s in range(self.n_sources) if sources is None else sources:
             own = sum(1 for r in rows if st.owners[r - 1] == 1 << s)
             self.stats.gain[s] += GAIN_ALPHA * (own - self.stats.gain[s])
         st.tok_ema += RATE_ALPHA * (1 + accepted - st.tok_ema)

@@ -50,6 +50,7 @@ INSTEAD = {
 # -fopenmp: at::parallel_for compiles to `omp parallel`; libgomp.so.1 resolves to the copy torch
 # already loaded (same soname), so there is one thread pool. -ffp-contract=off: no FMA in the
 # W8A8 epilogue, which keeps it bit-identical to quant.py's torch path. No -m flags: see above.
+# false positives in the compiler's own intrinsics headers
 CFLAGS = [
     "-O3",
     "-g0",
@@ -57,7 +58,7 @@ CFLAGS = [
     "-ffp-contract=off",
     "-Wno-uninitialized",
     "-Wno-maybe-uninitialized",
-]  # false positives in the compiler's own intrinsics headers
+]
 
 
 def is_x86() -> bool:
@@ -128,9 +129,8 @@ def short_reason(output: str) -> str:
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     errors = [ln for ln in lines if "error:" in ln] or [ln for ln in lines if "rror" in ln]
     line = errors[0] if errors else lines[-1] if lines else "no output"
-    line = re.sub(
-        r"^\S*/", "", line
-    )  # /path/to/kernels.cpp:2:2: error: ... -> kernels.cpp:2:2: ...
+    # /path/to/kernels.cpp:2:2: error: ... -> kernels.cpp:2:2: ...
+    line = re.sub(r"^\S*/", "", line)
     return line if len(line) <= 160 else line[:157] + "..."
 
 
