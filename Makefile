@@ -125,3 +125,21 @@ aspd-train: aspd-data
 
 aspd-eval: install
 	$(VENV)/bin/paraspec aspd eval --quick
+
+# The same data and recipe on the real Qwen2.5-Coder-0.5B-Instruct (`make models` fetches it), the
+# first model a user would fine-tune; its adapters stay out of git (data/aspd/, ignored). Its time
+# per step on a 2-core AVX2 machine: docs/aspd.md (Training).
+ASPD_05B := qwen2.5-coder-0.5b
+ASPD_05B_OUT ?= data/aspd/adapters-$(ASPD_05B)
+.PHONY: aspd-train-0.5b aspd-eval-0.5b
+
+aspd-train-0.5b: aspd-data models
+	for v in aspd control; do \
+	  $(VENV)/bin/paraspec aspd train --variant $$v --model $(ASPD_05B) --out $(ASPD_05B_OUT) \
+	    $(ASPD_TRAIN) & pids="$$pids $$!"; \
+	done; for p in $$pids; do wait $$p || exit 1; done
+
+aspd-eval-0.5b: install
+	$(VENV)/bin/paraspec aspd eval --adapters $(ASPD_05B_OUT) --base-model $(ASPD_05B) \
+	  --cache $(HOME)/.cache/paraspec/aspd-$(ASPD_05B) --n 0 --real-n 0 --sharegpt-n 100 \
+	  --mtbench-n 80 --max-tokens 192 --out $(ASPD_05B_OUT)/eval.json

@@ -246,11 +246,11 @@ def test_cli_train_then_export_gives_the_adapted_forward(tiny_model_dir, tmp_pat
         )
         == 0
     )
-    assert (
-        main(["aspd", "export", "--model", path, "--adapter", str(adapter), "--out", str(out)]) == 0
-    )
+    # no --model: export loads the base model the adapter's training recorded
+    assert main(["aspd", "export", "--adapter", str(adapter), "--out", str(out)]) == 0
     tensors, meta = load_adapter(adapter)
     assert meta["train"]["steps"] == 2 and ("new_head" in tensors) == (not tied)
+    assert meta["model"] == path
     loaded, tok, ids, n_base = base(path)
     trained = train.TrainModel(
         loaded.args, loaded.weights, n_base, rank=meta["rank"], alpha=meta["alpha"]

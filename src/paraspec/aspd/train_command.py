@@ -87,8 +87,9 @@ def add_parsers(s) -> None:
     e.add_argument("--out", default=None, help=f"folder (default: {EXPORT_DIR}/<variant>)")
     e.add_argument(
         "--model",
-        default="default",
-        help="the base model the adapter was trained on (default: the bundled one)",
+        default=None,
+        help="the base model the adapter was trained on (default: the one its training recorded, "
+        "else the bundled one)",
     )
     e.set_defaults(func=export_main)
 
@@ -194,6 +195,8 @@ def train_main(args: argparse.Namespace) -> int:
             else [],
             "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
+        if args.model != "default":  # what export and eval load the base from
+            meta["model"] = args.model
         out = Path(args.out) / f"{variant}.safetensors"
         save_adapter(out, model.adapter_tensors(), meta)
         results[variant] = stats
@@ -284,11 +287,14 @@ def export_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def export(adapter: Path, out: Path, model: str = "default") -> Path:
+def export(adapter: Path, out: Path, model: str | None = None) -> Path:
+    """The base model (`model`, else the one the adapter's training recorded, else the bundled
+    one) with the adapter merged, written as a Hugging Face folder."""
     from .hf_folder import write_hf_folder
     from .lora import load_adapter
 
     tensors, meta = load_adapter(adapter)
+    model = model or meta.get("model", "default")
     loaded, tok, ids, n_base = base(model)
     weights = merged_weights(loaded, n_base, tensors, meta)  # the control has no markup rows
     write_hf_folder(
