@@ -10,7 +10,8 @@ rotating order, medians of --reps:
   k random rows, as a forward calls them (weights streamed from memory), and t(k)/t(1);
 - the achieved int8 multiply-adds per second per core, k x sum(in_features x out_features) / time /
   threads, against the peak: multiply-adds per cycle per core (--macs-per-cycle; 64 on plain AVX2
-  with two vector multiply pipes: 2 x 256-bit vpmaddubsw a cycle, 32 u8 x s8 products each) x the
+  with two vector multiply pipes: 2 x 256-bit vpmaddubsw a cycle, 32 u8 x s8 products each; 64 on
+  a Zen 4's AVX-512 VNNI too: one 512-bit vpdpbusd a cycle, 64 products, benchmarks/vnni_idiom.c) x the
   clock /proc/cpuinfo reports (the highest "cpu MHz": a VM's figure may be nominal; --ghz sets
   the one benchmarks/avx2_idiom.c measures, which also says what the instructions sustain);
 - forward: the model's whole forward over k new rows after a 500-token cache, logits for every
@@ -196,7 +197,8 @@ def main() -> None:
         "--macs-per-cycle",
         type=float,
         default=64.0,
-        help="int8 multiply-adds per cycle per core at the ISA's peak (plain AVX2: 2 x 32)",
+        help="int8 multiply-adds per cycle per core at the ISA's peak (plain AVX2: 2 x 32 with"
+        " vpmaddubsw; AVX-512 VNNI on Zen 4: 1 x 64 with vpdpbusd zmm; vnni_idiom.c measures it)",
     )
     p.add_argument(
         "--ghz",
@@ -229,7 +231,8 @@ def main() -> None:
     )
     print(
         f"peak: {a.macs_per_cycle:g} int8 multiply-adds per cycle per core x {ghz:.3f} GHz = {peak:.1f} G/s"
-        " per core (plain AVX2: 2 vpmaddubsw a cycle x 32 products); rate = k x multiply-adds per row"
+        " per core (plain AVX2: 2 vpmaddubsw a cycle x 32 products; Zen 4 VNNI: 1 vpdpbusd zmm x 64);"
+        " rate = k x multiply-adds per row"
         " / time / threads"
     )
     for threads in sorted({1, a.threads}):
