@@ -328,3 +328,34 @@ def test_memory_decoding_drafts_a_long_copy_where_rows_are_dear(copy_model, curv
     s = out.stats
     assert s["decode_steps"] <= 159 // 3 and s["accepted_draft_tokens"] >= 100, s
     assert ar.stats["decode_steps"] == 159
+
+
+class _Recording(RandomTreeDrafter):
+    """Random trees of a fixed size; keeps each step's StepContext per request."""
+
+    def __init__(self, vocab: int, nodes: int):
+        super().__init__(vocab, nodes, seed=1)
+        self.seen: dict[str, list] = {}
+
+    def propose(self, request_id, context, max_nodes, ctx=None):
+        self.seen.setdefault(request_id, []).append(ctx)
+        return super().propose(request_id, context, max_nodes, ctx)
+
+
+def test_a_batch_tells_each_drafter_the_others_rows_and_the_batch_rate(llm):
+    """The draft policy prices a row in a batch by what the batch measured (draft_policy.py):
+    each sequence's context holds the rows the other sequences' queries had in the last step
+    and the batch's committed tokens per unit of forward cost; alone, neither."""
+    nodes = 3
+    drafter = _Recording(llm.model.args.vocab_size, nodes)
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    _run(llm, params, drafter, prompts=PROMPTS[:3])
+    later = [ctxs[2] for ctxs in drafter.seen.values()]  # steps after two batched steps
+    assert len(later) == 3
+    for ctx in later:
+        assert ctx.batch_size == 3
+        assert ctx.other_rows == 2 * (1 + nodes)  # the two others: a root and their drafts each
+        assert 0 < ctx.batch_rate <= 3 * (1 + nodes) / ctx.cost(3 * (1 + nodes))
+    drafter = _Recording(llm.model.args.vocab_size, nodes)
+    _run(llm, params, drafter, prompts=PROMPTS[:1])
+    assert all(c.other_rows == 0 and c.batch_rate == 0 for c in next(iter(drafter.seen.values())))

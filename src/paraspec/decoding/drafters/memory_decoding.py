@@ -286,7 +286,14 @@ class MemoryDrafter:
         m = self.source.candidates(request_id, context, budget, copying)
         limit = budget if copying else min(budget, p.max_draft)
         draft, expected = self.policy.select(
-            request_id, context, [m], limit, ctx.cost, send_all=0 if p.dynamic_algo else p.max_draft
+            request_id,
+            context,
+            [m],
+            limit,
+            ctx.cost,
+            send_all=0 if p.dynamic_algo else p.max_draft,
+            other_rows=ctx.other_rows,
+            batch_rate=ctx.batch_rate,
         )
         return Proposal(draft, expected=expected, reason=self.policy.reason(request_id))
 

@@ -14,7 +14,10 @@ by depth and rank). The policy
      w = the step's other rows (a lookahead window), price = the request's recent tokens per unit
      of forward cost + MARGIN - 1: a row must buy what the step's time buys anyway, and a margin
      for the winner's curse (drafts go out where the estimate is high, so they are over-estimated
-     on average). While the text copies (streak state 2) the margin is COPY_MARGIN: there the
+     on average). In a batch a row joins the other sequences' rows (w counts those of their last
+     step) and delays every sequence of the forward: its price is the batch's tokens per unit of
+     cost instead (the engine measures both, StepContext), so once the batch has left the
+     curve's flat start only drafts that buy what the batch's step buys go out. While the text copies (streak state 2) the margin is COPY_MARGIN: there the
      estimates are measured on the copy's own steps (sent or not), the curse is small, and with
      the full margin a CPU whose rows are dear (docs/design-notes.md, figures) would verify not
      even a certain copy. Rows on the cost curve's current stair are free (the forward pads
@@ -91,15 +94,25 @@ class DraftPolicy:
         extra_rows: int = 0,
         send_all: int = 0,
         score: bool = True,
+        other_rows: int = 0,
+        batch_rate: float = 0.0,
     ) -> tuple[DraftTree, float]:
         """The draft to verify (best first, at most `budget` nodes) and its expected accepted
         tokens. candidates[s]: source s's tree with its own estimates (None: nothing).
         send_all: at least the first send_all nodes when together their value is positive
         (MindIE's static draft length). score=False: the candidates are not kept for
-        calibration; a second scored look at the same step replaces the first's candidates."""
+        calibration; a second scored look at the same step replaces the first's candidates.
+        other_rows, batch_rate: the batch's load (StepContext); 0: the request is alone."""
         tree, owners = self.merged(key, context, candidates, score)
         n, expected = self._size(
-            self._requests[key], tree.probs, budget, cost, extra_rows, send_all
+            self._requests[key],
+            tree.probs,
+            budget,
+            cost,
+            extra_rows,
+            send_all,
+            other_rows,
+            batch_rate,
         )
         draft = tree.truncated(n)
         self.sent(key, draft, owners[:n], cost(1 + n + extra_rows))
@@ -248,13 +261,17 @@ class DraftPolicy:
         cost: CostModel,
         extra_rows: int,
         send_all: int,
+        other_rows: int = 0,
+        batch_rate: float = 0.0,
     ) -> tuple[int, float]:
         """How many of the best-first nodes to send, and their expected accepted tokens."""
         n_max = min(len(probs), budget)
         if n_max <= 0:
             return 0, 0.0
         margin = COPY_MARGIN if st.state == len(STREAK_EDGES) else MARGIN
-        price = st.tok_ema / st.cost_ema + margin - 1.0
+        rate = batch_rate if other_rows > 0 and batch_rate > 0 else st.tok_ema / st.cost_ema
+        price = rate + margin - 1.0
+        extra_rows += other_rows
         table = cost.table
         base = table[1 + extra_rows] if 1 + extra_rows < len(table) else cost(1 + extra_rows)
         gain = best_v = best_gain = 0.0
