@@ -13,22 +13,10 @@
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <time.h>
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
 #define N 60000000L
+#include "idiom_clock.h"
 static int32_t buf[16] __attribute__((aligned(64)));
-
-static double cycle(void) {
-  uint64_t x = 1;
-  double t = now();
-  for (long i = 0; i < N; i++) asm volatile("add $1,%0\n\tadd $1,%0\n\tadd $1,%0\n\tadd $1,%0" : "+r"(x));
-  return (now() - t) / (4.0 * N);
-}
 #define MUL(k, t) "vpmaddubsw %6,%7,%%ymm" #t "\n\t"
 #define SUM(k, t) "vpmaddubsw %6,%7,%%ymm" #t "\n\tvpaddw %%ymm" #t ",%" #k ",%" #k "\n\t"
 #define BC(k, t) \

@@ -19,22 +19,10 @@
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <time.h>
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
 #define N 48000000L
+#include "idiom_clock.h"
 static int32_t buf[16] __attribute__((aligned(64)));
-
-static double cycle(void) {
-  uint64_t x = 1;
-  double t = now();
-  for (long i = 0; i < N; i++) asm volatile("add $1,%0\n\tadd $1,%0\n\tadd $1,%0\n\tadd $1,%0" : "+r"(x));
-  return (now() - t) / (4.0 * N);
-}
 #define DPY(k, t) "vpdpbusd %%ymm30,%%ymm31,%%ymm" #k "\n\t"
 #define DPZ(k, t) "vpdpbusd %%zmm30,%%zmm31,%%zmm" #k "\n\t"
 #define BCZ(k, t) "vpbroadcastd (%0),%%zmm" #t "\n\tvpdpbusd %%zmm" #t ",%%zmm31,%%zmm" #k "\n\t"
