@@ -17,7 +17,8 @@ by depth and rank). The policy
      on average). In a batch a row joins the other sequences' rows (w counts those of their last
      step) and delays every sequence of the forward: its price is the batch's tokens per unit of
      cost instead (the engine measures both, StepContext), so once the batch has left the
-     curve's flat start only drafts that buy what the batch's step buys go out. While the text copies (streak state 2) the margin is COPY_MARGIN: there the
+     curve's flat start only drafts that buy what the batch's step buys go out. While the text
+     copies (streak state 2) the margin is COPY_MARGIN: there the
      estimates are measured on the copy's own steps (sent or not), the curse is small, and with
      the full margin a CPU whose rows are dear (docs/design-notes.md, figures) would verify not
      even a certain copy. Rows on the cost curve's current stair are free (the forward pads
