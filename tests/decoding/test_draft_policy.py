@@ -6,6 +6,7 @@ import pytest
 from paraspec.decoding.policy.cost import CostModel
 from paraspec.decoding.policy.calibration import streak_state
 from paraspec.decoding.policy.draft_policy import DraftPolicy
+from paraspec.decoding.contract.proposer import StepContext
 from paraspec.decoding.contract.tree import DraftTree
 
 FLAT = CostModel({1: 1.0, 64: 1.0})  # rows are free
@@ -143,7 +144,8 @@ def test_in_a_batch_a_row_is_priced_at_the_batch_rate_on_the_others_rows():
     chain = tree([[1, 2, 3, 4, 5, 6]], 0.9)
 
     def sent(**load) -> int:
-        return len(pol.select("r", [0], [chain], 64, curve, score=False, **load)[0])
+        ctx = StepContext(cost=curve, **load)
+        return len(pol.select("r", [0], [chain], 64, curve, score=False, load=ctx)[0])
 
     assert sent() >= 3  # alone: rows 2-4 cost next to nothing
     assert sent(other_rows=7, batch_rate=8 / curve(8)) == 0  # 8 roots: every row ~0.2 of a step

@@ -163,7 +163,6 @@ class HybridDrafter:
     ) -> Proposal:
         st = self._requests[request_id]
         cost, mp = ctx.cost, self.params.memory
-        load = {"other_rows": ctx.other_rows, "batch_rate": ctx.batch_rate}
         copying = self.policy.state(request_id) == COPYING
         budget = min(max_nodes, mp.max_draft + (mp.copy_length if copying else 0))
         choosing = ctx.batch_size <= MAX_WINDOW_BATCH and st.memory_score < WINDOW_BELOW
@@ -176,7 +175,7 @@ class HybridDrafter:
         # whether the pool can add anything for free (the tree fills its stair: it could only add
         # rows a step up)
         alone, expected = self.policy.select(
-            request_id, context, [m, None, s, h], budget, cost, **load
+            request_id, context, [m, None, s, h], budget, cost, load=ctx
         )
         st.memory_tree, st.memory_cost = alone, cost(1 + len(alone))
         st.pool_ran = (
@@ -194,7 +193,7 @@ class HybridDrafter:
         )
         window_rows = len(branch.tokens) if branch else 0
         draft, expected = self.policy.select(
-            request_id, context, [m, tree, s, h], budget, cost, window_rows, **load
+            request_id, context, [m, tree, s, h], budget, cost, window_rows, load=ctx
         )
         st.cost = cost(1 + len(draft) + window_rows)
         return Proposal(draft, branch, expected, self.policy.reason(request_id))

@@ -195,8 +195,7 @@ class LookaheadDrafter:
             max_nodes,
             ctx.cost,
             window_rows,
-            other_rows=ctx.other_rows,
-            batch_rate=ctx.batch_rate,
+            load=ctx,
         )
         # warm-up steps are not scored: the window has nothing to harvest yet
         scored = arm if self.adaptive_window and (warm or not branch) else -1

@@ -292,8 +292,7 @@ class MemoryDrafter:
             limit,
             ctx.cost,
             send_all=0 if p.dynamic_algo else p.max_draft,
-            other_rows=ctx.other_rows,
-            batch_rate=ctx.batch_rate,
+            load=ctx,
         )
         return Proposal(draft, expected=expected, reason=self.policy.reason(request_id))
 

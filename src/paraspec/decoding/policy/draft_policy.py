@@ -32,6 +32,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .calibration import (
     DEPTH_BAND,
@@ -48,6 +49,9 @@ from .calibration import (
 from .cost import CostModel
 from ..contract.stats import NO_MATCH, ROWS_TOO_DEAR
 from ..contract.tree import ROOT, DraftTree, descend
+
+if TYPE_CHECKING:  # the contract's proposer module imports cost.py from here
+    from ..contract.proposer import StepContext
 
 MARGIN = 2.0  # at rate 1, a draft must be worth this many times its cost
 COPY_MARGIN = 1.1  # ... while the text copies (see _size)
@@ -95,15 +99,15 @@ class DraftPolicy:
         extra_rows: int = 0,
         send_all: int = 0,
         score: bool = True,
-        other_rows: int = 0,
-        batch_rate: float = 0.0,
+        load: StepContext | None = None,
     ) -> tuple[DraftTree, float]:
         """The draft to verify (best first, at most `budget` nodes) and its expected accepted
         tokens. candidates[s]: source s's tree with its own estimates (None: nothing).
         send_all: at least the first send_all nodes when together their value is positive
         (MindIE's static draft length). score=False: the candidates are not kept for
         calibration; a second scored look at the same step replaces the first's candidates.
-        other_rows, batch_rate: the batch's load (StepContext); 0: the request is alone."""
+        load: the step's context, whose other_rows and batch_rate say the batch's load (None or
+        none: the request is alone)."""
         tree, owners = self.merged(key, context, candidates, score)
         n, expected = self._size(
             self._requests[key],
@@ -112,8 +116,8 @@ class DraftPolicy:
             cost,
             extra_rows,
             send_all,
-            other_rows,
-            batch_rate,
+            load.other_rows if load is not None else 0,
+            load.batch_rate if load is not None else 0.0,
         )
         draft = tree.truncated(n)
         self.sent(key, draft, owners[:n], cost(1 + n + extra_rows))
