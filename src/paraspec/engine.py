@@ -313,6 +313,8 @@ class Engine:
         if ctx is not None:
             self._batch_step(rows, committed)
         self.running = [s for s in self.running if not s.finished]
+        if not self.running:  # a batch's rate is its own: the next busy spell measures afresh
+            self.batch_rate = None
         return updates
 
     def _fail(self, seq: SequenceState, error: Exception) -> SequenceUpdate:
