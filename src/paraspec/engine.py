@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 import torch
@@ -37,7 +36,6 @@ if TYPE_CHECKING:  # the engine reaches the model only through the runner
 
 logger = logging.getLogger("paraspec.engine")
 
-BATCH_ALPHA = 0.1  # weight of the newest batched step in the batch's tokens per unit of cost
 MAX_QUERY_ROWS = 320  # KV slots reserved for one step's query (drafts + a lookahead window)
 DRAFT_GATE_ENV = (
     "PARASPEC_DRAFT_GATE"  # "0": the draft gate off where LLM(draft_gate=) does not say
@@ -75,7 +73,6 @@ class Engine:
         # 0 MB: off
         self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache(0)
         self.steps = 0  # decode steps run
-        self.batch_rate: float | None = None  # EMA of a batch step's tokens per unit of cost
 
     # ------------------------------------------------------------------------------ requests
 
@@ -150,28 +147,6 @@ class Engine:
 
     def _context(self, batch_size: int) -> StepContext:
         return StepContext(batch_size, self.cost, self.steps)
-
-    def _batch_contexts(self, ctx: StepContext) -> list[StepContext]:
-        """Each running sequence's context: in a batch, the rows the others had in their last
-        step and the batch's tokens per unit of cost (before the first batched step: a token a
-        sequence), by which the draft policy prices a row that delays every sequence."""
-        if len(self.running) == 1:
-            return [ctx]
-        rows = sum(s.step_rows for s in self.running)
-        rate = self.batch_rate or len(self.running) / ctx.cost(rows)
-        return [replace(ctx, other_rows=rows - s.step_rows, batch_rate=rate) for s in self.running]
-
-    def _batch_step(self, rows: list[StepRow], tokens: int) -> None:
-        """After a decode step: each sequence's rows, and the batch's rate where it was one."""
-        for r in rows:
-            r.seq.step_rows = len(r.query.tokens)
-        if len(rows) > 1:
-            rate = tokens / self.cost(sum(len(r.query.tokens) for r in rows))
-            self.batch_rate = (
-                rate
-                if self.batch_rate is None
-                else self.batch_rate + BATCH_ALPHA * (rate - self.batch_rate)
-            )
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.prefilling)
@@ -269,13 +244,12 @@ class Engine:
         # batch-aware drafting: parallel decoding pays off at low concurrency (MindIE shrinks drafts)
         drafting = any(s.drafter is not None for s in self.running)
         ctx = self._context(len(self.running)) if drafting else None
-        contexts = self._batch_contexts(ctx) if drafting else [None] * len(self.running)
         self.steps += 1
         updates: list[SequenceUpdate] = []
         rows: list[StepRow] = []
-        for seq, seq_ctx in zip(self.running, contexts):
+        for seq in self.running:
             try:
-                rows.append(step_row(seq, seq_ctx, self.runner, self.draft_gate))
+                rows.append(step_row(seq, ctx, self.runner, self.draft_gate))
             except Exception as e:  # its drafter failed: the sequence ends, the step goes on
                 updates.append(self._fail(seq, e))
         # rows of other sequences never change a sequence's logits (row invariance), so the
@@ -289,7 +263,6 @@ class Engine:
                 row.seq.key, len(row.query.tokens), row.seq.cache.length, forward_s
             )
         units = sum(self.cost(len(r.query.tokens)) for r in rows) if ctx is not None else 1.0
-        committed = 0
         for row, logits in zip(rows, logits_per_seq):
             seq, timer, emitted = row.seq, row.seq.stats.timer, len(row.seq.output)
             timer.start()
@@ -298,7 +271,6 @@ class Engine:
             except Exception as e:  # its sampler, drafter or detokenizer failed: it alone ends
                 updates.append(self._fail(seq, e))
                 continue
-            committed += len(seq.output) - emitted
             if seq.drafter is not None and not row.by_mode:
                 # its share of the forward, by the curve
                 rows_cost = self.cost(len(row.query.tokens))
@@ -310,11 +282,7 @@ class Engine:
                     propose_s=timer.propose_s,
                     other_s=timer.elapsed(),
                 )
-        if ctx is not None:
-            self._batch_step(rows, committed)
         self.running = [s for s in self.running if not s.finished]
-        if not self.running:  # a batch's rate is its own: the next busy spell measures afresh
-            self.batch_rate = None
         return updates
 
     def _fail(self, seq: SequenceState, error: Exception) -> SequenceUpdate:

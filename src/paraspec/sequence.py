@@ -49,7 +49,6 @@ class SequenceState:
         None  # its decode mode's state (decoding/contract/mode.py), None: plain
     )
     gate: DraftGate = field(default_factory=DraftGate)  # whether its steps look for a draft
-    step_rows: int = 1  # its query's rows in the last decode step (the batch's load, engine.py)
     cached_tokens: int = 0  # prompt tokens whose KV the prefix cache gave (prefix_cache.py)
     stop_ids: frozenset[int] = frozenset()  # stop_token_ids, and EOS unless ignore_eos
 

@@ -6,7 +6,6 @@ import pytest
 from paraspec.decoding.policy.cost import CostModel
 from paraspec.decoding.policy.calibration import streak_state
 from paraspec.decoding.policy.draft_policy import DraftPolicy
-from paraspec.decoding.contract.proposer import StepContext
 from paraspec.decoding.contract.tree import DraftTree
 
 FLAT = CostModel({1: 1.0, 64: 1.0})  # rows are free
@@ -132,26 +131,3 @@ def test_an_unsent_copy_is_learnt_and_then_verified_where_rows_are_dear():
     assert first <= 16 and sum(sizes[first:]) >= 60 and len(sizes) < 119 // 3
     # a first node like these is now known to be accepted
     assert pol.calibrated("r", 0, 1, 0.4) > 0.8
-
-
-def test_in_a_batch_a_row_is_priced_at_the_batch_rate_on_the_others_rows():
-    """Rows cheap alone (the curve's flat start) are dear once the other sequences' rows have
-    left it, and a row then delays every sequence: at the batch's tokens per unit of cost a
-    draft worth its rows alone stays home; where the batch is still on the flat start it goes."""
-    curve = CostModel({1: 1.0, 4: 1.05, 8: 1.8, 16: 3.4, 32: 6.6})
-    pol = DraftPolicy(1)
-    pol.begin("r")
-    chain = tree([[1, 2, 3, 4, 5, 6]], 0.9)
-
-    def sent(**load) -> int:
-        ctx = StepContext(cost=curve, **load)
-        return len(pol.select("r", [0], [chain], 64, curve, score=False, load=ctx)[0])
-
-    assert sent() >= 3  # alone: rows 2-4 cost next to nothing
-    assert sent(other_rows=7, batch_rate=8 / curve(8)) == 0  # 8 roots: every row ~0.2 of a step
-    assert sent(other_rows=1, batch_rate=2 / curve(2)) >= 2  # 2 roots: still the flat start
-    # the others' drafts count as rows: a batch of 2 whose other sequence sent 6 is past the
-    # flat start, where unsure nodes no longer pay; with its root alone they still do
-    chain = tree([[1, 2, 3, 4, 5, 6]], 0.3)
-    assert sent(other_rows=7, batch_rate=2 / curve(8)) == 0
-    assert sent(other_rows=1, batch_rate=2 / curve(2)) == 2

@@ -4,7 +4,7 @@ Per request the engine calls `begin` once with the prompt, then each step `propo
 tree of at most `max_nodes` nodes hanging below the root, the last committed token) and, after
 verification, `observe` with the tokens just committed. `end` releases the request's state.
 `begin` and `propose` get a `StepContext`: what the engine knows that a drafter may weigh its
-draft against (the batch size and its load, the measured forward-cost curve, the step number). A drafter
+draft against (the batch size, the measured forward-cost curve, the step number). A drafter
 holds nothing of the engine's; what drafters share across requests (the token trie, arm
 statistics) they are given when built (decoding/drafters/registry.py).
 
@@ -35,11 +35,6 @@ class StepContext:
     batch_size: int = 1  # sequences verified in this step's forward
     cost: CostModel = field(default_factory=CostModel)  # t(k)/t(1): probed, refreshed by the engine
     step: int = 0  # decode steps the engine has run
-    # in a batch (draft_policy.py prices rows by these): the rows the other sequences' queries
-    # had in the last step, which a draft's rows join on the curve, and the batch's committed
-    # tokens per unit of forward cost, what a row's share of the step would buy anyway
-    other_rows: int = 0
-    batch_rate: float = 0.0
 
 
 DEFAULT_CONTEXT = StepContext()  # one sequence, the default cost curve (tests, replay)

@@ -174,9 +174,7 @@ class HybridDrafter:
         # what the trie and the suffix source alone would send: the window's paired baseline, and
         # whether the pool can add anything for free (the tree fills its stair: it could only add
         # rows a step up)
-        alone, expected = self.policy.select(
-            request_id, context, [m, None, s, h], budget, cost, load=ctx
-        )
+        alone, expected = self.policy.select(request_id, context, [m, None, s, h], budget, cost)
         st.memory_tree, st.memory_cost = alone, cost(1 + len(alone))
         st.pool_ran = (
             st.arm == 1 or not alone or (len(alone) < budget and cost.free_rows(1 + len(alone)) > 0)
@@ -193,7 +191,7 @@ class HybridDrafter:
         )
         window_rows = len(branch.tokens) if branch else 0
         draft, expected = self.policy.select(
-            request_id, context, [m, tree, s, h], budget, cost, window_rows, load=ctx
+            request_id, context, [m, tree, s, h], budget, cost, window_rows
         )
         st.cost = cost(1 + len(draft) + window_rows)
         return Proposal(draft, branch, expected, self.policy.reason(request_id))

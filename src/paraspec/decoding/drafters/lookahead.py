@@ -189,13 +189,7 @@ class LookaheadDrafter:
         tree, branch = self.source.step(request_id, context, 0 if arm == 1 else self.params.window)
         window_rows = len(branch.tokens) if branch else 0
         draft, expected = self.policy.select(
-            request_id,
-            context,
-            [tree],
-            max_nodes,
-            ctx.cost,
-            window_rows,
-            load=ctx,
+            request_id, context, [tree], max_nodes, ctx.cost, window_rows
         )
         # warm-up steps are not scored: the window has nothing to harvest yet
         scored = arm if self.adaptive_window and (warm or not branch) else -1

@@ -286,13 +286,7 @@ class MemoryDrafter:
         m = self.source.candidates(request_id, context, budget, copying)
         limit = budget if copying else min(budget, p.max_draft)
         draft, expected = self.policy.select(
-            request_id,
-            context,
-            [m],
-            limit,
-            ctx.cost,
-            send_all=0 if p.dynamic_algo else p.max_draft,
-            load=ctx,
+            request_id, context, [m], limit, ctx.cost, send_all=0 if p.dynamic_algo else p.max_draft
         )
         return Proposal(draft, expected=expected, reason=self.policy.reason(request_id))
 

@@ -14,11 +14,7 @@ by depth and rank). The policy
      w = the step's other rows (a lookahead window), price = the request's recent tokens per unit
      of forward cost + MARGIN - 1: a row must buy what the step's time buys anyway, and a margin
      for the winner's curse (drafts go out where the estimate is high, so they are over-estimated
-     on average). In a batch a row joins the other sequences' rows (w counts those of their last
-     step) and delays every sequence of the forward: its price is the batch's tokens per unit of
-     cost instead (the engine measures both, StepContext), so once the batch has left the
-     curve's flat start only drafts that buy what the batch's step buys go out. While the text
-     copies (streak state 2) the margin is COPY_MARGIN: there the
+     on average). While the text copies (streak state 2) the margin is COPY_MARGIN: there the
      estimates are measured on the copy's own steps (sent or not), the curse is small, and with
      the full margin a CPU whose rows are dear (docs/design-notes.md, figures) would verify not
      even a certain copy. Rows on the cost curve's current stair are free (the forward pads
@@ -32,7 +28,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .calibration import (
     DEPTH_BAND,
@@ -49,9 +44,6 @@ from .calibration import (
 from .cost import CostModel
 from ..contract.stats import NO_MATCH, ROWS_TOO_DEAR
 from ..contract.tree import ROOT, DraftTree, descend
-
-if TYPE_CHECKING:  # the contract's proposer module imports cost.py from here
-    from ..contract.proposer import StepContext
 
 MARGIN = 2.0  # at rate 1, a draft must be worth this many times its cost
 COPY_MARGIN = 1.1  # ... while the text copies (see _size)
@@ -99,25 +91,15 @@ class DraftPolicy:
         extra_rows: int = 0,
         send_all: int = 0,
         score: bool = True,
-        load: StepContext | None = None,
     ) -> tuple[DraftTree, float]:
         """The draft to verify (best first, at most `budget` nodes) and its expected accepted
         tokens. candidates[s]: source s's tree with its own estimates (None: nothing).
         send_all: at least the first send_all nodes when together their value is positive
         (MindIE's static draft length). score=False: the candidates are not kept for
-        calibration; a second scored look at the same step replaces the first's candidates.
-        load: the step's context, whose other_rows and batch_rate say the batch's load (None or
-        none: the request is alone)."""
+        calibration; a second scored look at the same step replaces the first's candidates."""
         tree, owners = self.merged(key, context, candidates, score)
         n, expected = self._size(
-            self._requests[key],
-            tree.probs,
-            budget,
-            cost,
-            extra_rows,
-            send_all,
-            load.other_rows if load is not None else 0,
-            load.batch_rate if load is not None else 0.0,
+            self._requests[key], tree.probs, budget, cost, extra_rows, send_all
         )
         draft = tree.truncated(n)
         self.sent(key, draft, owners[:n], cost(1 + n + extra_rows))
@@ -266,17 +248,13 @@ class DraftPolicy:
         cost: CostModel,
         extra_rows: int,
         send_all: int,
-        other_rows: int = 0,
-        batch_rate: float = 0.0,
     ) -> tuple[int, float]:
         """How many of the best-first nodes to send, and their expected accepted tokens."""
         n_max = min(len(probs), budget)
         if n_max <= 0:
             return 0, 0.0
         margin = COPY_MARGIN if st.state == len(STREAK_EDGES) else MARGIN
-        rate = batch_rate if other_rows > 0 and batch_rate > 0 else st.tok_ema / st.cost_ema
-        price = rate + margin - 1.0
-        extra_rows += other_rows
+        price = st.tok_ema / st.cost_ema + margin - 1.0
         table = cost.table
         base = table[1 + extra_rows] if 1 + extra_rows < len(table) else cost(1 + extra_rows)
         gain = best_v = best_gain = 0.0
