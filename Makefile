@@ -128,11 +128,14 @@ aspd-eval: install
 
 # The same data and recipe on the real Qwen2.5-Coder-0.5B-Instruct (`make models` fetches it), the
 # first model a user would fine-tune; its adapters stay out of git (data/aspd/, ignored). One
-# variant after the other, all threads each: a run holds ~11.5 GB (fp32 weights and the logits of
-# a 152k vocabulary), two would not fit a 24 GB machine. Time per step: docs/aspd.md (Training).
+# variant after the other, all threads each: a run holds ~9-11 GB (fp32 weights and the logits of
+# a 152k vocabulary), two would not fit a 24 GB machine. bf16 matmuls where the CPU has them
+# natively (AVX512_BF16), fp32 elsewhere (emulated bf16 would be slower); the adapter records which.
+# Time per step: docs/aspd.md (Training).
 ASPD_05B := qwen2.5-coder-0.5b
 ASPD_05B_OUT ?= data/aspd/adapters-$(ASPD_05B)
-ASPD_05B_TRAIN ?= --steps 150 --batch 4 --seed 0 --threads $(shell nproc)
+ASPD_05B_DTYPE ?= $(shell grep -qsw avx512_bf16 /proc/cpuinfo && echo bf16 || echo fp32)
+ASPD_05B_TRAIN ?= --steps 150 --batch 4 --seed 0 --threads $(shell nproc) --dtype $(ASPD_05B_DTYPE)
 .PHONY: aspd-train-0.5b aspd-eval-0.5b
 
 aspd-train-0.5b: aspd-data models

@@ -1,7 +1,7 @@
 """ASPD training: the training forward equals paraspec's forward under the same mask and positions
 (and transformers' on a causal one) for every family the loader runs (Llama, Llama-3 rope scaling
 and GQA, Llama with attention biases, Qwen2.5's q/k/v biases, Qwen3's q/k norms (and biases); tied
-and untied heads; a GGUF file), LoRA merges exactly, a few steps on a tiny random model reduce the loss, `paraspec aspd
+and untied heads; a GGUF file), LoRA merges exactly, a few steps on a tiny random model reduce the loss (fp32 or bf16 matmuls), `paraspec aspd
 train` + `export` give a folder whose logits are the adapted training forward's, adapters
 save/export/load, and what the forward cannot represent is refused in one line."""
 
@@ -139,18 +139,21 @@ def test_lora_merge_equals_unmerged():
     assert not torch.allclose(lin.merged(), w)
 
 
-def test_a_few_steps_reduce_the_loss_and_adapters_round_trip(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_few_steps_reduce_the_loss_and_adapters_round_trip(tiny_model_dir, tmp_path, dtype):
     _, tok, ids, n_base, model = _tiny(tiny_model_dir, rank=8)
     data = [train.encode(ex, tok, ids) for ex in synth.generate(4, 9)]
     before = train.loss_on(model, data).item()
     stats = train.fit(
         model,
         data,
-        train.TrainConfig(epochs=10, batch=4, lr=1e-2, max_minutes=30),
+        train.TrainConfig(epochs=10, batch=4, lr=1e-2, max_minutes=30, dtype=dtype),
         log=lambda m: None,
     )
     after = train.loss_on(model, data).item()
-    assert stats["steps"] == 10 and after < before - 0.5, (before, after, stats)
+    assert stats["steps"] == 10 and stats["dtype"] == dtype, stats
+    assert after < before - 0.5, (before, after, stats)
+    assert model.new_embed.dtype == torch.float32  # bf16 matmuls, fp32 parameters
     save_adapter(tmp_path / "a.safetensors", model.adapter_tensors(), {"rank": 8, "alpha": 16.0})
     tensors, meta = load_adapter(tmp_path / "a.safetensors")
     assert meta == {"rank": 8, "alpha": 16.0} and tensors["new_embed"].shape == (6, model.args.dim)

@@ -72,6 +72,13 @@ def add_parsers(s) -> None:
         default=0.0,
         help="wall-clock cap per variant (default 0: none; a cap makes the adapter depend on the machine)",
     )
+    t.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="bf16: matmuls in bfloat16 (fast on CPUs with AVX512_BF16 or AMX; not bit-identical "
+        "to fp32, which the committed adapters' recipe uses)",
+    )
     t.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
     t.add_argument(
         "--model", default="default", help="base model (default: the bundled SmolLM2-135M)"
@@ -166,6 +173,7 @@ def train_main(args: argparse.Namespace) -> int:
             max_len=args.max_len,
             max_minutes=args.max_minutes,
             seed=args.seed,
+            dtype=args.dtype,
         )
         print(
             f"[{variant}] {len(enc)} examples, {sum(len(e.ids) for e in enc)} tokens, "
@@ -184,6 +192,7 @@ def train_main(args: argparse.Namespace) -> int:
             "epochs": args.epochs,
             "steps": args.steps,
             "seed": args.seed,
+            "dtype": args.dtype,
             "batch": args.batch,
             "offset": args.offset,
             "examples": args.examples,
