@@ -16,8 +16,8 @@ EOS = frozenset({2})
 
 
 def _grammars() -> list[SerialGrammar]:
-    """One grammar in each state: text, open, title, title at its cap, closed (with room and at
-    the cap on titles), after_block."""
+    """One grammar in each state: text, open, title, title at its cap, closed (with room, at
+    the cap on titles, after a repeated title), after_block."""
     out = [SerialGrammar(IDS, EOS, max_titles=2, max_title_tokens=2)]
     for tokens in ([50], [50, 9], [50, 9, 10], [50, 9, 51], [50, 9, 51, 50, 10, 51]):
         g = SerialGrammar(IDS, EOS, max_titles=2, max_title_tokens=2)
@@ -25,10 +25,17 @@ def _grammars() -> list[SerialGrammar]:
             g.advance(t)
         out.append(g)
     g = SerialGrammar(IDS, EOS)
+    for t in [50, 9, 51, 50, 9, 51]:
+        g.advance(t)
+    out.append(g)
+    g = SerialGrammar(IDS, EOS)
     g.block_done()
     out.append(g)
     assert len(
-        {(g.state, g.titles >= g.max_titles, g.title_tokens >= g.max_title_tokens) for g in out}
+        {
+            (g.state, g.titles >= g.max_titles, g.title_tokens >= g.max_title_tokens, g.repeated)
+            for g in out
+        }
     ) == len(out)
     return out
 
@@ -101,3 +108,29 @@ def test_open_threshold_opens_a_block_only_where_the_model_is_sure():
     for bad in (1, 1.5, -0.1, "0.5", True):
         with pytest.raises(ConfigError, match="plugin_params.open_threshold"):
             AspdParams.from_dict({"open_threshold": bad})
+
+
+def test_a_list_that_repeats_a_title_ends_there():
+    """After a title the list already holds only `<|para|>` may follow (the block would drop the
+    repeat: each further title would cost serial steps for nothing); titles that only share a
+    prefix are distinct, and the next list starts afresh."""
+    g = SerialGrammar(IDS, EOS)
+
+    def write(*titles):
+        for title in titles:
+            for t in (IDS.title, *title, IDS.end_title):
+                g.advance(t)
+
+    write([9, 10], [9])  # [9] is a prefix of [9, 10], not a repeat
+    assert g.rule() == (True, [IDS.para, IDS.title]) and not g.repeated
+    write([9, 10])
+    assert g.rule() == (True, [IDS.para]) and g.repeated and g.copy().rule() == (True, [IDS.para])
+    row = torch.zeros(V)
+    row[IDS.title] = 9.0  # the model would write yet another title
+    assert g.greedy(row) == IDS.para == int(g.apply(row).argmax())
+    g.advance(IDS.para)
+    assert g.state == "text" and not g.repeated
+    write([9, 10])  # a new list: its titles are its own
+    assert g.rule() == (True, [IDS.para, IDS.title])
+    g.block_done()
+    assert not g.repeated and g.state == "after_block"

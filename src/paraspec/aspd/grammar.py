@@ -5,7 +5,9 @@ Serial mode (SerialGrammar, one state per sequence, advanced by every emitted to
 - outside a titles list, `<|/title|>` and `<|para|>` are banned;
 - right after `<|title|>`: no `<|title|>`, `<|/title|>`, `<|para|>` (a title is never empty);
 - inside a title: no `<|title|>`, `<|para|>`; after max_title_tokens only `<|/title|>`;
-- right after `<|/title|>`: only `<|title|>` (below the branch cap) or `<|para|>`;
+- right after `<|/title|>`: only `<|title|>` (below the branch cap) or `<|para|>`; only `<|para|>`
+  after a title the list already holds: a list that repeats a title has ended (the block drops
+  repeats, so each would cost its serial steps for nothing; small models loop there);
 - EOS is banned inside a titles list (a block that is announced gets decoded);
 - at the first serial step after a block `<|title|>` is banned (no block right after a block);
 - with an open threshold, the `<|title|>` that opens a list (so a block) is banned where the
@@ -37,7 +39,10 @@ class SerialGrammar:
     titles: int = 0  # titles in the current list
     title_tokens: int = 0  # tokens of the title being written
     open_threshold: float = 0.0  # P(<|title|>) a list (a block) needs to open; 0: the model's draw
+    repeated: bool = False  # the list's last closed title repeats an earlier one: it ends
     _banned_text: list[int] = field(default_factory=list)
+    _listed: set[tuple[int, ...]] = field(default_factory=set)  # the list's titles so far
+    _title: list[int] = field(default_factory=list)  # the title being written
 
     def __post_init__(self) -> None:
         i = self.ids
@@ -54,7 +59,9 @@ class SerialGrammar:
             self.titles,
             self.title_tokens,
             self.open_threshold,
+            self.repeated,
         )
+        g._listed, g._title = set(self._listed), list(self._title)
         return g
 
     def rule(self, logits: torch.Tensor | None = None) -> tuple[bool, list[int]]:
@@ -62,7 +69,8 @@ class SerialGrammar:
         `logits`: the row being drawn from, which the open threshold reads."""
         i = self.ids
         if self.state == "closed":
-            return True, [i.para] + ([i.title] if self.titles < self.max_titles else [])
+            room = self.titles < self.max_titles and not self.repeated
+            return True, [i.para] + ([i.title] if room else [])
         if self.state == "title" and self.title_tokens >= self.max_title_tokens:
             return True, [i.end_title]
         banned = list(self._banned_text if self.state in ("text", "after_block") else self._always)
@@ -107,21 +115,29 @@ class SerialGrammar:
     def advance(self, token: int) -> None:
         i = self.ids
         if token == i.title:
-            self.state, self.title_tokens = "open", 0
+            self.state, self.title_tokens, self._title = "open", 0, []
             self.titles += 1
         elif token == i.end_title:
             self.state = "closed"
+            title = tuple(self._title)
+            self.repeated = title in self._listed
+            self._listed.add(title)
         elif token == i.para:
-            self.state, self.titles = "text", 0
+            self._new_list("text")
         elif self.state in ("open", "title"):
             self.state = "title"
             self.title_tokens += 1
+            self._title.append(token)
         else:
             self.state = "text"
 
     def block_done(self) -> None:
         """The engine closed a block with <|/para|>: the next serial token may not open another."""
-        self.state, self.titles = "after_block", 0
+        self._new_list("after_block")
+
+    def _new_list(self, state: str) -> None:
+        self.state, self.titles, self.repeated = state, 0, False
+        self._listed, self._title = set(), []
 
 
 def _branch_banned(ids: MarkupIds) -> list[int]:
