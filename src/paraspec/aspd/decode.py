@@ -110,7 +110,6 @@ class AspdState:
         self.grammar = SerialGrammar(
             ids, eos, p.max_branches, p.max_title_tokens, open_threshold=p.open_threshold
         )
-        self.titles: list[list[int]] = []
         self.block: Block | None = None
         self.blocks = self.branches = self.parallel_steps = 0
         self.branch_draft_tokens = self.branch_accepted = self.drafted_closes = 0
@@ -130,21 +129,16 @@ class AspdState:
 
     def advance(self, token: int) -> None:
         """A serial token was drawn: grammar, titles, and the switch to parallel mode."""
-        ids = self.ids
-        if token == ids.title:
-            self.titles.append([])
-        elif self.grammar.state in ("open", "title") and token != ids.end_title:
-            self.titles[-1].append(token)
+        titles = self.grammar.listed  # the list's titles (the grammar forgets them at <|para|>)
         self.grammar.advance(token)
-        if token == ids.para:
-            self._open_block()
+        if token == self.ids.para:
+            self._open_block(titles)
 
-    def _open_block(self) -> None:
+    def _open_block(self, titles: list[list[int]]) -> None:
         unique: list[list[int]] = []
-        for t in self.titles:
+        for t in titles:
             if t not in unique and len(unique) < self.decoder.params.max_branches:
                 unique.append(t)
-        self.titles = []
         colon = self.ids.colon_space[:1]  # ":"; the space goes with the next word (BPE)
         self.block = Block(
             [

@@ -41,8 +41,8 @@ class SerialGrammar:
     open_threshold: float = 0.0  # P(<|title|>) a list (a block) needs to open; 0: the model's draw
     repeated: bool = False  # the list's last closed title repeats an earlier one: it ends
     _banned_text: list[int] = field(default_factory=list)
-    _listed: set[tuple[int, ...]] = field(default_factory=set)  # the list's titles so far
-    _title: list[int] = field(default_factory=list)  # the title being written
+    # the list's titles as written, repeats included; the last is the one being written
+    listed: list[list[int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         i = self.ids
@@ -61,7 +61,7 @@ class SerialGrammar:
             self.open_threshold,
             self.repeated,
         )
-        g._listed, g._title = set(self._listed), list(self._title)
+        g.listed = [list(t) for t in self.listed]
         return g
 
     def rule(self, logits: torch.Tensor | None = None) -> tuple[bool, list[int]]:
@@ -115,19 +115,18 @@ class SerialGrammar:
     def advance(self, token: int) -> None:
         i = self.ids
         if token == i.title:
-            self.state, self.title_tokens, self._title = "open", 0, []
+            self.state, self.title_tokens = "open", 0
             self.titles += 1
+            self.listed.append([])
         elif token == i.end_title:
             self.state = "closed"
-            title = tuple(self._title)
-            self.repeated = title in self._listed
-            self._listed.add(title)
+            self.repeated = self.listed[-1] in self.listed[:-1]
         elif token == i.para:
             self._new_list("text")
         elif self.state in ("open", "title"):
             self.state = "title"
             self.title_tokens += 1
-            self._title.append(token)
+            self.listed[-1].append(token)
         else:
             self.state = "text"
 
@@ -137,7 +136,7 @@ class SerialGrammar:
 
     def _new_list(self, state: str) -> None:
         self.state, self.titles, self.repeated = state, 0, False
-        self._listed, self._title = set(), []
+        self.listed = []
 
 
 def _branch_banned(ids: MarkupIds) -> list[int]:
