@@ -51,3 +51,26 @@ def test_a_corrupt_memory_file_is_one_line_and_changes_nothing(model, tmp_path):
         and "save the memory again" in str(e.value)
     )
     assert llm.drafter.output_memory.tokens().tolist() == before
+
+
+def test_a_prompt_answered_before_is_replayed_whole_from_its_first_step(model, tmp_path):
+    prompt = "the answer to this very prompt"
+    plain = LLM(model, dtype="float32")
+    llm = LLM(model, dtype="float32", plugin_params=HYBRID)
+    first = llm.generate(prompt, PARAMS)[0]
+    again = llm.generate(prompt, PARAMS)[0]
+    assert again.token_ids == first.token_ids == plain.generate(prompt, PARAMS)[0].token_ids
+    # the prefill writes the first token, the answer's other 39 go out as one draft at once
+    assert again.stats["decode_steps"] == 1 < first.stats["decode_steps"]
+    # a sampled request of the same prompt may leave the answer: still the plain model's tokens
+    sampled = SamplingParams(max_tokens=40, temperature=1.0, seed=3, ignore_eos=True)
+    assert (
+        llm.generate(prompt, sampled)[0].token_ids == plain.generate(prompt, sampled)[0].token_ids
+    )
+    # the answers are saved with the memory: a new LLM replays them too
+    path = tmp_path / "memory.npz"
+    llm.save_memory(str(path))
+    restarted = LLM(model, dtype="float32", plugin_params=HYBRID)
+    restarted.load_memory(str(path))
+    out = restarted.generate(prompt, PARAMS)[0]
+    assert out.token_ids == first.token_ids and out.stats["decode_steps"] == 1

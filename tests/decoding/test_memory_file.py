@@ -101,7 +101,7 @@ def test_a_trie_only_file_still_loads(tmp_path):
 def _saved(tmp_path) -> dict:
     trie, memory = TokenTrie(window=4), OutputMemory()
     trie.insert([1, 2, 3])
-    memory.add([5, 6, 7])
+    memory.add([5, 6, 7], prompt=[1, 2])
     path = tmp_path / "good.npz"
     save_memory_file(path, trie, memory)
     with np.load(path) as z:
@@ -136,6 +136,9 @@ def _write(tmp_path, name: str, arrays: dict):
         (lambda a: a.update(outputs=np.array([5, -3, -1], np.int32)), "negative tokens"),
         (lambda a: a.update(outputs=np.zeros((2, 2), np.int32)), "not one row of integers"),
         (lambda a: a.update(token=np.int32(3)), "mismatched shapes"),
+        (lambda a: a.update(answers=np.array([1, 0])), "not rows of"),
+        (lambda a: a.update(answers=np.array([[1, 4]])), "outside its outputs"),
+        (lambda a: a.update(answers=np.array([[1, 1]])), "do not start an output"),
         (lambda a: a.update(parent=a["parent"][::-1].copy()), "out-of-order"),
     ],
 )
@@ -181,3 +184,33 @@ def test_a_full_memory_keeps_its_newest_outputs():
     small = OutputMemory(max_tokens=13)  # a file larger than the memory: its newest outputs,
     small.merge_tokens(big.tokens())  # each from its start
     assert small.tokens().tolist() == [108] * 5 + [SEPARATOR] + [109] * 5 + [SEPARATOR]
+
+
+def test_answers_are_kept_by_prompt_moved_with_their_outputs_and_saved(tmp_path):
+    def answers(memory, prompt, n):
+        toks = memory.tokens().tolist()
+        return [toks[at : at + n] for at in memory.answer(prompt)]
+
+    memory = OutputMemory(max_tokens=24)
+    memory.add([10, 11, 12], prompt=[1, 2])
+    memory.add([20, 21], prompt=[3])
+    memory.add([30, 31, 32])  # no prompt: nothing to replay
+    assert answers(memory, [1, 2], 3) == [[10, 11, 12]] and memory.answer([1, 2, 0]) == []
+    memory.add([40, 41, 42], prompt=[1, 2])  # another answer to the same prompt: both kept
+    memory.add([10, 11, 12], prompt=[1, 2])  # the same answer again: kept once, the newest
+    assert answers(memory, [1, 2], 3) == [[40, 41, 42], [10, 11, 12]]
+    generation = memory.generation
+    for i in range(3):  # full: the older half goes, and the answers in it
+        memory.add([50 + i, 60 + i, 70 + i], prompt=[9, i])
+    assert memory.generation > generation and memory.answer([3]) == []
+    for i in range(3):
+        assert answers(memory, [9, i], 3) == [[50 + i, 60 + i, 70 + i]]
+    path = tmp_path / "memory.npz"
+    save_memory_file(path, TokenTrie(window=4), memory)
+    into = OutputMemory()
+    into.add([5, 6], prompt=[7])
+    merge_memory_file(path, None, into)  # after what `into` held: positions shift
+    assert answers(into, [9, 2], 3) == [[52, 62, 72]] and answers(into, [7], 2) == [[5, 6]]
+    small = OutputMemory(max_tokens=8)  # a file larger than the memory: answers of the part kept
+    merge_memory_file(path, None, small)
+    assert small.answer([9, 0]) == [] and answers(small, [9, 2], 3) == [[52, 62, 72]]

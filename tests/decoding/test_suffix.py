@@ -2,6 +2,8 @@
 suffix occurred before and what followed it there, as the hybrid's third source; and the policy
 sizing drafts on a staircase cost curve."""
 
+import pytest
+
 from paraspec.decoding.policy.cost import CostModel
 from paraspec.decoding.policy.draft_policy import DraftPolicy
 from paraspec.decoding.drafters.hybrid import SUFFIX, HybridDrafter
@@ -157,12 +159,12 @@ def test_finished_outputs_are_matched_on_their_longest_suffix_in_later_requests(
     assert best_path(src.memory("y", 4)) == [63]
     src.end("y")
     for i in range(30):  # the memory keeps its newest tokens
-        src.begin(i, [])
-        src.candidates(i, [40 + i, 41 + i, 42 + i], 4)
+        src.begin(i, [200 + i])  # prompts of their own: no answer is replayed below
+        src.candidates(i, [200 + i, 40 + i, 41 + i, 42 + i], 4)
         src.end(i)
     assert len(src.output_memory) <= 64
-    src.begin("c", [])
-    src.candidates("c", [69, 70], 4)
+    src.begin("c", [300])
+    src.candidates("c", [300, 69, 70], 4)
     assert best_path(src.memory("c", 4)) == [71]  # a recent output, within its separator
 
 
@@ -200,3 +202,29 @@ def test_past_outputs_are_not_looked_up_while_the_context_copies_itself_at_lengt
     long = [5] + text + text
     assert src.candidates("b", long, 6)
     assert not src.memory("b", 6)  # ... so the past is not searched
+
+
+def test_an_answered_prompt_replays_its_answers_from_the_first_step_while_the_output_follows():
+    src = SuffixSource(eos_token_ids=[2])
+    prompt, answer = [5, 6, 7], list(range(100, 140))
+    for key, out in (("b", answer[:10] + [77, 78]), ("a", answer)):  # two answers, 10 alike
+        src.begin(key, prompt)
+        src.candidates(key, prompt + out + [2], 4)
+        src.end(key)
+    src.begin("c", prompt)
+    assert src.replaying("c")
+    ctx = prompt + [100]  # the prefill's token
+    src.candidates("c", ctx, 30)
+    tree = src.replay("c", 30)
+    assert best_path(tree) == answer[1:31]  # from the first decode step, a copy's depth
+    fork = tree.tokens.index(109)
+    assert sorted(t for t, par in zip(tree.tokens, tree.parents) if par == fork) == [77, 110]
+    assert tree.probs[0] == pytest.approx(0.97) and not src.memory("c", 30)  # past not searched
+    src.observe("c", answer[1:12])  # past the fork: the second answer is left behind
+    src.candidates("c", ctx + answer[1:12], 8)
+    assert src.replay("c", 8).tokens == answer[12:20]
+    src.observe("c", [5, 5])  # the output leaves the answer: no replay any more
+    src.candidates("c", ctx + answer[1:12] + [5, 5], 8)
+    assert not src.replay("c", 8) and not src.replaying("c")
+    src.begin("d", [5, 6, 8])  # another prompt
+    assert not src.replaying("d")

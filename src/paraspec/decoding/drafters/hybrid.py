@@ -8,7 +8,8 @@ rows the forward pads anyway are filled with the next best candidates, for nothi
 - the trie (every request's output, this request's prompt, matched on the last 2 tokens) and
   the suffix source (this request's prompt and output, matched on the longest suffix: it knows
   which place of the context a copy comes from, where the trie sees 2 tokens that occur in many
-  places) offer first. When their candidates alone fill their stair of the cost curve (the
+  places; and a prompt answered before replays its answer from the first step, with a copy's
+  budget) offer first. When their candidates alone fill their stair of the cost curve (the
   forward pads its rows, so k rows cost what the next multiple of 4 does), the pool stays idle:
   it could only add rows that cost a step up, for candidates the others mostly hold already, and
   its Python work would be pure overhead;
@@ -54,8 +55,8 @@ WINDOW_BELOW = 1.0  # accepted trie draft tokens per step under which the window
 # below that it sits out, and runs one eligible step in LA_PROBE_EVERY to keep measuring.
 LA_MIN_GAIN = 0.02
 LA_PROBE_EVERY = 8
-TRIE, POOL, SUFFIX, PAST = 0, 1, 2, 3  # the policy's sources
-ALL, NOT_POOL = (TRIE, POOL, SUFFIX, PAST), (TRIE, SUFFIX, PAST)
+TRIE, POOL, SUFFIX, PAST, REPLAY = 0, 1, 2, 3, 4  # the policy's sources
+ALL, NOT_POOL = (TRIE, POOL, SUFFIX, PAST, REPLAY), (TRIE, SUFFIX, PAST, REPLAY)
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ class HybridDrafter:
         self.trie, self.output_memory = self.memory.trie, self.suffix.output_memory
         # window or not: learnt across this configuration's requests
         self.arms = arms if arms is not None else ArmStats(2)
-        self.policy = DraftPolicy(4, stats)
+        self.policy = DraftPolicy(len(ALL), stats)
         self._eligible = 0
         self._requests: dict[str, _Request] = {}
 
@@ -163,18 +164,20 @@ class HybridDrafter:
     ) -> Proposal:
         st = self._requests[request_id]
         cost, mp = ctx.cost, self.params.memory
-        copying = self.policy.state(request_id) == COPYING
+        # a replayed answer is a copy from its first step: it gets a copy's budget at once
+        copying = self.policy.state(request_id) == COPYING or self.suffix.replaying(request_id)
         budget = min(max_nodes, mp.max_draft + (mp.copy_length if copying else 0))
         choosing = ctx.batch_size <= MAX_WINDOW_BATCH and st.memory_score < WINDOW_BELOW
         st.arm = st.selector.choose() if choosing else 0
         st.scored = choosing and (st.arm == 0 or self.pool.warm(request_id))
         m = self.memory.candidates(request_id, context, budget, copying)
         s = self.suffix.candidates(request_id, context, budget)
+        r = self.suffix.replay(request_id, budget)
         h = self.suffix.memory(request_id, budget)
         # what the trie and the suffix source alone would send: the window's paired baseline, and
         # whether the pool can add anything for free (the tree fills its stair: it could only add
         # rows a step up)
-        alone, expected = self.policy.select(request_id, context, [m, None, s, h], budget, cost)
+        alone, expected = self.policy.select(request_id, context, [m, None, s, h, r], budget, cost)
         st.memory_tree, st.memory_cost = alone, cost(1 + len(alone))
         st.pool_ran = (
             st.arm == 1 or not alone or (len(alone) < budget and cost.free_rows(1 + len(alone)) > 0)
@@ -191,7 +194,7 @@ class HybridDrafter:
         )
         window_rows = len(branch.tokens) if branch else 0
         draft, expected = self.policy.select(
-            request_id, context, [m, tree, s, h], budget, cost, window_rows
+            request_id, context, [m, tree, s, h, r], budget, cost, window_rows
         )
         st.cost = cost(1 + len(draft) + window_rows)
         return Proposal(draft, branch, expected, self.policy.reason(request_id))

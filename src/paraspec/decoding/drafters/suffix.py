@@ -19,6 +19,14 @@ context's). While the context matches itself over SETTLED_MATCH+ tokens (it is c
 copy runs as deep as the budget) the memory is not searched: replayed, that costs no accepted
 token and saves its Python time.
 
+A request whose prompt the memory has answered before (OutputMemory.answer) replays those answers:
+replay() offers them as one tree from the first decode step, each while the output so far is its
+start (greedy decoding of the same prompt by the same model writes its answer again, token for
+token; sampling may not, and the first token that differs drops that answer). Its nodes carry
+REPLAY_PRIOR times their share of the answers through their parent, a source of its own for the
+policy, which calibrates it like the others; while it runs the past outputs are not searched
+(the replay is their best match).
+
 Estimates: a node's conditional estimate is MATCH_PRIOR of the longest match through it, times
 its share of its parent's occurrences (weighted 2^m: the longer match knows more). The priors
 put each band of match lengths into its own band of the policy's Q_EDGES, so the policy's
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
 
 from ..memory.output_memory import OutputMemory, TokenIndex
 from .suffix_match import continuations, suffix_matches
@@ -47,6 +56,7 @@ CANDIDATES = 2  # nodes offered per node the budget allows (the policy picks amo
 # match length 1, 2, 3-4, 5-8, 9+ -> a conditional estimate in a band of its own (Q_EDGES)
 MATCH_EDGES = (2, 3, 5, 9)
 MATCH_PRIOR = (0.25, 0.4, 0.55, 0.75, 0.9)
+REPLAY_PRIOR = 0.97  # a replayed answer's conditional estimate, before the policy measures it
 
 
 def match_prior(m: int) -> float:
@@ -68,26 +78,73 @@ class SuffixSource:
         self._ctx: dict[Hashable, TokenIndex] = {}
         self._prompt_len: dict[Hashable, int] = {}
         self._settled: dict[Hashable, bool] = {}  # the step's own match is long: memory() skips
+        self._replay: dict[Hashable, _Replay] = {}
 
     def begin(self, key: Hashable, prompt: Sequence[int]) -> None:
         ctx = self._ctx[key] = TokenIndex()
         ctx.extend(prompt)
         self._prompt_len[key] = len(prompt)
+        answers = self.output_memory.answer(prompt)
+        if answers:
+            self._replay[key] = _Replay(self.output_memory.generation, answers[::-1])
+
+    def replaying(self, key: Hashable) -> bool:
+        """The request's output so far is an earlier answer to its prompt (call replay() first
+        in a step: it reads the step's output)."""
+        return key in self._replay
+
+    def replay(self, key: Hashable, budget: int) -> DraftTree:
+        """The rest of the earlier answers to this prompt that the output still follows, as one
+        tree at most budget deep (empty when there are none). Call candidates() first: it reads
+        the step's context."""
+        r = self._live_replay(key)
+        if r is None or budget <= 0:
+            return DraftTree()
+        mem = self.output_memory.index.tokens
+        # each answer as an occurrence that ends where the output is now (equal weights)
+        scored = [(1, at + r.checked - 1) for at in r.starts]
+        c = continuations(mem, len(mem), scored, len(scored), budget, _equal)
+        tree, score = c.tree, c.score
+        probs: list[float] = []
+        for i, par in enumerate(tree.parents):
+            q = REPLAY_PRIOR * score[i] / (c.total if par == ROOT else score[par])
+            probs.append(q if par == ROOT else probs[par] * q)
+        tree.probs = probs
+        return tree
 
     def observe(self, key: Hashable, committed: Sequence[int]) -> None:
         """Tokens committed (the last step's reach the memory at end() even without a next step)."""
         self._ctx[key].extend(committed)
+
+    def _live_replay(self, key: Hashable) -> _Replay | None:
+        """The request's replay, with the answers its output so far is still the start of."""
+        r = self._replay.get(key)
+        if r is None:
+            return None
+        mem = self.output_memory
+        toks = self._ctx[key].tokens
+        out = self._prompt_len[key]
+        done = len(toks) - out
+        if done > r.checked:  # the tokens committed since the last look: the answer's next ones?
+            new, written = toks[out + r.checked :], mem.index.tokens
+            r.starts = [at for at in r.starts if written[at + r.checked : at + done] == new]
+            r.checked = done
+        if mem.generation != r.generation or not r.starts:
+            del self._replay[key]
+            return None
+        return r
 
     def end(self, key: Hashable) -> None:
         """The request's output joins the memory (up to its first stop token)."""
         ctx = self._ctx.pop(key, None)
         start = self._prompt_len.pop(key, 0)
         self._settled.pop(key, None)
+        self._replay.pop(key, None)
         if ctx is None or len(ctx.tokens) <= start:
             return
         out = ctx.tokens[start:]
         stop = next((i for i, t in enumerate(out) if t in self.eos), len(out))
-        self.output_memory.add(out[:stop])
+        self.output_memory.add(out[:stop], ctx.tokens[:start])
 
     def candidates(self, key: Hashable, context: Sequence[int], budget: int) -> DraftTree:
         """At most CANDIDATES * budget nodes below the root context[-1], none deeper than
@@ -116,6 +173,7 @@ class SuffixSource:
             or toks[-1] in self.eos
             or not mem.tokens
             or self._settled.get(key)
+            or self._live_replay(key) is not None
         ):
             return DraftTree()
         n = len(mem.tokens)
@@ -145,5 +203,16 @@ class SuffixSource:
         return tree.pruned(keep.__contains__)
 
 
+@dataclass
+class _Replay:
+    generation: int  # the memory's when `starts` were read (positions move with it)
+    starts: list[int]  # where the answers the output still follows start in it, newest first
+    checked: int = 0  # output tokens found equal to theirs so far
+
+
 def _weight(m: int) -> float:
     return 2.0**m
+
+
+def _equal(m: int) -> float:
+    return 1.0

@@ -6,6 +6,8 @@ memory's past outputs; always replaced atomically, so a crash never leaves half 
                   "vocab_size": the saving model's vocabulary (absent in older files)}
     parent, token, count    the trie's output nodes, breadth first (output_arrays)
     outputs                 int32 past outputs, each followed by SEPARATOR (output_memory.py)
+    answers                 int64 rows (prompt digest, position in outputs): where the answer to
+                            a prompt starts (absent in older files: no answers to replay)
 
 An engine's memory file is LLM.save_memory / load_memory's (save_memory_file, merge_memory_file).
 A trie file ("paraspec-token-trie", version 1: the same trie arrays, no outputs; save_trie_file)
@@ -48,6 +50,7 @@ class MemoryContents:
     window: int
     outputs: np.ndarray  # past outputs (empty for a trie-only file)
     vocab_size: int | None = None  # the saving model's vocabulary, where the file says
+    answers: np.ndarray | None = None  # (prompt digest, position in outputs) rows, where saved
 
 
 # ---------------------------------------------------------------- the trie's arrays
@@ -127,12 +130,16 @@ def save_memory_file(
     """Write the trie's output counts and the past outputs, with the model's vocabulary size
     where given (a model with another one refuses the file)."""
     outputs = output_memory.tokens() if output_memory is not None else np.zeros(0, np.int32)
+    answers = (
+        output_memory.answer_array() if output_memory is not None else np.zeros((0, 2), np.int64)
+    )
     meta = {"format": MEMORY_FORMAT, "version": MEMORY_VERSION, "window": trie.window}
     _write(
         path,
         meta if vocab_size is None else {**meta, "vocab_size": vocab_size},
         *output_arrays(trie),
         outputs=outputs,
+        answers=answers,
     )
 
 
@@ -151,7 +158,7 @@ def merge_memory_file(
     if trie is not None:
         add_output_arrays(trie, contents.parent, contents.token, contents.count)
     if output_memory is not None and len(contents.outputs):
-        output_memory.merge_tokens(contents.outputs)
+        output_memory.merge_tokens(contents.outputs, contents.answers)
     return contents
 
 
@@ -188,6 +195,7 @@ def read_memory_file(path: str | os.PathLike) -> MemoryContents:
             meta = json.loads(str(z["meta"]))
             parent, token, count = z["parent"], z["token"], z["count"]
             outputs = z["outputs"] if "outputs" in z.files else None
+            answers = z["answers"] if "answers" in z.files else None
     except FileNotFoundError:
         raise MemoryFileError(
             f"memory file {os.fspath(path)!r} does not exist; check the path, "
@@ -217,7 +225,21 @@ def read_memory_file(path: str | os.PathLike) -> MemoryContents:
         raise fail("has an outputs array that is not one row of integers")
     elif len(outputs) and (np.any(outputs < SEPARATOR) or outputs[-1] != SEPARATOR):
         raise fail("has outputs with negative tokens or without their final separator")
-    return MemoryContents(parent, token, count, window, outputs, vocab_size)
+    if answers is not None:
+        _check_answers(answers, outputs, fail)
+    return MemoryContents(parent, token, count, window, outputs, vocab_size, answers)
+
+
+def _check_answers(answers: np.ndarray, outputs: np.ndarray, fail) -> None:
+    """Each answer starts an output: position 0 or just after a separator, inside `outputs`."""
+    if answers.ndim != 2 or answers.shape[1] != 2 or not np.issubdtype(answers.dtype, np.integer):
+        raise fail("has an answers array that is not rows of (prompt digest, position)")
+    at = answers[:, 1]
+    if len(at) and (np.any(at < 0) or np.any(at >= len(outputs))):
+        raise fail("has answers outside its outputs")
+    starts = at[at > 0]
+    if len(starts) and np.any(outputs[starts - 1] != SEPARATOR):
+        raise fail("has answers that do not start an output")
 
 
 def check_vocabulary(contents: MemoryContents, vocab_size: int, path: str | os.PathLike) -> None:

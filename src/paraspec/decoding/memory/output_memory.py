@@ -6,10 +6,17 @@ list: each finished output, up to its stop token, then SEPARATOR (no match or co
 at most max_tokens (the older half goes when it is full). Like the trie it is owned by the
 engine's DrafterRegistry, shared by every drafter that drafts from it, and saved with the trie
 by LLM.save_memory (memory_file.py).
+
+It also remembers which prompt each output answered, by a 63-bit digest of the prompt's tokens
+(the prompt itself is not kept), up to ANSWERS_KEPT answers a prompt: a request whose prompt was
+answered before replays those answers as its draft from its first step (suffix.py), where a
+suffix match could only start once the answer's own first tokens single out the earlier output
+among the others that begin alike.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -18,6 +25,9 @@ import numpy as np
 MAX_MEMORY = 1 << 17  # tokens of past outputs kept (the older half goes when it is full)
 SEPARATOR = -1  # between two outputs in the memory: no match or copy crosses it
 RECENT = 48  # candidate occurrences looked at, the most recent first
+# answers kept per prompt, the newest: greedy decoding writes one answer again and again (kept
+# once), sampling writes others, and a repeat may be either
+ANSWERS_KEPT = 4
 
 
 @dataclass
@@ -43,38 +53,89 @@ class TokenIndex:
         return found[::-1][:RECENT]
 
 
+def prompt_key(prompt: Sequence[int]) -> int:
+    """A prompt's digest, the same in every process (saved with the memory): 63 bits, so it
+    fits an int64 array and two different prompts share one about never."""
+    digest = hashlib.blake2b(np.asarray(prompt, dtype=np.int64).tobytes(), digest_size=8)
+    return int.from_bytes(digest.digest(), "little") >> 1
+
+
 class OutputMemory:
-    """Finished outputs, newest last, for suffix matching (suffix.py) and saving (memory_file.py)."""
+    """Finished outputs, newest last, for suffix matching (suffix.py) and saving (memory_file.py);
+    per prompt answered, where its newest answers start."""
 
     def __init__(self, max_tokens: int = MAX_MEMORY) -> None:
         self.max_tokens = max_tokens
         self.index = TokenIndex()
+        # prompt_key -> where its answers start (their first token), oldest first
+        self.answers: dict[int, list[int]] = {}
+        # bumped whenever positions move (the older half dropped): a replay that holds a
+        # position from before must let go of it
+        self.generation = 0
 
     def __len__(self) -> int:
         return len(self.index.tokens)
 
-    def add(self, output: Sequence[int]) -> None:
-        """One finished output (already cut at its stop token); under 2 tokens: nothing to match."""
-        if len(output) >= 2:
-            self._extend(list(output) + [SEPARATOR])
+    def add(self, output: Sequence[int], prompt: Sequence[int] | None = None) -> None:
+        """One finished output (already cut at its stop token), and the prompt it answered;
+        under 2 tokens: nothing to match."""
+        if len(output) < 2:
+            return
+        key = None if prompt is None else prompt_key(prompt)
+        out = list(output)
+        if key is not None:  # an answer given before is kept once (where it was written last)
+            toks = self.index.tokens
+            n = len(out)
+            kept = [
+                at for at in self.answers.get(key, ()) if toks[at : at + n + 1] != out + [SEPARATOR]
+            ]
+            self.answers[key] = kept
+        self._extend(out + [SEPARATOR])
+        if key is not None:
+            kept = self.answers.setdefault(key, [])
+            kept.append(len(self.index.tokens) - len(out) - 1)
+            del kept[:-ANSWERS_KEPT]
+
+    def answer(self, prompt: Sequence[int]) -> list[int]:
+        """Where the answers to exactly this prompt start in index.tokens, oldest first."""
+        return list(self.answers.get(prompt_key(prompt), ())) if self.answers else []
 
     def tokens(self) -> np.ndarray:
         """The memory as saved: outputs, each followed by SEPARATOR."""
         return np.asarray(self.index.tokens, dtype=np.int32)
 
-    def merge_tokens(self, tokens: np.ndarray) -> None:
-        """Append saved outputs (OutputMemory.tokens() of another memory) after this one's."""
+    def answer_array(self) -> np.ndarray:
+        """The answers as saved: rows of (prompt_key, position in tokens()), oldest first."""
+        rows = [(k, at) for k, ats in self.answers.items() for at in ats]
+        return np.asarray(sorted(rows, key=lambda r: r[1]), dtype=np.int64).reshape(-1, 2)
+
+    def merge_tokens(self, tokens: np.ndarray, answers: np.ndarray | None = None) -> None:
+        """Append saved outputs (OutputMemory.tokens() of another memory) after this one's, and
+        their answers (answer_array(): positions in `tokens`)."""
         toks = tokens.tolist()
+        cut = 0
         if len(toks) > self.max_tokens:  # the file's newest outputs, from an output's start
             cut = len(toks) - self.max_tokens
             while cut < len(toks) and toks[cut - 1] != SEPARATOR:
                 cut += 1
             toks = toks[cut:]
         self._extend(toks)
+        base = len(self.index.tokens) - len(toks) - cut
+        for key, at in [] if answers is None else answers.tolist():
+            if at >= cut:
+                kept = self.answers.setdefault(key, [])
+                kept.append(base + at)
+                del kept[:-ANSWERS_KEPT]
 
     def _extend(self, toks: list[int]) -> None:
         if len(self.index.tokens) + len(toks) > self.max_tokens:  # keep the newer half
-            kept = self.index.tokens[len(self.index.tokens) // 2 :]
+            drop = len(self.index.tokens) // 2
+            kept = self.index.tokens[drop:]
+            if len(kept) + len(toks) > self.max_tokens:
+                kept, drop = [], len(self.index.tokens)
             self.index = TokenIndex()
-            self.index.extend(kept if len(kept) + len(toks) <= self.max_tokens else [])
+            self.index.extend(kept)
+            moved = {k: [at - drop for at in ats if at >= drop] for k, ats in self.answers.items()}
+            self.answers = {k: ats for k, ats in moved.items() if ats}
+            self.generation += 1
         self.index.extend(toks)
