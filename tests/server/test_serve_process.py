@@ -10,6 +10,7 @@ patched for requests that ask by their seed), so each case is deterministic on a
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -283,6 +284,32 @@ def test_sigterm_drains_open_streams_and_exits_0(serve, offline):
     log = s.log()
     _assert_clean_log(log)
     assert "cut by the shutdown" not in log
+
+
+def _tgkill():
+    """glibc's tgkill(pid, tid, sig): a signal to one thread of a process (Linux)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return getattr(libc, "tgkill", None)
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or _tgkill() is None, reason="needs Linux's tgkill"
+)
+def test_an_idle_server_exits_on_a_sigterm_the_kernel_gave_another_thread(serve):
+    # A process's signal goes to whichever of its threads the kernel picks; Python runs the
+    # handler on the main thread, when that thread next runs Python: an idle engine loop there
+    # must not wait without end for a command that would wake it
+    s = serve()
+    r = s.client.completions.create(model=MODEL, prompt="x", max_tokens=2)
+    assert r.usage.completion_tokens >= 1
+    time.sleep(0.5)  # the engine loop idle, waiting for a command
+    others = [int(t) for t in os.listdir(f"/proc/{s.proc.pid}/task") if int(t) != s.proc.pid]
+    assert others, "the server runs an HTTP thread beside its main thread"
+    assert _tgkill()(s.proc.pid, others[0], signal.SIGTERM) == 0
+    assert s.wait() == 0
+    _assert_clean_log(s.log())
 
 
 def _assert_cut(stream: SSE, log: str, max_tokens: int) -> None:

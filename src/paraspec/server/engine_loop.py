@@ -21,6 +21,7 @@ from .metrics import ServingMetrics
 
 logger = logging.getLogger("paraspec.server")
 
+IDLE_WAKE_S = 0.25  # the longest an idle loop waits for a command before it runs Python again
 Outbox = Callable[[list[tuple[str, Delta | BaseException]]], None]
 
 
@@ -78,7 +79,15 @@ class EngineLoop:
                 self.post(out)
 
     def _drain(self, block: bool) -> list:
-        commands = [self.commands.get()] if block else []
+        commands = []
+        while block and not commands:
+            # a bounded wait: where this loop runs on the main thread (`paraspec serve`), Python
+            # runs a signal's handler when that thread next runs Python, and a SIGTERM the kernel
+            # gave another thread would otherwise wait, with the idle loop, for the next request
+            try:
+                commands.append(self.commands.get(timeout=IDLE_WAKE_S))
+            except queue.Empty:
+                pass
         while True:
             try:
                 commands.append(self.commands.get_nowait())
