@@ -169,7 +169,8 @@ def serve_main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, shutdown.on_signal)
     http.start()
     engine.run_in_this_thread(should_stop=lambda: not http.is_alive())
-    http.join()
+    while http.is_alive():  # in steps, as the engine loop waits: a later signal's handler runs
+        http.join(0.25)
     return 0 if server.started and not engine.cut_requests else 1
 
 
