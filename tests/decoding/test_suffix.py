@@ -228,3 +228,38 @@ def test_an_answered_prompt_replays_its_answers_from_the_first_step_while_the_ou
     assert not src.replay("c", 8) and not src.replaying("c")
     src.begin("d", [5, 6, 8])  # another prompt
     assert not src.replaying("d")
+
+
+def test_a_replayed_answer_cut_short_gives_way_to_the_past_outputs_at_its_end():
+    src = SuffixSource(eos_token_ids=[2])
+    prompt, answer = [5, 6, 7], list(range(100, 140))
+    src.begin("a", [9])  # a past output that goes on where the short answer stops
+    src.candidates("a", [9] + answer + [2], 4)
+    src.end("a")
+    src.begin("b", prompt)  # the prompt answered before, cut at 10 tokens (max_tokens)
+    src.candidates("b", prompt + answer[:10], 4)
+    src.end("b")
+    src.begin("c", prompt)
+    src.candidates("c", prompt + answer[:5], 30)
+    assert src.replay("c", 30).tokens == answer[5:10] and src.replaying("c")
+    src.observe("c", answer[5:10])  # the output has run to the answer's end
+    src.candidates("c", prompt + answer[:10], 30)
+    assert not src.replay("c", 30) and not src.replaying("c")
+    assert best_path(src.memory("c", 30))[:3] == answer[10:13]  # the past outputs again
+
+
+def test_a_replay_lets_go_when_the_memory_drops_its_older_half_under_it():
+    src = SuffixSource(eos_token_ids=[2], output_memory=OutputMemory(max_tokens=64))
+    prompt, answer = [5, 6, 7], list(range(100, 130))
+    src.begin("a", prompt)
+    src.candidates("a", prompt + answer, 4)
+    src.end("a")
+    src.begin("b", prompt)
+    src.candidates("b", prompt + answer[:3], 8)
+    assert src.replay("b", 8).tokens == answer[3:11]
+    src.begin("c", [9])  # another request ends meanwhile: the memory is full, positions move
+    src.candidates("c", [9] + list(range(300, 340)), 4)
+    src.end("c")
+    src.observe("b", answer[3:20])
+    src.candidates("b", prompt + answer[:20], 8)
+    assert not src.replay("b", 8) and not src.replaying("b")

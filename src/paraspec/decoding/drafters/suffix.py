@@ -42,7 +42,7 @@ from bisect import bisect_right
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..memory.output_memory import OutputMemory, TokenIndex
+from ..memory.output_memory import SEPARATOR, OutputMemory, TokenIndex
 from .suffix_match import continuations, suffix_matches
 from ..contract.tree import ROOT, DraftTree
 
@@ -122,14 +122,23 @@ class SuffixSource:
         if r is None:
             return None
         mem = self.output_memory
+        if mem.generation != r.generation:  # the memory dropped its older half: positions moved
+            del self._replay[key]
+            return None
         toks = self._ctx[key].tokens
         out = self._prompt_len[key]
         done = len(toks) - out
         if done > r.checked:  # the tokens committed since the last look: the answer's next ones?
             new, written = toks[out + r.checked :], mem.index.tokens
-            r.starts = [at for at in r.starts if written[at + r.checked : at + done] == new]
+            # ... and an answer the output has run to the end of (it was cut short: max_tokens)
+            # has nothing left to offer
+            r.starts = [
+                at
+                for at in r.starts
+                if written[at + r.checked : at + done] == new and written[at + done] != SEPARATOR
+            ]
             r.checked = done
-        if mem.generation != r.generation or not r.starts:
+        if not r.starts:
             del self._replay[key]
             return None
         return r
