@@ -311,6 +311,23 @@ def test_per_request_plugin_override(server, offline):
     assert e.value.body["param"] == "paraspec.plugin_params" and "nope" in e.value.body["message"]
 
 
+def test_a_request_asked_again_replays_its_answer(server, offline):
+    # the hybrid's drafters share the engine's output memory: a prompt answered before drafts
+    # that answer from its first step, across requests of the server
+    prompt = "Asked twice, answered the same:"
+    extra = {"ignore_eos": True, "paraspec": {"plugin_params": {"plugin_type": "hybrid"}}}
+    first, again = (
+        server.client.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=40, temperature=0, extra_body=extra
+        )
+        for _ in range(2)
+    )
+    ref = offline.generate(prompt, greedy(40, ignore_eos=True))[0]
+    assert first.choices[0].text == again.choices[0].text == ref.text
+    steps = [r.model_extra["paraspec"]["decode_steps"] for r in (first, again)]
+    assert steps[1] == 1 < steps[0], steps  # the prefill's token, then 39 in one step
+
+
 def test_memory_decoding_override_and_trie_after_disconnect(server, offline):
     plugin = {
         "paraspec": {"plugin_params": {"plugin_type": "memory_decoding", "decoding_length": 8}}
