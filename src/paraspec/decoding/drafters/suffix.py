@@ -43,7 +43,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..memory.output_memory import SEPARATOR, OutputMemory, TokenIndex
-from .suffix_match import continuations, suffix_matches
+from .suffix_match import Continuations, continuations, suffix_matches
 from ..contract.tree import ROOT, DraftTree
 
 MIN_MATCH = 2  # a best match shorter than this is left to the trie (its 1-token
@@ -104,13 +104,8 @@ class SuffixSource:
         # each answer as an occurrence that ends where the output is now (equal weights)
         scored = [(1, at + r.checked - 1) for at in r.starts]
         c = continuations(mem, len(mem), scored, len(scored), budget, _equal)
-        tree, score = c.tree, c.score
-        probs: list[float] = []
-        for i, par in enumerate(tree.parents):
-            q = REPLAY_PRIOR * score[i] / (c.total if par == ROOT else score[par])
-            probs.append(q if par == ROOT else probs[par] * q)
-        tree.probs = probs
-        return tree
+        c.tree.probs = _estimates(c, [REPLAY_PRIOR] * len(c.tree))
+        return c.tree
 
     def observe(self, key: Hashable, committed: Sequence[int]) -> None:
         """Tokens committed (the last step's reach the memory at end() even without a next step)."""
@@ -198,18 +193,23 @@ class SuffixSource:
         # send its deep nodes anyway; building them costs Python time every step)
         depth = min(budget, DEPTH_PER_MATCH * (scored[0][0] + 1))
         c = continuations(seq, end, scored, OCCURRENCES, depth, _weight, periodic)
-        tree, score, best = c.tree, c.score, c.best
-        probs: list[float] = []
-        for i, par in enumerate(tree.parents):
-            share = score[i] / (c.total if par == ROOT else score[par])
-            q = match_prior(best[i]) * share
-            probs.append(q if par == ROOT else probs[par] * q)
-        tree.probs = probs
+        tree = c.tree
+        tree.probs = probs = _estimates(c, [match_prior(m) for m in c.best])
         eos = self.eos
         neg = [-q for q in probs]
         order = sorted(range(len(tree)), key=neg.__getitem__)[: CANDIDATES * budget]
         keep = {i for i in order if tree.tokens[i] not in eos}
         return tree.pruned(keep.__contains__)
+
+
+def _estimates(c: Continuations, priors: list[float]) -> list[float]:
+    """Each node's estimate: the product down its path of its prior times its share of its
+    parent's occurrences (their weights)."""
+    score, probs = c.score, []
+    for i, par in enumerate(c.tree.parents):
+        q = priors[i] * (score[i] / (c.total if par == ROOT else score[par]))
+        probs.append(q if par == ROOT else probs[par] * q)
+    return probs
 
 
 @dataclass

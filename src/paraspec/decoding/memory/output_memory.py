@@ -81,20 +81,14 @@ class OutputMemory:
         under 2 tokens: nothing to match."""
         if len(output) < 2:
             return
+        written = list(output) + [SEPARATOR]
         key = None if prompt is None else prompt_key(prompt)
-        out = list(output)
-        if key is not None:  # an answer given before is kept once (where it was written last)
-            toks = self.index.tokens
-            n = len(out)
-            kept = [
-                at for at in self.answers.get(key, ()) if toks[at : at + n + 1] != out + [SEPARATOR]
-            ]
-            self.answers[key] = kept
-        self._extend(out + [SEPARATOR])
+        if key in self.answers:  # an answer given before is kept once (where it was written last)
+            toks, n = self.index.tokens, len(written)
+            self.answers[key] = [at for at in self.answers[key] if toks[at : at + n] != written]
+        self._extend(written)
         if key is not None:
-            kept = self.answers.setdefault(key, [])
-            kept.append(len(self.index.tokens) - len(out) - 1)
-            del kept[:-ANSWERS_KEPT]
+            self._keep(key, len(self.index.tokens) - len(written))
 
     def answer(self, prompt: Sequence[int]) -> list[int]:
         """Where the answers to exactly this prompt start in index.tokens, oldest first."""
@@ -123,9 +117,13 @@ class OutputMemory:
         base = len(self.index.tokens) - len(toks) - cut
         for key, at in [] if answers is None else answers.tolist():
             if at >= cut:
-                kept = self.answers.setdefault(key, [])
-                kept.append(base + at)
-                del kept[:-ANSWERS_KEPT]
+                self._keep(key, base + at)
+
+    def _keep(self, key: int, at: int) -> None:
+        """An answer to prompt `key` starts at `at`: the newest ANSWERS_KEPT are kept."""
+        kept = self.answers.setdefault(key, [])
+        kept.append(at)
+        del kept[:-ANSWERS_KEPT]
 
     def _extend(self, toks: list[int]) -> None:
         if len(self.index.tokens) + len(toks) > self.max_tokens:  # keep the newer half
