@@ -20,7 +20,7 @@ class RandomTreeDrafter:
         self.rng = random.Random(seed)
         self.vocab, self.nodes, self.tokens = vocab, nodes, tokens
 
-    def begin(self, request_id, prompt, seed=None, ctx=DEFAULT_CONTEXT):
+    def begin(self, request_id, prompt, seed=None, ctx=DEFAULT_CONTEXT, identity=b""):
         pass
 
     def propose(self, request_id, context, max_nodes, ctx=DEFAULT_CONTEXT):
@@ -95,8 +95,8 @@ class WithContext:
     def set_batch_size(self, n: int) -> None:
         self.ctx = replace(self.ctx, batch_size=n)
 
-    def begin(self, request_id, prompt, seed=None, ctx=None):
-        return self.drafter.begin(request_id, prompt, seed, ctx or self.ctx)
+    def begin(self, request_id, prompt, seed=None, ctx=None, identity=b""):
+        return self.drafter.begin(request_id, prompt, seed, ctx or self.ctx, identity)
 
     def propose(self, request_id, context, max_nodes, ctx=None):
         return self.drafter.propose(request_id, context, max_nodes, ctx or self.ctx)

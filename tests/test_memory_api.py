@@ -74,3 +74,31 @@ def test_a_prompt_answered_before_is_replayed_whole_from_its_first_step(model, t
     restarted.load_memory(str(path))
     out = restarted.generate(prompt, PARAMS)[0]
     assert out.token_ids == first.token_ids and out.stats["decode_steps"] == 1
+
+
+def test_answers_replay_only_to_requests_whose_parameters_write_them_again(model):
+    prompt = "a prompt asked greedily, sampled and with a penalty"
+    plain = LLM(model, dtype="float32")
+    llm = LLM(model, dtype="float32", plugin_params=HYBRID)
+    first = llm.generate(prompt, PARAMS)[0]
+    drawn = SamplingParams(max_tokens=40, temperature=1.0, ignore_eos=True)
+    for _ in range(3):  # draws: matched later, never kept as answers to replay
+        llm.generate(prompt, drawn)
+    memory = llm.drafter.output_memory
+    assert len(memory.answer(first.prompt_token_ids)) == 1 and len(memory.answers) == 1
+    again = llm.generate(prompt, PARAMS)[0]  # the greedy answer alone, whole: one step
+    assert again.token_ids == first.token_ids and again.stats["decode_steps"] == 1
+    # a penalty writes other tokens: the greedy answer is not its replay, its own answer is
+    penalised = SamplingParams(
+        max_tokens=40, temperature=0.0, repetition_penalty=1.3, ignore_eos=True
+    )
+    reference = plain.generate(prompt, penalised)[0].token_ids
+    once = llm.generate(prompt, penalised)[0]
+    twice = llm.generate(prompt, penalised)[0]
+    assert once.token_ids == twice.token_ids == reference != first.token_ids
+    assert twice.stats["decode_steps"] == 1 < once.stats["decode_steps"]
+    # a seeded sample writes its answer again: replayed from the first step
+    seeded = SamplingParams(max_tokens=40, temperature=1.0, seed=11, ignore_eos=True)
+    s1, s2 = llm.generate(prompt, seeded)[0], llm.generate(prompt, seeded)[0]
+    assert s1.token_ids == s2.token_ids == plain.generate(prompt, seeded)[0].token_ids
+    assert s2.stats["decode_steps"] == 1 < s1.stats["decode_steps"]

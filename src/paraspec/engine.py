@@ -229,7 +229,11 @@ class Engine:
             # its context built inside the timed call: the cost curve's first probe runs there
             seq.stats.timer.draft(
                 lambda: seq.drafter.begin(
-                    seq.key, seq.prompt, seq.sampler.seed, self._context(len(self.running) + 1)
+                    seq.key,
+                    seq.prompt,
+                    seq.sampler.seed,
+                    self._context(len(self.running) + 1),
+                    seq.answer_identity,
                 )
             )
         token = seq.mode.draw(seq, logits, []) if seq.mode is not None else seq.sampler.draw(logits)

@@ -56,6 +56,15 @@ class SequenceState:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
+    @property
+    def answer_identity(self) -> bytes | None:
+        """What besides the prompt decides this sequence's tokens (SamplingParams.answer_identity,
+        with its own seed), and the decode mode that writes them, where one does."""
+        identity = self.params.answer_identity(self.sampler.seed)
+        if identity is None or self.mode is None:
+            return identity
+        return identity + b"|mode:" + type(self.mode).__qualname__.encode()
+
     def append_run(
         self,
         tokens: list[int],

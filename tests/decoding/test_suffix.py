@@ -263,3 +263,27 @@ def test_a_replay_lets_go_when_the_memory_drops_its_older_half_under_it():
     src.observe("b", answer[3:20])
     src.candidates("b", prompt + answer[:20], 8)
     assert not src.replay("b", 8) and not src.replaying("b")
+
+
+def test_an_answer_replays_only_to_a_request_that_will_write_it_again():
+    src = SuffixSource(eos_token_ids=[2])
+    prompt, greedy, drawn = [5, 6, 7], list(range(100, 120)), list(range(200, 220))
+    src.begin("g", prompt)  # plain greedy decoding: the empty identity
+    src.candidates("g", prompt + greedy, 4)
+    src.end("g")
+    src.begin("s", prompt, None)  # a draw (sampling without a seed): matched, never replayed
+    src.candidates("s", prompt + drawn, 4)
+    src.end("s")
+    assert src.output_memory.answer(prompt) == [0]  # the draw is not kept as an answer
+    src.begin("g2", prompt)
+    src.candidates("g2", prompt + greedy[:1], 30)
+    assert src.replay("g2", 30).tokens == greedy[1:]  # the greedy answer alone, no fork
+    src.begin("s2", prompt, None)  # another draw replays nothing ...
+    assert not src.replaying("s2")
+    src.begin("p", prompt, b"penalties")  # ... nor a request whose parameters shape other tokens
+    assert not src.replaying("p")
+    src.candidates("p", prompt + drawn, 4)
+    src.end("p")
+    src.begin("p2", prompt, b"penalties")  # ... until it answered under them itself
+    src.candidates("p2", prompt + drawn[:1], 30)
+    assert src.replay("p2", 30).tokens == drawn[1:]

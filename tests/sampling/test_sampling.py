@@ -130,3 +130,19 @@ def test_temperatures_below_eps_are_greedy_not_nan(t):
     logits = torch.tensor([0.5, 3.0, -1.0, 2.0])
     assert RequestSampler(params, [0], 4, seed=1).draw(logits) == 1
     assert not SamplingParams(temperature=1e-4).greedy
+
+
+def test_the_answer_identity_holds_what_decides_the_tokens_and_nothing_that_only_cuts_them():
+    greedy = SamplingParams(temperature=0.0)
+    assert greedy.answer_identity(7) == b""  # plain greedy: the prompt alone decides
+    # cuts end an answer: the tokens before the cut are the same
+    cut = SamplingParams(temperature=0.0, max_tokens=5, stop=["x"], stop_token_ids=[3])
+    assert cut.answer_identity(7) == b""
+    penalised = SamplingParams(temperature=0.0, repetition_penalty=1.3)
+    assert penalised.answer_identity(7) not in (b"", None)
+    # sampling without a seed draws: no identity; with one, the sequence's seed is part of it
+    assert SamplingParams(temperature=0.8).answer_identity(7) is None
+    seeded = SamplingParams(temperature=0.8, seed=1)
+    assert seeded.answer_identity(7) != seeded.answer_identity(8)
+    assert seeded.answer_identity(7) != SamplingParams(temperature=0.9, seed=1).answer_identity(7)
+    assert seeded.answer_identity(7) == SamplingParams(temperature=0.8, seed=1).answer_identity(7)

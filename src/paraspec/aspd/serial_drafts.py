@@ -33,8 +33,9 @@ class SerialDrafts:
         prompt: Sequence[int],
         seed: int | None = None,
         ctx: StepContext = DEFAULT_CONTEXT,
+        identity: bytes | None = b"",
     ) -> None:
-        self.inner.begin(request_id, prompt, seed, ctx)
+        self.inner.begin(request_id, prompt, seed, ctx, identity)
 
     def propose(
         self,

@@ -50,9 +50,10 @@ class PricedWindow:
         prompt: Sequence[int],
         seed: int | None = None,
         ctx: StepContext = DEFAULT_CONTEXT,
+        identity: bytes | None = b"",
     ) -> None:
         self._open[request_id] = 0.0
-        self.inner.begin(request_id, prompt, seed, ctx)
+        self.inner.begin(request_id, prompt, seed, ctx, identity)
 
     def propose(
         self,

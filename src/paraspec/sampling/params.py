@@ -55,6 +55,30 @@ class SamplingParams:
         # logits / temperature would overflow fp32 toward 1e-38 (inf, then NaN probabilities)
         return self.temperature < SAMPLING_EPS
 
+    def answer_identity(self, seed: int | None = None) -> bytes | None:
+        """What besides the prompt decides the tokens a request writes, for a memory that replays
+        an earlier answer to a request that will write it again (output_memory.py): empty for
+        plain greedy decoding; the parameters that shape the tokens otherwise, with `seed` (the
+        sequence's own) when it samples; None when its answer is a draw (sampling, no seed).
+        Cuts (max_tokens, stop strings and ids) are left out: up to the cut the tokens are the same."""
+        if not self.greedy and self.seed is None:
+            return None
+        shape = []
+        if not self.greedy:
+            shape += [("sample", self.temperature, self.top_k, self.top_p, self.min_p, seed)]
+        if self.uses_penalties:
+            shape += [
+                (
+                    "penalties",
+                    self.repetition_penalty,
+                    self.presence_penalty,
+                    self.frequency_penalty,
+                )
+            ]
+        if self.structured_outputs is not None:
+            shape += [("structured", self.structured_outputs)]
+        return repr(shape).encode() if shape else b""
+
     @property
     def uses_penalties(self) -> bool:
         return (

@@ -4,7 +4,10 @@ Per request the engine calls `begin` once with the prompt, then each step `propo
 tree of at most `max_nodes` nodes hanging below the root, the last committed token) and, after
 verification, `observe` with the tokens just committed. `end` releases the request's state.
 `begin` and `propose` get a `StepContext`: what the engine knows that a drafter may weigh its
-draft against (the batch size, the measured forward-cost curve, the step number). A drafter
+draft against (the batch size, the measured forward-cost curve, the step number). `begin` also
+gets the request's answer identity (SamplingParams.answer_identity): what besides the prompt
+decides its tokens, so that a memory replays an earlier answer only to a request that will write
+it again (None: its answer is a draw). A drafter
 holds nothing of the engine's; what drafters share across requests (the token trie, arm
 statistics) they are given when built (decoding/drafters/registry.py).
 
@@ -69,6 +72,7 @@ class Proposer(Protocol):
         prompt: Sequence[int],
         seed: int | None = None,
         ctx: StepContext = DEFAULT_CONTEXT,
+        identity: bytes | None = b"",
     ) -> None: ...
 
     def propose(

@@ -147,11 +147,12 @@ class HybridDrafter:
         prompt: Sequence[int],
         seed: int | None = None,
         ctx: StepContext = DEFAULT_CONTEXT,
+        identity: bytes | None = b"",
     ) -> None:
         self.arms.suppose(1, self.window_prior(ctx.cost))
         self.memory.begin(request_id, prompt)
         self.pool.begin(request_id, prompt, seed)
-        self.suffix.begin(request_id, prompt)
+        self.suffix.begin(request_id, prompt, identity)
         self.policy.begin(request_id)
         self._requests[request_id] = _Request(ArmSelector(2, shared=self.arms))
 

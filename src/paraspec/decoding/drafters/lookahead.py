@@ -166,6 +166,7 @@ class LookaheadDrafter:
         prompt: Sequence[int],
         seed: int | None = None,
         ctx: StepContext = DEFAULT_CONTEXT,
+        identity: bytes | None = b"",
     ) -> None:
         p = self.params
         if self.adaptive_window:

@@ -264,6 +264,7 @@ class MemoryDrafter:
         prompt: Sequence[int],
         seed: int | None = None,
         ctx: StepContext = DEFAULT_CONTEXT,
+        identity: bytes | None = b"",
     ) -> None:
         self.source.begin(request_id, prompt)
         self.policy.begin(request_id)

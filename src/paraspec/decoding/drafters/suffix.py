@@ -19,10 +19,13 @@ context's). While the context matches itself over SETTLED_MATCH+ tokens (it is c
 copy runs as deep as the budget) the memory is not searched: replayed, that costs no accepted
 token and saves its Python time.
 
-A request whose prompt the memory has answered before (OutputMemory.answer) replays those answers:
-replay() offers them as one tree from the first decode step, each while the output so far is its
-start (greedy decoding of the same prompt by the same model writes its answer again, token for
-token; sampling may not, and the first token that differs drops that answer). Its nodes carry
+A request whose prompt the memory has answered before under the same parameters (OutputMemory.answer,
+keyed by the request's answer identity: greedy, or seeded sampling with the same seed and
+settings) replays those answers: replay() offers them as one tree from the first decode step, each
+while the output so far is its start (such decoding of the same prompt by the same model writes
+its answer again, token for token; an answer cut short, or written with other numerics, may
+differ, and the first token that differs drops it). A draw (sampling without a seed) neither
+replays nor is kept as an answer: another draw would follow it a few tokens at most. Its nodes carry
 REPLAY_PRIOR times their share of the answers through their parent, a source of its own for the
 policy, which calibrates it like the others; while it runs the past outputs are not searched
 (the replay is their best match).
@@ -79,12 +82,16 @@ class SuffixSource:
         self._prompt_len: dict[Hashable, int] = {}
         self._settled: dict[Hashable, bool] = {}  # the step's own match is long: memory() skips
         self._replay: dict[Hashable, _Replay] = {}
+        self._identity: dict[Hashable, bytes | None] = {}
 
-    def begin(self, key: Hashable, prompt: Sequence[int]) -> None:
+    def begin(self, key: Hashable, prompt: Sequence[int], identity: bytes | None = b"") -> None:
+        """A request: its prompt, and what else decides its answer (None: a draw, not replayed
+        and not kept as an answer; SamplingParams.answer_identity)."""
         ctx = self._ctx[key] = TokenIndex()
         ctx.extend(prompt)
         self._prompt_len[key] = len(prompt)
-        answers = self.output_memory.answer(prompt)
+        self._identity[key] = identity
+        answers = [] if identity is None else self.output_memory.answer(prompt, identity)
         if answers:
             self._replay[key] = _Replay(self.output_memory.generation, answers[::-1])
 
@@ -144,11 +151,12 @@ class SuffixSource:
         start = self._prompt_len.pop(key, 0)
         self._settled.pop(key, None)
         self._replay.pop(key, None)
+        identity = self._identity.pop(key, b"")
         if ctx is None or len(ctx.tokens) <= start:
             return
         out = ctx.tokens[start:]
         stop = next((i for i, t in enumerate(out) if t in self.eos), len(out))
-        self.output_memory.add(out[:stop], ctx.tokens[:start])
+        self.output_memory.add(out[:stop], ctx.tokens[:start], identity)
 
     def candidates(self, key: Hashable, context: Sequence[int], budget: int) -> DraftTree:
         """At most CANDIDATES * budget nodes below the root context[-1], none deeper than

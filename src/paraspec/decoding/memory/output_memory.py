@@ -8,10 +8,13 @@ engine's DrafterRegistry, shared by every drafter that drafts from it, and saved
 by LLM.save_memory (memory_file.py).
 
 It also remembers which prompt each output answered, by a 63-bit digest of the prompt's tokens
-(the prompt itself is not kept), up to ANSWERS_KEPT answers a prompt: a request whose prompt was
-answered before replays those answers as its draft from its first step (suffix.py), where a
+and of whatever else decides the answer (the sampling parameters that shape it; the prompt itself
+is not kept), up to ANSWERS_KEPT answers a key: a request whose prompt was answered before under
+the same parameters replays those answers as its draft from its first step (suffix.py), where a
 suffix match could only start once the answer's own first tokens single out the earlier output
-among the others that begin alike.
+among the others that begin alike. An answer that was a draw (sampling without a seed) is kept
+for matching only: another draw would follow it a few tokens at most, and a greedy request of the
+same prompt not at all.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ import numpy as np
 MAX_MEMORY = 1 << 17  # tokens of past outputs kept (the older half goes when it is full)
 SEPARATOR = -1  # between two outputs in the memory: no match or copy crosses it
 RECENT = 48  # candidate occurrences looked at, the most recent first
-# answers kept per prompt, the newest: greedy decoding writes one answer again and again (kept
-# once), sampling writes others, and a repeat may be either
+# answers kept per key, the newest: decoding that its parameters decide writes one answer again and
+# again (kept once); others come from an answer cut short (max_tokens) or written with other
+# numerics (a memory file from another machine)
 ANSWERS_KEPT = 4
 
 
@@ -53,10 +57,14 @@ class TokenIndex:
         return found[::-1][:RECENT]
 
 
-def prompt_key(prompt: Sequence[int]) -> int:
+def prompt_key(prompt: Sequence[int], identity: bytes = b"") -> int:
     """A prompt's digest, the same in every process (saved with the memory): 63 bits, so it
-    fits an int64 array and two different prompts share one about never."""
+    fits an int64 array and two different prompts share one about never. `identity`: what else
+    decides the answer (SamplingParams.answer_identity; empty for plain greedy decoding, whose
+    digest is the prompt's alone, as memory files saved before it was known hold)."""
     digest = hashlib.blake2b(np.asarray(prompt, dtype=np.int64).tobytes(), digest_size=8)
+    if identity:
+        digest.update(identity)
     return int.from_bytes(digest.digest(), "little") >> 1
 
 
@@ -76,13 +84,19 @@ class OutputMemory:
     def __len__(self) -> int:
         return len(self.index.tokens)
 
-    def add(self, output: Sequence[int], prompt: Sequence[int] | None = None) -> None:
-        """One finished output (already cut at its stop token), and the prompt it answered;
+    def add(
+        self,
+        output: Sequence[int],
+        prompt: Sequence[int] | None = None,
+        identity: bytes | None = b"",
+    ) -> None:
+        """One finished output (already cut at its stop token), and the prompt it answered, kept
+        as its answer under `identity` (None: the output was a draw, matched but not replayed);
         under 2 tokens: nothing to match."""
         if len(output) < 2:
             return
         written = list(output) + [SEPARATOR]
-        key = None if prompt is None else prompt_key(prompt)
+        key = None if prompt is None or identity is None else prompt_key(prompt, identity)
         if key in self.answers:  # an answer given before is kept once (where it was written last)
             toks, n = self.index.tokens, len(written)
             self.answers[key] = [at for at in self.answers[key] if toks[at : at + n] != written]
@@ -90,9 +104,12 @@ class OutputMemory:
         if key is not None:
             self._keep(key, len(self.index.tokens) - len(written))
 
-    def answer(self, prompt: Sequence[int]) -> list[int]:
-        """Where the answers to exactly this prompt start in index.tokens, oldest first."""
-        return list(self.answers.get(prompt_key(prompt), ())) if self.answers else []
+    def answer(self, prompt: Sequence[int], identity: bytes = b"") -> list[int]:
+        """Where the answers to exactly this prompt, written under `identity`, start in
+        index.tokens, oldest first."""
+        if not self.answers:
+            return []
+        return list(self.answers.get(prompt_key(prompt, identity), ()))
 
     def tokens(self) -> np.ndarray:
         """The memory as saved: outputs, each followed by SEPARATOR."""
