@@ -25,7 +25,8 @@ its row count, against the curve the engine measured at start-up (ModelRunner.fo
 drafters size drafts by. Each of --n tasks per set runs twice on one LLM, plain decoding (AR) and
 with --plugin (default hybrid), back to back in alternating order, greedy; every runner.verify
 call is timed (wall clock). Per row count: steps, median ms, that over AR's median one-row step
-(the real t(k)/t(1)) and the curve's t(k). Where the two part, drafts are priced wrong. Also each
+(the real t(k)/t(1)) and the curve's t(k) (where the two part, drafts are priced wrong); tokens a
+step, and tokens per AR one-row step's time (below 1 the steps of that row count lost time). Also each
 run's decode time and the time outside the forward. Quote ratios: the machine's speed drifts.
 
 --probes N (was cost_probe.py): how steady that start-up probe is: run N times in this process,
@@ -44,6 +45,7 @@ from collections import defaultdict
 
 import torch
 
+import paraspec.engine as engine_module
 from paraspec import LLM, SamplingParams
 from paraspec.model import transformer
 from paraspec.model.transformer import SeqInput
@@ -243,27 +245,33 @@ def engine_steps(llm: LLM, sets: list[str], n: int, plugin: dict) -> None:
     """Time every runner.verify call of AR and drafted runs of the sets' tasks, by row count
     (module doc: --steps); a request's plugin_params override the LLM's drafter."""
     curve = llm.runner.forward_cost()
-    log: list[tuple[int, float]] = []
-    verify = llm.runner.verify
+    log: list[tuple[int, float, int]] = []  # per step: rows, forward seconds, tokens committed
+    verify, accept = llm.runner.verify, engine_module.accept_run
 
     def timed(caches, queries):
         t0 = time.perf_counter()
         out = verify(caches, queries)
-        log.append((sum(len(q.tokens) for q in queries), time.perf_counter() - t0))
+        log.append((sum(len(q.tokens) for q in queries), time.perf_counter() - t0, 0))
         return out
 
-    llm.runner.verify = timed
+    def counted(row, logits, forward_s):
+        run = accept(row, logits, forward_s)
+        rows, dt, tokens = log[-1]
+        log[-1] = (rows, dt, tokens + len(run[0]))
+        return run
+
+    llm.runner.verify, engine_module.accept_run = timed, counted
     try:
         _steps_by_rows(llm, sets, n, plugin, curve, log)
     finally:
-        llm.runner.verify = verify
+        llm.runner.verify, engine_module.accept_run = verify, accept
 
 
 def _steps_by_rows(llm: LLM, sets: list[str], n: int, plugin: dict, curve: dict, log: list) -> None:
     from paraspec.bench.tasks import load_task_set
 
     for name in sets:
-        runs: dict[str, tuple[list[dict], list[tuple[int, float]]]] = {
+        runs: dict[str, tuple[list[dict], list[tuple[int, float, int]]]] = {
             "ar": ([], []),
             "drafted": ([], []),
         }
@@ -274,24 +282,28 @@ def _steps_by_rows(llm: LLM, sets: list[str], n: int, plugin: dict, curve: dict,
                 runs[kind][0].append(_generate(llm, task, None if kind == "ar" else plugin))
                 runs[kind][1].extend(log)
         ar, spec = _totals(*runs["ar"]), _totals(*runs["drafted"])
-        one_row = statistics.median(dt for k, dt in runs["ar"][1] if k == 1)
-        by_rows: dict[int, list[float]] = defaultdict(list)
-        for k, dt in runs["drafted"][1]:
-            by_rows[k].append(dt)
+        one_row = statistics.median(dt for k, dt, _ in runs["ar"][1] if k == 1)
+        by_rows: dict[int, list[tuple[float, int]]] = defaultdict(list)
+        for k, dt, tokens in runs["drafted"][1]:
+            by_rows[k].append((dt, tokens))
         print(
             f"\n{name}: AR {json.dumps(ar)}\n{' ' * len(name)}  drafted {json.dumps(spec)}"
             f"  speedup {ar['decode_s'] / spec['decode_s']:.3f}"
         )
+        # tokens a step, and tokens per AR one-row step's time: above 1 a row count paid
         print(
             f"{'rows':>5} {'steps':>6} {'ms':>7} {'real t(k)':>10} {'curve t(k)':>11}"
-            f"   (AR's one-row step: {1000 * one_row:.2f} ms)"
+            f" {'tokens/step':>12} {'tokens/t(1)':>12}   (AR's one-row step: {1000 * one_row:.2f} ms)"
         )
         for k in sorted(by_rows):
             v = by_rows[k]
             if len(v) >= 3:
-                med = statistics.median(v)
+                med = statistics.median(dt for dt, _ in v)
+                tokens, spent = sum(t for _, t in v), sum(dt for dt, _ in v)
                 print(
-                    f"{k:>5} {len(v):>6} {1000 * med:>7.2f} {med / one_row:>10.2f} {curve.get(k, float('nan')):>11.2f}"
+                    f"{k:>5} {len(v):>6} {1000 * med:>7.2f} {med / one_row:>10.2f}"
+                    f" {curve.get(k, float('nan')):>11.2f} {tokens / len(v):>12.2f}"
+                    f" {tokens * one_row / spent:>12.3f}"
                 )
 
 
@@ -303,7 +315,7 @@ def _generate(llm: LLM, task, plugin: dict | None) -> dict:
 
 def _totals(stats: list[dict], log: list[tuple[int, float]]) -> dict:
     decode_s = sum(s["decode_s"] for s in stats)
-    forward_s = sum(dt for _, dt in log)  # decode steps only (prefill: runner.prefill)
+    forward_s = sum(dt for _, dt, _ in log)  # decode steps only (prefill: runner.prefill)
     return {
         "decode_s": round(decode_s, 3),
         "tokens": sum(s["generated_tokens"] for s in stats),
