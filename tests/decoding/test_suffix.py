@@ -2,15 +2,19 @@
 suffix occurred before and what followed it there, as the hybrid's third source; and the policy
 sizing drafts on a staircase cost curve."""
 
+import random
+
 import pytest
 
 from paraspec.decoding.policy.cost import CostModel
 from paraspec.decoding.policy.draft_policy import DraftPolicy
 from paraspec.decoding.drafters.hybrid import SUFFIX, HybridDrafter
 from paraspec.decoding.memory.output_memory import OutputMemory
-from paraspec.decoding.drafters.suffix import SuffixSource, match_prior
+from paraspec.decoding.drafters.suffix import REPLAY_PRIOR, SuffixSource, match_prior
 from paraspec.decoding.drafters.suffix_match import continuations, suffix_matches
 from paraspec.decoding.contract.tree import DraftTree
+from paraspec.tools.records import Record
+from paraspec.tools.replay import replay
 
 STAIRS = CostModel({k: 1.0 + 0.3 * ((k - 1) // 4) for k in range(1, 65)})  # stairs of 4 rows
 
@@ -219,7 +223,9 @@ def test_an_answered_prompt_replays_its_answers_from_the_first_step_while_the_ou
     assert best_path(tree) == answer[1:31]  # from the first decode step, a copy's depth
     fork = tree.tokens.index(109)
     assert sorted(t for t, par in zip(tree.tokens, tree.parents) if par == fork) == [77, 110]
-    assert tree.probs[0] == pytest.approx(0.97) and not src.memory("c", 30)  # past not searched
+    assert tree.probs[0] == pytest.approx(REPLAY_PRIOR) and not src.memory(
+        "c", 30
+    )  # past not searched
     src.observe("c", answer[1:12])  # past the fork: the second answer is left behind
     src.candidates("c", ctx + answer[1:12], 8)
     assert src.replay("c", 8).tokens == answer[12:20]
@@ -287,3 +293,27 @@ def test_an_answer_replays_only_to_a_request_that_will_write_it_again():
     src.begin("p2", prompt, b"penalties")  # ... until it answered under them itself
     src.candidates("p2", prompt + drawn[:1], 30)
     assert src.replay("p2", 30).tokens == drawn[1:]
+
+
+@pytest.mark.parametrize(
+    "curve",
+    [
+        {1: 1, 2: 1.09, 4: 1.21, 8: 1.86, 16: 3.34, 32: 6.43, 64: 12.85},
+        {1: 1, 2: 1.08, 4: 1.47, 8: 2.12, 16: 3.91, 32: 7.17, 64: 13.76},
+    ],
+)
+def test_a_drafters_first_replay_takes_the_fewest_steps_its_row_budget_allows(curve):
+    # before the policy has measured a replayed node, its prior alone must win the chain its
+    # deep rows over the other sources' shallow nodes (answers of prose: they share bigrams)
+    rng = random.Random(5)
+    words = list(range(300, 340))
+    records = [
+        Record(prompt=[7, i], output=[rng.choice(words) for _ in range(97 + 20 * i)])
+        for i in range(4)
+    ]
+    drafter = HybridDrafter(eos_token_ids=[2])
+    cost = CostModel(curve)
+    replay(drafter, records, 47, cost)  # asked once
+    again = replay(drafter, records, 47, cost)
+    # 48 rows a step: decoding_length 16 + copy_length 32
+    assert again.steps == sum(-(-(len(r.output) - 1) // 48) for r in records)

@@ -59,7 +59,11 @@ CANDIDATES = 2  # nodes offered per node the budget allows (the policy picks amo
 # match length 1, 2, 3-4, 5-8, 9+ -> a conditional estimate in a band of its own (Q_EDGES)
 MATCH_EDGES = (2, 3, 5, 9)
 MATCH_PRIOR = (0.25, 0.4, 0.55, 0.75, 0.9)
-REPLAY_PRIOR = 0.97  # a replayed answer's conditional estimate, before the policy measures it
+# a replayed answer's conditional estimate, before the policy measures it: only answers the
+# request's parameters decide are replayed, so nearly every token is written again; a lower prior
+# compounds over a long answer and lets other sources' shallow nodes take the chain's deep rows in
+# an engine's first replay, before the policy has measured any
+REPLAY_PRIOR = 0.995
 
 
 def match_prior(m: int) -> float:
