@@ -1,11 +1,12 @@
 """What model-free drafts can find in open chat: the model's own greedy answers to MT-Bench or
-ShareGPT prompts, replayed through candidate draft sources, each scored by accepted tokens per
-step (MAT) and by tokens per unit of forward cost on a t(k)/t(1) curve.
+ShareGPT prompts (or another bench set's), replayed through candidate draft sources, each scored
+by accepted tokens per step (MAT) and by tokens per unit of forward cost on a t(k)/t(1) curve.
 
     python benchmarks/open_chat_drafts.py --model qwen2.5-coder-1.5b --set mtbench --n 40 \
         --record /tmp/mt.json [--corpus 130000,1000000] [--cost '{"1": 1, "4": 1.21, "8": 1.86}']
 
-First the model answers --n of the set's first turns greedily (one task in every len/n), and
+First the model answers --n of the set's first turns greedily (MT-Bench and ShareGPT: one task
+in every len/n; other sets: the bench's own pick), and
 every decode step's top-8 tokens are recorded with the token that step read (--record: written,
 or read back if it exists: the answers take minutes, the scoring seconds). Greedy decoding
 accepts a draft token exactly when it is the recorded next token, so each source below replays
@@ -37,6 +38,7 @@ import statistics
 import torch
 
 from paraspec import LLM, SamplingParams
+from paraspec.bench.tasks import ALL_TASK_SETS, load_task_set
 from paraspec.bench.workload_tasks import mtbench, sharegpt
 from paraspec.datasets import sharegpt_split
 from paraspec.decoding.drafters.hybrid import HybridDrafter
@@ -52,8 +54,11 @@ BUDGETS = (1, 2, 3, 4, 8, 16)
 
 def record(llm: LLM, task_set: str, n: int) -> list[dict]:
     """Each task's prompt ids and, per decode step, [the token it read, its top-8 next tokens]."""
-    tasks = {"mtbench": mtbench, "sharegpt": sharegpt}[task_set]()
-    tasks = tasks[:: max(1, len(tasks) // n)][:n]
+    if task_set in ("mtbench", "sharegpt"):  # one task in every len/n, first turns
+        tasks = {"mtbench": mtbench, "sharegpt": sharegpt}[task_set]()
+        tasks = tasks[:: max(1, len(tasks) // n)][:n]
+    else:  # another bench set: its round-robin pick
+        tasks = load_task_set(task_set, n, 0)
     steps: list = []
     verify = llm.runner.verify
 
@@ -66,9 +71,11 @@ def record(llm: LLM, task_set: str, n: int) -> list[dict]:
     llm.runner.verify = recorded
     answers = []
     for t in tasks:
-        ids = llm.tokenizer.encode_chat(list(t.messages))
+        ids = t.prompt_ids(llm.tokenizer)
         steps.clear()
-        llm.generate(ids, SamplingParams(temperature=0, max_tokens=t.max_new_tokens))
+        llm.generate(
+            ids, SamplingParams(temperature=0, max_tokens=t.max_new_tokens, stop=list(t.stop))
+        )
         answers.append({"task": t.task_id, "prompt": ids, "steps": list(steps)})
         print(f"  {t.task_id}: {len(steps)} steps", flush=True)
     llm.runner.verify = verify
@@ -247,7 +254,7 @@ def corpus_answers(llm: LLM, tokens: int) -> list[list[int]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--set", default="mtbench", choices=("mtbench", "sharegpt"))
+    ap.add_argument("--set", default="mtbench", choices=ALL_TASK_SETS)
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--record", required=True, help="JSON of the recorded answers (made if absent)")
     ap.add_argument(
