@@ -13,6 +13,7 @@ from paraspec.decoding.memory.output_memory import OutputMemory
 from paraspec.decoding.drafters.suffix import REPLAY_PRIOR, SuffixSource, match_prior
 from paraspec.decoding.drafters.suffix_match import continuations, suffix_matches
 from paraspec.decoding.contract.tree import DraftTree
+from paraspec.decoding.contract.proposer import StepContext
 from paraspec.tools.records import Record
 from paraspec.tools.replay import replay
 
@@ -317,3 +318,25 @@ def test_a_drafters_first_replay_takes_the_fewest_steps_its_row_budget_allows(cu
     again = replay(drafter, records, 47, cost)
     # 48 rows a step: decoding_length 16 + copy_length 32
     assert again.steps == sum(-(-(len(r.output) - 1) // 48) for r in records)
+
+
+def test_a_replayed_answer_is_drafted_alone_without_the_forks_other_sources_offer():
+    # the answer repeats a stretch and goes on otherwise the second time: the context's own
+    # suffix match offers the first continuation there, the replay the one the answer wrote
+    x, y, z = list(range(300, 312)), list(range(400, 406)), list(range(500, 506))
+    answer, prompt = x + y + x + z + [2], [7, 8]
+    hybrid = HybridDrafter(eos_token_ids=[2])
+    ctx = StepContext(cost=CostModel({1: 1.0, 64: 1.0}))  # rows free: any fork would be sent
+    hybrid.begin("a", prompt, ctx=ctx)
+    hybrid.propose("a", prompt + answer[:1], 30, ctx)
+    hybrid.observe("a", answer[1:])
+    hybrid.end("a")
+    hybrid.begin("b", prompt, ctx=ctx)
+    at = len(x + y + x)  # the output so far: up to the second stretch's end
+    context = prompt + answer[:1]
+    hybrid.propose("b", context, 30, ctx)
+    hybrid.observe("b", answer[1:at])
+    draft = hybrid.propose("b", prompt + answer[:at], 30, ctx).draft
+    assert draft.is_chain() and draft.tokens == answer[at:-1]  # z, not y beside it
+    hybrid.observe("b", answer[at:])
+    assert not hybrid.suffix.memory("b", 30)  # (the past outputs were not searched either)

@@ -9,7 +9,8 @@ rows the forward pads anyway are filled with the next best candidates, for nothi
   the suffix source (this request's prompt and output, matched on the longest suffix: it knows
   which place of the context a copy comes from, where the trie sees 2 tokens that occur in many
   places; and a prompt answered before replays its answer from the first step, with a copy's
-  budget) offer first. When their candidates alone fill their stair of the cost curve (the
+  budget, alone: beside an answer the request will write again, the others' forks only take
+  its rows) offer first. When their candidates alone fill their stair of the cost curve (the
   forward pads its rows, so k rows cost what the next multiple of 4 does), the pool stays idle:
   it could only add rows that cost a step up, for candidates the others mostly hold already, and
   its Python work would be pure overhead;
@@ -174,13 +175,19 @@ class HybridDrafter:
         m = self.memory.candidates(request_id, context, budget, copying)
         s = self.suffix.candidates(request_id, context, budget)
         r = self.suffix.replay(request_id, budget)
+        if r:
+            # the request writes this answer again (its parameters decide it): what the others
+            # (the pool and the window too) offer beside it are forks it says will not be taken,
+            # and each would take a row from the chain's deep end
+            m = s = None
+            st.arm, st.scored = 0, False
         h = self.suffix.memory(request_id, budget)
         # what the trie and the suffix source alone would send: the window's paired baseline, and
         # whether the pool can add anything for free (the tree fills its stair: it could only add
         # rows a step up)
         alone, expected = self.policy.select(request_id, context, [m, None, s, h, r], budget, cost)
         st.memory_tree, st.memory_cost = alone, cost(1 + len(alone))
-        st.pool_ran = (
+        st.pool_ran = not r and (
             st.arm == 1 or not alone or (len(alone) < budget and cost.free_rows(1 + len(alone)) > 0)
         )
         if st.pool_ran and st.arm == 0 and self.policy.stats.gain[POOL] < LA_MIN_GAIN:
