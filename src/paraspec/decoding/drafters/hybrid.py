@@ -172,15 +172,18 @@ class HybridDrafter:
         choosing = ctx.batch_size <= MAX_WINDOW_BATCH and st.memory_score < WINDOW_BELOW
         st.arm = st.selector.choose() if choosing else 0
         st.scored = choosing and (st.arm == 0 or self.pool.warm(request_id))
-        m = self.memory.candidates(request_id, context, budget, copying)
-        s = self.suffix.candidates(request_id, context, budget)
+        self.suffix.sync(request_id, context)
         r = self.suffix.replay(request_id, budget)
         if r:
             # the request writes this answer again (its parameters decide it): what the others
-            # (the pool and the window too) offer beside it are forks it says will not be taken,
-            # and each would take a row from the chain's deep end
+            # (the pool and the window too) would offer beside it are forks it says will not be
+            # taken, and each would take a row from the chain's deep end
+            self.memory.catch_up(request_id, context)
             m = s = None
             st.arm, st.scored = 0, False
+        else:
+            m = self.memory.candidates(request_id, context, budget, copying)
+            s = self.suffix.candidates(request_id, context, budget)
         h = self.suffix.memory(request_id, budget)
         # what the trie and the suffix source alone would send: the window's paired baseline, and
         # whether the pool can add anything for free (the tree fills its stair: it could only add

@@ -104,10 +104,16 @@ class SuffixSource:
         in a step: it reads the step's output)."""
         return key in self._replay
 
+    def sync(self, key: Hashable, context: Sequence[int]) -> None:
+        """The step's context: tokens committed without observe (the prefill's) join the index."""
+        ctx = self._ctx[key]
+        if len(context) > len(ctx.tokens):
+            ctx.extend(context[len(ctx.tokens) :])
+
     def replay(self, key: Hashable, budget: int) -> DraftTree:
         """The rest of the earlier answers to this prompt that the output still follows, as one
-        tree at most budget deep (empty when there are none). Call candidates() first: it reads
-        the step's context."""
+        tree at most budget deep (empty when there are none). Call sync() or candidates() first:
+        they read the step's context."""
         r = self._live_replay(key)
         if r is None or budget <= 0:
             return DraftTree()
@@ -166,9 +172,8 @@ class SuffixSource:
         """At most CANDIDATES * budget nodes below the root context[-1], none deeper than
         budget, from the request's own context; each with its estimate (the product of its
         path's conditional ones)."""
+        self.sync(key, context)
         ctx = self._ctx[key]
-        if len(context) > len(ctx.tokens):
-            ctx.extend(context[len(ctx.tokens) :])
         toks = ctx.tokens
         if budget <= 0 or len(toks) < 2 or toks[-1] in self.eos:
             return DraftTree()
