@@ -118,3 +118,7 @@ def test_embedding_rows_are_dequantize(gguf_file):
     more = torch.tensor([1, 2, 4])
     assert torch.equal(rows(more), ggml.dequantize(w, more))  # 6 > 5 rows: dropped, started over
     assert sorted(rows._rows) == [1, 2, 4]
+    # a call that overflows with rows kept before among its own: those are made again too
+    mixed = torch.tensor([1, 5, 6, 7])
+    assert torch.equal(rows(mixed), ggml.dequantize(w, mixed))
+    assert sorted(rows._rows) == [1, 5, 6, 7]

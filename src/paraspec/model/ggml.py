@@ -195,7 +195,9 @@ class EmbeddingRows:
         missing = sorted({t for t in ids if t not in rows})
         if missing:
             if len(rows) + len(missing) > self.max_rows:
+                # start over with this call's rows: the ones kept before are needed too
                 rows.clear()
+                missing = sorted(set(ids))
             rows.update(zip(missing, dequantize(self.weight, torch.tensor(missing))))
         return torch.stack([rows[t] for t in ids])
 
