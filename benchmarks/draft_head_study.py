@@ -9,7 +9,9 @@ model-free sources: accepted tokens per step (MAT) and tokens per unit of forwar
 
 1. features: ShareGPT first exchanges of the "train" split (never MT-Bench), prompt and reference
    answer prefilled teacher-forced; per answer row the last hidden state as the LM head sees it
-   (normed), the token the row read and the model's argmax (--train-tokens rows);
+   (normed), the token the row read and the model's argmax (--train-tokens rows); with --data
+   self (or both) the model's own greedy answers to later first turns of the split instead (or
+   too): the text the head will be asked to predict (Medusa-2's self-distillation);
 2. the head: f(feature of row t, embedding of token t+1) -> the feature of row t+1, scored by the
    model's own LM head rows of the --vocab commonest argmax tokens (tied embeddings: frozen);
    trained on the argmax (cross-entropy) and the feature (smooth L1), unrolled two rows deep;
@@ -115,6 +117,30 @@ def train_features(llm: LLM, goal: int) -> list[dict]:
             print(f"  {len(out)} answers, {total} rows, {total / (time.time() - t0):.0f} rows/s")
         if total >= goal:
             return out
+    return out
+
+
+def self_features(llm: LLM, goal: int, skip: int = 2000, batch: int = 16) -> list[dict]:
+    """The model's own greedy answers (max 256 tokens) to "train" split first turns of at most
+    CHUNK tokens, from the skip-th conversation on (past those the reference rows use), batched,
+    then their features: the labels are the model's own text."""
+    tok, prompts = llm.tokenizer, []
+    for i, c in enumerate(sharegpt_split("train")):
+        msgs = c.messages
+        if i < skip or not msgs or msgs[0]["role"] != "user" or not msgs[0]["content"].strip():
+            continue
+        if len(ids := tok.encode_chat([msgs[0]])) <= CHUNK:
+            prompts.append(ids)
+    out, total, t0 = [], 0, time.time()
+    for b in range(0, len(prompts), batch):
+        part = prompts[b : b + batch]
+        answers = llm.generate(part, SamplingParams(temperature=0, max_tokens=256))
+        for ids, o in zip(part, answers):
+            out.append(features(llm, ids, list(o.outputs[0].token_ids)))
+            total += len(out[-1]["x"])
+        print(f"  {len(out)} answers, {total} rows, {time.time() - t0:.0f} s")
+        if total >= goal:
+            break
     return out
 
 
@@ -270,6 +296,13 @@ def main() -> None:
     ap.add_argument("--model", default="qwen2.5-coder-1.5b")
     ap.add_argument("--work", required=True, help="folder for the stages (read back when there)")
     ap.add_argument("--train-tokens", type=int, default=90000)
+    ap.add_argument(
+        "--data",
+        choices=("reference", "self", "both"),
+        default="reference",
+        help="train on ShareGPT's reference answers, the model's own greedy answers, or both",
+    )
+    ap.add_argument("--self-tokens", type=int, default=60000)
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--mlp", type=int, default=2048, help="the head's MLP width (0: none)")
     ap.add_argument("--epochs", type=int, default=4)
@@ -289,9 +322,15 @@ def main() -> None:
         torch.save(value, path)
         return value
 
-    data = stage(f"train-{args.train_tokens}.pt", lambda: train_features(llm, args.train_tokens))
+    data = []
+    if args.data in ("reference", "both"):
+        data += stage(
+            f"train-{args.train_tokens}.pt", lambda: train_features(llm, args.train_tokens)
+        )
+    if args.data in ("self", "both"):
+        data += stage(f"self-{args.self_tokens}.pt", lambda: self_features(llm, args.self_tokens))
     answers = stage(f"mtbench-{args.n}.pt", lambda: eval_features(llm, args.n))
-    name = f"head-{args.train_tokens}-v{args.vocab}-m{args.mlp}-e{args.epochs}.pt"
+    name = f"head-{args.data}-{args.train_tokens}-{args.self_tokens}-v{args.vocab}-m{args.mlp}-e{args.epochs}.pt"
     ck = stage(name, lambda: train(llm, data, args.vocab, args.mlp, args.epochs))
     cost = CostModel(
         {int(k): v for k, v in json.loads(args.cost).items()}
