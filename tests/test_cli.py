@@ -110,4 +110,4 @@ def test_help_lists_every_sub_command_without_loading_torch():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.split() == ["False", "False"], run.stderr
     help_text = _cli("--help").stdout
-    assert "{generate,serve,bench,info,aspd,fetch}" in help_text
+    assert "{generate,serve,bench,info,aspd,fetch,draft-head}" in help_text

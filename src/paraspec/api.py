@@ -181,6 +181,7 @@ class LLM:
             self.config.max_batch_size,
             prefix_cache=prefix_cache,
             draft_gate=gate,
+            model_name=loaded.name,
         )
         self.drafter = self.engine.drafters.drafter(self.config.plugin)
         if self.config.plugin is not None:

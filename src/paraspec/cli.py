@@ -1,4 +1,4 @@
-"""Command line: `paraspec generate`, `serve`, `bench`, `info`, `aspd` and `fetch`.
+"""Command line: `paraspec generate`, `serve`, `bench`, `info`, `aspd`, `fetch` and `draft-head`.
 
 Each sub-command's module adds its own parser (add_parser) and runs it; the flags several share are
 in cli_flags.py. Flags map one to one onto API fields. User errors print one line on stderr and exit
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import catalog, generate, info
+from . import catalog, draft_head_command, generate, info
 from .aspd import command as aspd
 from .bench import run as bench
 from .errors import ParaspecError
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="paraspec", description="LLM inference with lossless parallel decoding"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (generate, serve, bench, info, aspd, catalog):
+    for command in (generate, serve, bench, info, aspd, catalog, draft_head_command):
         command.add_parser(sub)
     return parser
 

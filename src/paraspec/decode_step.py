@@ -80,9 +80,17 @@ def step_row(
     return StepRow(seq, q, by_mode=False, looked=looked, no_draft=why)
 
 
-def accept_run(row: StepRow, logits: torch.Tensor, forward_s: float) -> Run:
+def wants_features(row: StepRow) -> bool:
+    """Whether the sequence's drafter drafts from the model's hidden states (a draft head)."""
+    return not row.by_mode and getattr(row.seq.drafter, "wants_features", False)
+
+
+def accept_run(
+    row: StepRow, logits: torch.Tensor, forward_s: float, features: torch.Tensor | None = None
+) -> Run:
     """Walk the verified tree (the longest run the sampler agrees with), commit its KV, let the
-    drafter observe the run; a step the mode ran says itself what to emit."""
+    drafter observe the run (and, given the rows' `features`, the hidden state of the row whose
+    logits chose the run's last token); a step the mode ran says itself what to emit."""
     seq, q = row.seq, row.query
     sampler, mode, is_stop = seq.sampler, seq.mode, seq.stop_ids.__contains__
     if row.by_mode:
@@ -117,6 +125,8 @@ def accept_run(row: StepRow, logits: torch.Tensor, forward_s: float) -> Run:
     seq.stats.timer.committed()
     if seq.drafter is not None:
         seq.drafter.observe(seq.key, acc.tokens, q.lookahead_argmax(argmax))
+        if features is not None and acc.tokens and wants_features(row):
+            seq.drafter.observe_feature(seq.key, features[path_rows[len(acc.tokens) - 1]])
     seq.stats.timer.observed(q.n_draft, len(acc.tokens), forward_s, row.no_draft)
     lp = None
     if seq.params.logprobs is not None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from .admission import check_prompt, new_sequences
-from .decode_step import StepRow, accept_run, step_row
+from .decode_step import StepRow, accept_run, step_row, wants_features
 from .decoding.contract.mode import ModePlugin
 from .decoding.contract.proposer import Proposer, StepContext
 from .decoding.contract.stats import timed
@@ -51,8 +51,10 @@ class Engine:
         default_drafter: Proposer | None = None,
         prefix_cache: PrefixCache | None = None,
         draft_gate: bool = True,
+        model_name: str = "",
     ):
         self.runner = runner
+        self.model_name = model_name  # where a draft head "auto" is looked for
         # skip a sequence's propose on steps where looking has not paid (decoding/policy/gate.py); off, the
         # drafter is asked every step (a draft tree verified on every step, the same on every run)
         self.draft_gate = draft_gate
@@ -68,11 +70,17 @@ class Engine:
         self._ids = itertools.count()
         self._twin_logits: dict[str, torch.Tensor] = {}  # prompt logits kept for n > 1 siblings
         # the trie, arm stats, built drafters
-        self.drafters = DrafterRegistry(tokenizer.eos_token_ids)
+        self.drafters = DrafterRegistry(tokenizer.eos_token_ids, model=self._head_model)
         self.forward_cost = ForwardCost(runner)  # t(k)/t(1): probed, kept true by the steps
         # 0 MB: off
         self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache(0)
         self.steps = 0  # decode steps run
+
+    def _head_model(self):
+        """The model as a draft head sees it (decoding/drafters/draft_head.py)."""
+        from .draft_heads import head_model
+
+        return head_model(self.runner.model, self.model_name)
 
     # ------------------------------------------------------------------------------ requests
 
@@ -259,19 +267,25 @@ class Engine:
         # rows of other sequences never change a sequence's logits (row invariance), so the
         # batch without a failed sequence gives the others the bits they would have had
         caches, queries = [r.seq.cache for r in rows], [r.query for r in rows]
-        logits_per_seq, forward_s = (
-            timed(self.runner.verify, caches, queries) if rows else ([], 0.0)
-        )
+        features_per_seq: list = [None] * len(rows)
+        if any(wants_features(r) for r in rows):  # a draft head drafts from the hidden states
+            (logits_per_seq, features_per_seq), forward_s = timed(
+                self.runner.verify_features, caches, queries
+            )
+        else:
+            logits_per_seq, forward_s = (
+                timed(self.runner.verify, caches, queries) if rows else ([], 0.0)
+            )
         if len(rows) == 1 and not (row := rows[0]).by_mode:
             self.forward_cost.step(
                 row.seq.key, len(row.query.tokens), row.seq.cache.length, forward_s
             )
         units = sum(self.cost(len(r.query.tokens)) for r in rows) if ctx is not None else 1.0
-        for row, logits in zip(rows, logits_per_seq):
+        for row, logits, features in zip(rows, logits_per_seq, features_per_seq):
             seq, timer, emitted = row.seq, row.seq.stats.timer, len(row.seq.output)
             timer.start()
             try:
-                updates.append(self._emit(seq, *accept_run(row, logits, forward_s)))
+                updates.append(self._emit(seq, *accept_run(row, logits, forward_s, features)))
             except Exception as e:  # its sampler, drafter or detokenizer failed: it alone ends
                 updates.append(self._fail(seq, e))
                 continue

@@ -171,6 +171,20 @@ class ModelRunner:
 
     def verify(self, caches: list[KVCache], queries: list[Query]) -> list[torch.Tensor]:
         """One forward over all queries; returns per query the logits of its `logits_rows`."""
+        return self._verify(caches, queries, False)[0]
+
+    def verify_features(
+        self, caches: list[KVCache], queries: list[Query]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """verify, and per query the last hidden states of its `logits_rows` (Transformer.forward's
+        features), for a drafter that drafts from them."""
+        logits, features = self._verify(caches, queries, True)
+        assert features is not None
+        return logits, features
+
+    def _verify(
+        self, caches: list[KVCache], queries: list[Query], features: bool
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
         tokens, positions, rows, seqs = [], [], [], []
         offset = 0
         for cache, q in zip(caches, queries):
@@ -179,7 +193,13 @@ class ModelRunner:
             rows += [offset + r for r in q.logits_rows]
             seqs.append(SeqInput(cache, len(q.tokens), q.mask, q.mask_from, q.key_order))
             offset += len(q.tokens)
-        logits = self.model.forward(
-            torch.tensor(tokens), torch.tensor(positions), seqs, torch.tensor(rows)
+        out = self.model.forward(
+            torch.tensor(tokens),
+            torch.tensor(positions),
+            seqs,
+            torch.tensor(rows),
+            features=features,
         )
-        return list(logits.split([len(q.logits_rows) for q in queries]))
+        logits, hidden = out if features else (out, None)
+        sizes = [len(q.logits_rows) for q in queries]
+        return list(logits.split(sizes)), None if hidden is None else list(hidden.split(sizes))

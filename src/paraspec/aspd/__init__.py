@@ -15,7 +15,7 @@ def _params():
     return AspdParams
 
 
-def _decoder(p, eos, trie, arms, output_memory, inner):
+def _decoder(p, eos, trie, arms, output_memory, inner, model=None):
     from .decode import AspdDecoder
 
     return AspdDecoder(p, inner)  # inner: the serial segments' drafter (p.drafter built), or None

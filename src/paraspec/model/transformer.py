@@ -133,11 +133,14 @@ class Transformer:
         seqs: list[SeqInput],
         logits_rows: torch.Tensor | None = None,
         prompt: bool = False,
-    ) -> torch.Tensor:
+        features: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """tokens, positions: [T] (sequences' new tokens concatenated in the order of `seqs`).
         Returns fp32 logits [R, vocab] for rows `logits_rows` (default: every row).
         prompt: the tokens are a causal prompt chunk (prefill): attention through
-        `prompt_attention`, fast but not row-invariant."""
+        `prompt_attention`, fast but not row-invariant.
+        features: also return those rows' last hidden states, normed as the LM head sees them
+        ([R, dim] fp32): what a draft head (decoding/drafters/draft_head.py) drafts from."""
         a = self.args
         n_heads, n_kv, hd = a.n_heads, a.n_kv_heads, a.head_dim
         if prompt and any(s.tree_mask is not None for s in seqs):
@@ -236,4 +239,5 @@ class Transformer:
             x += layer.w_down(F.silu(gate).mul_(up), prompt)
 
         x = x[:n_tokens] if logits_rows is None else x[logits_rows]
-        return self.lm_head.norm_linear(x, self.norm, a.norm_eps, prompt).float()
+        logits = self.lm_head.norm_linear(x, self.norm, a.norm_eps, prompt).float()
+        return (logits, rms_norm(x.float(), self.norm, a.norm_eps)) if features else logits

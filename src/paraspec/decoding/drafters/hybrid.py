@@ -1,5 +1,7 @@
 """hybrid: memory_decoding's trie, lookahead's n-gram pool and the request's own suffix matches
-(suffix.py) as three sources of ONE draft tree.
+(suffix.py) as three sources of ONE draft tree; with plugin_params.draft_head, a draft head
+trained for the model (draft_head.py) is a fourth, drafting every step from the model's own
+hidden state (where nothing is copied, the one source that still finds tokens).
 
 MindIE refuses to enable both algorithms at once; here they share one budget and one policy
 (draft_policy.py): each source offers candidates with its own estimates, the policy calibrates
@@ -34,6 +36,7 @@ from typing import Any
 
 from ...errors import ConfigError
 from .arms import ArmSelector, ArmStats
+from .draft_head import DraftHead, HeadModel, HeadSource
 from .unknown_keys import warn_unknown_keys
 from ..policy.cost import CostModel, window_prior
 from ..policy.calibration import PolicyStats
@@ -56,8 +59,8 @@ WINDOW_BELOW = 1.0  # accepted trie draft tokens per step under which the window
 # below that it sits out, and runs one eligible step in LA_PROBE_EVERY to keep measuring.
 LA_MIN_GAIN = 0.02
 LA_PROBE_EVERY = 8
-TRIE, POOL, SUFFIX, PAST, REPLAY = 0, 1, 2, 3, 4  # the policy's sources
-ALL, NOT_POOL = (TRIE, POOL, SUFFIX, PAST, REPLAY), (TRIE, SUFFIX, PAST, REPLAY)
+TRIE, POOL, SUFFIX, PAST, REPLAY, HEAD = 0, 1, 2, 3, 4, 5  # the policy's sources
+ALL, NOT_POOL = (TRIE, POOL, SUFFIX, PAST, REPLAY, HEAD), (TRIE, SUFFIX, PAST, REPLAY, HEAD)
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class HybridParams:
         default_factory=lambda: MemoryDecodingParams(dynamic_algo=True)
     )
     lookahead: LookaheadParams = field(default_factory=LookaheadParams)
+    draft_head: str | None = None  # a trained head's file (draft_head.py): a sixth source
 
     @property
     def decoding_length(self) -> int:
@@ -81,6 +85,13 @@ class HybridParams:
     def validate(self, speculation_gamma: int | None = None) -> "HybridParams":
         self.memory.validate(None)
         self.lookahead.validate(None)
+        if self.draft_head is not None and (
+            not isinstance(self.draft_head, str) or not self.draft_head.strip()
+        ):
+            raise ConfigError(
+                f"plugin_params.draft_head={self.draft_head!r} must be the path of a draft head "
+                "file (paraspec draft-head builds one); leave it out for no head"
+            )
         if speculation_gamma is not None and speculation_gamma < self.query_tokens:
             raise ConfigError(
                 f"speculation_gamma={speculation_gamma} is below the hybrid's need of "
@@ -92,17 +103,18 @@ class HybridParams:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "HybridParams":
         """One flat dict, as MindIE-style plugin_params: memory_decoding keys (decoding_length,
-        dynamic_algo, mode, ...) and lookahead keys (level, window, guess_set_size)."""
-        unknown = sorted(set(d) - _MEMORY_KEYS - _LOOKAHEAD_KEYS - {"plugin_type"})
+        dynamic_algo, mode, ...), lookahead keys (level, window, guess_set_size) and draft_head."""
+        known = _MEMORY_KEYS | _LOOKAHEAD_KEYS | {"plugin_type", "draft_head"}
+        unknown = sorted(set(d) - known)
         if unknown:
-            warn_unknown_keys("hybrid", unknown, _MEMORY_KEYS | _LOOKAHEAD_KEYS | {"plugin_type"})
+            warn_unknown_keys("hybrid", unknown, known)
         # the trie's part sizes its drafts (dynamic_algo) unless told otherwise: a fixed-length
         # draft pays its rows even where the chooser would rather take lookahead's cheap one
         memory = MemoryDecodingParams.from_dict(
             {"dynamic_algo": True} | {k: v for k, v in d.items() if k in _MEMORY_KEYS}
         )
         lookahead = LookaheadParams.from_dict({k: v for k, v in d.items() if k in _LOOKAHEAD_KEYS})
-        return cls(memory, lookahead)
+        return cls(memory, lookahead, d.get("draft_head"))
 
 
 @dataclass
@@ -128,8 +140,17 @@ class HybridDrafter:
         arms: ArmStats | None = None,
         stats: PolicyStats | None = None,
         output_memory: OutputMemory | None = None,
+        model: HeadModel | None = None,
     ):
         self.params = (params or HybridParams()).validate()
+        self.head: HeadSource | None = None
+        if self.params.draft_head is not None:
+            if model is None:
+                raise ConfigError(
+                    "plugin_params.draft_head: this drafter is built without a model to draft "
+                    "with (a replay tool); leave draft_head out here"
+                )
+            self.head = HeadSource(DraftHead.load(self.params.draft_head, model))
         self.memory = TrieSource(self.params.memory, tuple(eos_token_ids), trie)
         self.pool = PoolSource(self.params.lookahead, eos_token_ids)
         self.suffix = SuffixSource(eos_token_ids, output_memory)
@@ -155,6 +176,8 @@ class HybridDrafter:
         self.pool.begin(request_id, prompt, seed)
         self.suffix.begin(request_id, prompt, identity)
         self.policy.begin(request_id)
+        if self.head is not None:
+            self.head.begin(request_id)
         self._requests[request_id] = _Request(ArmSelector(2, shared=self.arms))
 
     def propose(
@@ -179,16 +202,25 @@ class HybridDrafter:
             # (the pool and the window too) would offer beside it are forks it says will not be
             # taken, and each would take a row from the chain's deep end
             self.memory.catch_up(request_id, context)
-            m = s = None
+            m = s = d = None
             st.arm, st.scored = 0, False
         else:
             m = self.memory.candidates(request_id, context, budget, copying)
             s = self.suffix.candidates(request_id, context, budget)
+            # while the text copies, the trie and suffix drafts run deep and the head's chained
+            # steps would only add their own time
+            d = (
+                self.head.candidates(request_id, context[-1], budget)
+                if self.head is not None and not copying
+                else None
+            )
         h = self.suffix.memory(request_id, budget)
         # what the trie and the suffix source alone would send: the window's paired baseline, and
         # whether the pool can add anything for free (the tree fills its stair: it could only add
         # rows a step up)
-        alone, expected = self.policy.select(request_id, context, [m, None, s, h, r], budget, cost)
+        alone, expected = self.policy.select(
+            request_id, context, [m, None, s, h, r, d], budget, cost
+        )
         st.memory_tree, st.memory_cost = alone, cost(1 + len(alone))
         st.pool_ran = not r and (
             st.arm == 1 or not alone or (len(alone) < budget and cost.free_rows(1 + len(alone)) > 0)
@@ -205,7 +237,7 @@ class HybridDrafter:
         )
         window_rows = len(branch.tokens) if branch else 0
         draft, expected = self.policy.select(
-            request_id, context, [m, tree, s, h, r], budget, cost, window_rows
+            request_id, context, [m, tree, s, h, r, d], budget, cost, window_rows
         )
         st.cost = cost(1 + len(draft) + window_rows)
         return Proposal(draft, branch, expected, self.policy.reason(request_id))
@@ -231,12 +263,26 @@ class HybridDrafter:
         self.policy.observe(request_id, committed, sources=ALL if st.pool_ran else NOT_POOL)
         self.memory.observe(request_id, committed)
         self.suffix.observe(request_id, committed)
+        if self.head is not None:
+            self.head.observe(request_id, committed)
         if st.pool_ran:
             self.pool.observe(request_id, committed, lookahead_argmax)
         # a step without propose (its gate skipped the look) scores nothing and leaves the pool be
         st.memory_tree, st.scored, st.pool_ran = None, False, False
 
+    @property
+    def wants_features(self) -> bool:
+        """Whether the engine hands this drafter the verified rows' features (its draft head)."""
+        return self.head is not None
+
+    def observe_feature(self, request_id: str, feature) -> None:
+        """After observe: the feature of the row whose logits chose the step's bonus token."""
+        if self.head is not None:
+            self.head.observe_feature(request_id, feature)
+
     def end(self, request_id: str) -> None:
+        if self.head is not None:
+            self.head.end(request_id)
         self.memory.end(request_id)
         self.pool.end(request_id)
         self.suffix.end(request_id)

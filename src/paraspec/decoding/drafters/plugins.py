@@ -72,7 +72,8 @@ def _decoding_length(params: Any) -> int:
 @dataclass(frozen=True)
 class PluginType:
     """One plugin_type. params() is its params class and build(params, eos, trie, arms,
-    output_memory, inner) its drafter (inner: the built drafter of `inner(params)`, else None);
+    output_memory, inner, model) its drafter (inner: the built drafter of `inner(params)`, else
+    None; model: the draft_head.HeadModel a draft head drafts with, None where no model is at hand);
     both import their module on first use, so naming a type loads nothing. need(params): the
     speculationGamma it needs (default: its decoding_length); dynamic(params): whether it adapts
     its draft length; check_tokenizer(tokenizer): raises where a model's tokenizer cannot run it."""
@@ -164,7 +165,7 @@ def _memory_params():
     return MemoryDecodingParams
 
 
-def _memory_drafter(p, eos, trie, arms, output_memory, inner):
+def _memory_drafter(p, eos, trie, arms, output_memory, inner, model=None):
     from .memory_decoding import MemoryDrafter
 
     return MemoryDrafter(p, eos_token_ids=eos, trie=trie)
@@ -176,7 +177,7 @@ def _lookahead_params():
     return LookaheadParams
 
 
-def _lookahead_drafter(p, eos, trie, arms, output_memory, inner):
+def _lookahead_drafter(p, eos, trie, arms, output_memory, inner, model=None):
     from .lookahead import LookaheadDrafter
 
     return LookaheadDrafter(p, eos_token_ids=eos, arms=arms)
@@ -188,10 +189,12 @@ def _hybrid_params():
     return HybridParams
 
 
-def _hybrid_drafter(p, eos, trie, arms, output_memory, inner):
+def _hybrid_drafter(p, eos, trie, arms, output_memory, inner, model=None):
     from .hybrid import HybridDrafter
 
-    return HybridDrafter(p, eos_token_ids=eos, trie=trie, arms=arms, output_memory=output_memory)
+    return HybridDrafter(
+        p, eos_token_ids=eos, trie=trie, arms=arms, output_memory=output_memory, model=model
+    )
 
 
 register_plugin(

@@ -15,13 +15,18 @@ owned by one engine and holds
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from collections.abc import Callable, Iterable
 
 from .arms import ArmStats
 from ..memory.output_memory import OutputMemory
 from .plugins import PluginConfig
 from ..contract.proposer import Proposer
 from ..memory.trie import TokenTrie
+
+if TYPE_CHECKING:
+    from .draft_head import HeadModel
 
 MAX_CACHED_DRAFTERS = 16  # per-configuration drafters kept built (oldest evicted first)
 
@@ -32,20 +37,30 @@ def build_drafter(
     trie: TokenTrie | None = None,
     arms: ArmStats | None = None,
     output_memory: OutputMemory | None = None,
+    model: HeadModel | None = None,
 ) -> Proposer:
     """A new drafter for `plugin`. Memory drafters draft from `trie`, hybrid ones from
     `output_memory` too (new ones if None); drafters with arms record into `arms` (new ones if None).
-    A type that wraps another drafter (ASPD's serial segments) gets that one built first."""
+    A type that wraps another drafter (ASPD's serial segments) gets that one built first. `model`:
+    what a draft head drafts with (draft_head.py), where the caller has the model."""
     eos = frozenset(int(t) for t in eos_token_ids)
     kind = plugin.kind
     inner = kind.inner(plugin.params)
-    inner_drafter = None if inner is None else build_drafter(inner, eos, trie, arms, output_memory)
-    return kind.build(plugin.params, eos, trie, arms, output_memory, inner_drafter)
+    inner_drafter = (
+        None if inner is None else build_drafter(inner, eos, trie, arms, output_memory, model)
+    )
+    return kind.build(plugin.params, eos, trie, arms, output_memory, inner_drafter, model=model)
 
 
 class DrafterRegistry:
-    def __init__(self, eos_token_ids: Iterable[int], max_cached: int = MAX_CACHED_DRAFTERS):
+    def __init__(
+        self,
+        eos_token_ids: Iterable[int],
+        max_cached: int = MAX_CACHED_DRAFTERS,
+        model: Callable[[], HeadModel] | None = None,
+    ):
         self.eos = frozenset(int(t) for t in eos_token_ids)
+        self._model = model  # the engine's model as a draft head sees it (built on first need)
         self.max_cached = max_cached
         self._trie: TokenTrie | None = None
         self._output_memory: OutputMemory | None = None
@@ -93,7 +108,7 @@ class DrafterRegistry:
             trie = self.trie(mem.max_trie_nodes, mem.window) if mem is not None else None
             outputs = self.output_memory() if drafting.kind.output_memory else None
             self._drafters[plugin] = build_drafter(
-                plugin, self.eos, trie, self.arm_stats(plugin), outputs
+                plugin, self.eos, trie, self.arm_stats(plugin), outputs, self.head_model()
             )
         return self._drafters[plugin]
 
@@ -101,7 +116,12 @@ class DrafterRegistry:
         """A new drafter with an empty trie and output memory of its own (a memory cold start:
         benchmarks whose systems must not see each other's outputs), recording into the engine's arm statistics
         (whether a window pays is the machine's property, learnt once per configuration)."""
-        return build_drafter(plugin, self.eos, None, self.arm_stats(plugin))
+        return build_drafter(
+            plugin, self.eos, None, self.arm_stats(plugin), model=self.head_model()
+        )
+
+    def head_model(self) -> HeadModel | None:
+        return None if self._model is None else self._model()
 
     def drafters(self) -> list[Proposer]:
         return list(self._drafters.values())

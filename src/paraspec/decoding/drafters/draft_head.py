@@ -1,0 +1,199 @@
+"""A draft head: the tokens the model will write next, drafted from its own last hidden state,
+a source of the one draft policy (draft_policy.py) inside the hybrid.
+
+Where nothing is copied (open chat) the model-free sources find little: the text is new. A small
+network trained on the model's own hidden states knows what the model tends to write next
+(EAGLE, arXiv 2401.15077; Medusa). This one is EAGLE's head without its attention layer:
+
+    u = fc([rms(f) * g_f ; rms(e) * g_e])  (+ down(silu(up(u))))   f: a row's normed last hidden state
+                                                                    e: the embedding of the token it chose
+    p = softmax(u @ E[vocab].T)           u: the next row's hidden state, scored by the model's
+                                             embedding rows of the head's vocabulary (frozen: the LM
+                                             head's where tied; else the head learns that space)
+
+From the feature of the row whose logits chose the root and the root's embedding it predicts the
+first draft token; its own output u stands in for the next row's feature to chain further. Each
+node carries the chain's running probability, which the policy calibrates like every source's
+estimate and prices against the cost curve. Its matrices run as int8 on the model's kernels
+(quant.Int8Linear): a chained step costs about a hundredth of a one-row forward of a 1.5B model.
+
+The one exception to "drafters see tokens only" (contract/proposer.py): a drafter with
+`wants_features` gets, after each verified step, the feature of the row whose logits chose the
+bonus token (`observe_feature`), and the head is given the model's embedding when built
+(`HeadModel`). The step after the prefill has no feature yet: the head drafts from the second
+decode step on. A head is trained per model (`paraspec draft-head`, draft_head_train.py); its
+file names the model's shape and a fingerprint of its embedding, checked when loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ...errors import ConfigError
+from ..contract.tree import ROOT, DraftTree
+
+HEAD_FORMAT = "paraspec-draft-head/1"
+AUTO = "auto"  # draft_head "auto": the head `paraspec draft-head` trained for the loaded model
+MAX_DEPTH = 6  # chained tokens: past this the running probability is rarely worth a row
+MIN_P = 0.03  # nodes offered down to this running probability (the policy prices each)
+# a chained step costs a share of a step (~1 % on a 1.5B): the chain goes on only while its
+# running probability stays where a row can pay (at the cost curves measured, under ~0.1 none
+# does, except rows the forward pads anyway, which the runners-up already fill)
+EXTEND_P = 0.1
+FIRST_WIDTH = (
+    3  # alternatives offered at depth 1 (deeper: the runner-up as a leaf beside each node)
+)
+NORM_EPS = 1e-6
+FINGERPRINT_TOKENS = 64  # embedding rows summed into the file's fingerprint of its model
+
+
+@dataclass(frozen=True)
+class HeadModel:
+    """What of the model a draft head drafts with, handed in by the engine (paraspec/draft_heads.py
+    builds it): this layer knows no model."""
+
+    embed: Callable[[torch.Tensor], torch.Tensor]  # token ids [n] -> [n, dim]
+    dim: int
+    vocab_size: int
+    # (weight [out, in] fp32, bias or None) -> a linear y = x @ W.T + b on the model's int8 kernels
+    linear: Callable[[torch.Tensor, torch.Tensor | None], Callable[[torch.Tensor], torch.Tensor]]
+    name: str = ""
+    auto_path: Path | None = None  # the head trained for this model: what draft_head "auto" means
+
+    def fingerprint(self) -> float:
+        n = min(FINGERPRINT_TOKENS, self.vocab_size)
+        return float(self.embed(torch.arange(n)).float().abs().sum())
+
+
+def _rms(x: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
+    return F.rms_norm(x, gain.shape, gain, NORM_EPS)
+
+
+class DraftHead:
+    """A trained head on int8 kernels, bound to its model's embedding."""
+
+    def __init__(self, weights: dict[str, torch.Tensor], vocab: torch.Tensor, model: HeadModel):
+        def linear(name: str):
+            return model.linear(weights[f"{name}.weight"].float(), weights[f"{name}.bias"].float())
+
+        self.model = model
+        self.vocab = vocab.long()
+        self.g_f, self.g_e = weights["gf"].float(), weights["ge"].float()
+        self.fc = linear("fc")
+        self.mlp = (linear("up"), linear("down")) if "up.weight" in weights else None
+        self.scores = model.linear(model.embed(self.vocab).float(), None)
+
+    def __deepcopy__(self, memo: dict) -> "DraftHead":
+        return self  # read-only after load: a copied drafter (the bench's per-run copy) shares it
+
+    @classmethod
+    def load(cls, path: str, model: HeadModel) -> "DraftHead":
+        """The head in `path`, checked against `model`: a one-line ConfigError names what differs."""
+        fix = "train one for this model with `paraspec draft-head --model ...` (make draft-head)"
+        if path == AUTO:
+            path = str(model.auto_path)
+            if model.auto_path is None or not model.auto_path.exists():
+                raise ConfigError(
+                    f"plugin_params.draft_head='auto': no head trained for {model.name} "
+                    f"({path}); {fix}"
+                )
+        try:
+            ck = torch.load(os.path.expanduser(path), map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise ConfigError(f"plugin_params.draft_head={path!r}: no such file; {fix}") from None
+        except Exception as e:
+            raise ConfigError(
+                f"plugin_params.draft_head={path!r} is not a draft head file ({type(e).__name__}); {fix}"
+            ) from None
+        if not isinstance(ck, dict) or ck.get("format") != HEAD_FORMAT:
+            raise ConfigError(
+                f"plugin_params.draft_head={path!r} is not a {HEAD_FORMAT} file; {fix}"
+            )
+        want = (model.dim, model.vocab_size)
+        if (ck["dim"], ck["vocab_size"]) != want:
+            raise ConfigError(
+                f"plugin_params.draft_head={path!r} was trained for a model of hidden size "
+                f"{ck['dim']} and vocabulary {ck['vocab_size']}, this one has {want[0]} and "
+                f"{want[1]}; {fix}"
+            )
+        if abs(ck["fingerprint"] - model.fingerprint()) > 1e-3 * abs(ck["fingerprint"]):
+            raise ConfigError(
+                f"plugin_params.draft_head={path!r} was trained for another model "
+                f"({ck.get('model', '?')}) of the same shape; {fix}"
+            )
+        return cls(ck["weights"], ck["vocab"], model)
+
+    @torch.inference_mode()
+    def step(self, feature: torch.Tensor, token: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(u, p): the next row's stand-in feature [1, dim] and the head's distribution over its
+        vocabulary [V], from a row's feature [1, dim] and the token that row chose."""
+        e = self.model.embed(torch.tensor([token])).float()
+        u = self.fc(torch.cat([_rms(feature, self.g_f), _rms(e, self.g_e)], -1))
+        if self.mlp is not None:
+            up, down = self.mlp
+            u = u + down(F.silu(up(u)))
+        return u, torch.softmax(self.scores(u)[0], -1)
+
+    def draft(
+        self, feature: torch.Tensor, root: int, max_nodes: int, depth: int = MAX_DEPTH
+    ) -> DraftTree:
+        """The chain from the root (the best token at each depth while its running probability
+        stays at EXTEND_P or more), with the runners-up beside it as leaves, every node at MIN_P
+        or more; at most max_nodes."""
+        tree = DraftTree()
+        f, token, parent, p = feature.float().reshape(1, -1), root, ROOT, 1.0
+        for d in range(depth):
+            if len(tree) >= max_nodes:
+                break
+            f, probs = self.step(f, token)
+            top_p, top_i = probs.topk(FIRST_WIDTH if d == 0 else 2)
+            best = p * float(top_p[0])
+            if best < MIN_P:
+                break
+            node = tree.add(int(self.vocab[top_i[0]]), parent, best)
+            for q, i in zip(top_p[1:].tolist(), top_i[1:].tolist()):
+                if p * q >= MIN_P and len(tree) < max_nodes:
+                    tree.add(int(self.vocab[i]), parent, p * q)
+            token, parent, p = int(self.vocab[top_i[0]]), node, best
+            if best < EXTEND_P:
+                break
+        return tree
+
+
+class HeadSource:
+    """Per request, the feature of the row that chose the root: the head drafts from it."""
+
+    def __init__(self, head: DraftHead):
+        self.head = head
+        self._last: dict[str, int] = {}  # the request's last committed token
+        self._feature: dict[str, tuple[torch.Tensor, int]] = {}  # (feature, the token it chose)
+
+    def begin(self, request_id: str) -> None:
+        self._last.pop(request_id, None)
+        self._feature.pop(request_id, None)
+
+    def observe(self, request_id: str, committed: list[int] | tuple[int, ...]) -> None:
+        # a step's feature comes after its tokens: until then the old one is stale
+        self._feature.pop(request_id, None)
+        if committed:
+            self._last[request_id] = int(committed[-1])
+
+    def observe_feature(self, request_id: str, feature: torch.Tensor) -> None:
+        if request_id in self._last:
+            self._feature[request_id] = (feature, self._last[request_id])
+
+    def candidates(self, request_id: str, root: int, budget: int) -> DraftTree | None:
+        kept = self._feature.get(request_id)
+        if kept is None or kept[1] != root or budget <= 0:
+            return None
+        return self.head.draft(kept[0], root, budget) or None
+
+    def end(self, request_id: str) -> None:
+        self._last.pop(request_id, None)
+        self._feature.pop(request_id, None)
