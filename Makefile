@@ -148,3 +148,15 @@ aspd-eval-0.5b: install
 	$(VENV)/bin/paraspec aspd eval --adapters $(ASPD_05B_OUT) --base-model $(ASPD_05B) \
 	  --cache $(HOME)/.cache/paraspec/aspd-$(ASPD_05B) --n 0 --real-n 0 --sharegpt-n 100 \
 	  --mtbench-n 80 --max-tokens 192 --out $(ASPD_05B_OUT)/eval.json
+
+# A draft head for the hybrid (plugin_params "draft_head": "auto"), trained on this CPU on the
+# model's hidden states over ShareGPT's train answers and its own greedy answers to other train
+# prompts (`make models` fetches both). About an hour for the 1.5B on 2 cores: ~20 min of batched
+# generation, ~25 min of prefill, ~12 min of training; stages resume from
+# ~/.cache/paraspec/heads/<model file>.work. Measured: docs/benchmarks.md (draft head).
+HEAD_MODEL ?= qwen2.5-coder-1.5b
+HEAD_TRAIN ?= --reference-tokens 90000 --self-tokens 60000 --vocab 8192 --mlp 2048 --epochs 3
+.PHONY: draft-head
+
+draft-head: models
+	$(VENV)/bin/paraspec draft-head --model $(HEAD_MODEL) $(HEAD_TRAIN)

@@ -7,141 +7,44 @@ model-free sources: accepted tokens per step (MAT) and tokens per unit of forwar
         --train-tokens 90000 --vocab 8192 --mlp 2048 --epochs 4 --n 24 \
         --cost '{"1":1,"2":1.09,"4":1.21,"8":1.86}'
 
+The training is the product's (paraspec/draft_head_train.py, `paraspec draft-head`); this script
+replays a head without the engine, to see what it could buy before its cost and the policy's:
+
 1. features: ShareGPT first exchanges of the "train" split (never MT-Bench), prompt and reference
    answer prefilled teacher-forced; per answer row the last hidden state as the LM head sees it
    (normed), the token the row read and the model's argmax (--train-tokens rows); with --data
    self (or both) the model's own greedy answers to later first turns of the split instead (or
    too): the text the head will be asked to predict (Medusa-2's self-distillation);
 2. the head: f(feature of row t, embedding of token t+1) -> the feature of row t+1, scored by the
-   model's own LM head rows of the --vocab commonest argmax tokens (tied embeddings: frozen);
-   trained on the argmax (cross-entropy) and the feature (smooth L1), unrolled two rows deep;
+   model's embedding rows of the --vocab commonest argmax tokens (frozen); trained on the argmax (cross-entropy) and the feature (smooth L1), unrolled two rows deep;
 3. evaluation: the model's greedy answers to --n MT-Bench first turns (one in every 80/n), their
    features by the same teacher-forced prefill (the prefill's argmax equals the greedy text; the
    script checks it), and at every step the head's chain from the last row's feature and the
    root: fixed lengths, and cut where the chain's running probability falls under a threshold.
 
 Each stage is kept in --work and read back when there. The modelled figure leaves out the head's
-own time (printed beside it: one chained step against a one-row forward, with fp32 and bf16
-weights), so it is an upper bound.
+own time (printed beside it: one chained step of the engine's int8 head against a one-row
+forward), so it is an upper bound. The engine's measured figure: `paraspec bench --systems
+ar,hybrid,hybrid-head`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from paraspec import LLM, SamplingParams
 from paraspec.bench.workload_tasks import mtbench
-from paraspec.datasets import sharegpt_split
+from paraspec.decoding.drafters.draft_head import DraftHead
+from paraspec.draft_heads import head_model
 from paraspec.decoding.policy.cost import CostModel
-from paraspec.model.linear import rms_norm
+from paraspec.draft_head_train import Head, features, reference_features, self_features, train
 from paraspec.model.transformer import SeqInput
-
-CHUNK = 256
-
-
-class Head(nn.Module):
-    def __init__(self, dim: int, mlp: int):
-        super().__init__()
-        self.gf = nn.Parameter(torch.ones(dim))
-        self.ge = nn.Parameter(torch.ones(dim))
-        self.fc = nn.Linear(2 * dim, dim)
-        self.up = nn.Linear(dim, mlp) if mlp else None
-        self.down = nn.Linear(mlp, dim) if mlp else None
-
-    def forward(self, f: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-        f = f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + 1e-6) * self.gf
-        e = e * torch.rsqrt(e.pow(2).mean(-1, keepdim=True) + 1e-6) * self.ge
-        u = self.fc(torch.cat([f, e], -1))
-        return u if self.up is None else u + self.down(F.silu(self.up(u)))
-
-
-def features(llm: LLM, prompt: list[int], answer: list[int]) -> dict:
-    """Teacher-forced prefill of prompt + answer: per row from the prompt's last one, the normed
-    last hidden state, the token read and the model's argmax."""
-    m, kept = llm.model, {}
-    head = m.lm_head.norm_linear
-
-    def grab(x, norm, eps, prompt_rows):
-        kept["h"] = rms_norm(x.float(), norm, eps)
-        return head(x, norm, eps, prompt_rows)
-
-    m.lm_head.norm_linear = grab
-    try:
-        ids, first = prompt + answer, len(prompt) - 1
-        cache = m.new_cache(len(ids) + 8)
-        hs, am = [], []
-        for s in range(0, len(ids), CHUNK):
-            chunk = ids[s : s + CHUNK]
-            lo = max(0, first - s)
-            rows = (
-                torch.arange(lo, len(chunk)) if lo < len(chunk) else torch.tensor([len(chunk) - 1])
-            )
-            logits = m.forward(
-                torch.tensor(chunk),
-                torch.arange(s, s + len(chunk)),
-                [SeqInput(cache, len(chunk))],
-                rows,
-                prompt=True,
-            )
-            if lo < len(chunk):
-                hs.append(kept["h"].half())
-                am.append(logits.argmax(-1))
-            cache.commit(range(len(chunk)))
-    finally:
-        m.lm_head.norm_linear = head
-    return {"h": torch.cat(hs), "x": torch.tensor(ids[first:]), "a": torch.cat(am)}
-
-
-def train_features(llm: LLM, goal: int) -> list[dict]:
-    tok, out, total, t0 = llm.tokenizer, [], 0, time.time()
-    end = tok.encode("<|im_end|>", add_bos=False)
-    for c in sharegpt_split("train"):
-        msgs = c.messages
-        if len(msgs) < 2 or [m["role"] for m in msgs[:2]] != ["user", "assistant"]:
-            continue
-        if not msgs[0]["content"].strip() or not msgs[1]["content"].strip():
-            continue
-        prompt = tok.encode_chat([msgs[0]])[-CHUNK:]
-        answer = tok.encode(msgs[1]["content"], add_bos=False)[:320] + end
-        out.append(features(llm, prompt, answer))
-        total += len(out[-1]["x"])
-        if len(out) % 50 == 0:
-            print(f"  {len(out)} answers, {total} rows, {total / (time.time() - t0):.0f} rows/s")
-        if total >= goal:
-            return out
-    return out
-
-
-def self_features(llm: LLM, goal: int, skip: int = 2000, batch: int = 16) -> list[dict]:
-    """The model's own greedy answers (max 256 tokens) to "train" split first turns of at most
-    CHUNK tokens, from the skip-th conversation on (past those the reference rows use), batched,
-    then their features: the labels are the model's own text."""
-    tok, prompts = llm.tokenizer, []
-    for i, c in enumerate(sharegpt_split("train")):
-        msgs = c.messages
-        if i < skip or not msgs or msgs[0]["role"] != "user" or not msgs[0]["content"].strip():
-            continue
-        if len(ids := tok.encode_chat([msgs[0]])) <= CHUNK:
-            prompts.append(ids)
-    out, total, t0 = [], 0, time.time()
-    for b in range(0, len(prompts), batch):
-        part = prompts[b : b + batch]
-        answers = llm.generate(part, SamplingParams(temperature=0, max_tokens=256))
-        for ids, o in zip(part, answers):
-            out.append(features(llm, ids, list(o.outputs[0].token_ids)))
-            total += len(out[-1]["x"])
-        print(f"  {len(out)} answers, {total} rows, {time.time() - t0:.0f} s")
-        if total >= goal:
-            break
-    return out
 
 
 def eval_features(llm: LLM, n: int) -> list[dict]:
@@ -161,61 +64,21 @@ def eval_features(llm: LLM, n: int) -> list[dict]:
     return out
 
 
-def train(llm: LLM, data: list[dict], vocab_size: int, mlp: int, epochs: int) -> dict:
-    torch.manual_seed(0)
-    H = torch.cat([d["h"] for d in data])
-    X = torch.cat([d["x"] for d in data])
-    A = torch.cat([d["a"] for d in data])
-    counts = torch.bincount(A, minlength=llm.runner.vocab_size)
-    vocab = torch.argsort(counts, descending=True)[:vocab_size]
-    print(f"  the head's vocabulary holds {counts[vocab].sum().item() / len(A):.3f} of the labels")
-    remap = torch.full((len(counts),), -100, dtype=torch.long)
-    remap[vocab] = torch.arange(vocab_size)
-    lm_rows = llm.model.embed(vocab).float()
-    starts = torch.tensor([0] + [len(d["x"]) for d in data]).cumsum(0)
-    # rows with two rows after them in the same answer (the unrolled second step)
-    index = torch.cat([torch.arange(s, e - 2) for s, e in zip(starts[:-1], starts[1:])])
-    table = torch.zeros(len(counts), H.shape[1])
-    seen = torch.unique(X)
-    table[seen] = llm.model.embed(seen).float()
-    head = Head(H.shape[1], mlp)
-    opt = torch.optim.AdamW(head.parameters(), lr=1e-3, weight_decay=0.0)
-    batch, step, t0 = 256, 0, time.time()
-    total = epochs * (len(index) // batch)
-    for epoch in range(epochs):
-        order = index[torch.randperm(len(index))]
-        hits = tries = 0
-        for b in range(0, len(order) - batch + 1, batch):
-            g = order[b : b + batch]
-            for pg in opt.param_groups:
-                pg["lr"] = 1e-3 * 0.5 * (1 + math.cos(math.pi * step / total))
-            f, loss = H[g].float(), 0.0
-            for d in (1, 2):
-                u = head(f, table[X[g + d]])
-                labels = remap[A[g + d]]
-                logits = u @ lm_rows.T
-                loss = loss + F.cross_entropy(logits, labels, ignore_index=-100)
-                loss = loss + F.smooth_l1_loss(u, H[g + d].float())
-                ok = labels != -100
-                hits += (logits.argmax(-1)[ok] == labels[ok]).sum().item()
-                tries += ok.sum().item()
-                f = u
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            step += 1
-        print(f"  epoch {epoch}: training accuracy {hits / tries:.3f}, {time.time() - t0:.0f} s")
-    return {"head": head.state_dict(), "vocab": vocab, "mlp": mlp}
+def trainable(ck: dict) -> Head:
+    """A head file's weights in the trainable form (fp32), for the replay."""
+    w = ck["weights"]
+    head = Head(w["gf"].numel(), w["up.weight"].shape[0] if "up.weight" in w else 0)
+    head.load_state_dict({k: v.float() for k, v in w.items()})
+    return head
 
 
 @torch.no_grad()
 def chains(llm: LLM, ck: dict, answers: list[dict], depth: int = 6) -> list[list[tuple]]:
     """Per answer, per row r: (tokens accepted from the head's chain drafted after the root at r,
     [(token, running probability)] of the chain)."""
-    vocab = ck["vocab"]
+    vocab = ck["vocab"].long()
     lm_rows = llm.model.embed(vocab).float()
-    head = Head(lm_rows.shape[1], ck["mlp"])
-    head.load_state_dict(ck["head"])
+    head = trainable(ck)
     out = []
     for a in answers:
         H, X, rows = a["h"], a["x"], []
@@ -248,17 +111,15 @@ def score(per_answer: list[list[tuple]], cost: CostModel, policy) -> tuple[float
     return tokens / steps, tokens / spent
 
 
-def head_cost(llm: LLM, ck: dict, reps: int = 50) -> dict[str, float]:
-    """Median time of one chained head step (fp32 and bf16 weights) over that of a one-row decode
-    forward at a 500-token context."""
+def head_cost(llm: LLM, path: str, reps: int = 50) -> float:
+    """Median time of one chained step of the engine's head (int8 on the model's kernels,
+    draft_head.DraftHead) over that of a one-row decode forward at a 500-token context."""
     import statistics
 
     m = llm.model
     cache = m.new_cache(600)
     llm.runner.prefill(cache, [0] * 500)
-
-    def one_row() -> None:
-        m.forward(torch.tensor([0]), torch.tensor([500]), [SeqInput(cache, 1)], torch.tensor([0]))
+    head = DraftHead.load(path, head_model(m, llm.model_name))
 
     def timed(fn) -> float:
         fn()
@@ -269,26 +130,12 @@ def head_cost(llm: LLM, ck: dict, reps: int = 50) -> dict[str, float]:
             times.append(time.perf_counter() - t0)
         return statistics.median(times)
 
-    step = timed(one_row)
-    out = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        lm_rows = m.embed(ck["vocab"]).to(dtype)
-        head = Head(lm_rows.shape[1], ck["mlp"])
-        head.load_state_dict(ck["head"])
-        head = head.to(dtype)
-        f = torch.zeros(1, lm_rows.shape[1], dtype=dtype)
-
-        @torch.no_grad()
-        def chained() -> None:
-            u = head(f, m.embed(torch.tensor([11])).to(dtype))
-            (u @ lm_rows.T).argmax(-1)
-
-        out[str(dtype).split(".")[1]] = timed(chained) / step
-    print(
-        f"one-row forward {step * 1e3:.1f} ms; a chained head step costs "
-        + ", ".join(f"{v:.3f} of it in {k}" for k, v in out.items())
-    )
-    return out
+    one = [SeqInput(cache, 1)]
+    step = timed(lambda: m.forward(torch.tensor([0]), torch.tensor([500]), one, torch.tensor([0])))
+    f = torch.zeros(1, m.args.dim)
+    ratio = timed(lambda: head.step(f, 11)) / step
+    print(f"one-row forward {step * 1e3:.1f} ms; a chained head step costs {ratio:.3f} of it")
+    return ratio
 
 
 def main() -> None:
@@ -325,7 +172,7 @@ def main() -> None:
     data = []
     if args.data in ("reference", "both"):
         data += stage(
-            f"train-{args.train_tokens}.pt", lambda: train_features(llm, args.train_tokens)
+            f"train-{args.train_tokens}.pt", lambda: reference_features(llm, args.train_tokens)
         )
     if args.data in ("self", "both"):
         data += stage(f"self-{args.self_tokens}.pt", lambda: self_features(llm, args.self_tokens))
@@ -337,7 +184,7 @@ def main() -> None:
         if args.cost
         else llm.runner.forward_cost()
     )
-    head_cost(llm, ck)
+    head_cost(llm, os.path.join(args.work, name))
     per_answer = chains(llm, ck, answers)
     rows = [row for a in per_answer for row in a]
     inside = set(ck["vocab"].tolist())

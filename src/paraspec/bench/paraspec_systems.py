@@ -24,6 +24,7 @@ import re
 import time
 
 from ..decoding.memory.memory_file import merge_memory_file
+from ..errors import ConfigError
 from .base import (
     GREEDY,
     SAMPLED_TEMPERATURE,
@@ -31,6 +32,7 @@ from .base import (
     BenchTask,
     Measurement,
     RunParams,
+    SkipSystem,
     SystemInfo,
 )
 from .peak_rss import PeakRSS
@@ -67,6 +69,8 @@ PARASPEC_SYSTEMS: dict[str, dict | None] = {
     },
     "la": {"plugin_type": "la", "level": 4, "window": 5, "guess_set_size": 5},
     "hybrid": {"plugin_type": "hybrid"},
+    # with the draft head `paraspec draft-head` trained for the model (skipped where there is none)
+    "hybrid-head": {"plugin_type": "hybrid", "draft_head": "auto"},
 }
 
 
@@ -142,7 +146,12 @@ class ParaspecSystem:
         return drafter
 
     def prepare(self) -> None:
-        self.begin_set("")
+        try:
+            self.begin_set("")
+        except ConfigError as e:
+            if self.info.plugin_params and "draft_head" in self.info.plugin_params:
+                raise SkipSystem(str(e)) from None  # no head trained for this model
+            raise
 
     def begin_set(self, task_set: str) -> None:
         # an empty trie, unless --memory or a warm file pre-fills it
