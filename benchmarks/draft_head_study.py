@@ -133,7 +133,8 @@ def head_cost(llm: LLM, path: str, reps: int = 50) -> float:
     one = [SeqInput(cache, 1)]
     step = timed(lambda: m.forward(torch.tensor([0]), torch.tensor([500]), one, torch.tensor([0])))
     f = torch.zeros(1, m.args.dim)
-    ratio = timed(lambda: head.step(f, 11)) / step
+    e = head.embed(11)
+    ratio = timed(lambda: head.step(f, e)) / step
     print(f"one-row forward {step * 1e3:.1f} ms; a chained head step costs {ratio:.3f} of it")
     return ratio
 

@@ -84,10 +84,15 @@ class DraftHead:
 
         self.model = model
         self.vocab = vocab.long()
+        self.ids = self.vocab.tolist()
         self.g_f, self.g_e = weights["gf"].float(), weights["ge"].float()
         self.fc = linear("fc")
         self.mlp = (linear("up"), linear("down")) if "up.weight" in weights else None
-        self.scores = model.linear(model.embed(self.vocab).float(), None)
+        rows = model.embed(self.vocab).float()
+        self.scores = model.linear(rows, None)
+        # the chained tokens are the head's own: their embeddings normed once, not looked up in
+        # the model's (whose kept rows would churn with them) every chained step
+        self.embedded = _rms(rows, self.g_e)
 
     def __deepcopy__(self, memo: dict) -> "DraftHead":
         return self  # read-only after load: a copied drafter (the bench's per-run copy) shares it
@@ -129,12 +134,16 @@ class DraftHead:
             )
         return cls(ck["weights"], ck["vocab"], model)
 
+    def embed(self, token: int) -> torch.Tensor:
+        """A token's normed embedding [1, dim] as the head reads it (any token: the root)."""
+        return _rms(self.model.embed(torch.tensor([token])).float(), self.g_e)
+
     @torch.inference_mode()
-    def step(self, feature: torch.Tensor, token: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def step(self, feature: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(u, p): the next row's stand-in feature [1, dim] and the head's distribution over its
-        vocabulary [V], from a row's feature [1, dim] and the token that row chose."""
-        e = self.model.embed(torch.tensor([token])).float()
-        u = self.fc(torch.cat([_rms(feature, self.g_f), _rms(e, self.g_e)], -1))
+        vocabulary [V], from a row's feature [1, dim] and the normed embedding [1, dim] of the
+        token that row chose (embed(), or `embedded` for the head's own)."""
+        u = self.fc(torch.cat([_rms(feature, self.g_f), e], -1))
         if self.mlp is not None:
             up, down = self.mlp
             u = u + down(F.silu(up(u)))
@@ -146,21 +155,22 @@ class DraftHead:
         """The chain from the root (the best token at each depth while its running probability
         stays at EXTEND_P or more), with the runners-up beside it as leaves, every node at MIN_P
         or more; at most max_nodes."""
-        tree = DraftTree()
-        f, token, parent, p = feature.float().reshape(1, -1), root, ROOT, 1.0
+        tree, vocab = DraftTree(), self.ids
+        f, e, parent, p = feature.float().reshape(1, -1), self.embed(root), ROOT, 1.0
         for d in range(depth):
             if len(tree) >= max_nodes:
                 break
-            f, probs = self.step(f, token)
+            f, probs = self.step(f, e)
             top_p, top_i = probs.topk(FIRST_WIDTH if d == 0 else 2)
-            best = p * float(top_p[0])
+            qs, ids = top_p.tolist(), top_i.tolist()
+            best = p * qs[0]
             if best < MIN_P:
                 break
-            node = tree.add(int(self.vocab[top_i[0]]), parent, best)
-            for q, i in zip(top_p[1:].tolist(), top_i[1:].tolist()):
+            node = tree.add(vocab[ids[0]], parent, best)
+            for q, i in zip(qs[1:], ids[1:]):
                 if p * q >= MIN_P and len(tree) < max_nodes:
-                    tree.add(int(self.vocab[i]), parent, p * q)
-            token, parent, p = int(self.vocab[top_i[0]]), node, best
+                    tree.add(vocab[i], parent, p * q)
+            e, parent, p = self.embedded[ids[0]].reshape(1, -1), node, best
             if best < EXTEND_P:
                 break
         return tree
@@ -188,11 +198,16 @@ class HeadSource:
         if request_id in self._last:
             self._feature[request_id] = (feature, self._last[request_id])
 
-    def candidates(self, request_id: str, root: int, budget: int) -> DraftTree | None:
+    def ready(self, request_id: str, root: int) -> bool:
+        """Whether the request has the feature of the row that chose `root` (not so on the
+        first step after the prefill)."""
         kept = self._feature.get(request_id)
-        if kept is None or kept[1] != root or budget <= 0:
+        return kept is not None and kept[1] == root
+
+    def candidates(self, request_id: str, root: int, budget: int) -> DraftTree | None:
+        if not self.ready(request_id, root) or budget <= 0:
             return None
-        return self.head.draft(kept[0], root, budget) or None
+        return self.head.draft(self._feature[request_id][0], root, budget) or None
 
     def end(self, request_id: str) -> None:
         self._last.pop(request_id, None)

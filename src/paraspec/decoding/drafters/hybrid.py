@@ -60,7 +60,16 @@ WINDOW_BELOW = 1.0  # accepted trie draft tokens per step under which the window
 LA_MIN_GAIN = 0.02
 LA_PROBE_EVERY = 8
 TRIE, POOL, SUFFIX, PAST, REPLAY, HEAD = 0, 1, 2, 3, 4, 5  # the policy's sources
-ALL, NOT_POOL = (TRIE, POOL, SUFFIX, PAST, REPLAY, HEAD), (TRIE, SUFFIX, PAST, REPLAY, HEAD)
+ALWAYS = (TRIE, SUFFIX, PAST, REPLAY)  # the sources asked every step; the pool and head may sit out
+ALL = (*ALWAYS, POOL, HEAD)
+# A draft head's chained steps read its weights (~24 MB for a 1.5B's) after the forward has
+# evicted them from cache: in the engine a draft costs about a tenth of a 1.5B's step. Where its
+# own nodes (tokens no other source offered) add under HEAD_MIN_GAIN accepted tokens a step, a
+# lower bound of what it adds, it sits out, and drafts one eligible step in HEAD_PROBE_EVERY to
+# keep measuring (as the pool does). Half the sources' optimistic prior (PolicyStats.gain): it
+# sits out only after some 35 drafted steps that gave next to nothing.
+HEAD_MIN_GAIN = 0.05
+HEAD_PROBE_EVERY = 8
 
 
 @dataclass(frozen=True)
@@ -127,6 +136,7 @@ class _Request:
     arm: int = 0
     scored: bool = False  # this step counts for the window's arms (chosen, not a warm-up)
     pool_ran: bool = False  # the pool proposed this step (so it observes it)
+    head_ran: bool = False  # the draft head offered candidates this step
 
 
 class HybridDrafter:
@@ -159,7 +169,7 @@ class HybridDrafter:
         # window or not: learnt across this configuration's requests
         self.arms = arms if arms is not None else ArmStats(2)
         self.policy = DraftPolicy(len(ALL), stats)
-        self._eligible = 0
+        self._eligible = self._head_eligible = 0
         self._requests: dict[str, _Request] = {}
 
     # ---------------------------------------------------------------- Proposer protocol
@@ -209,11 +219,13 @@ class HybridDrafter:
             s = self.suffix.candidates(request_id, context, budget)
             # while the text copies, the trie and suffix drafts run deep and the head's chained
             # steps would only add their own time
-            d = (
-                self.head.candidates(request_id, context[-1], budget)
-                if self.head is not None and not copying
-                else None
+            st.head_ran = (
+                self.head is not None
+                and not copying
+                and self.head.ready(request_id, context[-1])
+                and self._head_pays()
             )
+            d = self.head.candidates(request_id, context[-1], budget) if st.head_ran else None
         h = self.suffix.memory(request_id, budget)
         # what the trie and the suffix source alone would send: the window's paired baseline, and
         # whether the pool can add anything for free (the tree fills its stair: it could only add
@@ -260,7 +272,8 @@ class HybridDrafter:
             # relative to that
             base = (1 + by_memory, st.memory_cost) if st.arm == 1 else (len(committed), st.cost)
             st.selector.update(len(committed), st.cost, base)
-        self.policy.observe(request_id, committed, sources=ALL if st.pool_ran else NOT_POOL)
+        ran = ALWAYS + ((POOL,) if st.pool_ran else ()) + ((HEAD,) if st.head_ran else ())
+        self.policy.observe(request_id, committed, sources=ran)
         self.memory.observe(request_id, committed)
         self.suffix.observe(request_id, committed)
         if self.head is not None:
@@ -268,7 +281,15 @@ class HybridDrafter:
         if st.pool_ran:
             self.pool.observe(request_id, committed, lookahead_argmax)
         # a step without propose (its gate skipped the look) scores nothing and leaves the pool be
-        st.memory_tree, st.scored, st.pool_ran = None, False, False
+        st.memory_tree, st.scored, st.pool_ran, st.head_ran = None, False, False, False
+
+    def _head_pays(self) -> bool:
+        """Whether the head drafts this step: its own nodes have been adding HEAD_MIN_GAIN accepted
+        tokens a step, or this is its probe."""
+        if self.policy.stats.gain[HEAD] >= HEAD_MIN_GAIN:
+            return True
+        self._head_eligible += 1
+        return self._head_eligible % HEAD_PROBE_EVERY == 0
 
     @property
     def wants_features(self) -> bool:
