@@ -309,6 +309,19 @@ def test_per_request_plugin_override(server, offline):
             extra_body={"paraspec": {"plugin_params": {"plugin_type": "nope"}}},
         )
     assert e.value.body["param"] == "paraspec.plugin_params" and "nope" in e.value.body["message"]
+    # a request names no files for the server to read: a draft head is "auto" or the config's
+    with pytest.raises(openai.BadRequestError) as e:
+        server.client.completions.create(
+            model=MODEL,
+            prompt="x",
+            max_tokens=4,
+            extra_body={
+                "paraspec": {
+                    "plugin_params": {"plugin_type": "hybrid", "draft_head": "/etc/passwd"}
+                }
+            },
+        )
+    assert "draft_head" in e.value.body["message"] and "\n" not in e.value.body["message"]
 
 
 def test_a_request_asked_again_replays_its_answer(server, offline):

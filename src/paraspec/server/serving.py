@@ -15,6 +15,7 @@ import logging
 from typing import Any, Sequence
 
 from ..config import PluginConfig, parse_plugin_params
+from ..decoding.drafters.draft_head import AUTO as AUTO_HEAD
 from ..errors import ParaspecError
 from ..model.tokenizer import Tokenizer
 from ..outputs import TokenLogprob
@@ -166,6 +167,15 @@ class OpenAIServing:
                 + (f" (this server's speculationGamma is {gamma})" if gamma is not None else ""),
                 param="paraspec.plugin_params",
             ) from None
+        head = getattr(plugin.drafting.params, "draft_head", None)
+        if head not in (None, AUTO_HEAD):
+            # which files the server reads is the operator's choice, not a client's
+            raise APIError(
+                f"paraspec.plugin_params.draft_head={head!r}: a request may ask only for "
+                f'"{AUTO_HEAD}" (the head trained for this model); other files are set in the '
+                "server's config",
+                param="paraspec.plugin_params",
+            )
         return plugin, plugin.plugin_type
 
     def fit_text(self, text: str, param: str) -> str:
