@@ -15,7 +15,7 @@ From the feature of the row whose logits chose the root and the root's embedding
 first draft token; its own output u stands in for the next row's feature to chain further. Each
 node carries the chain's running probability, which the policy calibrates like every source's
 estimate and prices against the cost curve. Its matrices run as int8 on the model's kernels
-(quant.Int8Linear): a chained step costs about a hundredth of a one-row forward of a 1.5B model.
+(quant.Int8Linear): a chained step streams a few percent of the model's bytes.
 
 The one exception to "drafters see tokens only" (contract/proposer.py): a drafter with
 `wants_features` gets, after each verified step, the feature of the row whose logits chose the
@@ -42,9 +42,9 @@ HEAD_FORMAT = "paraspec-draft-head/1"
 AUTO = "auto"  # draft_head "auto": the head `paraspec draft-head` trained for the loaded model
 MAX_DEPTH = 6  # chained tokens: past this the running probability is rarely worth a row
 MIN_P = 0.03  # nodes offered down to this running probability (the policy prices each)
-# a chained step costs a share of a step (~1 % on a 1.5B): the chain goes on only while its
-# running probability stays where a row can pay (at the cost curves measured, under ~0.1 none
-# does, except rows the forward pads anyway, which the runners-up already fill)
+# a chained step costs time of its own: the chain goes on only while its running probability
+# stays where a verify row can pay for itself (below this, on the cost curves measured, rows cost
+# more than they return, except rows the forward pads anyway, which the runners-up already fill)
 EXTEND_P = 0.1
 FIRST_WIDTH = (
     3  # alternatives offered at depth 1 (deeper: the runner-up as a leaf beside each node)

@@ -62,12 +62,12 @@ LA_PROBE_EVERY = 8
 TRIE, POOL, SUFFIX, PAST, REPLAY, HEAD = 0, 1, 2, 3, 4, 5  # the policy's sources
 ALWAYS = (TRIE, SUFFIX, PAST, REPLAY)  # the sources asked every step; the pool and head may sit out
 ALL = (*ALWAYS, POOL, HEAD)
-# A draft head's chained steps read its weights (~24 MB for a 1.5B's) after the forward has
-# evicted them from cache: in the engine a draft costs about a tenth of a 1.5B's step. Where its
-# own nodes (tokens no other source offered) add under HEAD_MIN_GAIN accepted tokens a step, a
-# lower bound of what it adds, it sits out, and drafts one eligible step in HEAD_PROBE_EVERY to
-# keep measuring (as the pool does). Half the sources' optimistic prior (PolicyStats.gain): it
-# sits out only after some 35 drafted steps that gave next to nothing.
+# A draft head's chained steps read its weights after the forward has evicted them from cache, so
+# a draft costs a few percent of a step (docs/benchmarks.md). Where its own nodes (tokens no other
+# source offered) add under HEAD_MIN_GAIN accepted tokens a step, a lower bound of what it adds,
+# it sits out, and drafts one eligible step in HEAD_PROBE_EVERY to keep measuring (as the pool
+# does). Half the sources' optimistic prior (PolicyStats.gain): it sits out only after some 35
+# drafted steps that gave next to nothing.
 HEAD_MIN_GAIN = 0.05
 HEAD_PROBE_EVERY = 8
 
