@@ -57,41 +57,30 @@ class Head(nn.Module):
 
 def features(llm, prompt: list[int], answer: list[int]) -> dict:
     """Teacher-forced prefill of prompt + answer: per row from the prompt's last one, the normed
-    last hidden state (fp16), the token read and the model's argmax."""
-    from .model.linear import rms_norm
+    last hidden state (fp16; the forward's `features`, what the engine hands a head), the token
+    read and the model's argmax."""
     from .model.transformer import SeqInput
 
-    m, kept = llm.model, {}
-    head = m.lm_head.norm_linear
-
-    def grab(x, norm, eps, prompt_rows):
-        kept["h"] = rms_norm(x.float(), norm, eps)
-        return head(x, norm, eps, prompt_rows)
-
-    m.lm_head.norm_linear = grab
-    try:
-        ids, first = prompt + answer, len(prompt) - 1
-        cache = m.new_cache(len(ids) + 8)
-        hs, am = [], []
-        for s in range(0, len(ids), CHUNK):
-            chunk = ids[s : s + CHUNK]
-            lo = max(0, first - s)
-            rows = (
-                torch.arange(lo, len(chunk)) if lo < len(chunk) else torch.tensor([len(chunk) - 1])
-            )
-            logits = m.forward(
-                torch.tensor(chunk),
-                torch.arange(s, s + len(chunk)),
-                [SeqInput(cache, len(chunk))],
-                rows,
-                prompt=True,
-            )
-            if lo < len(chunk):
-                hs.append(kept["h"].half())
-                am.append(logits.argmax(-1))
-            cache.commit(range(len(chunk)))
-    finally:
-        m.lm_head.norm_linear = head
+    m = llm.model
+    ids, first = prompt + answer, len(prompt) - 1
+    cache = m.new_cache(len(ids) + 8)
+    hs, am = [], []
+    for s in range(0, len(ids), CHUNK):
+        chunk = ids[s : s + CHUNK]
+        lo = max(0, first - s)
+        rows = torch.arange(lo, len(chunk)) if lo < len(chunk) else torch.tensor([len(chunk) - 1])
+        logits, h = m.forward(
+            torch.tensor(chunk),
+            torch.arange(s, s + len(chunk)),
+            [SeqInput(cache, len(chunk))],
+            rows,
+            prompt=True,
+            features=True,
+        )
+        if lo < len(chunk):
+            hs.append(h.half())
+            am.append(logits.argmax(-1))
+        cache.commit(range(len(chunk)))
     return {"h": torch.cat(hs), "x": torch.tensor(ids[first:]), "a": torch.cat(am)}
 
 
