@@ -126,7 +126,8 @@ def accept_run(
     if seq.drafter is not None:
         seq.drafter.observe(seq.key, acc.tokens, q.lookahead_argmax(argmax))
         if features is not None and acc.tokens and wants_features(row):
-            seq.drafter.observe_feature(seq.key, features[path_rows[len(acc.tokens) - 1]])
+            chose = path_rows[len(acc.tokens) - 1]  # the row whose logits chose the bonus token
+            seq.drafter.observe_feature(seq.key, features[chose], acc.tokens[-1])
     seq.stats.timer.observed(q.n_draft, len(acc.tokens), forward_s, row.no_draft)
     lp = None
     if seq.params.logprobs is not None:

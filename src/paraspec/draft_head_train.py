@@ -34,6 +34,7 @@ CHUNK = 256  # prefill chunk; prompts longer than this are cut to their last CHU
 ANSWER_TOKENS = 320  # reference answer tokens kept per conversation
 SELF_SKIP = 2000  # the self-distilled prompts start past the conversations the reference rows use
 SELF_MAX_TOKENS = 256
+SELF_BLOCK = 48  # prompts decoded together, and kept as one stage
 BATCH = 256
 
 
@@ -111,26 +112,58 @@ def reference_features(llm, goal: int) -> list[dict]:
     return out
 
 
-def self_features(llm, goal: int, batch: int = 16) -> list[dict]:
-    """The model's own greedy answers to first turns of at most CHUNK tokens (past the first
-    SELF_SKIP conversations), generated `batch` at a time, then their features."""
-    from . import SamplingParams
-
+def self_prompts(llm) -> list[list[int]]:
+    """The prompts of the model's own answers: ShareGPT "train" first turns of at most CHUNK
+    tokens, past the first SELF_SKIP conversations (which the reference rows use)."""
     tok, prompts = llm.tokenizer, []
     for i, msgs in enumerate(_first_turns("train")):
         if i >= SELF_SKIP and len(ids := tok.encode_chat([msgs[0]])) <= CHUNK:
             prompts.append(ids)
-    out, total, t0 = [], 0, time.time()
-    for b in range(0, len(prompts), batch):
-        part = prompts[b : b + batch]
-        answers = llm.generate(part, SamplingParams(temperature=0, max_tokens=SELF_MAX_TOKENS))
-        for ids, o in zip(part, answers):
-            out.append(features(llm, ids, list(o.outputs[0].token_ids)))
-            total += len(out[-1]["x"])
-        print(f"  {len(out)} answers, {total} rows, {time.time() - t0:.0f} s")
-        if total >= goal:
+    return prompts
+
+
+def self_features(llm, prompts: list[list[int]], max_tokens: int = SELF_MAX_TOKENS) -> list[dict]:
+    """The model's greedy answers to `prompts`, decoded together one row each a step, with each
+    row's feature taken as it is decoded (the rows a teacher-forced prefill of the answer would
+    give, without running it): features()' dicts."""
+    from .model.seq_input import SeqInput
+
+    m, stops = llm.model, set(llm.tokenizer.eos_token_ids)
+    seqs = []
+    for ids in prompts:  # prefill: the prompt's last row chooses the first answer token
+        cache = m.new_cache(len(ids) + max_tokens + 8)
+        for s in range(0, len(ids), CHUNK):
+            chunk = ids[s : s + CHUNK]
+            logits, h = m.forward(
+                torch.tensor(chunk),
+                torch.arange(s, s + len(chunk)),
+                [SeqInput(cache, len(chunk))],
+                torch.tensor([len(chunk) - 1]),
+                prompt=True,
+                features=True,
+            )
+            cache.commit(range(len(chunk)))
+        seqs.append({"cache": cache, "h": [h.half()], "x": [ids[-1]], "a": [logits.argmax(-1)]})
+    live = list(seqs)
+    for _ in range(max_tokens - 1):
+        live = [q for q in live if int(q["a"][-1]) not in stops]
+        if not live:
             break
-    return out
+        tokens = torch.cat([q["a"][-1] for q in live])
+        logits, h = m.forward(
+            tokens,
+            torch.tensor([q["cache"].length for q in live]),
+            [SeqInput(q["cache"], 1) for q in live],
+            features=True,
+        )
+        for i, q in enumerate(live):
+            q["cache"].commit([0])
+            q["h"].append(h[i : i + 1].half())
+            q["x"].append(int(tokens[i]))
+            q["a"].append(logits[i : i + 1].argmax(-1))
+    return [
+        {"h": torch.cat(q["h"]), "x": torch.tensor(q["x"]), "a": torch.cat(q["a"])} for q in seqs
+    ]
 
 
 def train(

@@ -193,13 +193,16 @@ class Engine:
             seq.cached_tokens = self.prefix_cache.restore(
                 seq.prompt, seq.cache, self.runner.prefill_chunk
             )
-        logits = self.runner.prefill_next(seq.cache, seq.prompt, self.prefix_cache)
-        if logits is None:
+        # a draft head drafts the first decode step from the prompt's last row
+        want = getattr(seq.drafter, "wants_features", False)
+        out = self.runner.prefill_next(seq.cache, seq.prompt, self.prefix_cache, want)
+        if out is None:
             return []  # more chunks to go
+        logits, feature = out if want else (out, None)
         self.prefilling.remove(seq)
         if seq.params.n > 1 and any(s.request_id == seq.request_id for s in self.waiting):
             self._twin_logits[seq.request_id] = logits
-        return self._started(seq, logits)
+        return self._started(seq, logits, feature)
 
     def _from_twin(self, seq: SequenceState) -> torch.Tensor | None:
         """Sibling samples (n > 1) share the prompt's KV: copy a prefilled sibling's cache."""
@@ -222,16 +225,20 @@ class Engine:
         seq.cache.copy_from(twin.cache)
         return logits
 
-    def _started(self, seq: SequenceState, logits: torch.Tensor) -> list[SequenceUpdate]:
+    def _started(
+        self, seq: SequenceState, logits: torch.Tensor, feature: torch.Tensor | None = None
+    ) -> list[SequenceUpdate]:
         try:
-            update = self._first_token(seq, logits)
+            update = self._first_token(seq, logits, feature)
         except Exception as e:  # this sequence's drafter, sampler or detokenizer: it alone fails
             return [self._fail(seq, e)]
         if not seq.finished:  # else EOS or max_tokens on the very first token
             self.running.append(seq)
         return [update]
 
-    def _first_token(self, seq: SequenceState, logits: torch.Tensor) -> SequenceUpdate:
+    def _first_token(
+        self, seq: SequenceState, logits: torch.Tensor, feature: torch.Tensor | None
+    ) -> SequenceUpdate:
         if seq.drafter is not None:
             seq.drafting = True  # (set first: a begin that fails half way is ended too)
             # its context built inside the timed call: the cost curve's first probe runs there
@@ -246,6 +253,8 @@ class Engine:
             )
         token = seq.mode.draw(seq, logits, []) if seq.mode is not None else seq.sampler.draw(logits)
         seq.sampler.append(token)
+        if feature is not None:
+            seq.drafter.observe_feature(seq.key, feature, token)
         seq.stats.timer.first_token()
         lp = token_logprobs(logits.unsqueeze(0), [0], [token], seq.params.logprobs)
         return self._emit(seq, [token], lp)

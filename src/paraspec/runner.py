@@ -151,23 +151,36 @@ class ModelRunner:
         return logits
 
     def prefill_next(
-        self, cache: KVCache, tokens: list[int], keep: PrefixCache | None = None
-    ) -> torch.Tensor | None:
+        self,
+        cache: KVCache,
+        tokens: list[int],
+        keep: PrefixCache | None = None,
+        features: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
         """Prefill the next chunk of `tokens` (the cache holds tokens[:cache.length]); the logits [vocab] of the
         last token once the chunk holding it is done, else None. Chunks start at multiples of
         prefill_chunk: whether they run back to back or between decode steps, the bits are the same
-        (and so a later prompt may reuse them: `keep` stores the whole chunks, prefix_cache.py)."""
+        (and so a later prompt may reuse them: `keep` stores the whole chunks, prefix_cache.py).
+        features: the logits and the last token's feature [dim] (verify_features), for a drafter
+        that drafts from it."""
         start = cache.length
         chunk = tokens[start : start + self.prefill_chunk]
         pos = torch.arange(start, start + len(chunk))
         last = torch.tensor([len(chunk) - 1])
-        logits = self.model.forward(
-            torch.tensor(chunk), pos, [SeqInput(cache, len(chunk))], last, prompt=True
+        out = self.model.forward(
+            torch.tensor(chunk),
+            pos,
+            [SeqInput(cache, len(chunk))],
+            last,
+            prompt=True,
+            features=features,
         )
         cache.commit(range(len(chunk)))
         if keep is not None:
             keep.store(tokens, cache, self.prefill_chunk)
-        return logits[0] if cache.length >= len(tokens) else None
+        if cache.length < len(tokens):
+            return None
+        return (out[0][0], out[1][0]) if features else out[0]
 
     def verify(self, caches: list[KVCache], queries: list[Query]) -> list[torch.Tensor]:
         """One forward over all queries; returns per query the logits of its `logits_rows`."""

@@ -83,8 +83,9 @@ def test_head_is_exact_on_new_prompts_and_seeded_sampling(bundled_llm_default, t
 
 
 def test_the_head_is_fed_the_verified_rows_features(bundled_llm_default, trained):
-    """After each step the drafter gets the feature of the row that chose the step's last token:
-    the same hidden state a teacher-forced prefill of the text gives that row."""
+    """After the prefill and after each step the drafter gets the feature of the row that chose
+    the last committed token (the prompt's last row, then each step's): the same hidden state a
+    teacher-forced prefill of the text gives that row."""
     llm, (_, path, prompts, _) = bundled_llm_default, trained
     drafter = llm.engine.drafters.private(
         parse_plugin_params({"plugin_type": "hybrid", "draft_head": path})
@@ -96,18 +97,20 @@ def test_the_head_is_fed_the_verified_rows_features(bundled_llm_default, trained
         committed.extend(tokens)
         observe(key, tokens, lookahead_argmax)
 
-    def spy_feature(key, feature):
-        seen.append((len(committed), feature.clone()))
-        observe_feature(key, feature)
+    def spy_feature(key, feature, token):
+        seen.append((len(committed), feature.clone(), token))
+        observe_feature(key, feature, token)
 
     drafter.observe, drafter.observe_feature = spy_observe, spy_feature
     seq = _run(llm, prompts[0], GREEDY, drafter=drafter)
-    assert seen and committed == seq.output[1:]  # the first token comes from the prefill
+    assert committed == seq.output[1:]  # the first token comes from the prefill
+    assert len(seen) > 1 and seen[0][0] == 0  # the prefill's feature, before any step
     rows = features(llm, prompts[0], seq.output)["h"].float()
-    for n, feature in seen:
-        # n tokens committed after the prefill's first: the row that chose output[n] reads output[n-1]
-        want = rows[n]
-        assert torch.cosine_similarity(feature.float(), want, dim=0) > 0.999
+    for n, feature, token in seen:
+        # n tokens committed after the prefill's first: the row that chose output[n] reads
+        # output[n-1] (row 0: the prompt's last)
+        assert token == seq.output[n]
+        assert torch.cosine_similarity(feature.float(), rows[n], dim=0) > 0.999
 
 
 def test_bad_head_files_are_refused_in_one_line(

@@ -82,6 +82,24 @@ def test_streak_state_marks_copying_and_sources_gains():
     assert pol.stats.gain[0] > 0.1 and pol.stats.gain[1] == pytest.approx(0.1)  # only 0 ran
 
 
+def test_each_request_keeps_its_own_sources_gains():
+    """Source 1's nodes give tokens alone in request "new" and only beside source 0's in request
+    "copy": its gain falls in "copy" alone, and a request begun later starts from the
+    drafter-wide figure."""
+    pol = DraftPolicy(2)
+    for key in ("new", "copy"):
+        pol.begin(key)
+    for i in range(20):
+        t = 10 + i
+        pol.select("new", [0], [None, tree([[t]], 0.9)], 64, FLAT)
+        pol.observe("new", [t, 1])
+        pol.select("copy", [0], [tree([[t]], 0.9), tree([[t]], 0.9)], 64, FLAT)
+        pol.observe("copy", [t, 1])
+    assert pol.gain("new", 1) > 0.8 and pol.gain("copy", 1) < 0.02
+    pol.begin("later")
+    assert pol.gain("later", 1) == pytest.approx(pol.stats.gain[1])
+
+
 def test_merged_then_sent_is_select_for_a_caller_that_sizes_drafts_itself():
     """ASPD's branches size their drafts together: merged() + sent() must leave the policy where
     select() would (same tree, same owners, same streak and calibration after observe)."""

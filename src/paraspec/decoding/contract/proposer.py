@@ -1,7 +1,8 @@
 """The drafter interface. Drafters see tokens only: no model, no KV cache, no logits (one
-exception: a drafter with a true `wants_features` is also handed, after each verified step, the
-last hidden state of the row that chose the step's last token, `observe_feature(request_id,
-feature)`: the hybrid's draft head, decoding/drafters/draft_head.py).
+exception: a drafter with a true `wants_features` is also handed, after the prefill and after each
+verified step, the last hidden state of the row that chose the last committed token,
+`observe_feature(request_id, feature, token)`: the hybrid's draft head,
+decoding/drafters/draft_head.py).
 
 Per request the engine calls `begin` once with the prompt, then each step `propose` (a draft
 tree of at most `max_nodes` nodes hanging below the root, the last committed token) and, after

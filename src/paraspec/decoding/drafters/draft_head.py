@@ -19,9 +19,8 @@ estimate and prices against the cost curve. Its matrices run as int8 on the mode
 
 The one exception to "drafters see tokens only" (contract/proposer.py): a drafter with
 `wants_features` gets, after each verified step, the feature of the row whose logits chose the
-bonus token (`observe_feature`), and the head is given the model's embedding when built
-(`HeadModel`). The step after the prefill has no feature yet: the head drafts from the second
-decode step on. A head is trained per model (`paraspec draft-head`, draft_head_train.py); its
+bonus token (and after the prefill, of the prompt's last row; `observe_feature`), and the head is
+given the model's embedding when built (`HeadModel`). A head is trained per model (`paraspec draft-head`, draft_head_train.py); its
 file names the model's shape and a fingerprint of its embedding, checked when loaded.
 """
 
@@ -181,26 +180,21 @@ class HeadSource:
 
     def __init__(self, head: DraftHead):
         self.head = head
-        self._last: dict[str, int] = {}  # the request's last committed token
         self._feature: dict[str, tuple[torch.Tensor, int]] = {}  # (feature, the token it chose)
 
     def begin(self, request_id: str) -> None:
-        self._last.pop(request_id, None)
         self._feature.pop(request_id, None)
 
     def observe(self, request_id: str, committed: list[int] | tuple[int, ...]) -> None:
         # a step's feature comes after its tokens: until then the old one is stale
         self._feature.pop(request_id, None)
-        if committed:
-            self._last[request_id] = int(committed[-1])
 
-    def observe_feature(self, request_id: str, feature: torch.Tensor) -> None:
-        if request_id in self._last:
-            self._feature[request_id] = (feature, self._last[request_id])
+    def observe_feature(self, request_id: str, feature: torch.Tensor, token: int) -> None:
+        self._feature[request_id] = (feature, int(token))
 
     def ready(self, request_id: str, root: int) -> bool:
-        """Whether the request has the feature of the row that chose `root` (not so on the
-        first step after the prefill)."""
+        """Whether the request has the feature of the row that chose `root` (not so where the
+        prompt's prefill was copied from a sibling sample's)."""
         kept = self._feature.get(request_id)
         return kept is not None and kept[1] == root
 
@@ -210,5 +204,4 @@ class HeadSource:
         return self.head.draft(self._feature[request_id][0], root, budget) or None
 
     def end(self, request_id: str) -> None:
-        self._last.pop(request_id, None)
         self._feature.pop(request_id, None)

@@ -66,8 +66,8 @@ ALL = (*ALWAYS, POOL, HEAD)
 # a draft costs a few percent of a step (docs/benchmarks.md). Where its own nodes (tokens no other
 # source offered) add under HEAD_MIN_GAIN accepted tokens a step, a lower bound of what it adds,
 # it sits out, and drafts one eligible step in HEAD_PROBE_EVERY to keep measuring (as the pool
-# does). Half the sources' optimistic prior (PolicyStats.gain): it sits out only after some 35
-# drafted steps that gave next to nothing.
+# does). Per request: where a turn rewrites an earlier answer the suffix source drafts the same
+# tokens and the head's own gain falls there, while it still pays on the next request's new text.
 HEAD_MIN_GAIN = 0.05
 HEAD_PROBE_EVERY = 8
 
@@ -137,6 +137,7 @@ class _Request:
     scored: bool = False  # this step counts for the window's arms (chosen, not a warm-up)
     pool_ran: bool = False  # the pool proposed this step (so it observes it)
     head_ran: bool = False  # the draft head offered candidates this step
+    head_eligible: int = 0  # steps the head could have drafted while sitting out (its probes)
 
 
 class HybridDrafter:
@@ -169,7 +170,7 @@ class HybridDrafter:
         # window or not: learnt across this configuration's requests
         self.arms = arms if arms is not None else ArmStats(2)
         self.policy = DraftPolicy(len(ALL), stats)
-        self._eligible = self._head_eligible = 0
+        self._eligible = 0
         self._requests: dict[str, _Request] = {}
 
     # ---------------------------------------------------------------- Proposer protocol
@@ -223,7 +224,7 @@ class HybridDrafter:
                 self.head is not None
                 and not copying
                 and self.head.ready(request_id, context[-1])
-                and self._head_pays()
+                and self._head_pays(request_id, st)
             )
             d = self.head.candidates(request_id, context[-1], budget) if st.head_ran else None
         h = self.suffix.memory(request_id, budget)
@@ -283,23 +284,24 @@ class HybridDrafter:
         # a step without propose (its gate skipped the look) scores nothing and leaves the pool be
         st.memory_tree, st.scored, st.pool_ran, st.head_ran = None, False, False, False
 
-    def _head_pays(self) -> bool:
+    def _head_pays(self, request_id: str, st: _Request) -> bool:
         """Whether the head drafts this step: its own nodes have been adding HEAD_MIN_GAIN accepted
-        tokens a step, or this is its probe."""
-        if self.policy.stats.gain[HEAD] >= HEAD_MIN_GAIN:
+        tokens a step in this request, or this is its probe."""
+        if self.policy.gain(request_id, HEAD) >= HEAD_MIN_GAIN:
             return True
-        self._head_eligible += 1
-        return self._head_eligible % HEAD_PROBE_EVERY == 0
+        st.head_eligible += 1
+        return st.head_eligible % HEAD_PROBE_EVERY == 0
 
     @property
     def wants_features(self) -> bool:
         """Whether the engine hands this drafter the verified rows' features (its draft head)."""
         return self.head is not None
 
-    def observe_feature(self, request_id: str, feature) -> None:
-        """After observe: the feature of the row whose logits chose the step's bonus token."""
+    def observe_feature(self, request_id: str, feature, token: int) -> None:
+        """The feature of the row whose logits chose `token`, the last committed one (after the
+        prefill: the first token; after a step: its bonus token)."""
         if self.head is not None:
-            self.head.observe_feature(request_id, feature)
+            self.head.observe_feature(request_id, feature, token)
 
     def end(self, request_id: str) -> None:
         if self.head is not None:

@@ -19,8 +19,8 @@ by depth and rank). The policy
      the full margin a CPU whose rows are dear (docs/design-notes.md, figures) would verify not
      even a certain copy. Rows on the cost curve's current stair are free (the forward pads
      them), so they fill with the next best nodes.
-It also keeps, per source, how many accepted tokens only that source's nodes gave (a drafter may
-stop asking a source whose work buys nothing).
+It also keeps, per source, how many accepted tokens only that source's nodes gave, drafter-wide
+and per request (a drafter may stop asking a source whose work buys nothing).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ MARGIN = 2.0  # at rate 1, a draft must be worth this many times its cost
 COPY_MARGIN = 1.1  # ... while the text copies (see _size)
 RATE_ALPHA = 0.1  # weight of the newest step in EMA(tokens) and EMA(cost)
 GAIN_ALPHA = 0.02  # EMA weight of a step in a source's own-token gain
+REQUEST_GAIN_ALPHA = 0.1  # ... in one request's (it follows the request's text within ~10 steps)
 
 
 @dataclass
@@ -61,6 +62,7 @@ class _Request:
     owners: list[int] = field(default_factory=list)  # per sent node: bitmask of its sources
     step_cost: float = 1.0
     reason: str | None = None  # why the last select sent nothing (None: it sent a draft)
+    gain: list[float] = field(default_factory=list)  # per source: stats.gain, this request's own
 
 
 class DraftPolicy:
@@ -70,10 +72,15 @@ class DraftPolicy:
         self._requests: dict[str, _Request] = {}
 
     def begin(self, key: str) -> None:
-        self._requests[key] = _Request(Calibration.like(self.stats))
+        self._requests[key] = _Request(Calibration.like(self.stats), gain=list(self.stats.gain))
 
     def end(self, key: str) -> None:
         self._requests.pop(key, None)
+
+    def gain(self, key: str, source: int) -> float:
+        """Accepted tokens a step that only `source`'s nodes gave, in this request's recent steps
+        (it starts from the drafter-wide figure, stats.gain)."""
+        return self._requests[key].gain[source]
 
     # ------------------------------------------------------------------------ one step
     def state(self, key: str) -> int:
@@ -152,6 +159,7 @@ class DraftPolicy:
         for s in range(self.n_sources) if sources is None else sources:
             own = sum(1 for r in rows if st.owners[r - 1] == 1 << s)
             self.stats.gain[s] += GAIN_ALPHA * (own - self.stats.gain[s])
+            st.gain[s] += REQUEST_GAIN_ALPHA * (own - st.gain[s])
         st.tok_ema += RATE_ALPHA * (1 + accepted - st.tok_ema)
         st.cost_ema += RATE_ALPHA * (st.step_cost - st.cost_ema)
         st.sent, st.owners, st.step_cost = None, [], 1.0
