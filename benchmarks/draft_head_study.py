@@ -43,7 +43,7 @@ from paraspec.bench.workload_tasks import mtbench
 from paraspec.decoding.drafters.draft_head import DraftHead
 from paraspec.draft_heads import head_model
 from paraspec.decoding.policy.cost import CostModel
-from paraspec.draft_head_train import Head, features, reference_features, self_features, train
+from paraspec.draft_head_train import Head, features, own_answers, reference_features, train
 from paraspec.model.transformer import SeqInput
 
 
@@ -176,7 +176,7 @@ def main() -> None:
             f"train-{args.train_tokens}.pt", lambda: reference_features(llm, args.train_tokens)
         )
     if args.data in ("self", "both"):
-        data += stage(f"self-{args.self_tokens}.pt", lambda: self_features(llm, args.self_tokens))
+        data += own_answers(llm, args.self_tokens, stage)
     answers = stage(f"mtbench-{args.n}.pt", lambda: eval_features(llm, args.n))
     name = f"head-{args.data}-{args.train_tokens}-{args.self_tokens}-v{args.vocab}-m{args.mlp}-e{args.epochs}.pt"
     ck = stage(name, lambda: train(llm, data, args.vocab, args.mlp, args.epochs))

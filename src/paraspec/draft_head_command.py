@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from pathlib import Path
 
 
@@ -39,7 +38,7 @@ def main(args: argparse.Namespace) -> int:
 
     from . import LLM
     from .draft_heads import trained_head_path
-    from .draft_head_train import SELF_BLOCK, reference_features, self_features, self_prompts, train
+    from .draft_head_train import own_answers, reference_features, train
     from .errors import ConfigError
 
     for name in ("reference_tokens", "self_tokens", "vocab", "epochs"):
@@ -72,18 +71,7 @@ def main(args: argparse.Namespace) -> int:
             lambda: reference_features(llm, args.reference_tokens),
         )
     if args.self_tokens:
-        # in blocks of prompts, each its own stage: a larger --self-tokens extends the last run
-        prompts, rows, t0 = self_prompts(llm), 0, time.time()
-        for b in range(0, len(prompts), SELF_BLOCK):
-            if rows >= args.self_tokens:
-                break
-            block = stage(
-                f"self-{b // SELF_BLOCK:04d}.pt",
-                lambda: self_features(llm, prompts[b : b + SELF_BLOCK]),
-            )
-            data += block
-            rows += sum(len(d["x"]) for d in block)
-            print(f"  {rows} rows of its own answers, {time.time() - t0:.0f} s", flush=True)
+        data += own_answers(llm, args.self_tokens, stage)
     print("training:", flush=True)
     ck = train(llm, data, args.vocab, args.mlp, args.epochs)
     out.parent.mkdir(parents=True, exist_ok=True)

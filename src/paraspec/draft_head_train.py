@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -164,6 +165,21 @@ def self_features(llm, prompts: list[list[int]], max_tokens: int = SELF_MAX_TOKE
     return [
         {"h": torch.cat(q["h"]), "x": torch.tensor(q["x"]), "a": torch.cat(q["a"])} for q in seqs
     ]
+
+
+def own_answers(llm, goal: int, stage: Callable[[str, Callable[[], list]], list]) -> list[dict]:
+    """self_features of about `goal` rows, in blocks of SELF_BLOCK prompts, each through
+    `stage(name, make)` (which keeps a block and reads it back): a larger goal extends a run."""
+    prompts, out, rows, t0 = self_prompts(llm), [], 0, time.time()
+    for b in range(0, len(prompts), SELF_BLOCK):
+        if rows >= goal:
+            break
+        part = prompts[b : b + SELF_BLOCK]
+        block = stage(f"self-{b // SELF_BLOCK:04d}.pt", lambda: self_features(llm, part))
+        out += block
+        rows += sum(len(d["x"]) for d in block)
+        print(f"  {rows} rows of its own answers, {time.time() - t0:.0f} s", flush=True)
+    return out
 
 
 def train(
