@@ -20,8 +20,9 @@ estimate and prices against the cost curve. Its matrices run as int8 on the mode
 The one exception to "drafters see tokens only" (contract/proposer.py): a drafter with
 `wants_features` gets, after each verified step, the feature of the row whose logits chose the
 bonus token (and after the prefill, of the prompt's last row; `observe_feature`), and the head is
-given the model's embedding when built (`HeadModel`). A head is trained per model (`paraspec draft-head`, draft_head_train.py); its
-file names the model's shape and a fingerprint of its embedding, checked when loaded.
+given the model's embedding when built (`HeadModel`). A head is trained per model (`paraspec
+draft-head`, draft_head_train.py); its file names the model's shape and a fingerprint of its
+embedding, checked when loaded.
 """
 
 from __future__ import annotations
