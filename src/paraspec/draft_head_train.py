@@ -2,12 +2,13 @@
 this machine's CPU.
 
 1. features: per answer row, the model's normed last hidden state (as its LM head sees it), the
-   token the row read and the model's argmax, from a teacher-forced prefill of prompt + answer.
-   Two sources of answers, both from ShareGPT's "train" split (never MT-Bench, never the
-   held-out split): the reference answers of first exchanges (--reference-tokens rows), and the
-   model's own greedy answers to later first turns (--self-tokens rows; Medusa-2's
-   self-distillation: the text the head will be asked to predict). Measured on the real 1.5B,
-   the model's own answers teach more per row, and the two together most (docs/benchmarks.md);
+   token the row read and the model's argmax. Two sources of answers, both from ShareGPT's
+   "train" split (never MT-Bench, never the held-out split): the reference answers of first
+   exchanges (--reference-tokens rows, from a teacher-forced prefill of prompt + answer), and the
+   model's own greedy answers to later first turns (--self-tokens rows, taken as they are
+   decoded; Medusa-2's self-distillation: the text the head will be asked to predict). Measured
+   on the real 1.5B, the model's own answers teach more per row, the two together most, and the
+   head still gains from more of them (docs/benchmarks.md);
 2. the head: f(feature of row t, embedding of token t+1) -> the feature of row t+1, scored by the
    model's embedding rows of the --vocab commonest argmax tokens (frozen); trained
    on the argmax (cross-entropy) and the feature (smooth L1), unrolled two rows deep, AdamW with a
