@@ -7,8 +7,9 @@ model-free sources: accepted tokens per step (MAT) and tokens per unit of forwar
         --train-tokens 90000 --vocab 8192 --mlp 2048 --epochs 4 --n 24 \
         --cost '{"1":1,"2":1.09,"4":1.21,"8":1.86}'
 
-The training is the product's (paraspec/draft_head_train.py, `paraspec draft-head`); this script
-replays a head without the engine, to see what it could buy before its cost and the policy's:
+The training is the product's (paraspec/draft_head_train.py, `paraspec draft-head`; --head FILE
+replays a head file it wrote, skipping the training stages); this script replays a head without
+the engine, to see what it could buy before its cost and the policy's:
 
 1. features: ShareGPT first exchanges of the "train" split (never MT-Bench), prompt and reference
    answer prefilled teacher-forced; per answer row the last hidden state as the LM head sees it
@@ -156,6 +157,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--n", type=int, default=24, help="MT-Bench first turns to evaluate on")
     ap.add_argument("--cost", help="t(k)/t(1) as JSON (default: this machine's probe)")
+    ap.add_argument("--head", help="replay this head file instead of training one here")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     torch.set_num_threads(int(os.environ.get("PARASPEC_THREADS", "2")))
@@ -170,22 +172,28 @@ def main() -> None:
         torch.save(value, path)
         return value
 
-    data = []
-    if args.data in ("reference", "both"):
-        data += stage(
-            f"train-{args.train_tokens}.pt", lambda: reference_features(llm, args.train_tokens)
-        )
-    if args.data in ("self", "both"):
-        data += own_answers(llm, args.self_tokens, stage)
     answers = stage(f"mtbench-{args.n}.pt", lambda: eval_features(llm, args.n))
-    name = f"head-{args.data}-{args.train_tokens}-{args.self_tokens}-v{args.vocab}-m{args.mlp}-e{args.epochs}.pt"
-    ck = stage(name, lambda: train(llm, data, args.vocab, args.mlp, args.epochs))
+    if args.head:  # replay a head trained elsewhere (`paraspec draft-head`)
+        path = os.path.expanduser(args.head)
+        ck = torch.load(path, weights_only=True)
+    else:
+        data = []
+        if args.data in ("reference", "both"):
+            data += stage(
+                f"train-{args.train_tokens}.pt",
+                lambda: reference_features(llm, args.train_tokens),
+            )
+        if args.data in ("self", "both"):
+            data += own_answers(llm, args.self_tokens, stage)
+        name = f"head-{args.data}-{args.train_tokens}-{args.self_tokens}-v{args.vocab}-m{args.mlp}-e{args.epochs}.pt"
+        path = os.path.join(args.work, name)
+        ck = stage(name, lambda: train(llm, data, args.vocab, args.mlp, args.epochs))
     cost = CostModel(
         {int(k): v for k, v in json.loads(args.cost).items()}
         if args.cost
         else llm.runner.forward_cost()
     )
-    head_cost(llm, os.path.join(args.work, name))
+    head_cost(llm, path)
     per_answer = chains(llm, ck, answers)
     rows = [row for a in per_answer for row in a]
     inside = set(ck["vocab"].tolist())
