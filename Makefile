@@ -151,10 +151,9 @@ aspd-eval-0.5b: install
 
 # A draft head for the hybrid (plugin_params "draft_head": "auto"), trained on this CPU on the
 # model's hidden states over ShareGPT's train answers and its own greedy answers to other train
-# prompts (`make models` fetches both). About 1.6 hours for the 1.5B on 2 cores (AVX-512 VNNI):
-# ~18 min of prefill of the ShareGPT answers, ~55 min of the model's own answers (decoded 48 at a
-# time, their rows' features taken as they are decoded), ~21 min of training; stages resume from
-# ~/.cache/paraspec/heads/<model file>.work. Measured: docs/benchmarks.md (draft head).
+# prompts (`make models` fetches both). Over an hour for the 1.5B on 2 cores, most of it decoding
+# the model's own answers; stages resume from ~/.cache/paraspec/heads/<model file>.work. Times
+# and what it buys: docs/benchmarks.md (draft head).
 HEAD_MODEL ?= qwen2.5-coder-1.5b
 HEAD_TRAIN ?= --reference-tokens 90000 --self-tokens 300000 --vocab 8192 --mlp 2048 --epochs 2
 .PHONY: draft-head
